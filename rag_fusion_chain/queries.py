@@ -1,0 +1,575 @@
+"""Query generation: turn one question into several search queries (or one passage).
+
+Factories return Runnables whose input is a ``str`` or ``{"question": str}``:
+
+>>> from langchain_core.language_models import FakeListChatModel
+>>> generate = rag_fusion(FakeListChatModel(responses=["1. solar power\\n2. wind power"]), n=2)
+>>> generate.invoke("renewable energy")
+['solar power', 'wind power']
+
+Whatever the model returns, the result is never empty: with nothing usable, it is the original
+question alone (with a warning; ``on_failure="raise"`` raises instead).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+import warnings
+from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import Any, Literal, Union
+
+from langchain_core.callbacks import (
+    AsyncCallbackManagerForChainRun,
+    CallbackManagerForChainRun,
+)
+from langchain_core.language_models import BaseLanguageModel
+from langchain_core.messages import BaseMessage
+from langchain_core.output_parsers import BaseTransformOutputParser, StrOutputParser
+from langchain_core.prompts import BasePromptTemplate
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableSerializable
+from langchain_core.runnables.config import patch_config
+from pydantic import ConfigDict, Field
+
+from rag_fusion_chain import prompts
+
+QuestionInput = Union[str, Mapping[str, Any]]
+OnFailure = Literal["warn", "raise"]
+
+MAX_QUESTION_CHARS = 20_000
+"""Longer questions are refused: they would overflow the prompt of most chat models."""
+MAX_QUERIES = 50
+"""Upper bound for ``n``: more queries than this cost much and add little to fusion."""
+
+
+# --------------------------------------------------------------------------------------------
+# Input
+# --------------------------------------------------------------------------------------------
+
+
+def question_of(value: QuestionInput) -> str:
+    """Extract and validate the question from ``str`` or ``{"question": str}`` input.
+
+    >>> question_of({"question": "  What is RRF? "})
+    'What is RRF?'
+    """
+    if isinstance(value, Mapping):
+        if "question" not in value:
+            raise ValueError(
+                f"input dict needs a 'question' key, got keys {sorted(map(str, value))}"
+            )
+        value = value["question"]
+    if not isinstance(value, str):
+        raise TypeError(f"question must be a str, got {type(value).__name__}")
+    question = value.strip()
+    if not question:
+        raise ValueError("question must not be empty or whitespace")
+    if len(question) > MAX_QUESTION_CHARS:
+        raise ValueError(
+            f"question is {len(question)} characters long; the limit is {MAX_QUESTION_CHARS}. "
+            "Summarise it first, or pass a shorter question"
+        )
+    return question
+
+
+def validate_count(name: str, value: int, upper: int | None = None) -> int:
+    """Raise unless ``value`` is a positive int (and at most ``upper``)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value <= 0:
+        raise ValueError(f"{name} must be positive, got {value}")
+    if upper is not None and value > upper:
+        raise ValueError(f"{name} must be at most {upper}, got {value}")
+    return value
+
+
+# --------------------------------------------------------------------------------------------
+# Parsing model output into queries
+# --------------------------------------------------------------------------------------------
+
+_LIST_MARKER = re.compile(
+    r"""^\s*(?:
+        [-*•·+>]+\s*                                   # bullets and quote marks
+      | \(?\d{1,3}\s*[.)、:：．]\s*                     # 1.  1)  (1.  3、
+      | \(\d{1,3}\)\s* | （\d{1,3}）\s*                 # (1)  （1）
+      | [\u2460-\u2473\u2776-\u277f]\s*                # ①..⑳ ❶..❿
+      | [一二三四五六七八九十]{1,3}\s*[、.．:：]\s*       # 一、
+      | (?:query|q|问题|查询)\s*\d{1,3}\s*[.:：)]\s*     # Query 1:  问题1：
+    )""",
+    re.VERBOSE | re.IGNORECASE,
+)
+_WRAPPERS = [("**", "**"), ("__", "__"), ("*", "*"), ("_", "_"), ("`", "`"), ('"', '"'),
+             ("'", "'"), ("“", "”"), ("‘", "’"), ("「", "」"), ("『", "』"), ("《", "》")]
+_PREAMBLE_END = (":", "：")
+
+
+def clean_query_line(line: str) -> str:
+    """Strip list markers, markdown emphasis and surrounding quotes from one line.
+
+    >>> clean_query_line('2) **"How do vaccines work?"**')
+    'How do vaccines work?'
+    >>> clean_query_line("一、光伏发电的效率")
+    '光伏发电的效率'
+    """
+    text = unicodedata.normalize("NFC", line).strip()
+    previous = None
+    while text != previous:
+        previous = text
+        text = _LIST_MARKER.sub("", text, count=1).strip()
+        for opening, closing in _WRAPPERS:
+            if len(text) > len(opening) + len(closing) and text.startswith(opening) and (
+                text.endswith(closing)
+            ):
+                text = text[len(opening) : len(text) - len(closing)].strip()
+    return text
+
+
+def _is_usable(query: str, raw_line: str) -> bool:
+    if not query or not any(character.isalnum() for character in query):
+        return False
+    return not raw_line.rstrip().endswith(_PREAMBLE_END)  # "Here are 4 search queries:"
+
+
+def dedupe_key(query: str) -> str:
+    """Queries equal ignoring case and spacing share this key."""
+    return "".join(query.split()).casefold()
+
+
+def _json_queries(text: str) -> list[str] | None:
+    """Queries from a JSON list, or from the first list value of a JSON object; else None."""
+    stripped = text.strip()
+    if stripped.startswith("```"):
+        stripped = stripped.strip("`").removeprefix("json").strip()
+    if not stripped.startswith(("[", "{")):
+        return None
+    try:
+        data = json.loads(stripped)
+    except ValueError:
+        return None
+    if isinstance(data, dict):
+        data = next((value for value in data.values() if isinstance(value, list)), None)
+    if not isinstance(data, list):
+        return None
+    return [item if isinstance(item, str) else json.dumps(item, ensure_ascii=False) for item in data]
+
+
+class _QueryCollector:
+    """Accumulates cleaned, de-duplicated queries line by line, up to ``limit``."""
+
+    def __init__(self, limit: int | None, seen: set[str] | None = None) -> None:
+        self.limit = limit
+        self.seen = set(seen or ())
+        self.queries: list[str] = []
+
+    @property
+    def full(self) -> bool:
+        return self.limit is not None and len(self.queries) >= self.limit
+
+    def add(self, raw_line: str, *, check_preamble: bool = True) -> str | None:
+        """Add one raw line; return the cleaned query if it is new and usable."""
+        if self.full:
+            return None
+        query = clean_query_line(raw_line)
+        if not _is_usable(query, raw_line if check_preamble else query):
+            return None
+        key = dedupe_key(query)
+        if key in self.seen:
+            return None
+        self.seen.add(key)
+        self.queries.append(query)
+        return query
+
+
+class QueryListParser(BaseTransformOutputParser[list[str]]):
+    """Turn model text into clean queries: one per line, numbering, bullets, quotes, markdown
+    emphasis and preamble lines removed, de-duplicated ignoring case and spacing, at most ``n``.
+
+    Streams: with ``.stream()`` each query is emitted (as a one-item list) as soon as its line is
+    complete. A JSON list (or an object holding one) is accepted too.
+
+    >>> QueryListParser(n=2).parse("Here are 2 queries:\\n1. Solar power\\n2. solar  POWER\\n3. Wind")
+    ['Solar power', 'Wind']
+    """
+
+    n: int | None = None
+
+    @property
+    def _type(self) -> str:
+        return "query_list"
+
+    def parse(self, text: str) -> list[str]:
+        collector = _QueryCollector(self.n)
+        json_items = _json_queries(text)
+        if json_items is not None:
+            for item in json_items:
+                collector.add(item, check_preamble=False)
+        else:
+            for line in text.splitlines():
+                collector.add(line)
+        return collector.queries
+
+    def _transform(self, input: Iterator[str | BaseMessage]) -> Iterator[list[str]]:
+        lines = _IncrementalQueries(self)
+        for chunk in input:
+            yield from ([query] for query in lines.feed(_text_of(chunk)))
+        yield from ([query] for query in lines.finish())
+
+    async def _atransform(self, input: AsyncIterator[str | BaseMessage]) -> AsyncIterator[list[str]]:
+        lines = _IncrementalQueries(self)
+        async for chunk in input:
+            for query in lines.feed(_text_of(chunk)):
+                yield [query]
+        for query in lines.finish():
+            yield [query]
+
+
+def _text_of(chunk: str | BaseMessage) -> str:
+    return chunk if isinstance(chunk, str) else chunk.text
+
+
+class _IncrementalQueries:
+    """Feeds streamed text to a collector and returns each query once its line is complete."""
+
+    def __init__(self, parser: QueryListParser) -> None:
+        self.parser = parser
+        self.collector = _QueryCollector(parser.n)
+        self.buffer = ""
+
+    def _is_json(self) -> bool:
+        return self.buffer.lstrip().startswith(("[", "{", "```"))
+
+    def feed(self, text: str) -> list[str]:
+        self.buffer += text
+        if self._is_json():
+            return []  # JSON is parsed once complete
+        *complete, self.buffer = self.buffer.split("\n")
+        return [query for line in complete if (query := self.collector.add(line)) is not None]
+
+    def finish(self) -> list[str]:
+        if self._is_json():
+            candidates = self.parser.parse(self.buffer)
+            return [q for q in candidates if self.collector.add(q, check_preamble=False)]
+        query = self.collector.add(self.buffer)
+        return [query] if query is not None else []
+
+
+# --------------------------------------------------------------------------------------------
+# Generators
+# --------------------------------------------------------------------------------------------
+
+
+class QueryGenerator(RunnableSerializable[QuestionInput, list[str]]):
+    """Prompt a chat model for ``n`` queries and parse them; never returns an empty list.
+
+    ``include_original=True`` puts the question itself first (it is then streamed before the model
+    answers, so retrieval can start at once). On model errors or unusable output the result is the
+    original question alone, with a warning, unless ``on_failure="raise"``.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    name: str | None = "generate_queries"
+    llm: Runnable[Any, Any]
+    prompt: BasePromptTemplate = Field(default=prompts.RAG_FUSION_PROMPT)
+    n: int = 4
+    include_original: bool = False
+    on_failure: OnFailure = "warn"
+
+    def model_post_init(self, context: Any) -> None:
+        validate_count("n", self.n, MAX_QUERIES)
+
+    def _model_chain(self) -> Runnable[dict[str, Any], list[str]]:
+        return self.prompt | self.llm | QueryListParser(n=self.n)
+
+    def _prompt_values(self, question: str) -> dict[str, Any]:
+        values = {"question": question, "n": self.n}
+        return {key: value for key, value in values.items() if key in self.prompt.input_variables}
+
+    def _fallback(self, question: str, reason: str) -> list[str]:
+        if self.on_failure == "raise":
+            raise ValueError(f"query generation failed: {reason}")
+        warnings.warn(
+            f"query generation failed ({reason}); using the original question alone",
+            stacklevel=3,
+        )
+        return [question]
+
+    def _stream_queries(
+        self,
+        inputs: Iterator[QuestionInput],
+        run_manager: CallbackManagerForChainRun,
+        config: RunnableConfig,
+    ) -> Iterator[list[str]]:
+        for value in inputs:
+            question = question_of(value)
+            seen = {dedupe_key(question)}
+            emitted = 0
+            if self.include_original:
+                emitted += 1
+                yield [question]
+            child = patch_config(config, callbacks=run_manager.get_child())
+            try:
+                for chunk in self._model_chain().stream(self._prompt_values(question), child):
+                    for query in chunk:
+                        if dedupe_key(query) not in seen:
+                            seen.add(dedupe_key(query))
+                            emitted += 1
+                            yield [query]
+            except Exception as error:  # noqa: BLE001 - reported by _fallback, or re-raised
+                if self.on_failure == "raise":
+                    raise
+                if emitted == 0:
+                    yield self._fallback(question, f"{type(error).__name__}: {error}")
+                else:
+                    warnings.warn(
+                        f"query generation stopped early ({type(error).__name__}: {error})",
+                        stacklevel=2,
+                    )
+                continue
+            if emitted == 0:
+                yield self._fallback(question, "the model returned no usable query")
+
+    async def _astream_queries(
+        self,
+        inputs: AsyncIterator[QuestionInput],
+        run_manager: AsyncCallbackManagerForChainRun,
+        config: RunnableConfig,
+    ) -> AsyncIterator[list[str]]:
+        async for value in inputs:
+            question = question_of(value)
+            seen = {dedupe_key(question)}
+            emitted = 0
+            if self.include_original:
+                emitted += 1
+                yield [question]
+            child = patch_config(config, callbacks=run_manager.get_child())
+            try:
+                async for chunk in self._model_chain().astream(
+                    self._prompt_values(question), child
+                ):
+                    for query in chunk:
+                        if dedupe_key(query) not in seen:
+                            seen.add(dedupe_key(query))
+                            emitted += 1
+                            yield [query]
+            except Exception as error:  # noqa: BLE001 - reported by _fallback, or re-raised
+                if self.on_failure == "raise":
+                    raise
+                if emitted == 0:
+                    yield self._fallback(question, f"{type(error).__name__}: {error}")
+                else:
+                    warnings.warn(
+                        f"query generation stopped early ({type(error).__name__}: {error})",
+                        stacklevel=2,
+                    )
+                continue
+            if emitted == 0:
+                yield self._fallback(question, "the model returned no usable query")
+
+    def stream(
+        self, input: QuestionInput, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> Iterator[list[str]]:
+        yield from self._transform_stream_with_config(iter([input]), self._stream_queries, config)
+
+    async def astream(
+        self, input: QuestionInput, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> AsyncIterator[list[str]]:
+        async def one() -> AsyncIterator[QuestionInput]:
+            yield input
+
+        async for chunk in self._atransform_stream_with_config(
+            one(), self._astream_queries, config
+        ):
+            yield chunk
+
+    def invoke(
+        self, input: QuestionInput, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> list[str]:
+        return [query for chunk in self.stream(input, config) for query in chunk]
+
+    async def ainvoke(
+        self, input: QuestionInput, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> list[str]:
+        return [query async for chunk in self.astream(input, config) for query in chunk]
+
+
+class TextGenerator(RunnableSerializable[QuestionInput, str]):
+    """Prompt a chat model for one text (a step-back question or a HyDE passage).
+
+    With ``single_line=True`` the first usable line is kept, cleaned like a query. Empty output or
+    a model error gives the original question, with a warning, unless ``on_failure="raise"``.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    name: str | None = "generate_queries"
+    llm: Runnable[Any, Any]
+    prompt: BasePromptTemplate
+    single_line: bool = False
+    on_failure: OnFailure = "warn"
+
+    def _generate(
+        self, value: QuestionInput, run_manager: CallbackManagerForChainRun, config: RunnableConfig
+    ) -> str:
+        question = question_of(value)
+        chain = self.prompt | self.llm | StrOutputParser()
+        try:
+            text = chain.invoke(
+                {"question": question}, patch_config(config, callbacks=run_manager.get_child())
+            )
+        except Exception as error:  # noqa: BLE001 - reported below, or re-raised
+            if self.on_failure == "raise":
+                raise
+            warnings.warn(
+                f"generation failed ({type(error).__name__}: {error}); using the question itself",
+                stacklevel=2,
+            )
+            return question
+        return self._finish(question, text)
+
+    async def _agenerate(
+        self,
+        value: QuestionInput,
+        run_manager: AsyncCallbackManagerForChainRun,
+        config: RunnableConfig,
+    ) -> str:
+        question = question_of(value)
+        chain = self.prompt | self.llm | StrOutputParser()
+        try:
+            text = await chain.ainvoke(
+                {"question": question}, patch_config(config, callbacks=run_manager.get_child())
+            )
+        except Exception as error:  # noqa: BLE001 - reported below, or re-raised
+            if self.on_failure == "raise":
+                raise
+            warnings.warn(
+                f"generation failed ({type(error).__name__}: {error}); using the question itself",
+                stacklevel=2,
+            )
+            return question
+        return self._finish(question, text)
+
+    def _finish(self, question: str, text: str) -> str:
+        if self.single_line:
+            lines = QueryListParser(n=1).parse(text)
+            text = lines[0] if lines else ""
+        text = text.strip()
+        if not text:
+            if self.on_failure == "raise":
+                raise ValueError("generation failed: the model returned no usable text")
+            warnings.warn("the model returned no usable text; using the question itself", stacklevel=3)
+            return question
+        return text
+
+    def invoke(
+        self, input: QuestionInput, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> str:
+        return self._call_with_config(self._generate, input, config)
+
+    async def ainvoke(
+        self, input: QuestionInput, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> str:
+        return await self._acall_with_config(self._agenerate, input, config)
+
+
+# --------------------------------------------------------------------------------------------
+# Factories
+# --------------------------------------------------------------------------------------------
+
+
+def _query_generator(
+    llm: BaseLanguageModel | Runnable[Any, Any],
+    n: int,
+    include_original: bool,
+    prompt: BasePromptTemplate | None,
+    default_prompt: BasePromptTemplate,
+    on_failure: OnFailure,
+) -> QueryGenerator:
+    return QueryGenerator(
+        llm=llm,
+        prompt=prompt or default_prompt,
+        n=n,
+        include_original=include_original,
+        on_failure=on_failure,
+    )
+
+
+def multi_query(
+    llm: BaseLanguageModel | Runnable[Any, Any],
+    n: int = 5,
+    *,
+    include_original: bool = False,
+    prompt: BasePromptTemplate | None = None,
+    on_failure: OnFailure = "warn",
+) -> QueryGenerator:
+    """Rephrase the question ``n`` ways, from several perspectives (multi-query retrieval)."""
+    return _query_generator(
+        llm, n, include_original, prompt, prompts.MULTI_QUERY_PROMPT, on_failure
+    )
+
+
+def rag_fusion(
+    llm: BaseLanguageModel | Runnable[Any, Any],
+    n: int = 4,
+    *,
+    include_original: bool = False,
+    prompt: BasePromptTemplate | None = None,
+    on_failure: OnFailure = "warn",
+) -> QueryGenerator:
+    """Generate ``n`` related search queries whose results are fused by rank (RAG-Fusion)."""
+    return _query_generator(llm, n, include_original, prompt, prompts.RAG_FUSION_PROMPT, on_failure)
+
+
+def decomposition(
+    llm: BaseLanguageModel | Runnable[Any, Any],
+    n: int = 3,
+    *,
+    include_original: bool = False,
+    prompt: BasePromptTemplate | None = None,
+    on_failure: OnFailure = "warn",
+) -> QueryGenerator:
+    """Break the question into at most ``n`` sub-questions, easiest first."""
+    return _query_generator(
+        llm, n, include_original, prompt, prompts.DECOMPOSITION_PROMPT, on_failure
+    )
+
+
+def step_back(
+    llm: BaseLanguageModel | Runnable[Any, Any],
+    *,
+    prompt: BasePromptTemplate | None = None,
+    on_failure: OnFailure = "warn",
+) -> TextGenerator:
+    """Ask the more general question behind the question (few-shot prompted)."""
+    return TextGenerator(
+        llm=llm, prompt=prompt or prompts.STEP_BACK_PROMPT, single_line=True, on_failure=on_failure
+    )
+
+
+def hyde(
+    llm: BaseLanguageModel | Runnable[Any, Any],
+    *,
+    prompt: BasePromptTemplate | None = None,
+    on_failure: OnFailure = "warn",
+) -> TextGenerator:
+    """Write a hypothetical passage answering the question, to search with (HyDE)."""
+    return TextGenerator(llm=llm, prompt=prompt or prompts.HYDE_PROMPT, on_failure=on_failure)
+
+
+__all__ = [
+    "MAX_QUERIES",
+    "MAX_QUESTION_CHARS",
+    "QueryGenerator",
+    "QueryListParser",
+    "TextGenerator",
+    "clean_query_line",
+    "decomposition",
+    "dedupe_key",
+    "hyde",
+    "multi_query",
+    "question_of",
+    "rag_fusion",
+    "step_back",
+    "validate_count",
+]
