@@ -22,7 +22,7 @@ import json
 import math
 import warnings
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from typing import Any, ClassVar, Union
+from typing import Any, ClassVar
 
 from langchain_core.documents import Document
 from langchain_core.runnables import RunnableConfig, RunnableSerializable
@@ -31,8 +31,8 @@ from pydantic import ConfigDict, field_validator, model_validator
 SCORE_KEY = "score"
 FUSION_SCORE_KEY = "fusion_score"
 
-FusionInput = Union[Sequence[Sequence[Document]], Sequence[Sequence[Sequence[Document]]]]
-FusionOutput = Union[list[Document], list[tuple[Document, float]]]
+FusionInput = Sequence[Sequence[Document]] | Sequence[Sequence[Sequence[Document]]]
+FusionOutput = list[Document] | list[tuple[Document, float]]
 ScoredIdentities = dict[Hashable, float]
 
 
@@ -222,7 +222,7 @@ def reciprocal_rank_scores(
     """
     scores: ScoredIdentities = {}
     documents: dict[Hashable, Document] = {}
-    for ranked, weight in zip(ranked_lists, weights):
+    for ranked, weight in zip(ranked_lists, weights, strict=False):
         for position, key, document in _first_occurrences(ranked, key_of):
             contribution = weight / (k + rank_start + position)
             if key in scores:
@@ -278,7 +278,7 @@ def _score_based_scores(
     scores: ScoredIdentities = {}
     documents: dict[Hashable, Document] = {}
     list_count = len(ranked_lists)
-    for list_index, (ranked, weight) in enumerate(zip(ranked_lists, weights)):
+    for list_index, (ranked, weight) in enumerate(zip(ranked_lists, weights, strict=False)):
         if not ranked:
             continue
         raw = _list_scores(ranked, score_key)
@@ -346,7 +346,7 @@ def union_scores(
     """Unique union: every distinct document once, scored by the summed weight of lists holding it."""
     scores: ScoredIdentities = {}
     documents: dict[Hashable, Document] = {}
-    for ranked, weight in zip(ranked_lists, weights):
+    for ranked, weight in zip(ranked_lists, weights, strict=False):
         for _, key, document in _first_occurrences(ranked, key_of):
             if key in scores:
                 scores[key] += weight

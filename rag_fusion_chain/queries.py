@@ -18,7 +18,7 @@ import re
 import unicodedata
 import warnings
 from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 from langchain_core.callbacks import (
     AsyncCallbackManagerForChainRun,
@@ -34,7 +34,7 @@ from pydantic import ConfigDict, Field
 
 from rag_fusion_chain import prompts
 
-QuestionInput = Union[str, Mapping[str, Any]]
+QuestionInput = str | Mapping[str, Any]
 OnFailure = Literal["warn", "raise"]
 
 MAX_QUESTION_CHARS = 20_000
@@ -90,7 +90,7 @@ def validate_count(name: str, value: int, upper: int | None = None) -> int:
 
 _LIST_MARKER = re.compile(
     r"""^\s*(?:
-        [-*•·+>]+\s*                                   # bullets and quote marks
+        [-*+>]\s+ | [•·▪◦]\s*                        # bullets and quote marks
       | \(?\d{1,3}\s*[.)、:：．]\s*                     # 1.  1)  (1.  3、
       | \(\d{1,3}\)\s* | （\d{1,3}）\s*                 # (1)  （1）
       | [\u2460-\u2473\u2776-\u277f]\s*                # ①..⑳ ❶..❿
@@ -99,9 +99,22 @@ _LIST_MARKER = re.compile(
     )""",
     re.VERBOSE | re.IGNORECASE,
 )
-_WRAPPERS = [("**", "**"), ("__", "__"), ("*", "*"), ("_", "_"), ("`", "`"), ('"', '"'),
-             ("'", "'"), ("“", "”"), ("‘", "’"), ("「", "」"), ("『", "』"), ("《", "》")]
+_WRAPPERS = [
+    ("**", "**"),
+    ("__", "__"),
+    ("*", "*"),
+    ("_", "_"),
+    ("`", "`"),
+    ('"', '"'),
+    ("'", "'"),
+    ("“", "”"),
+    ("‘", "’"),
+    ("「", "」"),
+    ("『", "』"),
+    ("《", "》"),
+]
 _PREAMBLE_END = (":", "：")
+_INLINE_EMPHASIS = re.compile(r"(\*\*|__)(.+?)\1")
 
 
 def clean_query_line(line: str) -> str:
@@ -112,14 +125,16 @@ def clean_query_line(line: str) -> str:
     >>> clean_query_line("一、光伏发电的效率")
     '光伏发电的效率'
     """
-    text = unicodedata.normalize("NFC", line).strip()
+    text = _INLINE_EMPHASIS.sub(r"\2", unicodedata.normalize("NFC", line)).strip()
     previous = None
     while text != previous:
         previous = text
         text = _LIST_MARKER.sub("", text, count=1).strip()
         for opening, closing in _WRAPPERS:
-            if len(text) > len(opening) + len(closing) and text.startswith(opening) and (
-                text.endswith(closing)
+            if (
+                len(text) > len(opening) + len(closing)
+                and text.startswith(opening)
+                and (text.endswith(closing))
             ):
                 text = text[len(opening) : len(text) - len(closing)].strip()
     return text
@@ -151,7 +166,9 @@ def _json_queries(text: str) -> list[str] | None:
         data = next((value for value in data.values() if isinstance(value, list)), None)
     if not isinstance(data, list):
         return None
-    return [item if isinstance(item, str) else json.dumps(item, ensure_ascii=False) for item in data]
+    return [
+        item if isinstance(item, str) else json.dumps(item, ensure_ascii=False) for item in data
+    ]
 
 
 class _QueryCollector:
@@ -215,7 +232,9 @@ class QueryListParser(BaseTransformOutputParser[list[str]]):
             yield from ([query] for query in lines.feed(_text_of(chunk)))
         yield from ([query] for query in lines.finish())
 
-    async def _atransform(self, input: AsyncIterator[str | BaseMessage]) -> AsyncIterator[list[str]]:
+    async def _atransform(
+        self, input: AsyncIterator[str | BaseMessage]
+    ) -> AsyncIterator[list[str]]:
         lines = _IncrementalQueries(self)
         async for chunk in input:
             for query in lines.feed(_text_of(chunk)):
@@ -458,7 +477,9 @@ class TextGenerator(RunnableSerializable[QuestionInput, str]):
         if not text:
             if self.on_failure == "raise":
                 raise ValueError("generation failed: the model returned no usable text")
-            warnings.warn("the model returned no usable text; using the question itself", stacklevel=3)
+            warnings.warn(
+                "the model returned no usable text; using the question itself", stacklevel=3
+            )
             return question
         return text
 

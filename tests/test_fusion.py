@@ -1,0 +1,326 @@
+"""Fusion: hand-computed examples, contracts (identity, copies, weights) and properties."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import math
+import warnings
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from langchain_core.documents import Document
+from langchain_core.runnables import ConfigurableField
+
+from rag_fusion_chain import fusion
+from rag_fusion_chain.fusion import (
+    DistBasedScoreFusion,
+    RankedList,
+    ReciprocalRankFusion,
+    RelativeScoreFusion,
+    UniqueUnion,
+    document_id,
+)
+
+
+def doc(text: str, score: float | None = None, **metadata: object) -> Document:
+    if score is not None:
+        metadata["score"] = score
+    return Document(page_content=text, metadata=metadata)
+
+
+def texts(documents: list[Document]) -> list[str]:
+    return [document.page_content for document in documents]
+
+
+# ---------------------------------------------------------------- reciprocal rank fusion
+
+
+def test_rrf_hand_computed_two_lists() -> None:
+    a, b, c = doc("A"), doc("B"), doc("C")
+    fused = ReciprocalRankFusion(k=60, with_scores=True).invoke([[a, b, c], [b, a, c]])
+    scores = {document.page_content: score for document, score in fused}
+    assert scores["A"] == pytest.approx(1 / 61 + 1 / 62)
+    assert scores["B"] == pytest.approx(1 / 62 + 1 / 61)
+    assert scores["C"] == pytest.approx(2 / 63)
+    # A and B tie; A appeared first (list 0, position 0).
+    assert [document.page_content for document, _ in fused] == ["A", "B", "C"]
+
+
+def test_rrf_rank_start_zero_reproduces_tutorial_formula() -> None:
+    a, b, c = doc("A"), doc("B"), doc("C")
+    lists = [[a, b, c], [c, a]]
+    fused = ReciprocalRankFusion(k=60, rank_start=0, with_scores=True).invoke(lists)
+    scores = {document.page_content: score for document, score in fused}
+    # Tutorial: fused_scores[doc] += 1 / (rank + k) with enumerate() ranks starting at 0.
+    assert scores == pytest.approx({"A": 1 / 60 + 1 / 61, "B": 1 / 61, "C": 1 / 62 + 1 / 60})
+    assert texts(ReciprocalRankFusion(rank_start=0).invoke(lists)) == ["A", "C", "B"]
+
+
+def test_rrf_weights_change_the_winner() -> None:
+    a, b = doc("A"), doc("B")
+    fused = ReciprocalRankFusion(weights=[1.0, 3.0], with_scores=True).invoke([[a, b], [b, a]])
+    assert fused[0][0].page_content == "B"
+    assert fused[0][1] == pytest.approx(1 / 62 + 3 / 61)
+
+
+def test_fusion_score_written_on_copies_and_inputs_untouched() -> None:
+    lists = [[doc("A", 0.9), doc("B", 0.5)], [doc("B", 0.8)]]
+    snapshot = copy.deepcopy(lists)
+    fused = fusion.reciprocal_rank_fusion.invoke(lists)
+    assert lists == snapshot
+    assert all("fusion_score" in document.metadata for document in fused)
+    assert all(document is not original for document in fused for original in lists[0])
+
+
+def test_top_n_cuts_and_is_configurable_per_call() -> None:
+    lists = [[doc(str(index)) for index in range(10)]]
+    assert len(ReciprocalRankFusion(top_n=3).invoke(lists)) == 3
+    configurable = ReciprocalRankFusion().configurable_fields(top_n=ConfigurableField(id="top_n"))
+    assert len(configurable.invoke(lists, config={"configurable": {"top_n": 4}})) == 4
+
+
+def test_duplicates_inside_a_list_count_once_at_best_rank() -> None:
+    a, b = doc("A"), doc("B")
+    fused = ReciprocalRankFusion(with_scores=True).invoke([[a, b, a]])
+    assert [(document.page_content, score) for document, score in fused] == [
+        ("A", pytest.approx(1 / 61)),
+        ("B", pytest.approx(1 / 62)),
+    ]
+
+
+# ---------------------------------------------------------------- identity
+
+
+def test_same_chunk_from_two_retrievers_merges_despite_different_scores() -> None:
+    from_bm25 = doc("chunk text", 12.5, source="a.pdf", page=1)
+    from_vectors = doc("chunk text", 0.83, source="a.pdf", page=1)
+    fused = fusion.reciprocal_rank_fusion.invoke([[from_bm25], [from_vectors]])
+    assert len(fused) == 1
+
+
+def test_equal_text_from_different_sources_does_not_merge() -> None:
+    fused = fusion.reciprocal_rank_fusion.invoke(
+        [[doc("same", source="a")], [doc("same", source="b")]]
+    )
+    assert len(fused) == 2
+
+
+def test_document_id_wins_then_id_key_then_content() -> None:
+    first = Document("text one", id="x")
+    second = Document("text two", id="x")
+    assert len(fusion.reciprocal_rank_fusion.invoke([[first], [second]])) == 1
+    keyed = [[doc("v1", chunk="c1")], [doc("v2", chunk="c1")]]
+    assert len(ReciprocalRankFusion(id_key="chunk").invoke(keyed)) == 1
+    assert len(ReciprocalRankFusion().invoke(keyed)) == 2
+    assert document_id(Document("t", id="x")) == "x"
+    assert document_id(doc("t", 0.1, a=1)) == document_id(doc("t", 0.9, a=1))
+
+
+def test_unhashable_metadata_is_fine() -> None:
+    lists = [
+        [doc("A", tags=["x", "y"], nested={"k": [1, 2]})],
+        [doc("A", nested={"k": [1, 2]}, tags=["x", "y"])],
+    ]
+    assert len(fusion.reciprocal_rank_fusion.invoke(lists)) == 1
+
+
+# ---------------------------------------------------------------- score-based fusion
+
+
+def test_relative_score_fusion_hand_computed() -> None:
+    # list 1 scores 10, 6, 2 -> min-max 1.0, 0.5, 0.0; list 2 scores 0.9, 0.3 -> 1.0, 0.0
+    list_one = [doc("A", 10), doc("B", 6), doc("C", 2)]
+    list_two = [doc("B", 0.9), doc("D", 0.3)]
+    fused = RelativeScoreFusion(with_scores=True).invoke([list_one, list_two])
+    scores = {document.page_content: score for document, score in fused}
+    assert scores == pytest.approx({"A": 0.5, "B": 0.75, "C": 0.0, "D": 0.0})
+    assert texts([document for document, _ in fused]) == ["B", "A", "C", "D"]
+
+
+def test_relative_score_fusion_weights_scale_each_list() -> None:
+    list_one = [doc("A", 10), doc("B", 2)]
+    list_two = [doc("B", 0.9), doc("A", 0.3)]
+    fused = RelativeScoreFusion(weights=[0.2, 0.8], with_scores=True).invoke([list_one, list_two])
+    scores = {document.page_content: score for document, score in fused}
+    assert scores == pytest.approx({"A": 0.2 / 2, "B": 0.8 / 2})
+
+
+def test_all_equal_scores_give_one_if_positive_else_zero() -> None:
+    fused = RelativeScoreFusion(with_scores=True).invoke(
+        [[doc("A", 3), doc("B", 3)], [doc("C", -1)]]
+    )
+    scores = {document.page_content: score for document, score in fused}
+    assert scores == pytest.approx({"A": 0.5, "B": 0.5, "C": 0.0})
+
+
+def test_dist_based_score_fusion_hand_computed() -> None:
+    # scores 1, 2, 3: mean 2, population sigma sqrt(2/3); bounds 2 -/+ 3 sigma
+    sigma = math.sqrt(2 / 3)
+    low, high = 2 - 3 * sigma, 2 + 3 * sigma
+    fused = DistBasedScoreFusion(with_scores=True).invoke([[doc("A", 3), doc("B", 2), doc("C", 1)]])
+    scores = {document.page_content: score for document, score in fused}
+    assert scores == pytest.approx(
+        {"A": (3 - low) / (high - low), "B": 0.5, "C": (1 - low) / (high - low)}
+    )
+
+
+def test_list_without_scores_falls_back_to_ranks_with_warning() -> None:
+    with pytest.warns(UserWarning, match="rank-derived"):
+        fused = RelativeScoreFusion(with_scores=True).invoke([[doc("A"), doc("B"), doc("C")]])
+    assert [(document.page_content, score) for document, score in fused] == [
+        ("A", pytest.approx(1.0)),
+        ("B", pytest.approx(0.5)),
+        ("C", pytest.approx(0.0)),
+    ]
+
+
+@pytest.mark.parametrize("bad", [None, float("nan"), float("inf"), "high"])
+def test_bad_scores_never_crash_and_warn(bad: object) -> None:
+    lists = [[doc("A", 0.9), Document("B", metadata={"score": bad}), doc("C", 0.1)]]
+    with pytest.warns(UserWarning, match="missing or non-finite"):
+        fused = DistBasedScoreFusion(with_scores=True).invoke(lists)
+    assert sorted(texts([document for document, _ in fused])) == ["A", "B", "C"]
+    assert all(math.isfinite(score) for _, score in fused)
+
+
+def test_configurable_score_key() -> None:
+    lists = [
+        [Document("A", metadata={"relevance": 1.0}), Document("B", metadata={"relevance": 0.0})]
+    ]
+    assert texts(RelativeScoreFusion(score_key="relevance").invoke(lists)) == ["A", "B"]
+
+
+# ---------------------------------------------------------------- unique union and input shapes
+
+
+def test_unique_union_first_seen_order_and_votes() -> None:
+    fused = UniqueUnion(with_scores=True).invoke([[doc("B"), doc("A")], [doc("A"), doc("C")]])
+    assert [(document.page_content, score) for document, score in fused] == [
+        ("B", 1.0),
+        ("A", 2.0),
+        ("C", 1.0),
+    ]
+
+
+def test_nested_query_by_retriever_input_with_per_retriever_weights() -> None:
+    nested = [
+        [[doc("A"), doc("B")], [doc("B"), doc("C")]],  # query 1: retriever 1, retriever 2
+        [[doc("A")], [doc("C")]],  # query 2
+    ]
+    fused = ReciprocalRankFusion(weights=[1.0, 0.0], with_scores=True).invoke(nested)
+    scores = {document.page_content: score for document, score in fused}
+    assert scores["A"] == pytest.approx(2 / 61)
+    assert scores["C"] == pytest.approx(0.0)
+
+
+def test_ranked_list_weight_is_used_without_explicit_weights() -> None:
+    lists = [RankedList([doc("A")], weight=0.1), RankedList([doc("B")], weight=2.0)]
+    assert texts(fusion.reciprocal_rank_fusion.invoke(lists)) == ["B", "A"]
+
+
+def test_empty_inputs() -> None:
+    assert fusion.reciprocal_rank_fusion.invoke([]) == []
+    assert fusion.relative_score_fusion.invoke([[], []]) == []
+
+
+@pytest.mark.parametrize(
+    ("weights", "message"),
+    [
+        ([1.0], "2 ranked lists"),
+        ([1.0, -1.0], "non-negative"),
+        ([0, 0], "all be zero"),
+        ([1.0, float("nan")], "finite"),
+    ],
+)
+def test_weights_are_validated(weights: list[float], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        ReciprocalRankFusion(weights=weights).invoke([[doc("A")], [doc("B")]])
+
+
+@pytest.mark.parametrize("bad_input", ["text", [doc("A")], [["not a document"]], None])
+def test_bad_input_types_raise_type_error(bad_input: object) -> None:
+    with pytest.raises(TypeError, match="fusion input"):
+        fusion.reciprocal_rank_fusion.invoke(bad_input)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("arguments", [{"top_n": 0}, {"k": -1}, {"k": 0, "rank_start": 0}])
+def test_parameters_are_validated(arguments: dict[str, float]) -> None:
+    with pytest.raises(ValueError):
+        ReciprocalRankFusion(**arguments)
+
+
+def test_every_call_style_and_run_name() -> None:
+    lists = [[doc("A"), doc("B")], [doc("B")]]
+    runnable = fusion.reciprocal_rank_fusion
+    expected = texts(runnable.invoke(lists))
+    assert expected == ["B", "A"]
+    assert texts(asyncio.run(runnable.ainvoke(lists))) == expected
+    assert [texts(result) for result in runnable.batch([lists, lists])] == [expected, expected]
+    assert [texts(result) for result in asyncio.run(runnable.abatch([lists]))] == [expected]
+    assert texts(next(iter(runnable.stream(lists)))) == expected
+
+    async def first_chunk() -> list[Document]:
+        async for chunk in runnable.astream(lists):
+            return chunk
+        raise AssertionError("no chunk")
+
+    assert texts(asyncio.run(first_chunk())) == expected
+    assert runnable.get_name() == "fuse"
+
+
+# ---------------------------------------------------------------- properties
+
+ranked_lists_strategy = st.lists(
+    st.lists(
+        st.builds(
+            lambda text, score: doc(text, score),
+            st.sampled_from(list("ABCDEFGHIJ")),
+            st.one_of(st.none(), st.floats(-100, 100), st.just(float("nan"))),
+        ),
+        max_size=8,
+    ),
+    max_size=5,
+)
+fusions = [
+    ReciprocalRankFusion(with_scores=True),
+    RelativeScoreFusion(with_scores=True),
+    DistBasedScoreFusion(with_scores=True),
+    UniqueUnion(with_scores=True),
+]
+
+
+@settings(max_examples=60, deadline=None)
+@given(ranked_lists_strategy, st.sampled_from(fusions))
+def test_property_nothing_lost_nothing_mutated(
+    lists: list[list[Document]], runnable: fusion.BaseFusion
+) -> None:
+    snapshot = copy.deepcopy(lists)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fused = runnable.invoke(lists)
+    assert lists == snapshot
+    assert sorted({d.page_content for ranked in lists for d in ranked}) == sorted(
+        document.page_content for document, _ in fused
+    )
+    assert all(math.isfinite(score) for _, score in fused)
+    if not isinstance(runnable, UniqueUnion):
+        scores = [score for _, score in fused]
+        assert scores == sorted(scores, reverse=True)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ranked_lists_strategy, st.sampled_from(fusions), st.randoms())
+def test_property_list_order_irrelevant_when_unweighted(
+    lists: list[list[Document]], runnable: fusion.BaseFusion, random: object
+) -> None:
+    shuffled = list(lists)
+    random.shuffle(shuffled)  # type: ignore[attr-defined]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        original = {d.page_content: s for d, s in runnable.invoke(lists)}
+        permuted = {d.page_content: s for d, s in runnable.invoke(shuffled)}
+    assert original.keys() == permuted.keys()
+    for key, score in original.items():
+        assert permuted[key] == pytest.approx(score)

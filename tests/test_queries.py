@@ -1,0 +1,207 @@
+"""Query generation: the parser on messy model output, generators, fallbacks, call styles."""
+
+from __future__ import annotations
+
+import asyncio
+import warnings
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from langchain_core.language_models import FakeListChatModel, GenericFakeChatModel
+from langchain_core.messages import AIMessage
+from langchain_core.runnables import ConfigurableField, RunnableLambda
+
+from rag_fusion_chain import prompts, queries
+from rag_fusion_chain.queries import QueryListParser, question_of
+
+# ---------------------------------------------------------------- parser
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "Here are 4 search queries:\n1. solar panels\n2) wind farms\n(3) tidal power\n4、geothermal",
+            ["solar panels", "wind farms", "tidal power", "geothermal"],
+        ),
+        (
+            "- **Solar** panels cost\n* \"wind farms\"\n• 'tidal power'\n\n\n",
+            ["Solar panels cost", "wind farms", "tidal power"],
+        ),
+        ("**solar panels**\n`wind farms`", ["solar panels", "wind farms"]),
+        (
+            "以下是4个搜索查询：\n1. 光伏发电效率\n2、风力发电成本\n①潮汐能\n一、地热能的利用",
+            ["光伏发电效率", "风力发电成本", "潮汐能", "地热能的利用"],
+        ),
+        ("“光伏发电的原理”\n「风能」\n（3）核能", ["光伏发电的原理", "风能", "核能"]),
+        ("Query 1: solar\nQuery 2: wind", ["solar", "wind"]),
+        ('["solar", "wind", "solar"]', ["solar", "wind"]),
+        ('```json\n{"queries": ["solar", "wind"]}\n```', ["solar", "wind"]),
+    ],
+)
+def test_parser_cleans_messy_output(text: str, expected: list[str]) -> None:
+    assert QueryListParser().parse(text) == expected
+
+
+def test_parser_dedupes_ignoring_case_and_spacing_and_keeps_at_most_n() -> None:
+    text = "Solar Power\nsolar  power\nSOLARPOWER\nwind\ntides\ngeothermal"
+    assert QueryListParser(n=3).parse(text) == ["Solar Power", "wind", "tides"]
+
+
+def test_parser_drops_blank_and_punctuation_only_lines() -> None:
+    assert QueryListParser().parse("\n  \n---\n...\n1.\nreal query") == ["real query"]
+
+
+def test_parser_streams_one_query_per_completed_line() -> None:
+    chunks = ["1. sol", "ar\n2. wi", "nd\n3. tides"]
+    assert list(QueryListParser().transform(iter(chunks))) == [["solar"], ["wind"], ["tides"]]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(max_size=300), st.integers(1, 10))
+def test_parser_property_never_returns_empty_or_blank_queries(text: str, n: int) -> None:
+    parsed = QueryListParser(n=n).parse(text)
+    assert len(parsed) <= n
+    assert all(query.strip() == query and query for query in parsed)
+    assert len({queries.dedupe_key(query) for query in parsed}) == len(parsed)
+
+
+# ---------------------------------------------------------------- input
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "message"),
+    [
+        ("   ", ValueError, "empty"),
+        ({"query": "x"}, ValueError, "'question'"),
+        (42, TypeError, "str"),
+        ("x" * (queries.MAX_QUESTION_CHARS + 1), ValueError, "limit"),
+    ],
+)
+def test_question_validation(value: object, error: type[Exception], message: str) -> None:
+    with pytest.raises(error, match=message):
+        question_of(value)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("n", [0, -1, queries.MAX_QUERIES + 1])
+def test_n_is_validated(n: int) -> None:
+    with pytest.raises(ValueError, match="n must"):
+        queries.rag_fusion(FakeListChatModel(responses=["x"]), n=n)
+
+
+# ---------------------------------------------------------------- generators
+
+
+def model(*replies: str) -> FakeListChatModel:
+    return FakeListChatModel(responses=list(replies))
+
+
+@pytest.mark.parametrize(
+    ("factory", "prompt"),
+    [
+        (queries.multi_query, prompts.MULTI_QUERY_PROMPT),
+        (queries.rag_fusion, prompts.RAG_FUSION_PROMPT),
+        (queries.decomposition, prompts.DECOMPOSITION_PROMPT),
+    ],
+)
+def test_list_generators_use_their_prompt_and_n(factory, prompt) -> None:  # type: ignore[no-untyped-def]
+    seen_prompts: list[str] = []
+
+    def record(value):  # type: ignore[no-untyped-def]
+        seen_prompts.append(value.to_string())
+        return AIMessage(content="a\nb\nc\nd\ne\nf")
+
+    generator = factory(RunnableLambda(record), n=2)
+    assert generator.invoke({"question": "What is fusion?"}) == ["a", "b"]
+    assert generator.prompt is prompt
+    assert "What is fusion?" in seen_prompts[0]
+
+
+def test_include_original_puts_question_first_once() -> None:
+    generator = queries.multi_query(
+        model("What is RAG?\nretrieval augmented generation"), n=3, include_original=True
+    )
+    assert generator.invoke("What is RAG?") == ["What is RAG?", "retrieval augmented generation"]
+
+
+def test_include_original_streams_question_before_the_model_answers() -> None:
+    calls: list[str] = []
+
+    def slow_model(value):  # type: ignore[no-untyped-def]
+        calls.append("model")
+        return AIMessage(content="q1\nq2")
+
+    stream = queries.rag_fusion(RunnableLambda(slow_model), n=2, include_original=True).stream("Q?")
+    assert next(stream) == ["Q?"]
+    assert calls == []
+    assert list(stream) == [["q1"], ["q2"]]
+
+
+@pytest.mark.parametrize("reply", ["", "Here are the queries:", "\n\n  \n"])
+def test_unusable_output_falls_back_to_the_question_with_a_warning(reply: str) -> None:
+    with pytest.warns(UserWarning, match="original question"):
+        assert queries.rag_fusion(model(reply)).invoke("Q?") == ["Q?"]
+
+
+def test_on_failure_raise() -> None:
+    with pytest.raises(ValueError, match="query generation failed"):
+        queries.rag_fusion(model("Here are the queries:"), on_failure="raise").invoke("Q?")
+
+
+def test_model_error_falls_back_or_raises() -> None:
+    def broken(_):  # type: ignore[no-untyped-def]
+        raise ConnectionError("model down")
+
+    with pytest.warns(UserWarning, match="ConnectionError"):
+        assert queries.multi_query(RunnableLambda(broken)).invoke("Q?") == ["Q?"]
+    with pytest.raises(ConnectionError):
+        queries.multi_query(RunnableLambda(broken), on_failure="raise").invoke("Q?")
+
+
+def test_same_query_repeated_and_too_many_queries() -> None:
+    assert queries.rag_fusion(model("same\nsame\nSAME"), n=4).invoke("Q?") == ["same"]
+    fifty = "\n".join(f"query {index}" for index in range(50))
+    assert len(queries.rag_fusion(model(fifty), n=4).invoke("Q?")) == 4
+
+
+def test_n_is_configurable_per_call() -> None:
+    generator = queries.rag_fusion(model("a\nb\nc\nd"), n=4).configurable_fields(
+        n=ConfigurableField(id="n")
+    )
+    assert generator.invoke("Q?", config={"configurable": {"n": 2}}) == ["a", "b"]
+
+
+def test_every_call_style() -> None:
+    generator = queries.rag_fusion(
+        GenericFakeChatModel(messages=iter([AIMessage("a\nb")] * 6)), n=2
+    )
+    assert generator.invoke("Q?") == ["a", "b"]
+    assert asyncio.run(generator.ainvoke("Q?")) == ["a", "b"]
+    assert generator.batch(["Q1", "Q2"]) == [["a", "b"], ["a", "b"]]
+
+    async def collect() -> list[list[str]]:
+        return [chunk async for chunk in generator.astream("Q?")]
+
+    assert asyncio.run(collect()) == [["a"], ["b"]]
+    assert asyncio.run(generator.abatch(["Q?"])) == [["a", "b"]]
+    assert generator.get_name() == "generate_queries"
+
+
+def test_step_back_keeps_one_clean_line_and_hyde_keeps_the_passage() -> None:
+    assert queries.step_back(model('1. "What is photosynthesis?"\nextra')).invoke("Q?") == (
+        "What is photosynthesis?"
+    )
+    passage = "Photosynthesis turns light into chemical energy.\nIt happens in chloroplasts."
+    assert queries.hyde(model(passage)).invoke({"question": "Q?"}) == passage
+    assert asyncio.run(queries.hyde(model(passage)).ainvoke("Q?")) == passage
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert queries.hyde(model("   ")).invoke("Q?") == "Q?"
+    assert any("question itself" in str(warning.message) for warning in caught)
+
+
+def test_step_back_prompt_is_few_shot() -> None:
+    messages = prompts.STEP_BACK_PROMPT.format_messages(question="Q?")
+    assert len(messages) >= 2 + 2 * 2  # system, at least two examples, the question
+    assert messages[-1].content == "Q?"
