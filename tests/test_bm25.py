@@ -1,0 +1,225 @@
+"""BM25Retriever on real bm25s: tokenizer, ranking, identity, batching, persistence."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.documents import Document
+
+from rag_fusion_chain.fusion import document_id
+from rag_fusion_chain.retrievers.bm25 import BM25Retriever, cjk_bigrams, tokenize
+
+ENGLISH = [
+    Document("Solar panels convert sunlight into electricity.", id="solar", metadata={"n": 1}),
+    Document("Wind turbines are running day and night.", id="wind", metadata={"n": 2}),
+    Document("The battery stores the energy of the day.", id="battery", metadata={"n": 3}),
+    Document("Solar farms and solar roofs: solar energy everywhere.", id="solar-farm"),
+]
+CHINESE = [
+    Document("光伏发电利用太阳能电池板把阳光转化为电能", id="pv"),
+    Document("风力发电依靠风机叶片转动", id="wind-zh"),
+    Document("水力发电站建在河流上", id="hydro"),
+]
+
+
+class RunCounter(BaseCallbackHandler):
+    """Counts retriever runs reported to callbacks."""
+
+    def __init__(self) -> None:
+        self.starts: list[str] = []
+        self.ends = 0
+
+    def on_retriever_start(self, serialized: Any, query: str, **kwargs: Any) -> None:
+        self.starts.append(query)
+
+    def on_retriever_end(self, documents: Any, **kwargs: Any) -> None:
+        self.ends += 1
+
+
+def ids(documents: list[Document]) -> list[str | None]:
+    return [document.id for document in documents]
+
+
+# ---------------------------------------------------------------------------------- tokenizer
+
+
+def test_tokenize_english_drops_stopwords_and_stems() -> None:
+    assert tokenize("The running dogs are barking at THE cats") == ["run", "dog", "bark", "cat"]
+
+
+def test_tokenize_switches_off_stemming_and_stopwords() -> None:
+    assert tokenize("The running dogs", stem=False) == ["running", "dogs"]
+    assert tokenize("The running dogs", remove_stopwords=False) == ["the", "run", "dog"]
+
+
+def test_tokenize_chinese_runs_become_character_bigrams() -> None:
+    assert tokenize("光伏发电") == ["光伏", "伏发", "发电"]
+    assert cjk_bigrams("电") == ["电"]
+
+
+def test_tokenize_mixed_text_keeps_order_and_normalises_full_width() -> None:
+    assert tokenize("使用solar panels发电，ＡＢＣ 2024") == [
+        "使用",
+        "solar",
+        "panel",
+        "发电",
+        "abc",
+        "2024",
+    ]
+
+
+# ---------------------------------------------------------------------------------- retrieval
+
+
+def test_stemming_matches_inflected_forms_only_when_enabled() -> None:
+    stemmed = BM25Retriever.from_documents(ENGLISH, k=2)
+    unstemmed = BM25Retriever.from_documents(ENGLISH, k=2, stem=False)
+    assert ids(stemmed.invoke("run")) == ["wind"]
+    assert unstemmed.invoke("run") == []
+
+
+def test_stopword_only_query_matches_nothing_unless_stopwords_are_kept() -> None:
+    assert BM25Retriever.from_documents(ENGLISH).invoke("the and of") == []
+    kept = BM25Retriever.from_documents(ENGLISH, remove_stopwords=False).invoke("the and of")
+    assert ids(kept)[0] == "battery"  # "the" twice and "of"
+
+
+def test_chinese_bigram_retrieval() -> None:
+    retriever = BM25Retriever.from_documents(CHINESE, k=3)
+    assert ids(retriever.invoke("光伏"))[0] == "pv"
+    assert ids(retriever.invoke("风力发电"))[0] == "wind-zh"
+    assert ids(retriever.invoke("河流上的水力发电站"))[0] == "hydro"
+
+
+def test_mixed_language_corpus() -> None:
+    retriever = BM25Retriever.from_documents(ENGLISH + CHINESE, k=2)
+    assert ids(retriever.invoke("solar 光伏发电 panels")) == ["solar", "pv"]
+    assert ids(retriever.invoke("太阳能 sunlight")) == ["pv", "solar"]
+
+
+def test_scores_are_higher_is_better_and_sorted() -> None:
+    results = BM25Retriever.from_documents(ENGLISH, k=4).invoke("solar energy")
+    scores = [document.metadata["score"] for document in results]
+    assert ids(results)[0] == "solar-farm"  # three "solar" and one "energy"
+    assert scores == sorted(scores, reverse=True)
+    assert all(score > 0 for score in scores)
+    assert scores[0] > scores[-1]
+
+
+def test_k_default_and_at_invoke_time() -> None:
+    retriever = BM25Retriever.from_documents(ENGLISH, k=1)
+    assert len(retriever.invoke("solar energy day")) == 1
+    assert len(retriever.invoke("solar energy day", k=3)) == 3
+    assert len(retriever.invoke("solar energy day", k=100)) == 4  # capped at the corpus
+    with pytest.raises(ValueError, match="k must be a positive integer"):
+        retriever.invoke("solar", k=0)
+    with pytest.raises(ValueError, match="k"):
+        BM25Retriever.from_documents(ENGLISH, k=-1)
+
+
+def test_documents_are_copied_not_mutated_and_ids_preserved() -> None:
+    documents = [*ENGLISH, Document("solar without an id", metadata={"source": "x"})]
+    snapshot = copy.deepcopy(documents)
+    retriever = BM25Retriever.from_documents(documents, k=5)
+    results = retriever.invoke("solar")
+    assert documents == snapshot
+    assert all("score" not in document.metadata for document in retriever.documents)
+    assert all(result is not original for result in results for original in documents)
+    by_id = {document.id: document for document in results}
+    assert by_id["solar"].metadata == {"n": 1, "score": by_id["solar"].metadata["score"]}
+    unnamed = documents[-1]
+    assert document_id(unnamed) in by_id  # a content hash, the id the vector stores use
+    assert unnamed.id is None
+
+
+def test_empty_corpus_is_refused() -> None:
+    with pytest.raises(ValueError, match="documents"):
+        BM25Retriever.from_documents([])
+
+
+# ---------------------------------------------------------------------------------- batching
+
+
+def test_batch_scores_all_queries_in_one_bm25s_call() -> None:
+    retriever = BM25Retriever.from_documents(ENGLISH + CHINESE, k=2)
+    singles = [retriever.invoke(query) for query in ("solar", "光伏", "wind")]
+    calls: list[int] = []
+    original = retriever.index.retrieve
+
+    def counting_retrieve(query_tokens: list[list[int]], **kwargs: Any) -> Any:
+        calls.append(len(query_tokens))
+        return original(query_tokens, **kwargs)
+
+    retriever.index.retrieve = counting_retrieve
+    counter = RunCounter()
+    batched = retriever.batch(["solar", "光伏", "wind", "zzz"], {"callbacks": [counter]})
+    assert calls == [3]  # one call; the query without known terms needs none
+    assert batched == [*singles, []]
+    assert counter.starts == ["solar", "光伏", "wind", "zzz"]
+    assert counter.ends == 4
+
+
+def test_batch_honours_k_and_map_uses_batch() -> None:
+    retriever = BM25Retriever.from_documents(ENGLISH, k=1)
+    assert [len(result) for result in retriever.batch(["solar day", "day"], k=2)] == [2, 2]
+    calls: list[int] = []
+    original = retriever.index.retrieve
+    retriever.index.retrieve = lambda tokens, **kwargs: (
+        calls.append(1) or original(tokens, **kwargs)
+    )
+    assert ids(retriever.map().invoke(["solar", "wind"])[1]) == ["wind"]
+    assert calls == [1]
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        retriever.batch(["solar"], top=3)
+
+
+async def test_async_paths_match_sync() -> None:
+    retriever = BM25Retriever.from_documents(ENGLISH + CHINESE, k=2)
+    assert await retriever.ainvoke("光伏发电", k=1) == retriever.invoke("光伏发电", k=1)
+    assert await retriever.abatch(["solar", "wind"]) == retriever.batch(["solar", "wind"])
+
+
+# ---------------------------------------------------------------------------------- persistence
+
+
+def test_save_load_roundtrip_uses_json_and_no_pickle(tmp_path: Path) -> None:
+    retriever = BM25Retriever.from_documents(ENGLISH + CHINESE, k=3, stem=True)
+    retriever.save(tmp_path / "bm25")
+    names = {path.name for path in (tmp_path / "bm25").iterdir()}
+    assert "documents.json" in names and "retriever.json" in names
+    assert not any(name.endswith((".pkl", ".pickle")) for name in names)
+    stored = json.loads((tmp_path / "bm25" / "documents.json").read_text("utf-8"))
+    assert [entry["id"] for entry in stored] == ids(retriever.documents)
+
+    loaded = BM25Retriever.load(tmp_path / "bm25")
+    for query in ("solar energy", "光伏", "running"):
+        assert loaded.invoke(query) == retriever.invoke(query)
+    assert BM25Retriever.load(tmp_path / "bm25", k=1).k == 1
+
+
+def test_load_missing_directory_names_the_path(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere"
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        BM25Retriever.load(missing)
+
+
+def test_load_detects_inconsistent_directory(tmp_path: Path) -> None:
+    BM25Retriever.from_documents(ENGLISH).save(tmp_path)
+    documents_file = tmp_path / "documents.json"
+    documents_file.write_text(json.dumps(json.loads(documents_file.read_text())[:2]), "utf-8")
+    with pytest.raises(ValueError, match="inconsistent"):
+        BM25Retriever.load(tmp_path)
+    documents_file.write_text("{not json", "utf-8")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        BM25Retriever.load(tmp_path)
+
+
+def test_save_refuses_metadata_that_is_not_json(tmp_path: Path) -> None:
+    retriever = BM25Retriever.from_documents([Document("x", metadata={"bad": object()})])
+    with pytest.raises(TypeError, match="JSON-serialisable"):
+        retriever.save(tmp_path)
