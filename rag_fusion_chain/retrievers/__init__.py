@@ -1,0 +1,61 @@
+"""Retrievers: fan-out over several retrievers, the fusion retriever, BM25, hybrid, store builders.
+
+Importing this package needs only langchain-core: the fan-out names load at once, the others
+(which need optional extras) on first access.
+
+>>> from rag_fusion_chain.retrievers import MultiRetriever, FusionRetriever
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+from rag_fusion_chain.retrievers.fanout import (
+    DEFAULT_K,
+    FusionRetriever,
+    MultiRetriever,
+    RetrievalError,
+    RetrievalFailure,
+    RetrievalResults,
+)
+
+_LAZY_NAMES = {
+    "BM25Retriever": ".bm25",
+    "build_faiss": ".stores",
+    "load_faiss": ".stores",
+    "build_chroma": ".stores",
+    "VectorRetriever": ".stores",
+    "hybrid_retriever": ".hybrid",
+}
+"""Public names of the sibling modules, imported on first access (they need optional extras)."""
+
+
+def __getattr__(name: str) -> Any:
+    """Import ``name`` from its module on first access, so the extras load only when used."""
+    module_name = _LAZY_NAMES.get(name)
+    if module_name is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(module_name, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY_NAMES])
+
+
+__all__ = [
+    "DEFAULT_K",
+    "BM25Retriever",
+    "FusionRetriever",
+    "MultiRetriever",
+    "RetrievalError",
+    "RetrievalFailure",
+    "RetrievalResults",
+    "VectorRetriever",
+    "build_chroma",
+    "build_faiss",
+    "hybrid_retriever",
+    "load_faiss",
+]

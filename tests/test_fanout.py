@@ -1,0 +1,490 @@
+"""Fan-out over several retrievers, and the fusion retriever: order, concurrency, weights, errors."""
+
+from __future__ import annotations
+
+import threading
+import time
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from langchain_core.callbacks import CallbackManagerForRetrieverRun
+from langchain_core.documents import Document
+from langchain_core.embeddings import DeterministicFakeEmbedding
+from langchain_core.language_models import FakeListChatModel
+from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables import ConfigurableField, RunnableConfig, RunnableLambda
+from langchain_core.tracers.base import BaseTracer
+from langchain_core.tracers.schemas import Run
+from langchain_core.vectorstores import InMemoryVectorStore
+from pydantic import ConfigDict, Field
+
+from rag_fusion_chain import queries
+from rag_fusion_chain.fusion import ReciprocalRankFusion, reciprocal_rank_fusion
+from rag_fusion_chain.retrievers import (
+    FusionRetriever,
+    MultiRetriever,
+    RetrievalError,
+    RetrievalResults,
+)
+
+# ---------------------------------------------------------------- helpers
+
+
+class Probe:
+    """Counts calls running at the same moment, across threads."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.active = 0
+        self.peak = 0
+
+    def __enter__(self) -> Probe:
+        with self.lock:
+            self.active += 1
+            self.peak = max(self.peak, self.active)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        with self.lock:
+            self.active -= 1
+
+
+class TagRetriever(BaseRetriever):
+    """Returns ``count`` documents ``"<tag>:<query>:<i>"``; can be slow, fail, or record calls."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    tag: str
+    count: int = 2
+    delay: float = 0.0
+    delays: dict[str, float] = Field(default_factory=dict)
+    fail_on: set[str] = Field(default_factory=set)
+    probe: Probe | None = None
+    calls: list[str] = Field(default_factory=list)
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun
+    ) -> list[Document]:
+        self.calls.append(query)
+        if query in self.fail_on or "*" in self.fail_on:
+            raise ConnectionError(f"{self.tag} is down")
+        if self.probe is not None:
+            with self.probe:
+                time.sleep(self.delays.get(query, self.delay))
+        else:
+            time.sleep(self.delays.get(query, self.delay))
+        return [
+            Document(f"{self.tag}:{query}:{i}", id=f"{self.tag}-{query}-{i}")
+            for i in range(self.count)
+        ]
+
+
+class SizedRetriever(BaseRetriever):
+    """Takes ``k`` like a vector store retriever does, and records it."""
+
+    received_k: list[int] = Field(default_factory=list)
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, k: int = 4
+    ) -> list[Document]:
+        self.received_k.append(k)
+        return [Document(f"{query}:{i}") for i in range(k)]
+
+
+class BatchingRetriever(TagRetriever):
+    """Overrides batch/abatch, like a vector retriever that embeds all queries in one call."""
+
+    batches: list[list[str]] = Field(default_factory=list)
+
+    def batch(self, inputs: list[str], config: Any = None, **kwargs: Any) -> list[Any]:  # type: ignore[override]
+        self.batches.append(list(inputs))
+        return [[Document(f"batched:{query}")] for query in inputs]
+
+    async def abatch(self, inputs: list[str], config: Any = None, **kwargs: Any) -> list[Any]:  # type: ignore[override]
+        self.batches.append(list(inputs))
+        return [[Document(f"batched:{query}")] for query in inputs]
+
+
+class RunCollector(BaseTracer):
+    """Keeps every finished root run; children hang off ``child_runs``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.roots: list[Run] = []
+
+    def _persist_run(self, run: Run) -> None:
+        self.roots.append(run)
+
+
+def walk(run: Run) -> list[Run]:
+    return [run, *(descendant for child in run.child_runs for descendant in walk(child))]
+
+
+def contents(ranked_lists: Sequence[Sequence[Document]]) -> list[list[str]]:
+    return [[document.page_content for document in ranked] for ranked in ranked_lists]
+
+
+# ---------------------------------------------------------------- order and shape
+
+
+def test_output_is_query_major_then_retriever_with_weights_queries_and_sources() -> None:
+    fan_out = MultiRetriever([TagRetriever(tag="a"), TagRetriever(tag="b")], weights=[2.0, 0.5])
+    results = fan_out.invoke(["x", "y"])
+    assert isinstance(results, RetrievalResults)
+    assert contents(results) == [
+        ["a:x:0", "a:x:1"],
+        ["b:x:0", "b:x:1"],
+        ["a:y:0", "a:y:1"],
+        ["b:y:0", "b:y:1"],
+    ]
+    assert [(ranked.query, ranked.source, ranked.weight) for ranked in results] == [
+        ("x", "TagRetriever[0]", 2.0),
+        ("x", "TagRetriever[1]", 0.5),
+        ("y", "TagRetriever[0]", 2.0),
+        ("y", "TagRetriever[1]", 0.5),
+    ]
+    assert results.failures == []
+
+
+def test_a_single_string_is_one_query_and_a_named_retriever_is_its_source() -> None:
+    results = MultiRetriever(TagRetriever(tag="a", name="bm25")).invoke("solo")
+    assert contents(results) == [["a:solo:0", "a:solo:1"]]
+    assert results[0].source == "bm25"
+
+
+def test_order_is_deterministic_whatever_finishes_first() -> None:
+    slow_first = TagRetriever(tag="a", delays={"x": 0.08, "y": 0.0}, count=1)
+    slow_second = TagRetriever(tag="b", delays={"x": 0.0, "y": 0.05}, count=1)
+    fan_out = MultiRetriever([slow_first, slow_second])
+    expected = [["a:x:0"], ["b:x:0"], ["a:y:0"], ["b:y:0"], ["a:z:0"], ["b:z:0"]]
+    for _ in range(3):
+        assert contents(fan_out.invoke(["x", "y", "z"])) == expected
+
+
+async def test_async_order_matches_sync_order() -> None:
+    fan_out = MultiRetriever(
+        [TagRetriever(tag="a", delays={"x": 0.05}, count=1), TagRetriever(tag="b", count=1)]
+    )
+    assert contents(await fan_out.ainvoke(["x", "y"])) == contents(fan_out.invoke(["x", "y"]))
+
+
+def test_empty_query_list_gives_empty_results() -> None:
+    results = MultiRetriever([TagRetriever(tag="a")]).invoke([])
+    assert results == [] and results.failures == []
+
+
+# ---------------------------------------------------------------- concurrency
+
+
+def probed_retrievers(probe: Probe, count: int = 2) -> list[TagRetriever]:
+    return [TagRetriever(tag=f"r{i}", delay=0.04, probe=probe) for i in range(count)]
+
+
+@pytest.mark.parametrize("max_concurrency", [1, 2, 4])
+def test_concurrency_is_bounded_by_max_concurrency(max_concurrency: int) -> None:
+    probe = Probe()
+    fan_out = MultiRetriever(probed_retrievers(probe))
+    results = fan_out.invoke(["q1", "q2", "q3", "q4"], {"max_concurrency": max_concurrency})
+    assert len(results) == 8
+    assert probe.peak == max_concurrency  # bounded, and the bound is used
+
+
+@pytest.mark.parametrize("max_concurrency", [1, 3])
+async def test_async_concurrency_is_bounded_by_max_concurrency(max_concurrency: int) -> None:
+    probe = Probe()
+    fan_out = MultiRetriever(probed_retrievers(probe, count=3))
+    results = await fan_out.ainvoke(["q1", "q2", "q3"], {"max_concurrency": max_concurrency})
+    assert len(results) == 9
+    assert probe.peak == max_concurrency
+
+
+def test_without_a_bound_every_pair_runs_at_once() -> None:
+    probe = Probe()
+    started = time.perf_counter()
+    MultiRetriever(probed_retrievers(probe)).invoke(["q1", "q2", "q3"])
+    assert probe.peak == 6
+    assert time.perf_counter() - started < 0.2  # 6 calls of 0.04 s in about one slot
+
+
+def test_a_retriever_that_overrides_batch_gets_all_queries_in_one_call() -> None:
+    batching = BatchingRetriever(tag="vectors")
+    results = MultiRetriever([batching, TagRetriever(tag="b", count=1)]).invoke(["x", "y"])
+    assert batching.batches == [["x", "y"]]
+    assert batching.calls == []  # invoke was never used
+    assert contents(results) == [["batched:x"], ["b:x:0"], ["batched:y"], ["b:y:0"]]
+
+
+async def test_a_retriever_that_overrides_abatch_gets_all_queries_in_one_call() -> None:
+    batching = BatchingRetriever(tag="vectors")
+    await MultiRetriever([batching]).ainvoke(["x", "y", "z"])
+    assert batching.batches == [["x", "y", "z"]]
+
+
+# ---------------------------------------------------------------- weights and k
+
+
+@pytest.mark.parametrize(("weights", "winner"), [([3.0, 1.0], "first"), ([1.0, 3.0], "second")])
+def test_weights_are_carried_to_fusion(weights: list[float], winner: str) -> None:
+    first, second = Document("first", id="first"), Document("second", id="second")
+    prefers_first = RunnableLambda(lambda query: [first, second], name="prefers_first")
+    prefers_second = RunnableLambda(lambda query: [second, first], name="prefers_second")
+    pipeline = MultiRetriever([prefers_first, prefers_second], weights=weights) | (
+        reciprocal_rank_fusion
+    )
+    assert pipeline.invoke("q")[0].page_content == winner
+
+
+def test_k_is_passed_to_retrievers_that_take_it_and_cuts_every_list() -> None:
+    sized = SizedRetriever()
+    unsized = TagRetriever(tag="u", count=6)
+    plain = RunnableLambda(lambda query: [Document(f"l{i}") for i in range(5)])  # no k keyword
+    results = MultiRetriever([sized, unsized, plain], k=3).invoke(["x"])
+    assert sized.received_k == [3]
+    assert [len(ranked) for ranked in results] == [3, 3, 3]
+
+
+# ---------------------------------------------------------------- errors
+
+
+def test_a_failing_retriever_warns_is_recorded_and_the_others_are_kept() -> None:
+    broken = TagRetriever(tag="down", name="broken", fail_on={"*"})
+    fan_out = MultiRetriever([TagRetriever(tag="a"), broken])
+    with pytest.warns(UserWarning, match="'broken' failed for 2 of 2 queries.*ConnectionError"):
+        results = fan_out.invoke(["x", "y"])
+    assert contents(results) == [["a:x:0", "a:x:1"], ["a:y:0", "a:y:1"]]
+    assert [(f.source, f.query) for f in results.failures] == [("broken", "x"), ("broken", "y")]
+    assert results.failures[0].error == "ConnectionError: down is down"
+
+
+def test_a_failure_for_one_query_keeps_that_retrievers_other_queries() -> None:
+    flaky = TagRetriever(tag="f", name="flaky", fail_on={"y"}, count=1)
+    with pytest.warns(UserWarning, match="'flaky' failed for 1 of 2"):
+        results = MultiRetriever([flaky]).invoke(["x", "y"])
+    assert contents(results) == [["f:x:0"]]
+    assert [failure.query for failure in results.failures] == ["y"]
+
+
+async def test_async_failures_are_recorded_too() -> None:
+    broken = TagRetriever(tag="down", name="broken", fail_on={"*"})
+    with pytest.warns(UserWarning, match="broken"):
+        results = await MultiRetriever([broken, TagRetriever(tag="a")]).ainvoke("x")
+    assert [failure.source for failure in results.failures] == ["broken"]
+    assert len(results) == 1
+
+
+def test_on_error_raise_raises_the_retrievers_error() -> None:
+    broken = TagRetriever(tag="down", fail_on={"*"})
+    with pytest.raises(ConnectionError, match="down is down"):
+        MultiRetriever([TagRetriever(tag="a"), broken], on_error="raise").invoke("x")
+
+
+def test_when_every_retriever_fails_it_raises() -> None:
+    fan_out = MultiRetriever(
+        [TagRetriever(tag="one", fail_on={"*"}), TagRetriever(tag="two", fail_on={"*"})]
+    )
+    with pytest.raises(RetrievalError, match="every retriever failed") as raised:
+        fan_out.invoke("x")
+    assert len(raised.value.failures) == 2
+    assert isinstance(raised.value.__cause__, ConnectionError)
+
+
+def test_a_retriever_returning_something_else_is_a_failure() -> None:
+    odd = RunnableLambda(lambda query: "not documents", name="odd")
+    with pytest.warns(UserWarning, match="'odd' failed"):
+        results = MultiRetriever([odd, TagRetriever(tag="a")]).invoke("x")
+    assert results.failures[0].error.startswith("TypeError: a retriever must return")
+
+
+def test_a_slow_retriever_times_out_and_the_others_are_kept() -> None:
+    slow = TagRetriever(tag="slow", name="slow", delay=0.5)
+    fan_out = MultiRetriever([slow, TagRetriever(tag="a", count=1)], timeout=0.1)
+    started = time.perf_counter()
+    with pytest.warns(UserWarning, match="'slow' failed.*TimeoutError"):
+        results = fan_out.invoke(["x"])
+    assert time.perf_counter() - started < 0.4
+    assert contents(results) == [["a:x:0"]]
+    assert results.failures[0].error == "TimeoutError: no answer within 0.1 s"
+
+
+async def test_a_slow_retriever_times_out_in_async_too() -> None:
+    slow = TagRetriever(tag="slow", name="slow", delay=0.5)
+    fan_out = MultiRetriever([slow, TagRetriever(tag="a", count=1)], timeout=0.1)
+    started = time.perf_counter()
+    with pytest.warns(UserWarning, match="TimeoutError"):
+        results = await fan_out.ainvoke(["x"])
+    assert time.perf_counter() - started < 0.4
+    assert [failure.source for failure in results.failures] == ["slow"]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "message"),
+    [
+        ({"retrievers": []}, ValueError, "retrievers must not be empty"),
+        ({"retrievers": [object()]}, TypeError, r"retrievers\[0\]"),
+        ({"retrievers": "bm25"}, TypeError, "retrievers must be"),
+        ({"weights": [1.0]}, ValueError, "weights: got 1 weights for 2 retrievers"),
+        ({"weights": [1.0, -1.0]}, ValueError, "weights"),
+        ({"k": 0}, ValueError, "k must be positive"),
+        ({"timeout": 0}, ValueError, "timeout"),
+        ({"on_error": "ignore"}, ValueError, "on_error"),
+    ],
+)
+def test_invalid_settings_name_the_parameter(
+    arguments: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    settings = {"retrievers": [TagRetriever(tag="a"), TagRetriever(tag="b")], **arguments}
+    with pytest.raises(error, match=message):
+        MultiRetriever(**settings)
+
+
+def test_queries_of_the_wrong_type_are_refused() -> None:
+    with pytest.raises(TypeError, match="queries must be a str or a list of str"):
+        MultiRetriever([TagRetriever(tag="a")]).invoke([1, 2])  # type: ignore[list-item]
+
+
+# ---------------------------------------------------------------- call styles and tracing
+
+
+async def test_every_call_style_gives_the_same_lists() -> None:
+    fan_out = MultiRetriever([TagRetriever(tag="a", count=1), TagRetriever(tag="b", count=1)])
+    expected = [["a:x:0"], ["b:x:0"], ["a:y:0"], ["b:y:0"]]
+    assert contents(fan_out.invoke(["x", "y"])) == expected
+    assert contents(await fan_out.ainvoke(["x", "y"])) == expected
+    assert [contents(r) for r in fan_out.batch([["x", "y"], ["z"]])] == [
+        expected,
+        [["a:z:0"], ["b:z:0"]],
+    ]
+    assert [contents(r) for r in await fan_out.abatch([["x", "y"]])] == [expected]
+    assert [contents(chunk) for chunk in fan_out.stream(["x", "y"])] == [expected]
+    assert [contents(chunk) async for chunk in fan_out.astream(["x", "y"])] == [expected]
+
+
+def test_the_run_is_named_retrieve_with_one_child_run_per_retriever_call() -> None:
+    collector = RunCollector()
+    MultiRetriever([TagRetriever(tag="a"), TagRetriever(tag="b")]).invoke(
+        ["x", "y"], {"callbacks": [collector]}
+    )
+    (root,) = collector.roots
+    assert root.name == "retrieve"
+    assert sorted(child.name for child in root.child_runs) == ["TagRetriever"] * 4
+    assert all(child.run_type == "retriever" for child in root.child_runs)
+
+
+# ---------------------------------------------------------------- FusionRetriever
+
+
+def fake_generator(text: str = "alpha\nbeta\ngamma", n: int = 3) -> queries.QueryGenerator:
+    return queries.rag_fusion(FakeListChatModel(responses=[text]), n=n)
+
+
+def test_fusion_retriever_returns_its_default_k_and_honours_k_at_invoke_time() -> None:
+    retriever = FusionRetriever(
+        retrievers=[TagRetriever(tag="a", count=4), TagRetriever(tag="b", count=4)]
+    )
+    assert len(retriever.invoke("q")) == 5
+    three = retriever.invoke("q", k=3)
+    assert len(three) == 3
+    assert all("fusion_score" in document.metadata for document in three)
+    assert len(FusionRetriever(retrievers=TagRetriever(tag="a", count=4), k=2).invoke("q")) == 2
+
+
+async def test_fusion_retriever_honours_k_in_async_and_batch() -> None:
+    retriever = FusionRetriever(retrievers=[TagRetriever(tag="a", count=4)])
+    assert len(await retriever.ainvoke("q", k=1)) == 1
+    assert [len(documents) for documents in retriever.batch(["q", "r"], k=2)] == [2, 2]
+    assert [len(documents) for documents in await retriever.abatch(["q"], k=3)] == [3]
+
+
+def test_fusion_retriever_searches_with_the_generated_queries() -> None:
+    recording = TagRetriever(tag="a", count=1)
+    retriever = FusionRetriever(retrievers=[recording], query_generator=fake_generator())
+    documents = retriever.invoke("question")
+    assert sorted(recording.calls) == ["alpha", "beta", "gamma"]
+    assert [document.page_content for document in documents] == [
+        "a:alpha:0",
+        "a:beta:0",
+        "a:gamma:0",
+    ]
+
+
+async def test_fusion_retriever_supports_every_call_style() -> None:
+    retriever = FusionRetriever(
+        retrievers=[TagRetriever(tag="a", count=1)], query_generator=fake_generator("one\ntwo", 2)
+    )
+    expected = ["a:one:0", "a:two:0"]
+
+    def texts(documents: list[Document]) -> list[str]:
+        return [document.page_content for document in documents]
+
+    assert texts(retriever.invoke("q")) == expected
+    assert texts(await retriever.ainvoke("q")) == expected
+    assert [texts(d) for d in retriever.batch(["q", "q"])] == [expected, expected]
+    assert [texts(d) for d in await retriever.abatch(["q"])] == [expected]
+    assert [texts(d) for d in retriever.stream("q")] == [expected]
+    assert [texts(d) async for d in retriever.astream("q")] == [expected]
+
+
+def test_fusion_retriever_passes_max_concurrency_on_to_the_fan_out() -> None:
+    probe = Probe()
+    retriever = FusionRetriever(
+        retrievers=probed_retrievers(probe), query_generator=fake_generator()
+    )
+    retriever.invoke("q", config={"max_concurrency": 1})
+    assert probe.peak == 1
+
+
+def test_fusion_retriever_traces_generate_retrieve_and_fuse_under_its_own_run() -> None:
+    collector = RunCollector()
+    retriever = FusionRetriever(
+        retrievers=[TagRetriever(tag="a")], query_generator=fake_generator()
+    )
+    retriever.invoke("q", config={"callbacks": [collector], "tags": ["mine"]})
+    (root,) = collector.roots
+    assert root.name == "FusionRetriever" and root.run_type == "retriever"
+    assert [child.name for child in root.child_runs] == ["generate_queries", "retrieve", "fuse"]
+    assert all("mine" in run.tags for run in walk(root))
+
+
+def test_fusion_retriever_drops_into_a_chain_with_a_vector_store() -> None:
+    store = InMemoryVectorStore(DeterministicFakeEmbedding(size=16))
+    store.add_documents([Document(f"passage {i}", id=f"p{i}") for i in range(8)])
+    retriever = FusionRetriever(
+        retrievers=MultiRetriever([store.as_retriever()], k=6),
+        query_generator=fake_generator(),
+        k=4,
+    )
+    chain = retriever | RunnableLambda(lambda documents: [d.id for d in documents])
+    identifiers = chain.invoke("question")
+    assert len(identifiers) == 4 and len(set(identifiers)) == 4
+
+
+def test_fusion_retriever_refuses_bad_settings() -> None:
+    with pytest.raises(ValueError, match="k must be positive"):
+        FusionRetriever(retrievers=[TagRetriever(tag="a")], k=0)
+    with pytest.raises(ValueError, match="with_scores"):
+        FusionRetriever(
+            retrievers=[TagRetriever(tag="a")], fusion=ReciprocalRankFusion(with_scores=True)
+        )
+    with pytest.raises(ValueError, match="k must be positive"):
+        FusionRetriever(retrievers=[TagRetriever(tag="a")]).invoke("q", k=-1)
+
+
+def test_fusion_retriever_warns_about_a_failing_retriever_and_still_answers() -> None:
+    retriever = FusionRetriever(
+        retrievers=[TagRetriever(tag="down", name="broken", fail_on={"*"}), TagRetriever(tag="a")]
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        documents = retriever.invoke("q")
+    assert [document.page_content for document in documents] == ["a:q:0", "a:q:1"]
+    assert any("'broken' failed" in str(warning.message) for warning in caught)
+
+
+def test_k_of_the_fan_out_is_configurable_per_call() -> None:
+    sized = SizedRetriever()
+    fan_out = MultiRetriever([sized]).configurable_fields(k=ConfigurableField(id="k"))
+    config: RunnableConfig = {"configurable": {"k": 2}}
+    assert [len(ranked) for ranked in fan_out.invoke("q", config)] == [2]
+    assert sized.received_k == [2]
