@@ -116,8 +116,10 @@ def test_k_default_and_at_invoke_time() -> None:
     assert len(retriever.invoke("solar energy day")) == 1
     assert len(retriever.invoke("solar energy day", k=3)) == 3
     assert len(retriever.invoke("solar energy day", k=100)) == 4  # capped at the corpus
-    with pytest.raises(ValueError, match="k must be a positive integer"):
+    with pytest.raises(ValueError, match="k must be positive"):
         retriever.invoke("solar", k=0)
+    with pytest.raises(TypeError, match="k must be an int"):
+        retriever.invoke("solar", k="3")
     with pytest.raises(ValueError, match="k"):
         BM25Retriever.from_documents(ENGLISH, k=-1)
 

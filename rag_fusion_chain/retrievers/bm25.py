@@ -38,9 +38,8 @@ from langchain_core.runnables.config import get_config_list, run_in_executor
 from pydantic import Field, field_validator
 
 from rag_fusion_chain.fusion import SCORE_KEY, document_id
-
-DEFAULT_K = 4
-"""Documents returned per query unless ``k`` says otherwise (LangChain's usual default)."""
+from rag_fusion_chain.queries import validate_count
+from rag_fusion_chain.retrievers.fanout import DEFAULT_K
 
 BM25_FORMAT = "rag_fusion_chain.bm25"
 BM25_FORMAT_VERSION = 1
@@ -49,7 +48,7 @@ SETTINGS_FILE = "retriever.json"
 
 
 # --------------------------------------------------------------------------------------------
-# Shared helpers: identity, scored copies, k
+# Shared helpers: identity, scored copies
 # --------------------------------------------------------------------------------------------
 
 
@@ -78,13 +77,6 @@ def scored_copy(document: Document, score: float) -> Document:
     )
 
 
-def validate_k(k: Any) -> int:
-    """Return ``k`` if it is a positive integer, else raise ValueError naming ``k``."""
-    if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
-        raise ValueError(f"k must be a positive integer, got {k!r}")
-    return k
-
-
 # --------------------------------------------------------------------------------------------
 # Batched retriever base
 # --------------------------------------------------------------------------------------------
@@ -105,7 +97,7 @@ class BatchedRetriever(BaseRetriever):
     @field_validator("k")
     @classmethod
     def _check_k(cls, k: int) -> int:
-        return validate_k(k)
+        return validate_count("k", k)
 
     def _retrieve_many(
         self,
@@ -127,7 +119,7 @@ class BatchedRetriever(BaseRetriever):
         return await run_in_executor(None, self._retrieve_many, queries, k, sync_managers)
 
     def _resolve_k(self, k: int | None) -> int:
-        return self.k if k is None else validate_k(k)
+        return self.k if k is None else validate_count("k", k)
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, k: int | None = None
@@ -506,12 +498,10 @@ def _read_json(path: Path) -> Any:
 
 
 __all__ = [
-    "DEFAULT_K",
     "BM25Retriever",
     "BatchedRetriever",
     "cjk_bigrams",
     "scored_copy",
     "tokenize",
-    "validate_k",
     "with_identity",
 ]

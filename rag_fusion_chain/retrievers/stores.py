@@ -1,0 +1,619 @@
+"""Vector stores (FAISS, Chroma) and :class:`VectorRetriever`, a batched, scored retriever over them.
+
+Scores: the kit's contract is a higher-is-better relevance in ``metadata["score"]``. Here it is the
+cosine similarity of query and document wherever the store allows it:
+
+* FAISS indexes built by :func:`build_faiss` hold L2-normalised vectors in an ``IndexFlatL2``
+  (LangChain's default Euclidean strategy with ``normalize_L2=True``). FAISS reports the squared
+  L2 distance ``d``; for unit vectors ``cosine = 1 - d / 2``, which is the score. A FAISS store
+  using ``MAX_INNER_PRODUCT`` gets the inner product itself.
+* Chroma collections built by :func:`build_chroma` use the ``cosine`` space; Chroma reports
+  ``1 - cosine``, so the score is ``1 - distance``. (``ip`` gives ``1 - distance`` too, ``l2``
+  gives ``1 - distance / 2``.)
+
+Ids: every document is stored under ``Document.id`` (its content hash when it has none, the same
+id :class:`~rag_fusion_chain.retrievers.bm25.BM25Retriever` uses), so ids survive a round trip and
+fusion merges a chunk found by both keyword and vector search.
+
+Security: ``FAISS.load_local`` unpickles a file, and unpickling runs code. :func:`save_faiss`
+therefore writes ``manifest.json`` with the SHA-256 of every file, and :func:`load_faiss` refuses
+(:class:`UntrustedIndexError`) any directory whose files do not match it, unless ``trust=True``.
+The manifest catches corruption and files swapped in from elsewhere; it is not a signature: someone
+who can write to the directory can also rewrite the manifest, so only load directories that only
+trusted users can write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import math
+import sys
+import warnings
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from langchain_core.callbacks import (
+    AsyncCallbackManagerForRetrieverRun,
+    CallbackManagerForRetrieverRun,
+)
+from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
+from langchain_core.runnables.config import run_in_executor
+from langchain_core.vectorstores import VectorStore
+from pydantic import model_validator
+
+from rag_fusion_chain.models import embedding_identity
+from rag_fusion_chain.retrievers.bm25 import BatchedRetriever, scored_copy, with_identity
+
+if TYPE_CHECKING:
+    from langchain_chroma import Chroma
+    from langchain_community.vectorstores import FAISS
+
+MANIFEST_FILE = "manifest.json"
+FAISS_FORMAT = "rag_fusion_chain.faiss"
+FAISS_FORMAT_VERSION = 1
+FAISS_FILES = ("index.faiss", "index.pkl")
+"""The files ``FAISS.save_local`` writes; the manifest must list exactly these."""
+DEFAULT_COLLECTION = "rag_fusion_chain"
+EMBEDDING_METADATA_KEY = "rag_fusion_chain:embedding"
+"""Chroma collection metadata key holding the identity of the embeddings that built it."""
+CHROMA_SPACE = "cosine"
+
+Vector = list[float]
+
+
+class UntrustedIndexError(ValueError):
+    """A saved FAISS index cannot be verified against its manifest, so it is not unpickled."""
+
+
+# --------------------------------------------------------------------------------------------
+# Lazy imports
+# --------------------------------------------------------------------------------------------
+
+
+def _faiss_store_class() -> type[FAISS]:
+    try:
+        import faiss  # noqa: F401 - the store imports it only when used
+        from langchain_community.vectorstores import FAISS
+    except ImportError as error:
+        raise ImportError(
+            'FAISS stores need faiss-cpu and langchain-community: pip install "rag-fusion-chain[faiss]"'
+        ) from error
+    return FAISS
+
+
+def _chroma_modules() -> tuple[Any, type[Chroma]]:
+    try:
+        import chromadb
+        from langchain_chroma import Chroma
+    except ImportError as error:
+        raise ImportError(
+            'Chroma stores need chromadb and langchain-chroma: pip install "rag-fusion-chain[chroma]"'
+        ) from error
+    return chromadb, Chroma
+
+
+# --------------------------------------------------------------------------------------------
+# Shared helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _identified_documents(documents: Sequence[Document]) -> list[Document]:
+    """Documents with ids (content hash where missing); refuse an empty set or duplicate ids."""
+    if not documents:
+        raise ValueError("documents: cannot build a vector store from no documents")
+    identified = [with_identity(document) for document in documents]
+    counts = Counter(document.id for document in identified)
+    duplicates = sorted(str(identifier) for identifier, count in counts.items() if count > 1)
+    if duplicates:
+        raise ValueError(
+            f"documents: duplicate ids {duplicates[:5]}; documents without an id get a content "
+            "hash, so identical chunks collide: deduplicate them or give each an id"
+        )
+    return identified
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _kit_version() -> str:
+    from rag_fusion_chain import __version__
+
+    return __version__
+
+
+# --------------------------------------------------------------------------------------------
+# FAISS
+# --------------------------------------------------------------------------------------------
+
+
+def build_faiss(
+    documents: Sequence[Document], embeddings: Embeddings, path: str | Path | None = None
+) -> FAISS:
+    """Embed ``documents`` into an in-memory FAISS index (cosine via normalised L2), optionally saved.
+
+    Documents are not mutated; each is stored under its id (content hash if missing). With
+    ``path``, the index is written by :func:`save_faiss` (files plus a SHA-256 manifest).
+
+    >>> store = build_faiss(documents, embeddings, path="indexes/faiss")  # doctest: +SKIP
+    >>> VectorRetriever(vectorstore=store, k=5).invoke("solar power")  # doctest: +SKIP
+    """
+    FAISS = _faiss_store_class()  # noqa: N806 - a class
+    identified = _identified_documents(documents)
+    store = FAISS.from_documents(
+        identified, embeddings, ids=[document.id for document in identified], normalize_L2=True
+    )
+    if path is not None:
+        save_faiss(store, path)
+    return store
+
+
+def save_faiss(store: FAISS, path: str | Path) -> Path:
+    """Save a FAISS store with ``FAISS.save_local`` and write ``manifest.json`` beside it.
+
+    The manifest holds the kit version, each file's SHA-256, the embedding identity and the
+    store's distance settings (which ``load_local`` does not restore by itself).
+
+    >>> save_faiss(store, "indexes/faiss")  # doctest: +SKIP
+    PosixPath('indexes/faiss')
+    """
+    directory = Path(path)
+    store.save_local(str(directory))
+    embeddings = store.embeddings
+    manifest = {
+        "format": FAISS_FORMAT,
+        "format_version": FAISS_FORMAT_VERSION,
+        "kit_version": _kit_version(),
+        "files": {name: _sha256(directory / name) for name in FAISS_FILES},
+        "embedding": embedding_identity(embeddings) if embeddings is not None else None,
+        "distance_strategy": str(store.distance_strategy.value),
+        "normalize_L2": bool(store._normalize_L2),
+        "documents": int(store.index.ntotal),
+    }
+    temporary = directory / f"{MANIFEST_FILE}.tmp"
+    temporary.write_text(json.dumps(manifest, indent=2), "utf-8")
+    temporary.replace(directory / MANIFEST_FILE)
+    return directory
+
+
+def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False) -> FAISS:
+    """Load a FAISS index saved by :func:`build_faiss`/:func:`save_faiss`, verifying it first.
+
+    Every file's SHA-256 must match ``manifest.json`` before the pickle is opened; otherwise
+    :class:`UntrustedIndexError`. ``trust=True`` skips the verification (for an index you made
+    yourself without a manifest, e.g. plain ``FAISS.save_local``, loaded with LangChain's
+    default distance settings). A warning is issued when ``embeddings`` differ from those that
+    built the index.
+
+    >>> store = load_faiss("indexes/faiss", embeddings)  # doctest: +SKIP
+    """
+    FAISS = _faiss_store_class()  # noqa: N806 - a class
+    directory = Path(path)
+    if not directory.is_dir():
+        raise FileNotFoundError(f"FAISS index directory not found: {directory}")
+    manifest = _read_manifest(directory, required=not trust)
+    if not trust:
+        _verify_files(directory, manifest)
+    for name in FAISS_FILES:
+        if not (directory / name).is_file():
+            raise FileNotFoundError(f"FAISS index file missing: {directory / name}")
+    settings = _store_settings(manifest)
+    try:
+        store = FAISS.load_local(
+            str(directory), embeddings, allow_dangerous_deserialization=True, **settings
+        )
+    except Exception as error:
+        raise ValueError(
+            f"could not load the FAISS index in {directory}; its files are corrupt or not "
+            f"a LangChain FAISS index ({type(error).__name__}: {error})"
+        ) from error
+    _warn_on_embedding_change(manifest, embeddings, directory)
+    return store
+
+
+def _read_manifest(directory: Path, *, required: bool) -> dict[str, Any] | None:
+    manifest_path = directory / MANIFEST_FILE
+    if not manifest_path.is_file():
+        if required:
+            raise UntrustedIndexError(
+                f"{directory} has no {MANIFEST_FILE}, so its pickle file cannot be verified and "
+                "will not be loaded (unpickling can run arbitrary code). Indexes saved by "
+                "build_faiss/save_faiss have one; pass trust=True only for an index you created "
+                "yourself and nobody else could modify."
+            )
+        return None
+    try:
+        manifest = json.loads(manifest_path.read_text("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise UntrustedIndexError(f"{manifest_path} is not valid JSON: {error}") from error
+    if not isinstance(manifest, dict) or manifest.get("format") != FAISS_FORMAT:
+        raise UntrustedIndexError(f"{manifest_path} is not a {FAISS_FORMAT} manifest")
+    return manifest
+
+
+def _verify_files(directory: Path, manifest: dict[str, Any] | None) -> None:
+    """Raise unless the manifest lists exactly the FAISS files and every hash matches."""
+    files = manifest.get("files") if manifest else None
+    if not isinstance(files, dict) or sorted(files) != sorted(FAISS_FILES):
+        raise UntrustedIndexError(
+            f"{directory / MANIFEST_FILE} must list exactly {list(FAISS_FILES)}; "
+            f"it lists {sorted(files) if isinstance(files, dict) else files!r}"
+        )
+    for name in FAISS_FILES:
+        file_path = directory / name
+        if not file_path.is_file():
+            raise FileNotFoundError(f"FAISS index file missing: {file_path}")
+        if _sha256(file_path) != files[name]:
+            raise UntrustedIndexError(
+                f"{file_path} does not match the SHA-256 recorded in {MANIFEST_FILE}: it changed "
+                "after the index was saved (corrupted or tampered with), so it will not be "
+                "unpickled. Rebuild the index, or pass trust=True if you know why it changed."
+            )
+
+
+def _store_settings(manifest: dict[str, Any] | None) -> dict[str, Any]:
+    """The distance settings to restore; LangChain's defaults when there is no manifest."""
+    if manifest is None:
+        return {}
+    from langchain_community.vectorstores.utils import DistanceStrategy
+
+    return {
+        "distance_strategy": DistanceStrategy(manifest["distance_strategy"]),
+        "normalize_L2": bool(manifest["normalize_L2"]),
+    }
+
+
+def _warn_on_embedding_change(
+    manifest: dict[str, Any] | None, embeddings: Embeddings, where: Path | str
+) -> None:
+    built_with = (manifest or {}).get("embedding")
+    loading_with = embedding_identity(embeddings)
+    if built_with and built_with != loading_with:
+        warnings.warn(
+            f"{where} was built with embeddings {built_with!r} but is loaded with "
+            f"{loading_with!r}; query vectors may not be comparable with the stored ones",
+            stacklevel=3,
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Chroma
+# --------------------------------------------------------------------------------------------
+
+
+def _chroma_client(
+    *,
+    persist_directory: str | Path | None,
+    client: Any,
+    host: str | None,
+    port: int | None,
+    must_exist: bool,
+) -> Any:
+    """One Chroma client from exactly one of ``client``, ``host``, ``persist_directory``."""
+    given = [
+        name
+        for name, value in (
+            ("persist_directory", persist_directory),
+            ("client", client),
+            ("host", host),
+        )
+        if value is not None
+    ]
+    if len(given) > 1:
+        raise ValueError(f"give one of persist_directory, client, host; got {given}")
+    if port is not None and host is None:
+        raise ValueError("port: a port needs host (client/server mode)")
+    if client is not None:
+        return client
+    chromadb, _ = _chroma_modules()
+    settings = chromadb.config.Settings(anonymized_telemetry=False)
+    if host is not None:
+        return chromadb.HttpClient(host=host, port=port or 8000, settings=settings)
+    if persist_directory is None:
+        return chromadb.EphemeralClient(settings=settings)
+    if must_exist and not Path(persist_directory).is_dir():
+        raise FileNotFoundError(f"Chroma persist directory not found: {persist_directory}")
+    return chromadb.PersistentClient(path=str(persist_directory), settings=settings)
+
+
+def build_chroma(
+    documents: Sequence[Document],
+    embeddings: Embeddings,
+    *,
+    collection_name: str = DEFAULT_COLLECTION,
+    persist_directory: str | Path | None = None,
+    client: Any = None,
+    host: str | None = None,
+    port: int | None = None,
+) -> Chroma:
+    """Embed ``documents`` into a Chroma collection (cosine space) under their ids.
+
+    Where: ``persist_directory`` (embedded, on disk), ``host``/``port`` (a ``chroma run``
+    server), a ready ``client``, or none of them (in memory). An existing collection of that
+    name is added to (documents with the same id are replaced).
+
+    >>> store = build_chroma(documents, embeddings, host="127.0.0.1", port=8000)  # doctest: +SKIP
+    """
+    _, Chroma = _chroma_modules()  # noqa: N806 - a class
+    identified = _identified_documents(documents)
+    chroma_client = _chroma_client(
+        persist_directory=persist_directory, client=client, host=host, port=port, must_exist=False
+    )
+    store = Chroma(
+        collection_name=collection_name,
+        embedding_function=embeddings,
+        client=chroma_client,
+        collection_metadata={EMBEDDING_METADATA_KEY: embedding_identity(embeddings)},
+        collection_configuration={"hnsw": {"space": CHROMA_SPACE}},
+    )
+    batch_size = chroma_client.get_max_batch_size()
+    for start in range(0, len(identified), batch_size):
+        chunk = identified[start : start + batch_size]
+        store.add_documents(chunk, ids=[document.id for document in chunk])
+    return store
+
+
+def load_chroma(
+    embeddings: Embeddings,
+    *,
+    collection_name: str = DEFAULT_COLLECTION,
+    persist_directory: str | Path | None = None,
+    client: Any = None,
+    host: str | None = None,
+    port: int | None = None,
+) -> Chroma:
+    """Open an existing Chroma collection (embedded on disk, on a server, or via ``client``).
+
+    A missing directory raises FileNotFoundError, a missing collection ValueError naming the
+    collections that do exist; different embeddings than those that built it give a warning.
+
+    >>> store = load_chroma(embeddings, persist_directory="indexes/chroma")  # doctest: +SKIP
+    """
+    chromadb, Chroma = _chroma_modules()  # noqa: N806 - a class
+    chroma_client = _chroma_client(
+        persist_directory=persist_directory, client=client, host=host, port=port, must_exist=True
+    )
+    try:
+        store = Chroma(
+            collection_name=collection_name,
+            embedding_function=embeddings,
+            client=chroma_client,
+            create_collection_if_not_exists=False,
+        )
+    except chromadb.errors.NotFoundError as error:
+        existing = sorted(collection.name for collection in chroma_client.list_collections())
+        raise ValueError(
+            f"collection_name: no Chroma collection {collection_name!r}; existing: {existing}"
+        ) from error
+    manifest = {"embedding": (store._collection.metadata or {}).get(EMBEDDING_METADATA_KEY)}
+    _warn_on_embedding_change(manifest, embeddings, f"Chroma collection {collection_name!r}")
+    return store
+
+
+# --------------------------------------------------------------------------------------------
+# Relevance conversions (higher is better)
+# --------------------------------------------------------------------------------------------
+
+
+def _relevance_from_squared_l2(distance: float) -> float:
+    """Cosine similarity of unit vectors from their squared L2 distance: 1 - d / 2."""
+    return 1.0 - distance / 2.0
+
+
+def _relevance_from_cosine_distance(distance: float) -> float:
+    """Chroma's cosine (and ip) distance is 1 - similarity."""
+    return 1.0 - distance
+
+
+def _identity_relevance(score: float) -> float:
+    return score
+
+
+_CHROMA_RELEVANCE: dict[str, Callable[[float], float]] = {
+    "cosine": _relevance_from_cosine_distance,
+    "ip": _relevance_from_cosine_distance,
+    "l2": _relevance_from_squared_l2,
+}
+
+
+def _chroma_space(collection: Any) -> str:
+    configuration = collection.configuration or {}
+    for index_kind in ("hnsw", "spann"):
+        space = (configuration.get(index_kind) or {}).get("space")
+        if space:
+            return str(space)
+    return str((collection.metadata or {}).get("hnsw:space", "l2"))
+
+
+def _is_instance(store: Any, module_name: str, class_name: str) -> bool:
+    """isinstance without importing an optional package the caller has not imported."""
+    module = sys.modules.get(module_name)
+    return module is not None and isinstance(store, getattr(module, class_name))
+
+
+# --------------------------------------------------------------------------------------------
+# VectorRetriever
+# --------------------------------------------------------------------------------------------
+
+
+class VectorRetriever(BatchedRetriever):
+    """Dense retriever over a vector store, with one embedding call per batch of queries.
+
+    ``batch``/``abatch`` (so ``retriever.map()`` and fan-out code) embed all N queries in ONE
+    ``embed_documents(queries)`` call and search them together: one ``index.search`` for FAISS,
+    one ``collection.query`` for Chroma, one call per vector for other stores. Embedding queries
+    with ``embed_documents`` is right for symmetric models (MiniLM, OpenAI, where
+    ``embed_query`` is ``embed_documents`` of one text); for models that embed queries
+    differently (an instruction or prefix in ``embed_query``), set
+    ``query_embedding="per_query"`` to call ``embed_query`` once per query instead.
+
+    Scores: cosine similarity (see the module docstring) in ``metadata["score"]`` of copies.
+    Other stores need ``similarity_search_with_score_by_vector``; their score is taken as a
+    similarity (as langchain_core's InMemoryVectorStore returns) unless ``relevance_function``
+    converts it.
+
+    >>> retriever = VectorRetriever(vectorstore=build_faiss(docs, embeddings))  # doctest: +SKIP
+    >>> retriever.batch(["solar", "wind"], k=3)  # one embedding request  # doctest: +SKIP
+    """
+
+    vectorstore: VectorStore
+    embeddings: Embeddings | None = None
+    """Query embeddings; default: the store's own (``vectorstore.embeddings``)."""
+    query_embedding: Literal["batch", "per_query"] = "batch"
+    """``"batch"``: one ``embed_documents`` call for all queries; ``"per_query"``: ``embed_query``."""
+    relevance_function: Callable[[float], float] | None = None
+    """For stores other than FAISS and Chroma: turns the store's score into higher-is-better."""
+
+    @model_validator(mode="after")
+    def _resolve_embeddings(self) -> VectorRetriever:
+        if self.embeddings is None:
+            self.embeddings = self.vectorstore.embeddings
+        if self.embeddings is None:
+            raise ValueError(
+                "embeddings: the vector store has no embeddings object; pass embeddings="
+            )
+        return self
+
+    def _embed(self, queries: list[str]) -> list[Vector]:
+        assert self.embeddings is not None
+        if self.query_embedding == "per_query":
+            return [self.embeddings.embed_query(query) for query in queries]
+        return self.embeddings.embed_documents(queries)
+
+    async def _aembed(self, queries: list[str]) -> list[Vector]:
+        assert self.embeddings is not None
+        if self.query_embedding == "per_query":
+            return list(await asyncio.gather(*map(self.embeddings.aembed_query, queries)))
+        return await self.embeddings.aembed_documents(queries)
+
+    def _retrieve_many(
+        self,
+        queries: list[str],
+        k: int,
+        run_managers: Sequence[CallbackManagerForRetrieverRun],
+    ) -> list[list[Document]]:
+        return self.search_vectors(self._embed(queries), k)
+
+    async def _aretrieve_many(
+        self,
+        queries: list[str],
+        k: int,
+        run_managers: Sequence[AsyncCallbackManagerForRetrieverRun],
+    ) -> list[list[Document]]:
+        vectors = await self._aembed(queries)
+        return await run_in_executor(None, self.search_vectors, vectors, k)
+
+    def search_vectors(self, vectors: list[Vector], k: int) -> list[list[Document]]:
+        """The ``k`` best scored copies for each query vector, searched together where possible."""
+        if not vectors:
+            return []
+        store = self.vectorstore
+        if _is_instance(store, "langchain_community.vectorstores.faiss", "FAISS"):
+            return _search_faiss(store, vectors, k)
+        if _is_instance(store, "langchain_chroma.vectorstores", "Chroma"):
+            return _search_chroma(store, vectors, k)
+        return self._search_one_by_one(vectors, k)
+
+    def _search_one_by_one(self, vectors: list[Vector], k: int) -> list[list[Document]]:
+        search = getattr(self.vectorstore, "similarity_search_with_score_by_vector", None)
+        if search is None:
+            raise TypeError(
+                f"vectorstore: {type(self.vectorstore).__name__} has no "
+                "similarity_search_with_score_by_vector; use FAISS, Chroma or a store that has it"
+            )
+        relevance = self.relevance_function or _identity_relevance
+        return [
+            [scored_copy(document, relevance(score)) for document, score in search(vector, k=k)]
+            for vector in vectors
+        ]
+
+
+def _search_faiss(store: FAISS, vectors: list[Vector], k: int) -> list[list[Document]]:
+    """All query vectors in one ``index.search`` call."""
+    import faiss
+    import numpy as np
+    from langchain_community.vectorstores.utils import DistanceStrategy
+
+    total = int(store.index.ntotal)
+    if total == 0:
+        return [[] for _ in vectors]
+    matrix = np.asarray(vectors, dtype=np.float32)
+    if store._normalize_L2:
+        faiss.normalize_L2(matrix)
+    distances, positions = store.index.search(matrix, min(k, total))
+    if store.distance_strategy == DistanceStrategy.MAX_INNER_PRODUCT:
+        relevance = _identity_relevance
+    elif store.distance_strategy == DistanceStrategy.EUCLIDEAN_DISTANCE:
+        relevance = _relevance_from_squared_l2
+    else:
+        raise ValueError(f"unsupported FAISS distance strategy {store.distance_strategy}")
+    return [
+        [
+            scored_copy(_faiss_document(store, int(position)), relevance(float(distance)))
+            for position, distance in zip(row_positions, row_distances, strict=True)
+            if position >= 0 and math.isfinite(distance)
+        ]
+        for row_positions, row_distances in zip(positions, distances, strict=True)
+    ]
+
+
+def _faiss_document(store: FAISS, position: int) -> Document:
+    store_id = store.index_to_docstore_id[position]
+    document = store.docstore.search(store_id)
+    if not isinstance(document, Document):
+        raise ValueError(f"FAISS docstore has no document for id {store_id!r}: {document}")
+    return document if document.id else document.model_copy(update={"id": store_id})
+
+
+def _search_chroma(store: Chroma, vectors: list[Vector], k: int) -> list[list[Document]]:
+    """All query vectors in one ``collection.query`` call."""
+    collection = store._collection
+    space = _chroma_space(collection)
+    relevance = _CHROMA_RELEVANCE.get(space)
+    if relevance is None:
+        raise ValueError(f"unsupported Chroma distance space {space!r}")
+    result = collection.query(
+        query_embeddings=vectors,
+        n_results=k,
+        include=["documents", "metadatas", "distances"],
+    )
+    return [
+        [
+            scored_copy(
+                Document(page_content=text or "", metadata=metadata or {}, id=store_id),
+                relevance(float(distance)),
+            )
+            for store_id, text, metadata, distance in zip(
+                ids, texts, metadatas, distances, strict=True
+            )
+        ]
+        for ids, texts, metadatas, distances in zip(
+            result["ids"],
+            result["documents"],
+            result["metadatas"],
+            result["distances"],
+            strict=True,
+        )
+    ]
+
+
+__all__ = [
+    "DEFAULT_COLLECTION",
+    "MANIFEST_FILE",
+    "UntrustedIndexError",
+    "VectorRetriever",
+    "build_chroma",
+    "build_faiss",
+    "load_chroma",
+    "load_faiss",
+    "save_faiss",
+]

@@ -1,0 +1,411 @@
+"""Vector stores on real FAISS and real Chroma (embedded and a real ``chroma run`` server)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import pickle
+import uuid
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from langchain_core.documents import Document
+from langchain_core.embeddings import DeterministicFakeEmbedding, Embeddings
+from langchain_core.vectorstores import InMemoryVectorStore
+
+from rag_fusion_chain.fusion import document_id
+from rag_fusion_chain.models import embedding_identity
+from rag_fusion_chain.retrievers.stores import (
+    MANIFEST_FILE,
+    UntrustedIndexError,
+    VectorRetriever,
+    build_chroma,
+    build_faiss,
+    load_chroma,
+    load_faiss,
+)
+
+pytest_plugins = ["tests.fixtures_chroma"]
+
+DOCUMENTS = [
+    Document("Solar panels convert sunlight into electricity.", id="solar", metadata={"n": 1}),
+    Document("Wind turbines turn moving air into power.", id="wind", metadata={"n": 2}),
+    Document("Batteries store energy for the night.", id="battery", metadata={"n": 3}),
+    Document("Hydroelectric dams use falling water.", metadata={"source": "no-id"}),
+    Document("Geothermal plants tap heat from the earth.", id="geo"),
+]
+QUERIES = [document.page_content for document in DOCUMENTS]
+
+
+class CountingEmbeddings(Embeddings):
+    """Wraps embeddings and records every call: ("documents", n_texts) or ("query", 1)."""
+
+    def __init__(self, inner: Embeddings | None = None) -> None:
+        self.inner = inner or DeterministicFakeEmbedding(size=32)
+        self.model_identity = embedding_identity(self.inner)  # what the manifest records
+        self.calls: list[tuple[str, int]] = []
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.calls.append(("documents", len(texts)))
+        return self.inner.embed_documents(texts)
+
+    def embed_query(self, text: str) -> list[float]:
+        self.calls.append(("query", 1))
+        return self.inner.embed_query(text)
+
+    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.calls.append(("async documents", len(texts)))
+        return self.inner.embed_documents(texts)
+
+
+def cosine(first: list[float], second: list[float]) -> float:
+    first_array, second_array = np.asarray(first), np.asarray(second)
+    return float(
+        first_array @ second_array / np.linalg.norm(first_array) / np.linalg.norm(second_array)
+    )
+
+
+def assert_cosine_scores(results: list[Document], query: str, embeddings: Embeddings) -> None:
+    """Each score is the cosine of query and document, and the list is sorted by it."""
+    query_vector = embeddings.embed_query(query)
+    for document in results:
+        expected = cosine(query_vector, embeddings.embed_query(document.page_content))
+        assert document.metadata["score"] == pytest.approx(expected, abs=1e-4)
+    scores = [document.metadata["score"] for document in results]
+    assert scores == sorted(scores, reverse=True)
+
+
+@pytest.fixture
+def embeddings() -> CountingEmbeddings:
+    return CountingEmbeddings()
+
+
+# ---------------------------------------------------------------------------------- FAISS
+
+
+def test_faiss_scores_are_cosine_similarities_best_first(embeddings: CountingEmbeddings) -> None:
+    retriever = VectorRetriever(vectorstore=build_faiss(DOCUMENTS, embeddings), k=5)
+    for query in QUERIES[:3]:
+        results = retriever.invoke(query)
+        assert results[0].page_content == query
+        assert results[0].metadata["score"] == pytest.approx(1.0, abs=1e-5)
+        assert_cosine_scores(results, query, embeddings.inner)
+
+
+def test_faiss_preserves_ids_and_never_mutates(embeddings: CountingEmbeddings) -> None:
+    snapshot = copy.deepcopy(DOCUMENTS)
+    store = build_faiss(DOCUMENTS, embeddings)
+    results = VectorRetriever(vectorstore=store, k=5).invoke("anything")
+    assert snapshot == DOCUMENTS
+    assert {document.id for document in results} == {
+        "solar",
+        "wind",
+        "battery",
+        "geo",
+        document_id(DOCUMENTS[3]),  # the content hash BM25Retriever uses too
+    }
+    stored = store.get_by_ids(["solar"])[0]
+    assert stored.metadata == {"n": 1}  # the scored copy did not write into the docstore
+    assert all(result is not stored for result in results)
+
+
+def test_faiss_refuses_duplicate_ids(embeddings: CountingEmbeddings) -> None:
+    with pytest.raises(ValueError, match="duplicate ids"):
+        build_faiss([Document("same"), Document("same")], embeddings)
+    with pytest.raises(ValueError, match="documents"):
+        build_faiss([], embeddings)
+
+
+def test_faiss_k_at_invoke_time(embeddings: CountingEmbeddings) -> None:
+    retriever = VectorRetriever(vectorstore=build_faiss(DOCUMENTS, embeddings), k=2)
+    assert len(retriever.invoke("solar")) == 2
+    assert len(retriever.invoke("solar", k=4)) == 4
+    assert len(retriever.invoke("solar", k=50)) == len(DOCUMENTS)
+
+
+def test_batch_embeds_all_queries_in_one_call_and_searches_once(
+    embeddings: CountingEmbeddings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = build_faiss(DOCUMENTS, embeddings)
+    retriever = VectorRetriever(vectorstore=store, k=3)
+    singles = [retriever.invoke(query) for query in QUERIES]
+    searches: list[int] = []
+    original_search = store.index.search
+
+    def counting_search(matrix: Any, k: int) -> Any:
+        searches.append(len(matrix))
+        return original_search(matrix, k)
+
+    monkeypatch.setattr(store.index, "search", counting_search)
+    embeddings.calls.clear()
+    assert retriever.batch(QUERIES) == singles
+    assert embeddings.calls == [("documents", len(QUERIES))]
+    assert searches == [len(QUERIES)]
+
+    embeddings.calls.clear()
+    retriever.map().invoke(QUERIES[:3])
+    assert embeddings.calls == [("documents", 3)]
+
+
+async def test_abatch_embeds_once(embeddings: CountingEmbeddings) -> None:
+    retriever = VectorRetriever(vectorstore=build_faiss(DOCUMENTS, embeddings), k=2)
+    embeddings.calls.clear()
+    results = await retriever.abatch(QUERIES, k=1)
+    assert embeddings.calls == [("async documents", len(QUERIES))]
+    assert [result[0].page_content for result in results] == QUERIES
+
+
+def test_per_query_embedding_for_asymmetric_models(embeddings: CountingEmbeddings) -> None:
+    retriever = VectorRetriever(
+        vectorstore=build_faiss(DOCUMENTS, embeddings), query_embedding="per_query"
+    )
+    embeddings.calls.clear()
+    retriever.batch(QUERIES[:3])
+    assert embeddings.calls == [("query", 1)] * 3
+
+
+def test_faiss_roundtrip_with_manifest(tmp_path: Path, embeddings: CountingEmbeddings) -> None:
+    store = build_faiss(DOCUMENTS, embeddings, path=tmp_path / "index")
+    manifest = json.loads((tmp_path / "index" / MANIFEST_FILE).read_text())
+    assert set(manifest["files"]) == {"index.faiss", "index.pkl"}
+    assert all(len(digest) == 64 for digest in manifest["files"].values())
+    assert manifest["kit_version"] and manifest["documents"] == len(DOCUMENTS)
+    assert manifest["embedding"].endswith("DeterministicFakeEmbedding(size=32)")
+
+    loaded = load_faiss(tmp_path / "index", embeddings)
+    assert loaded._normalize_L2 is True  # restored from the manifest, not LangChain's default
+    original = VectorRetriever(vectorstore=store, k=5)
+    reloaded = VectorRetriever(vectorstore=loaded, k=5)
+    assert reloaded.batch(QUERIES) == original.batch(QUERIES)
+
+
+def test_tampered_pickle_is_refused_before_unpickling(
+    tmp_path: Path, embeddings: CountingEmbeddings
+) -> None:
+    build_faiss(DOCUMENTS, embeddings, path=tmp_path)
+    marker = tmp_path / "payload-ran"
+    (tmp_path / "index.pkl").write_bytes(pickle.dumps(_Payload(marker)))
+    with pytest.raises(UntrustedIndexError, match="index.pkl.*tampered"):
+        load_faiss(tmp_path, embeddings)
+    assert not marker.exists()
+    assert issubclass(UntrustedIndexError, ValueError)
+
+
+def test_missing_manifest_is_refused_unless_trusted(
+    tmp_path: Path, embeddings: CountingEmbeddings
+) -> None:
+    build_faiss(DOCUMENTS, embeddings, path=tmp_path)
+    (tmp_path / MANIFEST_FILE).unlink()
+    with pytest.raises(UntrustedIndexError, match="no manifest.json"):
+        load_faiss(tmp_path, embeddings)
+    store = load_faiss(tmp_path, embeddings, trust=True)
+    assert store.index.ntotal == len(DOCUMENTS)
+
+
+def test_trust_loads_files_that_do_not_match_the_manifest(
+    tmp_path: Path, embeddings: CountingEmbeddings
+) -> None:
+    build_faiss(DOCUMENTS, embeddings, path=tmp_path / "first")
+    build_faiss(DOCUMENTS[:2], embeddings, path=tmp_path / "second")
+    for name in ("index.faiss", "index.pkl"):
+        (tmp_path / "first" / name).write_bytes((tmp_path / "second" / name).read_bytes())
+    with pytest.raises(UntrustedIndexError):
+        load_faiss(tmp_path / "first", embeddings)
+    assert load_faiss(tmp_path / "first", embeddings, trust=True).index.ntotal == 2
+
+
+def test_manifest_listing_other_files_is_refused(
+    tmp_path: Path, embeddings: CountingEmbeddings
+) -> None:
+    build_faiss(DOCUMENTS, embeddings, path=tmp_path)
+    manifest = json.loads((tmp_path / MANIFEST_FILE).read_text())
+    manifest["files"]["../elsewhere.pkl"] = "0" * 64
+    (tmp_path / MANIFEST_FILE).write_text(json.dumps(manifest))
+    with pytest.raises(UntrustedIndexError, match="must list exactly"):
+        load_faiss(tmp_path, embeddings)
+
+
+def test_missing_and_corrupt_indexes_fail_clearly(
+    tmp_path: Path, embeddings: CountingEmbeddings
+) -> None:
+    with pytest.raises(FileNotFoundError, match="no-such-index"):
+        load_faiss(tmp_path / "no-such-index", embeddings)
+    build_faiss(DOCUMENTS, embeddings, path=tmp_path / "corrupt")
+    (tmp_path / "corrupt" / "index.faiss").write_bytes(b"not a faiss index")
+    with pytest.raises(UntrustedIndexError, match="corrupted or tampered"):
+        load_faiss(tmp_path / "corrupt", embeddings)
+    with pytest.raises(ValueError, match="corrupt"):
+        load_faiss(tmp_path / "corrupt", embeddings, trust=True)
+    build_faiss(DOCUMENTS, embeddings, path=tmp_path / "incomplete")
+    (tmp_path / "incomplete" / "index.pkl").unlink()
+    with pytest.raises(FileNotFoundError, match="index.pkl"):
+        load_faiss(tmp_path / "incomplete", embeddings)
+
+
+def test_loading_with_other_embeddings_warns(
+    tmp_path: Path, embeddings: CountingEmbeddings
+) -> None:
+    build_faiss(DOCUMENTS, DeterministicFakeEmbedding(size=32), path=tmp_path)
+    with pytest.warns(UserWarning, match="built with embeddings"):
+        load_faiss(tmp_path, DeterministicFakeEmbedding(size=16))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_faiss(tmp_path, DeterministicFakeEmbedding(size=32))
+
+
+class _Payload:
+    """A pickle that creates a file when unpickled: proof of whether the pickle was opened."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Path.touch, (self.marker,))
+
+
+# ---------------------------------------------------------------------------------- other stores
+
+
+def test_generic_store_uses_its_similarity_scores(embeddings: CountingEmbeddings) -> None:
+    store = InMemoryVectorStore.from_documents(DOCUMENTS, embeddings)
+    retriever = VectorRetriever(vectorstore=store, k=3)
+    results = retriever.invoke(QUERIES[1])
+    assert results[0].id == "wind"
+    assert_cosine_scores(results, QUERIES[1], embeddings.inner)
+    negated = VectorRetriever(vectorstore=store, k=3, relevance_function=lambda score: -score)
+    assert negated.invoke(QUERIES[1])[0].metadata["score"] == pytest.approx(-1.0, abs=1e-5)
+
+
+def test_store_without_embeddings_needs_them() -> None:
+    class NoEmbeddings(InMemoryVectorStore):
+        @property
+        def embeddings(self) -> None:
+            return None
+
+    with pytest.raises(ValueError, match="embeddings"):
+        VectorRetriever(vectorstore=NoEmbeddings(DeterministicFakeEmbedding(size=4)))
+
+
+def test_real_minilm_ranks_by_meaning(minilm: Embeddings) -> None:
+    retriever = VectorRetriever(vectorstore=build_faiss(DOCUMENTS, minilm), k=2)
+    results = retriever.batch(["How is electricity made from sunlight?", "storing energy"])
+    assert [result[0].id for result in results] == ["solar", "battery"]
+    assert 0 < results[0][0].metadata["score"] <= 1
+
+
+def test_openai_embeddings_send_one_request_for_all_queries(clean_openai_stub: Any) -> None:
+    from langchain_openai import OpenAIEmbeddings
+
+    embeddings = OpenAIEmbeddings(
+        model="stub-embedding",
+        base_url=clean_openai_stub.base_url,
+        api_key="sk-test",
+        check_embedding_ctx_length=False,
+    )
+    retriever = VectorRetriever(vectorstore=build_faiss(DOCUMENTS, embeddings), k=2)
+    before = clean_openai_stub.counts["embeddings"]
+    results = retriever.batch(QUERIES)
+    assert clean_openai_stub.counts["embeddings"] - before == 1
+    assert clean_openai_stub.embedding_batch_sizes[-1] == len(QUERIES)
+    assert [result[0].page_content for result in results] == QUERIES
+
+
+# ---------------------------------------------------------------------------------- Chroma
+
+
+def test_chroma_persistent_roundtrip(tmp_path: Path, embeddings: CountingEmbeddings) -> None:
+    snapshot = copy.deepcopy(DOCUMENTS)
+    store = build_chroma(
+        DOCUMENTS, embeddings, persist_directory=tmp_path, collection_name="energy"
+    )
+    assert snapshot == DOCUMENTS
+    loaded = load_chroma(embeddings, persist_directory=tmp_path, collection_name="energy")
+    retriever = VectorRetriever(vectorstore=loaded, k=5)
+    results = retriever.invoke(QUERIES[3])
+    assert results[0].id == document_id(DOCUMENTS[3])
+    assert results[0].metadata == {"source": "no-id", "score": pytest.approx(1.0, abs=1e-5)}
+    assert {document.id for document in results} == {
+        document.id or document_id(document) for document in DOCUMENTS
+    }
+    assert_cosine_scores(results, QUERIES[3], embeddings.inner)
+    assert VectorRetriever(vectorstore=store, k=5).invoke(QUERIES[3]) == results
+
+
+def test_chroma_and_faiss_agree_on_scores(tmp_path: Path, embeddings: CountingEmbeddings) -> None:
+    chroma = VectorRetriever(vectorstore=build_chroma(DOCUMENTS, embeddings), k=5)
+    faiss = VectorRetriever(vectorstore=build_faiss(DOCUMENTS, embeddings), k=5)
+    for chroma_results, faiss_results in zip(
+        chroma.batch(QUERIES), faiss.batch(QUERIES), strict=True
+    ):
+        assert [document.id for document in chroma_results] == [
+            document.id for document in faiss_results
+        ]
+        assert [document.metadata["score"] for document in chroma_results] == pytest.approx(
+            [document.metadata["score"] for document in faiss_results], abs=1e-4
+        )
+
+
+def test_chroma_batch_is_one_embedding_and_one_query(
+    tmp_path: Path, embeddings: CountingEmbeddings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = build_chroma(DOCUMENTS, embeddings, persist_directory=tmp_path)
+    collection_class = type(store._collection)
+    queries: list[int] = []
+    original_query = collection_class.query
+
+    def counting_query(self: Any, *args: Any, **kwargs: Any) -> Any:
+        queries.append(len(kwargs["query_embeddings"]))
+        return original_query(self, *args, **kwargs)
+
+    monkeypatch.setattr(collection_class, "query", counting_query)
+    embeddings.calls.clear()
+    results = VectorRetriever(vectorstore=store, k=1).batch(QUERIES)
+    assert embeddings.calls == [("documents", len(QUERIES))]
+    assert queries == [len(QUERIES)]
+    assert [result[0].page_content for result in results] == QUERIES
+
+
+def test_chroma_load_errors(tmp_path: Path, embeddings: CountingEmbeddings) -> None:
+    with pytest.raises(FileNotFoundError, match="missing-dir"):
+        load_chroma(embeddings, persist_directory=tmp_path / "missing-dir")
+    build_chroma(DOCUMENTS, embeddings, persist_directory=tmp_path, collection_name="energy")
+    with pytest.raises(ValueError, match=r"no Chroma collection 'other'.*\['energy'\]"):
+        load_chroma(embeddings, persist_directory=tmp_path, collection_name="other")
+    with pytest.raises(ValueError, match="give one of"):
+        build_chroma(DOCUMENTS, embeddings, persist_directory=tmp_path, host="127.0.0.1")
+    with pytest.warns(UserWarning, match="built with embeddings"):
+        load_chroma(
+            DeterministicFakeEmbedding(size=16),
+            persist_directory=tmp_path,
+            collection_name="energy",
+        )
+
+
+def test_chroma_server_roundtrip(chroma_server: Any, embeddings: CountingEmbeddings) -> None:
+    name = f"energy-{uuid.uuid4().hex[:8]}"
+    build_chroma(
+        DOCUMENTS,
+        embeddings,
+        host=chroma_server.host,
+        port=chroma_server.port,
+        collection_name=name,
+    )
+    loaded = load_chroma(
+        embeddings, host=chroma_server.host, port=chroma_server.port, collection_name=name
+    )
+    retriever = VectorRetriever(vectorstore=loaded, k=2)
+    embeddings.calls.clear()
+    results = retriever.batch(QUERIES)
+    assert embeddings.calls == [("documents", len(QUERIES))]
+    assert [result[0].id for result in results] == [
+        document.id or document_id(document) for document in DOCUMENTS
+    ]
+    assert results[0][0].metadata == {"n": 1, "score": pytest.approx(1.0, abs=1e-5)}
+    assert_cosine_scores(results[1], QUERIES[1], embeddings.inner)
+    with pytest.raises(ValueError, match="no Chroma collection"):
+        load_chroma(
+            embeddings, host=chroma_server.host, port=chroma_server.port, collection_name="absent"
+        )
