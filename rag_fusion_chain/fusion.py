@@ -21,7 +21,7 @@ import hashlib
 import json
 import math
 import warnings
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar
 
 from langchain_core.documents import Document
@@ -33,7 +33,6 @@ FUSION_SCORE_KEY = "fusion_score"
 
 FusionInput = Sequence[Sequence[Document]] | Sequence[Sequence[Sequence[Document]]]
 FusionOutput = list[Document] | list[tuple[Document, float]]
-ScoredIdentities = dict[Hashable, float]
 
 
 class RankedList(list):  # type: ignore[type-arg]
@@ -67,45 +66,100 @@ class RankedList(list):  # type: ignore[type-arg]
 # Identity
 # --------------------------------------------------------------------------------------------
 
-_IDENTITY_IGNORED_METADATA = frozenset({SCORE_KEY, FUSION_SCORE_KEY})
+_IDENTITY_IGNORED_METADATA = (SCORE_KEY, FUSION_SCORE_KEY)
 
 
-def _canonical_metadata(metadata: dict[str, Any], ignored: frozenset[str]) -> str:
-    kept = {key: value for key, value in metadata.items() if key not in ignored} if metadata else {}
-    if not kept:
-        return ""
-    try:
-        return json.dumps(kept, sort_keys=True, ensure_ascii=False, default=repr)
-    except TypeError:  # keys of mixed types cannot be sorted
-        return repr(sorted(kept.items(), key=lambda item: repr(item[0])))
+def _identity_metadata(metadata: dict[str, Any], ignored: tuple[str, ...]) -> dict[str, Any]:
+    """The metadata that identifies a document: all of it but the per-list score keys."""
+    present = [name for name in ignored if name in metadata]
+    if not present:
+        return metadata
+    kept = dict(metadata)
+    for name in present:
+        del kept[name]
+    return kept
 
 
-def identity_key(
-    document: Document, id_key: str | None = None, score_key: str = SCORE_KEY
-) -> Hashable:
-    """The key under which fusion merges a document (cheap to compute, not meant for storage)."""
-    if document.id:
-        return ("id", document.id)
-    if id_key is not None:
-        value = document.metadata.get(id_key)
-        if value is not None:
-            return ("meta", str(value))
-    ignored = _IDENTITY_IGNORED_METADATA | {score_key}
-    return ("content", document.page_content, _canonical_metadata(document.metadata, ignored))
+class IdentityIndex:
+    """Gives each distinct document a slot number, in first-seen order.
+
+    Identity is ``Document.id``, else ``metadata[id_key]``, else the text plus the metadata (by
+    equality, without score keys). Metadata is compared only when two texts are equal, which keeps
+    the common case to one dict lookup.
+
+    >>> index = IdentityIndex()
+    >>> index.slot(Document("a", metadata={"score": 1})), index.slot(Document("a", metadata={"score": 2}))
+    (0, 0)
+    >>> index.slot(Document("a", metadata={"source": "other"}))
+    1
+    """
+
+    def __init__(self, id_key: str | None = None, score_key: str = SCORE_KEY) -> None:
+        self.id_key = id_key
+        self.ignored = tuple(dict.fromkeys((*_IDENTITY_IGNORED_METADATA, score_key)))
+        self.documents: list[Document] = []
+        self._by_id: dict[str, int] = {}
+        self._by_text: dict[str, list[tuple[dict[str, Any], int]]] = {}
+
+    def slot(self, document: Document) -> int:
+        """The slot of ``document``, registering it when first seen."""
+        return self.slots([document])[0]
+
+    def slots(self, documents: Sequence[Document]) -> list[int]:
+        """The slot of each document of a list (one loop with local lookups: this is the hot path)."""
+        by_id, by_text, ignored, id_key = self._by_id, self._by_text, self.ignored, self.id_key
+        result = []
+        for document in documents:
+            identifier = document.id
+            if not identifier and id_key is not None:
+                value = document.metadata.get(id_key)
+                identifier = None if value is None else f"{id_key}={value}"
+            if identifier:
+                slot = by_id.get(identifier)
+                if slot is None:
+                    slot = by_id[identifier] = self._register(document)
+                result.append(slot)
+                continue
+            metadata = _identity_metadata(document.metadata, ignored)
+            bucket = by_text.get(document.page_content)
+            if bucket is None:
+                slot = self._register(document)
+                by_text[document.page_content] = [(metadata, slot)]
+            else:
+                slot = next((known for meta, known in bucket if meta == metadata), -1)
+                if slot < 0:
+                    slot = self._register(document)
+                    bucket.append((metadata, slot))
+            result.append(slot)
+        return result
+
+    def _register(self, document: Document) -> int:
+        self.documents.append(document)
+        return len(self.documents) - 1
 
 
 def document_id(document: Document, id_key: str | None = None, score_key: str = SCORE_KEY) -> str:
     """A stable string id: ``Document.id``, else ``metadata[id_key]``, else a content hash.
 
+    The hash covers the text and a canonical JSON of the metadata without score keys, so it is the
+    same across processes and retrievers.
+
     >>> document_id(Document("hello", id="doc-1"))
     'doc-1'
-    >>> len(document_id(Document("hello")))
-    32
+    >>> document_id(Document("t", metadata={"score": 1})) == document_id(Document("t"))
+    True
     """
-    key = identity_key(document, id_key, score_key)
-    if key[0] != "content":  # type: ignore[index]
-        return str(key[1])  # type: ignore[index]
-    return hashlib.blake2b(repr(key).encode("utf-8"), digest_size=16).hexdigest()
+    if document.id:
+        return document.id
+    if id_key is not None and document.metadata.get(id_key) is not None:
+        return str(document.metadata[id_key])
+    metadata = _identity_metadata(
+        document.metadata, tuple(dict.fromkeys((*_IDENTITY_IGNORED_METADATA, score_key)))
+    )
+    canonical = json.dumps(
+        [document.page_content, metadata], sort_keys=True, ensure_ascii=False, default=repr
+    )
+    return hashlib.blake2b(canonical.encode("utf-8"), digest_size=16).hexdigest()
 
 
 # --------------------------------------------------------------------------------------------
@@ -189,20 +243,29 @@ def validate_weights(weights: Sequence[float]) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# Pure fusion functions: ranked lists in, {identity: score} plus first-seen documents out
+# Pure fusion functions: ranked lists in, one score per distinct document (in slot order) out
 # --------------------------------------------------------------------------------------------
 
+FusedScores = tuple[list[float], list[Document]]
+"""Scores by slot, and the first-seen document of each slot (see :class:`IdentityIndex`)."""
 
-def _first_occurrences(
-    ranked: Sequence[Document], key_of: Callable[[Document], Hashable]
-) -> Iterable[tuple[int, Hashable, Document]]:
-    """Yield (position, key, document) for each document's first (best) position in one list."""
-    seen: set[Hashable] = set()
-    for position, document in enumerate(ranked):
-        key = key_of(document)
-        if key not in seen:
-            seen.add(key)
-            yield position, key, document
+
+def _slots_once(ranked: Sequence[Document], index: IdentityIndex) -> list[tuple[int, int]]:
+    """(position, slot) of each document's first (best-ranked) position in one list."""
+    seen: set[int] = set()
+    firsts = []
+    for position, slot in enumerate(index.slots(ranked)):
+        if slot not in seen:
+            seen.add(slot)
+            firsts.append((position, slot))
+    return firsts
+
+
+def _add(scores: list[float], slot: int, contribution: float) -> None:
+    if slot < len(scores):
+        scores[slot] += contribution
+    else:  # a new slot is always the next one
+        scores.append(contribution)
 
 
 def reciprocal_rank_scores(
@@ -211,26 +274,23 @@ def reciprocal_rank_scores(
     *,
     k: float = 60,
     rank_start: int = 1,
-    key_of: Callable[[Document], Hashable] = identity_key,
-) -> tuple[ScoredIdentities, dict[Hashable, Document]]:
+    index: IdentityIndex | None = None,
+) -> FusedScores:
     """RRF (Cormack et al. 2009): score(d) = sum over lists of weight / (k + rank(d)).
 
-    >>> a, b = Document("A"), Document("B")
-    >>> scores, _ = reciprocal_rank_scores([[a, b], [b, a]], [1.0, 1.0], k=60)
-    >>> round(scores[identity_key(a)], 6) == round(1 / 61 + 1 / 62, 6)
+    >>> scores, documents = reciprocal_rank_scores(
+    ...     [[Document("A"), Document("B")], [Document("B"), Document("A")]], [1.0, 1.0]
+    ... )
+    >>> scores[0] == 1 / 61 + 1 / 62
     True
     """
-    scores: ScoredIdentities = {}
-    documents: dict[Hashable, Document] = {}
-    for ranked, weight in zip(ranked_lists, weights, strict=False):
-        for position, key, document in _first_occurrences(ranked, key_of):
-            contribution = weight / (k + rank_start + position)
-            if key in scores:
-                scores[key] += contribution
-            else:
-                scores[key] = contribution
-                documents[key] = document
-    return scores, documents
+    index = index or IdentityIndex()
+    scores: list[float] = []
+    first_rank = k + rank_start
+    for ranked, weight in zip(ranked_lists, weights, strict=True):
+        for position, slot in _slots_once(ranked, index):
+            _add(scores, slot, weight / (first_rank + position))
+    return scores, index.documents
 
 
 def _list_scores(ranked: Sequence[Document], score_key: str) -> list[float | None]:
@@ -267,48 +327,45 @@ def normalize_scores(scores: list[float], bounds: tuple[float, float]) -> list[f
     return [(score - low) / (high - low) for score in scores]
 
 
+def _usable_scores(ranked: Sequence[Document], score_key: str, list_index: int) -> list[float]:
+    """One list's scores with missing ones filled in, warning about what was filled."""
+    raw = _list_scores(ranked, score_key)
+    present = [score for score in raw if score is not None]
+    if not present:
+        warnings.warn(
+            f"ranked list {list_index} has no numeric metadata[{score_key!r}]; "
+            "using rank-derived scores (len - position) instead",
+            stacklevel=5,
+        )
+        return [float(len(ranked) - position) for position in range(len(ranked))]
+    if len(present) < len(raw):
+        warnings.warn(
+            f"ranked list {list_index}: {len(raw) - len(present)} documents have a missing or "
+            f"non-finite metadata[{score_key!r}]; they count as the list's lowest score",
+            stacklevel=5,
+        )
+    lowest = min(present)
+    return [lowest if score is None else score for score in raw]
+
+
 def _score_based_scores(
     ranked_lists: Sequence[Sequence[Document]],
     weights: Sequence[float],
     bounds_of: Callable[[list[float]], tuple[float, float]],
-    *,
     score_key: str,
-    key_of: Callable[[Document], Hashable],
-) -> tuple[ScoredIdentities, dict[Hashable, Document]]:
-    scores: ScoredIdentities = {}
-    documents: dict[Hashable, Document] = {}
+    index: IdentityIndex | None,
+) -> FusedScores:
+    index = index or IdentityIndex(score_key=score_key)
+    scores: list[float] = []
     list_count = len(ranked_lists)
-    for list_index, (ranked, weight) in enumerate(zip(ranked_lists, weights, strict=False)):
+    for list_index, (ranked, weight) in enumerate(zip(ranked_lists, weights, strict=True)):
         if not ranked:
             continue
-        raw = _list_scores(ranked, score_key)
-        present = [score for score in raw if score is not None]
-        if not present:
-            warnings.warn(
-                f"ranked list {list_index} has no numeric metadata[{score_key!r}]; "
-                "using rank-derived scores (len - position) instead",
-                stacklevel=4,
-            )
-            raw = [float(len(ranked) - position) for position in range(len(ranked))]
-            present = raw  # type: ignore[assignment]
-        elif len(present) < len(raw):
-            warnings.warn(
-                f"ranked list {list_index}: {len(raw) - len(present)} documents have a missing or "
-                f"non-finite metadata[{score_key!r}]; they count as the list's lowest score",
-                stacklevel=4,
-            )
-        lowest = min(present)
-        filled = [lowest if score is None else score for score in raw]
-        normalized = normalize_scores(filled, bounds_of(present))  # type: ignore[arg-type]
-        for position, key, document in _first_occurrences(ranked, key_of):
-            value = normalized[position]
-            contribution = value * weight / list_count
-            if key in scores:
-                scores[key] += contribution
-            else:
-                scores[key] = contribution
-                documents[key] = document
-    return scores, documents
+        values = _usable_scores(ranked, score_key, list_index)
+        normalized = normalize_scores(values, bounds_of(values))
+        for position, slot in _slots_once(ranked, index):
+            _add(scores, slot, normalized[position] * weight / list_count)
+    return scores, index.documents
 
 
 def relative_scores(
@@ -316,12 +373,16 @@ def relative_scores(
     weights: Sequence[float],
     *,
     score_key: str = SCORE_KEY,
-    key_of: Callable[[Document], Hashable] = identity_key,
-) -> tuple[ScoredIdentities, dict[Hashable, Document]]:
-    """Relative score fusion: per-list min-max to [0, 1], times weight, over the list count, summed."""
-    return _score_based_scores(
-        ranked_lists, weights, _min_max_bounds, score_key=score_key, key_of=key_of
-    )
+    index: IdentityIndex | None = None,
+) -> FusedScores:
+    """Relative score fusion: per-list min-max to [0, 1], times weight, over the list count, summed.
+
+    >>> scores, _ = relative_scores([[Document("A", metadata={"score": 9}),
+    ...                               Document("B", metadata={"score": 1})]], [1.0])
+    >>> scores
+    [1.0, 0.0]
+    """
+    return _score_based_scores(ranked_lists, weights, _min_max_bounds, score_key, index)
 
 
 def distribution_based_scores(
@@ -329,55 +390,51 @@ def distribution_based_scores(
     weights: Sequence[float],
     *,
     score_key: str = SCORE_KEY,
-    key_of: Callable[[Document], Hashable] = identity_key,
-) -> tuple[ScoredIdentities, dict[Hashable, Document]]:
+    index: IdentityIndex | None = None,
+) -> FusedScores:
     """Distribution-based score fusion: like relative, with bounds mean ± 3σ (population σ)."""
-    return _score_based_scores(
-        ranked_lists, weights, _mean_three_sigma_bounds, score_key=score_key, key_of=key_of
-    )
+    return _score_based_scores(ranked_lists, weights, _mean_three_sigma_bounds, score_key, index)
 
 
 def union_scores(
     ranked_lists: Sequence[Sequence[Document]],
     weights: Sequence[float],
     *,
-    key_of: Callable[[Document], Hashable] = identity_key,
-) -> tuple[ScoredIdentities, dict[Hashable, Document]]:
+    index: IdentityIndex | None = None,
+) -> FusedScores:
     """Unique union: every distinct document once, scored by the summed weight of lists holding it."""
-    scores: ScoredIdentities = {}
-    documents: dict[Hashable, Document] = {}
-    for ranked, weight in zip(ranked_lists, weights, strict=False):
-        for _, key, document in _first_occurrences(ranked, key_of):
-            if key in scores:
-                scores[key] += weight
-            else:
-                scores[key] = weight
-                documents[key] = document
-    return scores, documents
+    index = index or IdentityIndex()
+    scores: list[float] = []
+    for ranked, weight in zip(ranked_lists, weights, strict=True):
+        for _, slot in _slots_once(ranked, index):
+            _add(scores, slot, weight)
+    return scores, index.documents
+
+
+def _copy_with_score(document: Document, score: float) -> Document:
+    """A fresh copy carrying ``fusion_score`` (the input document is left untouched)."""
+    metadata = {**document.metadata, FUSION_SCORE_KEY: score}
+    if type(document) is Document:  # the common case; building anew is faster than model_copy
+        return Document(page_content=document.page_content, metadata=metadata, id=document.id)
+    return document.model_copy(update={"metadata": metadata})
 
 
 def rank_fused(
-    scores: ScoredIdentities,
-    documents: dict[Hashable, Document],
-    *,
-    top_n: int | None = None,
-    sort: bool = True,
+    fused_scores: FusedScores, *, top_n: int | None = None, sort: bool = True
 ) -> list[tuple[Document, float]]:
     """Turn fused scores into fresh Document copies carrying ``fusion_score``, best first.
 
-    Python's sort is stable and ``scores`` is in first-seen order, so ties keep first appearance.
+    Python's sort is stable and slots are in first-seen order, so ties keep first appearance.
     """
-    ordered = sorted(scores.items(), key=lambda item: -item[1]) if sort else list(scores.items())
+    scores, documents = fused_scores
+    slots = (
+        sorted(range(len(scores)), key=scores.__getitem__, reverse=True)
+        if sort
+        else range(len(scores))
+    )
     if top_n is not None:
-        ordered = ordered[:top_n]
-    fused: list[tuple[Document, float]] = []
-    for key, score in ordered:
-        original = documents[key]
-        copy = original.model_copy(
-            update={"metadata": {**original.metadata, FUSION_SCORE_KEY: score}}
-        )
-        fused.append((copy, score))
-    return fused
+        slots = slots[:top_n]
+    return [(_copy_with_score(documents[slot], scores[slot]), scores[slot]) for slot in slots]
 
 
 # --------------------------------------------------------------------------------------------
@@ -416,23 +473,16 @@ class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
             raise ValueError(f"top_n must be a positive integer or None, got {top_n}")
         return top_n
 
-    def _scores(
-        self, ranked_lists: list[Sequence[Document]], weights: list[float]
-    ) -> tuple[ScoredIdentities, dict[Hashable, Document]]:
+    def _scores(self, ranked_lists: list[Sequence[Document]], weights: list[float]) -> FusedScores:
         raise NotImplementedError
 
-    def _key_of(self) -> Callable[[Document], Hashable]:
-        id_key = self.id_key
-        score_key = getattr(self, "score_key", SCORE_KEY)
-        if id_key is None and score_key == SCORE_KEY:
-            return identity_key
-        return lambda document: identity_key(document, id_key, score_key)
+    def _index(self) -> IdentityIndex:
+        return IdentityIndex(self.id_key, getattr(self, "score_key", SCORE_KEY))
 
     def fuse(self, ranked_lists: FusionInput) -> FusionOutput:
         """Fuse without callbacks: the pure path the Runnable methods wrap."""
         flat, weights = flatten_ranked_lists(ranked_lists, self.weights)
-        scores, documents = self._scores(flat, weights)
-        fused = rank_fused(scores, documents, top_n=self.top_n, sort=self.sorts_by_score)
+        fused = rank_fused(self._scores(flat, weights), top_n=self.top_n, sort=self.sorts_by_score)
         if self.with_scores:
             return fused
         return [document for document, _ in fused]
@@ -476,11 +526,9 @@ class ReciprocalRankFusion(BaseFusion):
             raise ValueError("k must be positive when rank_start=0 (1 / (0 + 0) is undefined)")
         return self
 
-    def _scores(
-        self, ranked_lists: list[Sequence[Document]], weights: list[float]
-    ) -> tuple[ScoredIdentities, dict[Hashable, Document]]:
+    def _scores(self, ranked_lists: list[Sequence[Document]], weights: list[float]) -> FusedScores:
         return reciprocal_rank_scores(
-            ranked_lists, weights, k=self.k, rank_start=self.rank_start, key_of=self._key_of()
+            ranked_lists, weights, k=self.k, rank_start=self.rank_start, index=self._index()
         )
 
 
@@ -492,22 +540,16 @@ class RelativeScoreFusion(BaseFusion):
 
     score_key: str = SCORE_KEY
 
-    def _scores(
-        self, ranked_lists: list[Sequence[Document]], weights: list[float]
-    ) -> tuple[ScoredIdentities, dict[Hashable, Document]]:
-        return relative_scores(
-            ranked_lists, weights, score_key=self.score_key, key_of=self._key_of()
-        )
+    def _scores(self, ranked_lists: list[Sequence[Document]], weights: list[float]) -> FusedScores:
+        return relative_scores(ranked_lists, weights, score_key=self.score_key, index=self._index())
 
 
 class DistBasedScoreFusion(RelativeScoreFusion):
     """Distribution-based score fusion: min-max with bounds mean ± 3σ of each list's scores."""
 
-    def _scores(
-        self, ranked_lists: list[Sequence[Document]], weights: list[float]
-    ) -> tuple[ScoredIdentities, dict[Hashable, Document]]:
+    def _scores(self, ranked_lists: list[Sequence[Document]], weights: list[float]) -> FusedScores:
         return distribution_based_scores(
-            ranked_lists, weights, score_key=self.score_key, key_of=self._key_of()
+            ranked_lists, weights, score_key=self.score_key, index=self._index()
         )
 
 
@@ -520,10 +562,8 @@ class UniqueUnion(BaseFusion):
 
     sorts_by_score: ClassVar[bool] = False
 
-    def _scores(
-        self, ranked_lists: list[Sequence[Document]], weights: list[float]
-    ) -> tuple[ScoredIdentities, dict[Hashable, Document]]:
-        return union_scores(ranked_lists, weights, key_of=self._key_of())
+    def _scores(self, ranked_lists: list[Sequence[Document]], weights: list[float]) -> FusedScores:
+        return union_scores(ranked_lists, weights, index=self._index())
 
 
 reciprocal_rank_fusion = ReciprocalRankFusion()
@@ -553,7 +593,7 @@ __all__ = [
     "distribution_based_scores",
     "document_id",
     "flatten_ranked_lists",
-    "identity_key",
+    "IdentityIndex",
     "normalize_scores",
     "rank_fused",
     "reciprocal_rank_fusion",
