@@ -19,6 +19,7 @@ import random
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from langchain_core.documents import Document
 from langchain_core.load import dumps, loads
@@ -111,7 +112,7 @@ def compare(
         else:
             candidate_times.append(time_once(candidate))
             baseline_times.append(time_once(baseline))
-    ratios = [c / b for c, b in zip(candidate_times, baseline_times)]
+    ratios = [c / b for c, b in zip(candidate_times, baseline_times, strict=True)]
     return (
         statistics.median(candidate_times),
         statistics.median(baseline_times),
@@ -125,7 +126,7 @@ def check_same_output(lists: list[list[Document]]) -> None:
     assert [d.page_content for d in kit] == [d.page_content for d in bare]
     assert all(
         abs(a.metadata["fusion_score"] - b.metadata["fusion_score"]) < 1e-12
-        for a, b in zip(kit, bare)
+        for a, b in zip(kit, bare, strict=True)
     )
 
 
@@ -155,13 +156,12 @@ def main() -> None:
         lists = make_lists(list_count, list_length)
         check_same_output(lists)
         for name, runnable in runnables.items():
-
-            def kit(runnable=runnable) -> object:  # noqa: ANN001 - bound loop variable
-                return runnable.invoke(lists)
-
             rounds = max(5, arguments.rounds if list_length <= 100 else arguments.rounds // 4)
-            kit_time, dumps_time, dumps_ratio = compare(kit, lambda: rrf_dumps_keyed(lists), rounds)
-            _, bare_time, bare_ratio = compare(kit, lambda: rrf_bare_loop(lists), rounds)
+            kit = partial(runnable.invoke, lists)
+            kit_time, dumps_time, dumps_ratio = compare(
+                kit, partial(rrf_dumps_keyed, lists), rounds
+            )
+            _, bare_time, bare_ratio = compare(kit, partial(rrf_bare_loop, lists), rounds)
             print(
                 f"| {list_count} x {list_length} | {name} | {kit_time * 1e3:.3f} ms "
                 f"| {dumps_time * 1e3:.3f} ms | {dumps_ratio:.3f} (x{1 / dumps_ratio:.1f} faster) "
