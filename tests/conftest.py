@@ -58,6 +58,8 @@ class Page:
     content_type: str = "text/html; charset=utf-8"
     status: int = 200
     delay: float = 0.0
+    declare_length: bool = True
+    """False sends no Content-Length: the body ends when the connection closes."""
 
 
 class StaticSite:
@@ -73,7 +75,8 @@ class StaticSite:
                 time.sleep(page.delay)
                 self.send_response(page.status)
                 self.send_header("Content-Type", page.content_type)
-                self.send_header("Content-Length", str(len(page.body)))
+                if page.declare_length:
+                    self.send_header("Content-Length", str(len(page.body)))
                 self.end_headers()
                 self.wfile.write(page.body)
 
@@ -82,10 +85,12 @@ class StaticSite:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     def add(self, path: str, body: str | bytes, **options: Any) -> str:
-        """Serve ``body`` at ``path`` (options: content_type, status, delay); return its URL."""
+        """Serve ``body`` at ``path`` (options: the fields of :class:`Page`); return its URL."""
         self.pages[path] = Page(body.encode() if isinstance(body, str) else body, **options)
         return self.url(path)
 

@@ -120,7 +120,10 @@ class StubOpenAI:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="stub-openai", daemon=True
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},  # quick shutdown
+            name="stub-openai",
+            daemon=True,
         )
         self._thread.start()
         return self

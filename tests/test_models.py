@@ -377,11 +377,11 @@ def test_minilm_vectors_are_normalised_and_semantic(minilm: Embeddings):
 
 
 def test_minilm_batches_many_texts(minilm: Embeddings):
-    texts = [f"document number {index}" for index in range(130)]
+    texts = [f"document number {index}" for index in range(70)]
 
     vectors = minilm.embed_documents(texts)
 
-    assert len(vectors) == 130
+    assert len(vectors) == 70
     assert minilm.encode_kwargs["batch_size"] == models.DEFAULT_EMBEDDING_BATCH_SIZE
     assert vectors[7] == pytest.approx(minilm.embed_query("document number 7"), abs=1e-5)
 
