@@ -50,7 +50,7 @@ BEIR_EXTENSIONS = (".jsonl",)
 DIRECTORY_EXTENSIONS = TEXT_EXTENSIONS + PDF_EXTENSIONS
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_MAX_BYTES = 10_000_000
-USER_AGENT = "rag-fusion-chain (+https://pypi.org/project/rag-fusion-chain/)"
+USER_AGENT = "rag-fusion-chain"
 
 
 # --------------------------------------------------------------------------------------------
@@ -221,8 +221,9 @@ def load_web(
 ) -> list[Document]:
     """Load web pages with LangChain's WebBaseLoader, keeping only elements of ``classes``.
 
-    Only http(s) URLs are accepted; each page must answer within ``timeout`` seconds and be at
-    most ``max_bytes`` long. Pages whose chosen elements hold no text are skipped with a warning.
+    Only http(s) URLs are accepted (else ValueError). Connecting and each read must succeed within
+    ``timeout`` seconds (else TimeoutError); a page longer than ``max_bytes`` is a ValueError.
+    Pages whose chosen elements hold no text are skipped with a warning.
 
     >>> load_web(["https://lilianweng.github.io/posts/2023-06-23-agent/"],
     ...          classes=["post-title", "post-header", "post-content"])  # doctest: +SKIP
@@ -361,6 +362,9 @@ def split_documents(
     encoding_name: str = DEFAULT_ENCODING,
 ) -> list[Document]:
     """Split into chunks of at most ``chunk_size`` tokens with stable ids.
+
+    Tokens are summed over the pieces a chunk is made of, as LangChain does; rarely, the joined
+    chunk tokenises one token longer.
 
     A chunk's id is ``f"{base}#{index}"``: ``base`` is the document's id, else its ``source``,
     else a hash of its text; ``index`` counts the chunks of that base in this call. The id is

@@ -37,6 +37,7 @@ CHAT_MODEL_ENV = "RAG_FUSION_CHAT_MODEL"
 EMBEDDING_ENV = "RAG_FUSION_EMBEDDING"
 API_KEY_ENV = "OPENAI_API_KEY"
 BASE_URL_ENV = "OPENAI_BASE_URL"
+LEGACY_BASE_URL_ENV = "OPENAI_API_BASE"
 
 OFFLINE_CHAT_MODEL = "offline"
 """The chat model name that asks for no model at all (the kit's offline generator)."""
@@ -67,16 +68,17 @@ def chat_model(
 ) -> BaseChatModel | None:
     """A ChatOpenAI for the configured OpenAI-compatible endpoint, or ``None`` when none is set.
 
-    Arguments win over ``RAG_FUSION_CHAT_MODEL``, ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY``;
-    other keyword arguments (``max_retries``, ``timeout``, ``streaming``...) go to ChatOpenAI.
-    ``model="offline"`` returns ``None`` whatever the environment says.
+    Arguments win over ``RAG_FUSION_CHAT_MODEL``, ``OPENAI_BASE_URL`` (or the older
+    ``OPENAI_API_BASE``) and ``OPENAI_API_KEY``; other keyword arguments (``max_retries``,
+    ``timeout``, ``streaming``...) go to ChatOpenAI. ``model="offline"`` returns ``None``
+    whatever the environment says. A loopback ``base_url`` (Ollama, vLLM) needs no key.
 
     >>> llm = chat_model("qwen-plus", base_url="http://127.0.0.1:8000/v1")  # doctest: +SKIP
-    >>> chat_model() is None  # with nothing configured
+    >>> chat_model() is None  # with nothing configured  # doctest: +SKIP
     True
     """
     model = _strip_prefix(model or os.environ.get(CHAT_MODEL_ENV) or None, _OPENAI_PREFIX)
-    base_url = base_url or os.environ.get(BASE_URL_ENV) or None
+    base_url = base_url or _environment_base_url()
     api_key = api_key or os.environ.get(API_KEY_ENV) or None
     if model == OFFLINE_CHAT_MODEL or not (model or base_url or api_key):
         return None
@@ -172,7 +174,7 @@ def openai_embeddings(
 
     >>> openai_embeddings("text-embedding-v3", base_url=DASHSCOPE_URL)  # doctest: +SKIP
     """
-    base_url = base_url or os.environ.get(BASE_URL_ENV) or None
+    base_url = base_url or _environment_base_url()
     api_key = api_key or os.environ.get(API_KEY_ENV) or None
     OpenAIEmbeddings = _import_openai("OpenAIEmbeddings")  # noqa: N806 - a class
     kwargs.setdefault("check_embedding_ctx_length", False)
@@ -290,6 +292,10 @@ def _required_api_key(api_key: str | None, base_url: str | None, *, what: str) -
         return LOCAL_PLACEHOLDER_API_KEY
     endpoint = base_url or "the OpenAI API"
     raise ValueError(f"{what} at {endpoint} needs an API key: set {API_KEY_ENV} or pass api_key=")
+
+
+def _environment_base_url() -> str | None:
+    return os.environ.get(BASE_URL_ENV) or os.environ.get(LEGACY_BASE_URL_ENV) or None
 
 
 def _is_loopback(url: str) -> bool:

@@ -71,6 +71,15 @@ def test_chat_stream_is_incremental_not_buffered(openai_env: StubOpenAI):
     assert arrivals[-1] - arrivals[0] > 0.3
 
 
+def test_request_delay_holds_the_reply(openai_env: StubOpenAI):
+    openai_env.set_delay(request=0.3)
+    started = time.perf_counter()
+
+    models.chat_model().invoke("x")
+
+    assert time.perf_counter() - started >= 0.3
+
+
 def test_chat_async_stream_and_reply_function(openai_env: StubOpenAI):
     openai_env.script(lambda messages: messages[-1]["content"].upper())
 
@@ -196,6 +205,16 @@ def test_remote_model_without_key_names_the_variable(clean_model_env: pytest.Mon
         models.chat_model("qwen-plus")
     with pytest.raises(ValueError, match="OPENAI_API_KEY"):
         models.embeddings("openai:text-embedding-v3")
+
+
+def test_legacy_base_url_variable_is_honoured(
+    clean_model_env: pytest.MonkeyPatch, clean_openai_stub: StubOpenAI
+):
+    clean_model_env.setenv("OPENAI_API_BASE", clean_openai_stub.base_url)
+
+    models.chat_model("legacy").invoke("x")
+
+    assert clean_openai_stub.chat_requests[0]["model"] == "legacy"
 
 
 def test_base_url_without_model_name_asks_for_one(clean_model_env: pytest.MonkeyPatch):
