@@ -6,7 +6,7 @@
 Importing the package needs only langchain-core; integrations load lazily where they are used.
 """
 
-from rag_fusion_chain import fusion, prompts, queries
+from rag_fusion_chain import chains, fusion, prompts, queries
 from rag_fusion_chain.fusion import (
     DistBasedScoreFusion,
     RankedList,
@@ -19,17 +19,21 @@ from rag_fusion_chain.fusion import (
     unique_union,
 )
 from rag_fusion_chain.queries import QueryListParser
+from rag_fusion_chain.retrievers import FusionRetriever, MultiRetriever
 
 __version__ = "0.1.0"
 
 __all__ = [
     "DistBasedScoreFusion",
+    "FusionRetriever",
+    "MultiRetriever",
     "QueryListParser",
     "RankedList",
     "ReciprocalRankFusion",
     "RelativeScoreFusion",
     "UniqueUnion",
     "__version__",
+    "chains",
     "dist_based_score_fusion",
     "fusion",
     "prompts",
