@@ -19,6 +19,11 @@ documents quoted to the model (default: the fusion's own ``top_n``, else 5; mult
 whole union). ``retrievers`` is one retriever, a list, or a configured ``MultiRetriever``
 (weights, timeout, on_error).
 
+``llm`` is a chat model or any Runnable from a prompt to a message or text. With ``llm=None`` each
+function returns :func:`offline.offline_chain` for its strategy instead: pseudo-relevance-feedback
+queries and an extractive answer, no model at all (it needs a ``BM25Retriever`` among the
+retrievers, and the ``bm25`` extra).
+
 >>> # chain = rag_fusion_chain([bm25, vectors], ChatOpenAI(), n=4, top_n=5)
 >>> # for token in chain.stream("How do heat pumps work in winter?"):
 >>> #     print(token, end="")
@@ -327,11 +332,42 @@ def _finish(
 _ANSWER_VARIABLES = {"question", "context"}
 
 
+def _offline_chain(
+    strategy: str,
+    retrievers: Retrievers,
+    *,
+    n: int,
+    k: int | None,
+    top_n: int | None,
+    fusion: BaseFusion | None,
+    return_sources: bool,
+    prompt_overrides: Mapping[str, BasePromptTemplate | None],
+) -> Runnable[QuestionInput, Any]:
+    """The chain without a chat model (``llm=None``): :func:`offline.offline_chain`.
+
+    Imported here, not at the top: offline needs the BM25 extra, and imports this module.
+    """
+    for name, value in prompt_overrides.items():
+        if value is not None:
+            raise ValueError(f"{name} needs an llm: the offline chain (llm=None) uses no prompt")
+    from rag_fusion_chain import offline
+
+    return offline.offline_chain(
+        strategy,
+        retrievers,
+        n=n,
+        k=k,
+        top_n=DEFAULT_TOP_N if top_n is None else top_n,
+        fusion=fusion,
+        return_sources=return_sources,
+    )
+
+
 def _query_fusion_chain(
     strategy: str,
     generator: queries.QueryGenerator,
     retrievers: Retrievers,
-    llm: Runnable[Any, Any],
+    llm: Runnable[Any, Any] | None = None,
     *,
     k: int | None,
     fusion: BaseFusion,
@@ -363,7 +399,7 @@ def _query_fusion_chain(
 
 def multi_query_chain(
     retrievers: Retrievers,
-    llm: Runnable[Any, Any],
+    llm: Runnable[Any, Any] | None = None,
     *,
     n: int = 5,
     k: int | None = None,
@@ -384,6 +420,17 @@ def multi_query_chain(
 
     >>> # multi_query_chain(retriever, llm, n=3).invoke("What is RAG?")
     """
+    if llm is None:
+        return _offline_chain(
+            MULTI_QUERY,
+            retrievers,
+            n=n,
+            k=k,
+            top_n=top_n,
+            fusion=fusion,
+            return_sources=return_sources,
+            prompt_overrides={"query_prompt": query_prompt, "prompt": prompt},
+        )
     generator = queries.multi_query(
         _check_llm(llm), n, include_original=include_original, prompt=query_prompt
     )
@@ -401,7 +448,7 @@ def multi_query_chain(
 
 def rag_fusion_chain(
     retrievers: Retrievers,
-    llm: Runnable[Any, Any],
+    llm: Runnable[Any, Any] | None = None,
     *,
     n: int = 4,
     k: int | None = None,
@@ -420,6 +467,17 @@ def rag_fusion_chain(
 
     >>> # rag_fusion_chain([bm25, vectors], llm, n=4).invoke({"question": "What is RAG?"})
     """
+    if llm is None:
+        return _offline_chain(
+            RAG_FUSION,
+            retrievers,
+            n=n,
+            k=k,
+            top_n=top_n,
+            fusion=fusion,
+            return_sources=return_sources,
+            prompt_overrides={"query_prompt": query_prompt, "prompt": prompt},
+        )
     generator = queries.rag_fusion(
         _check_llm(llm), n, include_original=include_original, prompt=query_prompt
     )
@@ -457,7 +515,7 @@ def _answer_in_turn(sub_question: Runnable[State, State]) -> Runnable[State, lis
 
 def decomposition_chain(
     retrievers: Retrievers,
-    llm: Runnable[Any, Any],
+    llm: Runnable[Any, Any] | None = None,
     *,
     mode: DecompositionMode = "recursive",
     n: int = 3,
@@ -485,6 +543,21 @@ def decomposition_chain(
     """
     if mode not in ("recursive", "individual"):
         raise ValueError(f"mode must be 'recursive' or 'individual', got {mode!r}")
+    if llm is None:
+        return _offline_chain(
+            DECOMPOSITION,
+            retrievers,
+            n=n,
+            k=k,
+            top_n=top_n,
+            fusion=fusion,
+            return_sources=return_sources,
+            prompt_overrides={
+                "query_prompt": query_prompt,
+                "prompt": prompt,
+                "synthesis_prompt": synthesis_prompt,
+            },
+        )
     generator = queries.decomposition(_check_llm(llm), n, prompt=query_prompt)
     retrieve = _fan_out(retrievers, k)
     chosen_fusion = _fusion(fusion, reciprocal_rank_fusion, top_n)
@@ -548,7 +621,7 @@ def decomposition_chain(
 
 def step_back_chain(
     retrievers: Retrievers,
-    llm: Runnable[Any, Any],
+    llm: Runnable[Any, Any] | None = None,
     *,
     k: int | None = None,
     top_n: int | None = None,
@@ -567,6 +640,17 @@ def step_back_chain(
 
     >>> # step_back_chain(retriever, llm).invoke("Could my 2019 laptop run this macro?")
     """
+    if llm is None:
+        return _offline_chain(
+            STEP_BACK,
+            retrievers,
+            n=1,
+            k=k,
+            top_n=top_n,
+            fusion=fusion,
+            return_sources=return_sources,
+            prompt_overrides={"query_prompt": query_prompt, "prompt": prompt},
+        )
     generator = queries.step_back(_check_llm(llm), prompt=query_prompt)
     retrieve = _fan_out(retrievers, k)
     chosen_fusion = _fusion(fusion, reciprocal_rank_fusion, top_n)
@@ -606,7 +690,7 @@ def step_back_chain(
 
 def hyde_chain(
     retrievers: Retrievers,
-    llm: Runnable[Any, Any],
+    llm: Runnable[Any, Any] | None = None,
     *,
     k: int | None = None,
     top_n: int | None = None,
@@ -622,6 +706,17 @@ def hyde_chain(
 
     >>> # hyde_chain(vector_retriever, llm).invoke("Why is the sky blue?")
     """
+    if llm is None:
+        return _offline_chain(
+            HYDE,
+            retrievers,
+            n=1,
+            k=k,
+            top_n=top_n,
+            fusion=fusion,
+            return_sources=return_sources,
+            prompt_overrides={"query_prompt": query_prompt, "prompt": prompt},
+        )
     generator = queries.hyde(_check_llm(llm), prompt=query_prompt)
     retrieve = _fan_out(retrievers, k)
     chosen_fusion = _fusion(fusion, reciprocal_rank_fusion, top_n)

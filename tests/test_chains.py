@@ -23,7 +23,7 @@ from langchain_core.tracers.schemas import Run
 from langchain_core.vectorstores import InMemoryVectorStore
 from pydantic import Field
 
-from rag_fusion_chain import chains
+from rag_fusion_chain import chains, prompts
 from rag_fusion_chain.fusion import ReciprocalRankFusion, unique_union
 from rag_fusion_chain.retrievers import FusionRetriever, MultiRetriever, RetrievalFailure
 
@@ -523,3 +523,43 @@ def test_bad_options_name_the_parameter(
 def test_an_llm_that_is_not_a_runnable_is_refused() -> None:
     with pytest.raises(TypeError, match="llm must be a chat model or a Runnable"):
         chains.rag_fusion_chain(TopicRetriever(), "gpt-4o")  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- without a chat model
+
+
+def bm25_retriever() -> Any:
+    pytest.importorskip("bm25s")
+    from rag_fusion_chain.retrievers.bm25 import BM25Retriever
+
+    texts = [
+        "Heat pumps move heat from cold outside air into a warm house.",
+        "A refrigerant cycle lets a heat pump move heat against the gradient.",
+        "Solar panels turn sunlight into electricity.",
+    ]
+    return BM25Retriever.from_documents(
+        [
+            Document(text, id=f"d{i}", metadata={"source": f"d{i}.txt"})
+            for i, text in enumerate(texts)
+        ]
+    )
+
+
+@pytest.mark.parametrize("name", BUILDERS)
+def test_without_an_llm_every_chain_is_the_offline_chain(name: str) -> None:
+    from rag_fusion_chain import offline
+
+    chain = BUILDERS[name]([bm25_retriever()], None, return_sources=True)
+    result = chain.invoke(QUESTION)
+    assert result["answer"].startswith(offline.OFFLINE_LABEL)
+    assert result["documents"] and result["failures"] == []
+    collector = RunCollector()
+    chain.invoke(QUESTION, {"callbacks": [collector]})
+    assert collector.roots[0].name == strategy_of(name)
+
+
+def test_without_an_llm_prompts_are_refused_and_bm25_is_needed() -> None:
+    with pytest.raises(ValueError, match="prompt needs an llm"):
+        chains.rag_fusion_chain([bm25_retriever()], prompt=prompts.ANSWER_PROMPT)
+    with pytest.raises(ValueError, match="BM25Retriever"):
+        chains.rag_fusion_chain([TopicRetriever()])
