@@ -47,7 +47,7 @@ from rag_fusion_chain import chains, queries
 from rag_fusion_chain.fusion import BaseFusion, reciprocal_rank_fusion, unique_union
 from rag_fusion_chain.queries import QuestionInput, dedupe_key, question_of, validate_count
 from rag_fusion_chain.retrievers.bm25 import BM25Retriever, tokenize
-from rag_fusion_chain.retrievers.fanout import MultiRetriever, as_retriever_list
+from rag_fusion_chain.retrievers.fanout import FusionRetriever, MultiRetriever, as_retriever_list
 
 OFFLINE_LABEL = "[offline extractive answer]"
 """How every offline answer starts, so nobody mistakes it for a generated one."""
@@ -470,11 +470,20 @@ def _check_strategy(strategy: str) -> str:
 
 
 def feedback_retriever(retrievers: Any) -> BM25Retriever:
-    """The first :class:`BM25Retriever` among ``retrievers`` (one, a list, or a MultiRetriever)."""
-    candidates = retrievers.retrievers if isinstance(retrievers, MultiRetriever) else retrievers
-    for retriever in as_retriever_list(candidates):
+    """The first :class:`BM25Retriever` in ``retrievers``, searching inside fan-outs and fusions.
+
+    ``retrievers`` is one retriever, a list, a :class:`MultiRetriever`, or a
+    :class:`FusionRetriever` such as :func:`retrievers.hybrid_retriever`'s (searched depth first).
+    """
+    pending = list(as_retriever_list(retrievers))
+    while pending:
+        retriever = pending.pop(0)
         if isinstance(retriever, BM25Retriever):
             return retriever
+        if isinstance(retriever, FusionRetriever):
+            retriever = retriever.retrievers
+        if isinstance(retriever, MultiRetriever):
+            pending[:0] = retriever.retrievers
     raise ValueError(
         "feedback: offline query generation needs a BM25Retriever; pass feedback= or include "
         "one in retrievers"
@@ -622,12 +631,16 @@ def chain_for(
     retrievers: Any,
     llm: Runnable[Any, Any] | None = None,
     *,
+    feedback: BM25Retriever | None = None,
     n: int | None = None,
     k: int | None = None,
     top_n: int | None = None,
     return_sources: bool = False,
 ) -> Runnable[QuestionInput, Any]:
     """The chain for ``strategy``: :mod:`chains`' with a chat model, :func:`offline_chain` without.
+
+    ``feedback`` is the BM25 index the offline chain draws its queries from (default: the
+    :class:`BM25Retriever` among ``retrievers``); ``None`` options keep each chain's defaults.
 
     >>> # chain_for("rag-fusion", [bm25, vectors], models.chat_model(), return_sources=True)
     """
@@ -636,6 +649,7 @@ def chain_for(
         return offline_chain(
             strategy,
             retrievers,
+            feedback=feedback,
             n=n or 4,
             k=k,
             top_n=top_n or chains.DEFAULT_TOP_N,

@@ -38,9 +38,7 @@ def read_relevance(qrels_path: Path) -> dict[str, list[str]]:
     return relevant
 
 
-def select_documents(
-    corpus_ids: list[str], required: list[str], total: int
-) -> list[int]:
+def select_documents(corpus_ids: list[str], required: list[str], total: int) -> list[int]:
     """Positions of ``required`` documents plus evenly strided others, ``total`` in all, sorted."""
     position_of = {document_id: position for position, document_id in enumerate(corpus_ids)}
     selected = {position_of[document_id] for document_id in required}

@@ -1,0 +1,628 @@
+"""The ``rag-fusion`` command: index documents, ask and retrieve with any strategy, demo, serve.
+
+Commands parse their options, call the library and render with rich; nothing here retrieves,
+fuses or answers by itself. An index directory holds ``index.json`` (what built it), the vector
+store (``faiss/`` or ``chroma/``) and a BM25 index (``bm25/``) for ``--hybrid`` and for the
+offline query generator.
+
+Models come from options or the environment (:mod:`rag_fusion_chain.models`): ``--model`` /
+``RAG_FUSION_CHAT_MODEL`` with ``OPENAI_API_KEY`` and ``OPENAI_BASE_URL``; ``--embedding`` /
+``RAG_FUSION_EMBEDDING``. Without a chat model everything runs offline (:mod:`offline`). Expected
+failures (a missing index or file, an unreachable URL, an unknown store or strategy, a model
+without its key) end with one ``error:`` line on stderr and exit code 1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import sys
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
+from pydantic import BaseModel
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from rag_fusion_chain import __version__, chains, ingest, models, offline
+from rag_fusion_chain.data import SAMPLE_QUESTION, sample_corpus_path
+from rag_fusion_chain.fusion import FUSION_SCORE_KEY, SCORE_KEY, document_id
+from rag_fusion_chain.retrievers.bm25 import BM25Retriever
+from rag_fusion_chain.retrievers.hybrid import hybrid_retriever
+from rag_fusion_chain.retrievers.stores import (
+    VectorRetriever,
+    build_chroma,
+    build_faiss,
+    load_chroma,
+    load_faiss,
+)
+
+INDEX_FILE = "index.json"
+INDEX_FORMAT = "rag_fusion_chain.cli_index"
+BM25_DIRECTORY = "bm25"
+STORES = ("faiss", "chroma")
+EMBEDDING_BATCH_SIZE = 64
+DEFAULT_K = 10
+"""Documents per retriever call."""
+
+app = typer.Typer(
+    name="rag-fusion",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+output = Console(highlight=False)
+errors = Console(stderr=True, highlight=False)
+
+
+# --------------------------------------------------------------------------------------------
+# Errors and warnings: one line each, on stderr, secrets redacted
+# --------------------------------------------------------------------------------------------
+
+
+def one_line(message: str) -> str:
+    """``message`` on one line, with the API key from the environment (if any) redacted.
+
+    >>> one_line("bad\\n  request")
+    'bad request'
+    """
+    text = " ".join(str(message).split())
+    secret = os.environ.get(models.API_KEY_ENV)
+    return text.replace(secret, "***") if secret else text
+
+
+def _print_line(label: str, style: str, message: str) -> None:
+    errors.print(Text(f"{label}: ", style=style) + Text(one_line(message)), soft_wrap=True)
+
+
+def _show_warning(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:
+    _print_line("warning", "yellow", str(message))
+
+
+def _describe(error: BaseException) -> str:
+    """The message for the user: the text of the usual errors, the type name for the others."""
+    message = str(error) or type(error).__name__
+    usual = (OSError, ValueError, TypeError, ImportError, KeyError, ConnectionError, TimeoutError)
+    return message if isinstance(error, usual) else f"{type(error).__name__}: {message}"
+
+
+@contextlib.contextmanager
+def reported_errors() -> Iterator[None]:
+    """Turn any error into one ``error:`` line on stderr and exit code 1 (no traceback)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            yield
+    except (typer.Exit, typer.Abort):
+        raise
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    except Exception as error:  # noqa: BLE001 - reported on one line, as the CLI promises
+        _print_line("error", "bold red", _describe(error))
+        raise typer.Exit(1) from None
+
+
+def _choice(name: str, value: str, choices: Sequence[str]) -> str:
+    if value not in choices:
+        raise ValueError(f"unknown {name} {value!r}: choose one of {', '.join(choices)}")
+    return value
+
+
+# --------------------------------------------------------------------------------------------
+# Index directories (composition of ingest, stores and BM25)
+# --------------------------------------------------------------------------------------------
+
+
+class ProgressEmbeddings(Embeddings):
+    """Embeds documents in batches and reports each batch; same vectors, same identity."""
+
+    def __init__(self, embeddings: Embeddings, on_batch: Callable[[int], None]) -> None:
+        self.embeddings = embeddings
+        self.on_batch = on_batch
+        self.model_identity = models.embedding_identity(embeddings)
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        vectors: list[list[float]] = []
+        for start in range(0, len(texts), EMBEDDING_BATCH_SIZE):
+            batch = texts[start : start + EMBEDDING_BATCH_SIZE]
+            vectors.extend(self.embeddings.embed_documents(batch))
+            self.on_batch(len(batch))
+        return vectors
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.embeddings.embed_query(text)
+
+
+@dataclass
+class OpenedIndex:
+    """A loaded index directory: its settings, vector retriever and BM25 retriever."""
+
+    settings: dict[str, Any]
+    vectors: VectorRetriever
+    bm25: BM25Retriever
+
+    def retrievers(self, hybrid: bool, k: int) -> list[Any]:
+        """The retrievers to fan out over: the vector store, or BM25 and vectors fused."""
+        vectors = self.vectors.model_copy(update={"k": k})
+        if hybrid:
+            return [hybrid_retriever(self.bm25.model_copy(update={"k": k}), vectors, k=k)]
+        return [vectors]
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("{task.description:<10}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=errors,
+        transient=False,
+    )
+
+
+def build_index(
+    sources: Sequence[str],
+    out: Path,
+    *,
+    store: str,
+    embedding: str | None,
+    chunk_size: int,
+    chunk_overlap: int,
+    force: bool,
+) -> dict[str, Any]:
+    """Load, split, embed and store ``sources`` in ``out``, with a BM25 index beside the store."""
+    _choice("store", store, STORES)
+    if (out / INDEX_FILE).exists() and not force:
+        raise FileExistsError(f"an index exists in {out}; pass --force to rebuild it")
+    embedding_name = embedding or os.environ.get(models.EMBEDDING_ENV) or models.DEFAULT_EMBEDDING
+    embeddings = models.embeddings(embedding_name)
+    with _progress() as progress:
+        loading = progress.add_task("load", total=len(sources))
+        documents: list[Document] = []
+        for source in sources:
+            documents.extend(ingest.load([source]))
+            progress.advance(loading)
+        if not documents:
+            raise ValueError("sources: no documents were loaded")
+        chunks = ingest.split_documents(
+            documents, chunk_size=chunk_size, chunk_overlap=chunk_overlap
+        )
+        embedding_task = progress.add_task("embed", total=len(chunks))
+        reporting = ProgressEmbeddings(
+            embeddings, lambda count: progress.advance(embedding_task, count)
+        )
+        for stale in (*STORES, BM25_DIRECTORY, INDEX_FILE):
+            path = out / stale
+            if path.is_dir():
+                shutil.rmtree(path)
+            elif path.exists():
+                path.unlink()
+        out.mkdir(parents=True, exist_ok=True)
+        if store == "faiss":
+            build_faiss(chunks, reporting, path=out / store)
+        else:
+            build_chroma(chunks, reporting, persist_directory=out / store)
+        bm25_task = progress.add_task("bm25", total=1)
+        BM25Retriever.from_documents(chunks).save(out / BM25_DIRECTORY)
+        progress.advance(bm25_task)
+    settings = {
+        "format": INDEX_FORMAT,
+        "kit_version": __version__,
+        "store": store,
+        "embedding": embedding_name,
+        "sources": [str(source) for source in sources],
+        "documents": len(documents),
+        "chunks": len(chunks),
+    }
+    (out / INDEX_FILE).write_text(json.dumps(settings, indent=2), "utf-8")
+    return settings
+
+
+def open_index(directory: Path, embedding: str | None = None) -> OpenedIndex:
+    """Load an index directory written by :func:`build_index` (its embeddings unless overridden)."""
+    settings_path = directory / INDEX_FILE
+    if not settings_path.is_file():
+        raise FileNotFoundError(
+            f"no index in {directory}: build one with `rag-fusion index SOURCE... --out {directory}`"
+        )
+    settings = json.loads(settings_path.read_text("utf-8"))
+    if settings.get("format") != INDEX_FORMAT:
+        raise ValueError(f"{settings_path} is not a rag-fusion index description")
+    embeddings = models.embeddings(embedding or settings["embedding"])
+    store_path = directory / settings["store"]
+    if settings["store"] == "faiss":
+        store = load_faiss(store_path, embeddings)
+    else:
+        store = load_chroma(embeddings, persist_directory=store_path)
+    return OpenedIndex(
+        settings=settings,
+        vectors=VectorRetriever(vectorstore=store),
+        bm25=BM25Retriever.load(directory / BM25_DIRECTORY),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Rendering
+# --------------------------------------------------------------------------------------------
+
+
+def _label(document: Document) -> str:
+    title = document.metadata.get("title") or document.metadata.get("source") or ""
+    return str(title)
+
+
+def _number(value: Any) -> str:
+    return f"{value:.4f}" if isinstance(value, (int, float)) else "–"
+
+
+def sources_table(documents: Sequence[Document]) -> Table:
+    """The fused documents, numbered as the answer cites them, one line each, with their scores.
+
+    ``fusion`` is the fused score; ``score`` the retriever's own score where the document was
+    first found (BM25 and cosine scores are not on one scale).
+    """
+    table = Table(title="Fused sources", title_justify="left")
+    table.add_column("#", justify="right")
+    table.add_column("id", no_wrap=True, overflow="ellipsis", max_width=24)
+    table.add_column("fusion", justify="right")
+    table.add_column("score", justify="right")
+    table.add_column("title / source", no_wrap=True, overflow="ellipsis", max_width=36)
+    table.add_column("excerpt", no_wrap=True, overflow="ellipsis", ratio=1)
+    for number, document in enumerate(documents, 1):
+        table.add_row(
+            str(number),
+            Text(str(document.id or "")),
+            _number(document.metadata.get(FUSION_SCORE_KEY)),
+            _number(document.metadata.get(SCORE_KEY)),
+            Text(_label(document)),
+            Text(" ".join(document.page_content.split())),
+        )
+    return table
+
+
+def _print_queries(queries: Sequence[str]) -> None:
+    output.print(Text("Queries", style="bold"))
+    for number, query in enumerate(queries, 1):
+        output.print(Text(f"  {number}. ") + Text(query), soft_wrap=True)
+
+
+def render_answer(chain: Any, question: str) -> None:
+    """Stream a chain built with ``return_sources=True``: queries, the sources table, the answer.
+
+    Answer text that arrives before the sources is held back until they are shown.
+    """
+    held: list[str] = []
+    shown_sources = False
+    for chunk in chain.stream({"question": question}):
+        if "queries" in chunk:
+            _print_queries(chunk["queries"])
+        if "documents" in chunk:
+            output.print(sources_table(chunk["documents"]))
+            output.print(Text("Answer", style="bold"))
+            shown_sources = True
+            for text in held:
+                output.print(text, end="", markup=False, soft_wrap=True)
+        for failure in chunk.get("failures", []):
+            _print_line("warning", "yellow", f"{failure.source} failed for {failure.query!r}")
+        if "answer" in chunk:
+            if shown_sources:
+                output.print(chunk["answer"], end="", markup=False, soft_wrap=True)
+            else:
+                held.append(chunk["answer"])
+    output.print()
+
+
+def _hits(document: Document, retrieved: Sequence[Any]) -> list[dict[str, Any]]:
+    """Where the document was found: one entry per ranked list holding it."""
+    key = document_id(document)
+    return [
+        {
+            "query": ranked.query,
+            "retriever": ranked.source,
+            "rank": rank,
+            "score": hit.metadata.get(SCORE_KEY),
+        }
+        for ranked in retrieved
+        for rank, hit in enumerate(ranked, 1)
+        if document_id(hit) == key
+    ]
+
+
+def retrieval_record(state: dict[str, Any], strategy: str) -> dict[str, Any]:
+    """The ``retrieve --json`` output: queries, fused documents with ids and scores, failures."""
+    return {
+        "question": state["question"],
+        "strategy": strategy,
+        "queries": list(state["queries"]),
+        "documents": [
+            {
+                "rank": rank,
+                "id": document.id,
+                "fusion_score": document.metadata.get(FUSION_SCORE_KEY),
+                "score": document.metadata.get(SCORE_KEY),
+                "metadata": {
+                    key: value
+                    for key, value in document.metadata.items()
+                    if key not in (FUSION_SCORE_KEY, SCORE_KEY)
+                },
+                "text": document.page_content,
+                "hits": _hits(document, state["retrieved"]),
+            }
+            for rank, document in enumerate(state["documents"], 1)
+        ],
+        "failures": [vars(failure) for failure in state["failures"]],
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Options shared by the commands
+# --------------------------------------------------------------------------------------------
+
+IndexOption = Annotated[
+    Path, typer.Option("--index", "-i", help="Index directory written by `rag-fusion index`.")
+]
+StrategyOption = Annotated[
+    str,
+    typer.Option(
+        "--strategy",
+        "-s",
+        help=f"Query strategy: {', '.join(offline.STRATEGIES)}.",
+    ),
+]
+HybridOption = Annotated[
+    bool, typer.Option("--hybrid", help="Fuse BM25 keyword search with the vector store.")
+]
+ModelOption = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        "-m",
+        help="Chat model name (OpenAI-compatible); 'offline' for none. "
+        f"Default: ${models.CHAT_MODEL_ENV}, else offline unless ${models.API_KEY_ENV} is set.",
+    ),
+]
+BaseUrlOption = Annotated[
+    str | None,
+    typer.Option(
+        "--base-url", help=f"OpenAI-compatible endpoint. Default: ${models.BASE_URL_ENV}."
+    ),
+]
+EmbeddingOption = Annotated[
+    str | None,
+    typer.Option(
+        "--embedding",
+        "-e",
+        help="Embeddings: minilm, openai:<model>, sentence-transformers:<dir>, modelscope:<dir>. "
+        "Default: the index's own.",
+    ),
+]
+CountOption = Annotated[int, typer.Option("--queries", "-n", help="Queries to generate.")]
+KOption = Annotated[int, typer.Option("--k", "-k", help="Documents per retriever call.")]
+TopOption = Annotated[int, typer.Option("--top-n", help="Fused documents kept.")]
+
+
+# --------------------------------------------------------------------------------------------
+# Commands
+# --------------------------------------------------------------------------------------------
+
+
+@app.command()
+def index(
+    sources: Annotated[
+        list[str], typer.Argument(help="Files, folders, BEIR .jsonl corpora or http(s) URLs.")
+    ],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Index directory to write.")],
+    store: Annotated[str, typer.Option("--store", help="Vector store: faiss or chroma.")] = "faiss",
+    embedding: EmbeddingOption = None,
+    chunk_size: Annotated[int, typer.Option(help="Tokens per chunk.")] = ingest.DEFAULT_CHUNK_SIZE,
+    chunk_overlap: Annotated[
+        int, typer.Option(help="Tokens shared by neighbouring chunks.")
+    ] = ingest.DEFAULT_CHUNK_OVERLAP,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing index.")] = False,
+) -> None:
+    """Load, split and embed SOURCES into a vector store, with a BM25 index beside it."""
+    with reported_errors():
+        settings = build_index(
+            sources,
+            out,
+            store=store,
+            embedding=embedding,
+            chunk_size=chunk_size,
+            chunk_overlap=chunk_overlap,
+            force=force,
+        )
+        output.print(
+            f"Indexed {settings['documents']} documents as {settings['chunks']} chunks "
+            f"({settings['store']}, embeddings {settings['embedding']}) in {out}",
+            markup=False,
+            soft_wrap=True,
+        )
+
+
+def _chat_model(model: str | None, base_url: str | None) -> Any:
+    llm = models.chat_model(model, base_url=base_url, streaming=True)
+    if llm is None:
+        _print_line(
+            "note", "cyan", f"no chat model configured: answering offline {offline.OFFLINE_LABEL}"
+        )
+    return llm
+
+
+@app.command()
+def ask(
+    question: Annotated[str, typer.Argument(help="The question.")],
+    index_directory: IndexOption,
+    strategy: StrategyOption = chains.RAG_FUSION,
+    hybrid: HybridOption = False,
+    model: ModelOption = None,
+    base_url: BaseUrlOption = None,
+    embedding: EmbeddingOption = None,
+    n: CountOption = 4,
+    k: KOption = DEFAULT_K,
+    top_n: TopOption = chains.DEFAULT_TOP_N,
+) -> None:
+    """Answer QUESTION: show the queries, the fused sources with scores, then the answer."""
+    with reported_errors():
+        _choice("strategy", strategy, offline.STRATEGIES)
+        llm = _chat_model(model, base_url)
+        opened = open_index(index_directory, embedding)
+        chain = offline.chain_for(
+            strategy,
+            opened.retrievers(hybrid, k),
+            llm,
+            feedback=opened.bm25,
+            n=n,
+            top_n=top_n,
+            return_sources=True,
+        )
+        render_answer(chain, question)
+
+
+@app.command()
+def retrieve(
+    question: Annotated[str, typer.Argument(help="The question.")],
+    index_directory: IndexOption,
+    strategy: StrategyOption = chains.RAG_FUSION,
+    hybrid: HybridOption = False,
+    model: ModelOption = None,
+    base_url: BaseUrlOption = None,
+    embedding: EmbeddingOption = None,
+    n: CountOption = 4,
+    k: KOption = DEFAULT_K,
+    top_n: TopOption = chains.DEFAULT_TOP_N,
+    json_output: Annotated[bool, typer.Option("--json", help="Print plain JSON.")] = False,
+) -> None:
+    """Retrieve for QUESTION without answering: the queries and the fused documents."""
+    with reported_errors():
+        _choice("strategy", strategy, offline.STRATEGIES)
+        llm = models.chat_model(model, base_url=base_url)
+        opened = open_index(index_directory, embedding)
+        chain = offline.retrieval_chain(
+            strategy, opened.retrievers(hybrid, k), llm, feedback=opened.bm25, n=n, top_n=top_n
+        )
+        state = chain.invoke({"question": question})
+        if json_output:
+            record = retrieval_record(state, strategy)
+            sys.stdout.write(json.dumps(record, ensure_ascii=False, indent=2, default=str) + "\n")
+            return
+        _print_queries(state["queries"])
+        output.print(sources_table(state["documents"]))
+
+
+def demo_directory() -> Path:
+    """Where ``demo`` keeps its index: ``$XDG_CACHE_HOME`` (else ``~/.cache``)/rag-fusion-chain."""
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache) / "rag-fusion-chain" / f"demo-{__version__}"
+
+
+@app.command()
+def demo(
+    index_directory: Annotated[
+        Path | None,
+        typer.Option("--index", "-i", help="Where to keep the demo index. Default: a cache dir."),
+    ] = None,
+    question: Annotated[str, typer.Option(help="The question to answer.")] = SAMPLE_QUESTION,
+    strategy: StrategyOption = chains.RAG_FUSION,
+    rebuild: Annotated[bool, typer.Option("--rebuild", help="Index the sample again.")] = False,
+) -> None:
+    """Index the bundled SciFact sample (once) and answer a question offline, hybrid search."""
+    with reported_errors():
+        _choice("strategy", strategy, offline.STRATEGIES)
+        directory = index_directory or demo_directory()
+        if rebuild or not (directory / INDEX_FILE).is_file():
+            output.print(f"Indexing the SciFact sample into {directory}", markup=False)
+            build_index(
+                [str(sample_corpus_path())],
+                directory,
+                store="faiss",
+                embedding=models.DEFAULT_EMBEDDING,
+                chunk_size=ingest.DEFAULT_CHUNK_SIZE,
+                chunk_overlap=ingest.DEFAULT_CHUNK_OVERLAP,
+                force=True,
+            )
+        opened = open_index(directory)
+        output.print(Text("Question: ", style="bold") + Text(question), soft_wrap=True)
+        chain = offline.offline_chain(
+            strategy,
+            opened.retrievers(hybrid=True, k=DEFAULT_K),
+            feedback=opened.bm25,
+            return_sources=True,
+        )
+        render_answer(chain, question)
+
+
+class Question(BaseModel):
+    """The input of the served chains."""
+
+    question: str
+
+
+@app.command()
+def serve(
+    index_directory: IndexOption,
+    strategy: StrategyOption = chains.RAG_FUSION,
+    hybrid: HybridOption = False,
+    model: ModelOption = None,
+    base_url: BaseUrlOption = None,
+    embedding: EmbeddingOption = None,
+    port: Annotated[int, typer.Option("--port", "-p", help="Port on 127.0.0.1.")] = 8000,
+    k: KOption = DEFAULT_K,
+    top_n: TopOption = chains.DEFAULT_TOP_N,
+) -> None:
+    """Serve the strategy's chain with LangServe on 127.0.0.1 (routes under /STRATEGY)."""
+    with reported_errors():
+        _choice("strategy", strategy, offline.STRATEGIES)
+        try:
+            import uvicorn
+            from fastapi import FastAPI
+            from langserve import add_routes
+        except ImportError as error:
+            raise ImportError(
+                f'serving needs {error.name}: pip install "rag-fusion-chain[serve]"'
+            ) from error
+        llm = _chat_model(model, base_url)
+        opened = open_index(index_directory, embedding)
+        retrievers = opened.retrievers(hybrid, k)
+        server = FastAPI(title="rag-fusion-chain", version=__version__)
+        for path, return_sources in ((strategy, False), (f"{strategy}/sources", True)):
+            chain = offline.chain_for(
+                strategy,
+                retrievers,
+                llm,
+                feedback=opened.bm25,
+                top_n=top_n,
+                return_sources=return_sources,
+            )
+            add_routes(server, chain, path=f"/{path}", input_type=Question)
+        output.print(
+            f"Serving {strategy} on http://127.0.0.1:{port}/{strategy} "
+            f"(playground: /{strategy}/playground/)",
+            markup=False,
+            soft_wrap=True,
+        )
+        uvicorn.run(server, host="127.0.0.1", port=port, log_level="warning")
+
+
+@app.callback()
+def settings() -> None:
+    """Query transformation and result fusion for retrieval-augmented generation."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # model loading stays quiet
+
+
+def main() -> None:
+    """The console-script entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    main()
