@@ -151,3 +151,21 @@ def minilm() -> Any:
     from rag_fusion_chain import models
 
     return models.minilm_embeddings()
+
+
+# ============================================================================================
+# LangSmith recorder (a server: tests/langsmith_recorder.py)
+# ============================================================================================
+
+from tests.langsmith_recorder import MULTIPART, LangSmithRecorder  # noqa: E402
+
+
+@pytest.fixture
+def langsmith_recorder(request: pytest.FixtureRequest) -> Iterator[LangSmithRecorder]:
+    """A LangSmith API stand-in on 127.0.0.1 recording traced runs; always stopped.
+
+    Parametrize it indirectly with an ingest mode (``"multipart"``, ``"batch"``,
+    ``"compressed"``) to choose how the SDK sends runs; multipart by default.
+    """
+    with LangSmithRecorder(ingest=getattr(request, "param", MULTIPART)) as recorder:
+        yield recorder

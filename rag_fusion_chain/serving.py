@@ -1,0 +1,271 @@
+"""The kit's strategies over the sample corpus, ready to serve: what the LangChain templates export.
+
+Each template under ``templates/`` exports ``chain = build_chain("<strategy>")``: a chain typed
+with :class:`Question` (``{"question": str}`` in, the answer ``str`` out, streamed) that answers
+from the SciFact sample shipped in :mod:`rag_fusion_chain.data`, searching it with BM25 and a
+vector store at once. Importing is cheap: on first use the corpus is indexed into a cache
+directory (reused by later processes) and the chat model is resolved.
+
+Settings, read from the environment on first use:
+
+* ``RAG_FUSION_VECTOR_STORE``: ``faiss`` (default) or ``chroma`` (embedded, persisted in the cache);
+* ``RAG_FUSION_CACHE_DIR``: where indexes live (default ``~/.cache/rag-fusion-chain/indexes``);
+* ``RAG_FUSION_EMBEDDING`` (default MiniLM, offline), ``OPENAI_API_KEY``, ``OPENAI_BASE_URL`` and
+  ``RAG_FUSION_CHAT_MODEL``: see :mod:`rag_fusion_chain.models`. With no chat model configured the
+  chain is :mod:`rag_fusion_chain.offline`'s (feedback queries, extractive answer).
+
+>>> from rag_fusion_chain.serving import build_chain
+>>> chain = build_chain("rag-fusion")  # nothing indexed yet
+>>> # chain.invoke({"question": "Is birth weight associated with breast cancer?"})
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableSerializable
+from pydantic import BaseModel, Field, PrivateAttr
+
+from rag_fusion_chain import data, ingest, models, offline
+from rag_fusion_chain.queries import QuestionInput
+
+if TYPE_CHECKING:
+    from langchain_core.embeddings import Embeddings
+    from langchain_core.retrievers import BaseRetriever
+    from langchain_core.vectorstores import VectorStore
+
+VECTOR_STORE_ENV = "RAG_FUSION_VECTOR_STORE"
+CACHE_DIR_ENV = "RAG_FUSION_CACHE_DIR"
+FAISS = "faiss"
+CHROMA = "chroma"
+VECTOR_STORES = (FAISS, CHROMA)
+DEFAULT_CACHE_DIR = Path.home() / ".cache" / "rag-fusion-chain" / "indexes"
+"""Outside any repository, like the evaluation's embedding cache."""
+SAMPLE_COLLECTION = "scifact_sample"
+CHROMA_COMPLETE_FILE = "complete.json"
+"""Written after every document is in the Chroma collection; without it the build is redone."""
+
+
+class Question(BaseModel):
+    """The input of a served chain."""
+
+    question: str = Field(description="The question to answer from the indexed documents")
+
+
+# --------------------------------------------------------------------------------------------
+# Settings
+# --------------------------------------------------------------------------------------------
+
+
+def vector_store_kind() -> str:
+    """``RAG_FUSION_VECTOR_STORE`` (``faiss`` or ``chroma``), ``faiss`` when unset.
+
+    >>> vector_store_kind()  # with nothing set
+    'faiss'
+    """
+    kind = (os.environ.get(VECTOR_STORE_ENV) or FAISS).strip().lower()
+    if kind not in VECTOR_STORES:
+        raise ValueError(
+            f"{VECTOR_STORE_ENV} must be one of {', '.join(VECTOR_STORES)}; got {kind!r}"
+        )
+    return kind
+
+
+def cache_directory() -> Path:
+    """``RAG_FUSION_CACHE_DIR``, else :data:`DEFAULT_CACHE_DIR`."""
+    configured = os.environ.get(CACHE_DIR_ENV)
+    return Path(configured).expanduser() if configured else DEFAULT_CACHE_DIR
+
+
+def embedding_name() -> str:
+    """The embeddings :func:`models.embeddings` resolves to with no argument."""
+    return os.environ.get(models.EMBEDDING_ENV) or models.DEFAULT_EMBEDDING
+
+
+# --------------------------------------------------------------------------------------------
+# Indexes
+# --------------------------------------------------------------------------------------------
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def index_directory(kind: str, corpus: Path, embeddings: Embeddings, cache_dir: Path) -> Path:
+    """``<cache_dir>/<kind>-<digest>``, the digest naming the corpus content and the embeddings.
+
+    A changed corpus or other embeddings get a new directory, never a stale index.
+    """
+    identity = {
+        "corpus_sha256": _file_sha256(corpus),
+        "embedding": models.embedding_identity(embeddings),
+    }
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+    return cache_dir / f"{kind}-{digest[:16]}"
+
+
+def faiss_index(documents: list[Any], embeddings: Embeddings, directory: Path) -> VectorStore:
+    """Load the FAISS index in ``directory``, or build and save it there first.
+
+    The index is built in a staging directory and renamed into place, so a concurrent or
+    interrupted build never leaves a half-written index; when another process wins the race,
+    its index is loaded.
+    """
+    from rag_fusion_chain.retrievers.stores import MANIFEST_FILE, build_faiss, load_faiss
+
+    if (directory / MANIFEST_FILE).is_file():
+        return load_faiss(directory, embeddings)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}-", dir=directory.parent))
+    store = build_faiss(documents, embeddings, staging)
+    try:
+        staging.rename(directory)
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+        return load_faiss(directory, embeddings)
+    return store
+
+
+def chroma_index(documents: list[Any], embeddings: Embeddings, directory: Path) -> VectorStore:
+    """Open the Chroma collection persisted in ``directory``, or build it there first.
+
+    Documents are added under their ids, so a build that was interrupted is simply redone.
+    """
+    from rag_fusion_chain.retrievers.stores import build_chroma, load_chroma
+
+    complete = directory / CHROMA_COMPLETE_FILE
+    if complete.is_file():
+        return load_chroma(
+            embeddings, collection_name=SAMPLE_COLLECTION, persist_directory=directory
+        )
+    store = build_chroma(
+        documents, embeddings, collection_name=SAMPLE_COLLECTION, persist_directory=directory
+    )
+    complete.write_text(json.dumps({"documents": len(documents)}), "utf-8")
+    return store
+
+
+_INDEX_BUILDERS = {FAISS: faiss_index, CHROMA: chroma_index}
+
+
+@functools.lru_cache(maxsize=4)
+def sample_retrievers(
+    kind: str, cache_dir: Path, embedding: str
+) -> tuple[BaseRetriever, BaseRetriever]:
+    """BM25 and vector retrievers over the sample corpus (one pair per process and settings).
+
+    The vector index of ``kind`` is loaded from ``cache_dir``, or built there on first use with
+    the embeddings named ``embedding``; BM25 is rebuilt in memory (it takes a moment).
+    """
+    from rag_fusion_chain.retrievers import BM25Retriever, VectorRetriever
+
+    corpus = data.sample_corpus_path()
+    documents = ingest.load([corpus])
+    embeddings = models.embeddings(embedding)
+    directory = index_directory(kind, corpus, embeddings, cache_dir)
+    store = _INDEX_BUILDERS[kind](documents, embeddings, directory)
+    return BM25Retriever.from_documents(documents), VectorRetriever(vectorstore=store)
+
+
+def served_chain(strategy: str) -> Runnable[QuestionInput, str]:
+    """The strategy's chain over the sample corpus with the configured models, built now."""
+    retrievers = sample_retrievers(vector_store_kind(), cache_directory(), embedding_name())
+    return offline.chain_for(strategy, list(retrievers), models.chat_model())
+
+
+# --------------------------------------------------------------------------------------------
+# The exported chain
+# --------------------------------------------------------------------------------------------
+
+
+class DeferredChain(RunnableSerializable[QuestionInput, str]):
+    """Builds :func:`served_chain` on first use, then hands every call to it.
+
+    Calls pass the caller's config through unchanged, so this wrapper adds no run of its own: a
+    trace starts with the strategy's run (``rag-fusion``, ``hyde``, ...).
+    """
+
+    strategy: str
+    _chain: Runnable[QuestionInput, str] | None = PrivateAttr(default=None)
+    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+
+    def model_post_init(self, context: Any) -> None:
+        if self.strategy not in offline.STRATEGIES:
+            raise ValueError(
+                f"strategy must be one of {', '.join(offline.STRATEGIES)}; got {self.strategy!r}"
+            )
+
+    def chain(self) -> Runnable[QuestionInput, str]:
+        """The built chain (indexing the corpus the first time)."""
+        with self._lock:
+            if self._chain is None:
+                self._chain = served_chain(self.strategy)
+            return self._chain
+
+    async def _achain(self) -> Runnable[QuestionInput, str]:
+        """:meth:`chain` off the event loop: the first build embeds the whole corpus."""
+        return await asyncio.to_thread(self.chain)
+
+    def invoke(
+        self, input: QuestionInput, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> str:
+        return self.chain().invoke(input, config, **kwargs)
+
+    async def ainvoke(
+        self, input: QuestionInput, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> str:
+        return await (await self._achain()).ainvoke(input, config, **kwargs)
+
+    def stream(
+        self, input: QuestionInput, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> Iterator[str]:
+        yield from self.chain().stream(input, config, **kwargs)
+
+    async def astream(
+        self, input: QuestionInput, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> AsyncIterator[str]:
+        async for chunk in (await self._achain()).astream(input, config, **kwargs):
+            yield chunk
+
+
+def build_chain(strategy: str) -> Runnable[Question, str]:
+    """The served chain of ``strategy``, typed ``Question -> str``; indexes on first use.
+
+    >>> build_chain("hyde").get_input_jsonschema()["required"]
+    ['question']
+    """
+    deferred = DeferredChain(strategy=strategy, name=strategy)
+    return deferred.with_types(input_type=Question, output_type=str)
+
+
+__all__ = [
+    "CACHE_DIR_ENV",
+    "DEFAULT_CACHE_DIR",
+    "VECTOR_STORES",
+    "VECTOR_STORE_ENV",
+    "DeferredChain",
+    "Question",
+    "build_chain",
+    "cache_directory",
+    "chroma_index",
+    "embedding_name",
+    "faiss_index",
+    "index_directory",
+    "sample_retrievers",
+    "served_chain",
+    "vector_store_kind",
+]

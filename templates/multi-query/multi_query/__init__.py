@@ -1,0 +1,5 @@
+"""LangChain template: multi-query retrieval with rag-fusion-chain."""
+
+from multi_query.chain import chain
+
+__all__ = ["chain"]

@@ -1,0 +1,5 @@
+"""LangChain template: RAG-Fusion with rag-fusion-chain."""
+
+from rag_fusion.chain import chain
+
+__all__ = ["chain"]

@@ -1,0 +1,5 @@
+"""LangChain template: step-back prompting with rag-fusion-chain."""
+
+from step_back.chain import chain
+
+__all__ = ["chain"]
