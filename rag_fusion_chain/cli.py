@@ -449,13 +449,17 @@ def index(
         )
 
 
-def _chat_model(model: str | None, base_url: str | None) -> Any:
+def _models_and_index(
+    model: str | None, base_url: str | None, directory: Path, embedding: str | None
+) -> tuple[Any, OpenedIndex]:
+    """The chat model (None: offline, said in a note) and the opened index; fails fast."""
     llm = models.chat_model(model, base_url=base_url, streaming=True)
+    opened = open_index(directory, embedding)
     if llm is None:
         _print_line(
-            "note", "cyan", f"no chat model configured: answering offline {offline.OFFLINE_LABEL}"
+            "note", "cyan", f"no chat model configured: answers are {offline.OFFLINE_LABEL}"
         )
-    return llm
+    return llm, opened
 
 
 @app.command()
@@ -474,8 +478,7 @@ def ask(
     """Answer QUESTION: show the queries, the fused sources with scores, then the answer."""
     with reported_errors():
         _choice("strategy", strategy, offline.STRATEGIES)
-        llm = _chat_model(model, base_url)
-        opened = open_index(index_directory, embedding)
+        llm, opened = _models_and_index(model, base_url, index_directory, embedding)
         chain = offline.chain_for(
             strategy,
             opened.retrievers(hybrid, k),
@@ -590,8 +593,7 @@ def serve(
             raise ImportError(
                 f'serving needs {error.name}: pip install "rag-fusion-chain[serve]"'
             ) from error
-        llm = _chat_model(model, base_url)
-        opened = open_index(index_directory, embedding)
+        llm, opened = _models_and_index(model, base_url, index_directory, embedding)
         retrievers = opened.retrievers(hybrid, k)
         server = FastAPI(title="rag-fusion-chain", version=__version__)
         for path, return_sources in ((strategy, False), (f"{strategy}/sources", True)):

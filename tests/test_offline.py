@@ -1,0 +1,332 @@
+"""Offline pieces: pseudo-relevance-feedback queries, feedback passage, extractive answer, chains."""
+
+from __future__ import annotations
+
+import math
+import re
+import warnings
+from typing import Any
+from uuid import UUID
+
+import pytest
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.documents import Document
+from langchain_core.language_models import FakeListChatModel
+from langchain_core.retrievers import BaseRetriever
+
+from rag_fusion_chain import chains, offline
+from rag_fusion_chain.offline import (
+    OFFLINE_LABEL,
+    ExtractiveAnswer,
+    FeedbackPassage,
+    PseudoRelevanceFeedback,
+)
+from rag_fusion_chain.retrievers.bm25 import BM25Retriever, tokenize
+from rag_fusion_chain.retrievers.hybrid import hybrid_retriever
+
+CORPUS = [
+    Document(
+        "Heat pumps move heat with a compressor and a refrigerant. The refrigerant evaporates "
+        "outside and condenses inside the house.",
+        id="heat-1",
+    ),
+    Document(
+        "A heat pump compressor raises the refrigerant pressure. Heat pumps are efficient in "
+        "mild winters.",
+        id="heat-2",
+    ),
+    Document(
+        "Ground source heat pumps use boreholes; the refrigerant loop is buried.", id="heat-3"
+    ),
+    Document("Solar panels turn sunlight into electricity with photovoltaic silicon.", id="solar"),
+    Document("Wind turbines turn wind into electricity; offshore farms are large.", id="wind"),
+    Document("Hydropower dams store water and release it through turbines.", id="hydro"),
+]
+QUESTION = "How do heat pumps work?"
+
+
+@pytest.fixture(scope="module")
+def bm25() -> BM25Retriever:
+    return BM25Retriever.from_documents(CORPUS, k=3)
+
+
+class RunNames(BaseCallbackHandler):
+    """Records the name of every chain run, and the root run's name."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.root: str | None = None
+
+    def on_chain_start(
+        self,
+        serialized: dict[str, Any] | None,
+        inputs: Any,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        **kwargs: Any,
+    ) -> None:
+        name = kwargs.get("name")
+        self.names.append(name)
+        if parent_run_id is None:
+            self.root = name
+
+
+# --------------------------------------------------------------------------------------------
+# Pure functions
+# --------------------------------------------------------------------------------------------
+
+
+def test_inverse_document_frequency_matches_the_bm25_formula() -> None:
+    assert offline.inverse_document_frequency(3, 10) == pytest.approx(
+        math.log(1 + (10 - 3 + 0.5) / (3 + 0.5))
+    )
+    assert offline.inverse_document_frequency(1, 10) > offline.inverse_document_frequency(9, 10)
+
+
+def test_expansion_terms_weigh_by_feedback_share_frequency_and_idf() -> None:
+    feedback = [(["alpha", "beta", "beta", "gamma"], 3.0), (["beta", "delta"], 1.0)]
+    frequencies = {"alpha": 1, "beta": 1, "gamma": 5, "delta": 1}
+    # weights before idf: alpha .75*1/4, beta .75*2/4 + .25*1/2, gamma .75*1/4, delta .25*1/2
+    terms = offline.expansion_terms(set(), feedback, frequencies.__getitem__, 10, 4)
+    assert terms == ["beta", "alpha", "delta", "gamma"]
+    assert offline.expansion_terms({"beta"}, feedback, frequencies.__getitem__, 10, 1) == ["alpha"]
+
+
+def test_expansion_terms_skip_numbers_and_short_terms_and_break_ties_by_term() -> None:
+    feedback = [(["95", "ci", "zeta", "eta1"], 1.0)]
+    terms = offline.expansion_terms(set(), feedback, lambda term: 1, 10, 5)
+    assert terms == ["eta1", "zeta"]
+
+
+def test_surface_forms_map_stems_to_their_most_frequent_word() -> None:
+    forms = offline.surface_forms(
+        ["Pumps pumping pumps; the refrigerants", "Refrigerant"], tokenize
+    )
+    assert forms["pump"] == "pumps"
+    assert forms["refriger"] == "refrigerants"  # tie: first seen
+
+
+def test_expanded_queries_append_consecutive_groups() -> None:
+    assert offline.expanded_queries("q", ["a", "b", "c"], n=5, terms_per_query=2) == [
+        "q a b",
+        "q c",
+    ]
+    assert offline.expanded_queries("q", [], n=3, terms_per_query=2) == []
+
+
+def test_split_sentences_handles_lines_western_and_cjk_ends() -> None:
+    assert offline.split_sentences("Title\nOne. Two! 三。四？") == [
+        "Title",
+        "One.",
+        "Two!",
+        "三。",
+        "四？",
+    ]
+
+
+def test_best_sentences_rank_by_overlap_then_passage_order_with_a_per_passage_cap() -> None:
+    passages = ["Pumps move heat. Heat pumps use a compressor.", "Heat pumps heat houses."]
+    terms = set(tokenize("heat pump compressor"))
+    chosen = offline.best_sentences(terms, passages, tokenize, count=3)
+    assert chosen == [(0, "Heat pumps use a compressor."), (1, "Heat pumps heat houses.")]
+    two_per_passage = offline.best_sentences(terms, passages, tokenize, count=3, per_passage=2)
+    assert two_per_passage[:2] == [(0, "Heat pumps use a compressor."), (0, "Pumps move heat.")]
+    assert offline.best_sentences({"absent"}, passages, tokenize, count=3) == []
+
+
+# --------------------------------------------------------------------------------------------
+# Pseudo-relevance feedback
+# --------------------------------------------------------------------------------------------
+
+
+def test_document_frequency_comes_from_the_bm25_index(bm25: BM25Retriever) -> None:
+    frequency = offline.bm25_document_frequency(bm25)
+    for term in ("refriger", "turbin", "heat", "electr"):
+        expected = sum(term in tokenize(document.page_content) for document in CORPUS)
+        assert frequency(term) == expected
+    assert frequency("absent-term") == 0
+
+
+def test_feedback_queries_expand_with_terms_of_the_top_bm25_hits(bm25: BM25Retriever) -> None:
+    generated = PseudoRelevanceFeedback(retriever=bm25, n=2, terms_per_query=2).invoke(QUESTION)
+    assert len(generated) == 2
+    feedback_words = set(re.findall(r"\w+", " ".join(d.page_content.lower() for d in CORPUS[:3])))
+    other_words = set(re.findall(r"\w+", " ".join(d.page_content.lower() for d in CORPUS[3:])))
+    for query in generated:
+        assert query.startswith(QUESTION + " ")
+        added = query.removeprefix(QUESTION + " ").split()
+        assert len(added) == 2
+        assert set(added) <= feedback_words
+        assert not set(added) & set(tokenize(QUESTION))
+    all_added = {word for query in generated for word in query.split()[len(QUESTION.split()) :]}
+    assert "refrigerant" in all_added  # in all three feedback documents
+    assert not all_added & (other_words - feedback_words)
+
+
+def test_feedback_queries_are_deterministic_and_accept_both_input_forms(
+    bm25: BM25Retriever,
+) -> None:
+    first = PseudoRelevanceFeedback(retriever=bm25, n=3).invoke(QUESTION)
+    second = PseudoRelevanceFeedback(retriever=bm25, n=3).invoke({"question": QUESTION})
+    assert first == second
+    rebuilt = BM25Retriever.from_documents(list(reversed(CORPUS)), k=3)
+    assert PseudoRelevanceFeedback(retriever=rebuilt, n=3).invoke(QUESTION) == first
+
+
+def test_include_original_puts_the_question_first(bm25: BM25Retriever) -> None:
+    generated = PseudoRelevanceFeedback(retriever=bm25, n=2, include_original=True).invoke(QUESTION)
+    assert generated[0] == QUESTION
+    assert len(generated) == 3
+
+
+def test_no_feedback_gives_the_question_alone_with_a_warning(bm25: BM25Retriever) -> None:
+    with pytest.warns(UserWarning, match="no expansion terms"):
+        assert PseudoRelevanceFeedback(retriever=bm25).invoke("quantum chromodynamics") == [
+            "quantum chromodynamics"
+        ]
+
+
+def test_generator_run_name_and_validation(bm25: BM25Retriever) -> None:
+    names = RunNames()
+    PseudoRelevanceFeedback(retriever=bm25).invoke(QUESTION, {"callbacks": [names]})
+    assert names.root == "generate_queries"
+    with pytest.raises(ValueError, match="n must be"):
+        PseudoRelevanceFeedback(retriever=bm25, n=0)
+    with pytest.raises(ValueError, match="question must not be empty"):
+        PseudoRelevanceFeedback(retriever=bm25).invoke("  ")
+
+
+def test_feedback_passage_quotes_feedback_sentences(bm25: BM25Retriever) -> None:
+    passage = FeedbackPassage(retriever=bm25, sentences=2).invoke(QUESTION)
+    assert passage
+    for sentence in offline.split_sentences(passage):
+        assert any(sentence in document.page_content for document in CORPUS[:3])
+    with pytest.warns(UserWarning, match="question itself"):
+        assert FeedbackPassage(retriever=bm25).invoke("quantum chromodynamics") == (
+            "quantum chromodynamics"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Extractive answer
+# --------------------------------------------------------------------------------------------
+
+
+def test_extractive_answer_cites_the_passages_it_quotes() -> None:
+    documents = [CORPUS[3], CORPUS[0], CORPUS[1]]
+    answer = ExtractiveAnswer(sentences=3).invoke({"question": QUESTION, "documents": documents})
+    first, *quoted = answer.split("\n")
+    assert first.startswith(OFFLINE_LABEL)
+    assert quoted
+    for line in quoted:
+        match = re.fullmatch(r"- (.+) \[(\d+)\]", line)
+        assert match is not None, line
+        sentence, number = match.group(1), int(match.group(2))
+        assert 1 <= number <= len(documents)
+        assert sentence in documents[number - 1].page_content
+        assert set(tokenize(sentence)) & set(tokenize(QUESTION))
+    assert "[1]" not in answer  # the solar passage shares no term with the question
+
+
+def test_extractive_answer_numbers_step_back_documents_after_the_question_documents() -> None:
+    state = {
+        "question": "refrigerant",
+        "documents": [CORPUS[3]],
+        "step_back_documents": [CORPUS[2]],
+    }
+    assert ExtractiveAnswer().invoke(state).endswith("[2]")
+
+
+def test_extractive_answer_says_when_there_is_nothing_to_quote() -> None:
+    empty = ExtractiveAnswer().invoke({"question": QUESTION, "documents": []})
+    assert empty.startswith(OFFLINE_LABEL) and "No passages" in empty
+    unrelated = ExtractiveAnswer().invoke({"question": QUESTION, "documents": [CORPUS[4]]})
+    assert unrelated.startswith(OFFLINE_LABEL) and "shares a term" in unrelated
+
+
+def test_extractive_answer_streams_line_by_line_under_the_answer_run_name() -> None:
+    state = {"question": QUESTION, "documents": CORPUS[:3]}
+    names = RunNames()
+    chunks = list(ExtractiveAnswer().stream(state, {"callbacks": [names]}))
+    assert len(chunks) == 4  # label and three quoted sentences
+    assert "".join(chunks) == ExtractiveAnswer().invoke(state)
+    assert names.root == "answer"
+    with pytest.raises(TypeError, match="'question' and 'documents'"):
+        ExtractiveAnswer().invoke({"question": QUESTION})
+
+
+# --------------------------------------------------------------------------------------------
+# Chains
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("strategy", offline.STRATEGIES)
+def test_offline_chain_runs_every_strategy(bm25: BM25Retriever, strategy: str) -> None:
+    names = RunNames()
+    chain = offline.offline_chain(strategy, [bm25], top_n=3, return_sources=True)
+    result = chain.invoke({"question": QUESTION}, {"callbacks": [names]})
+    assert set(result) == {"answer", "queries", "documents", "failures"}
+    assert result["answer"].startswith(OFFLINE_LABEL)
+    assert 1 <= len(result["documents"]) <= 3
+    assert {document.id for document in result["documents"]} <= {"heat-1", "heat-2", "heat-3"}
+    assert all("fusion_score" in document.metadata for document in result["documents"])
+    assert result["failures"] == []
+    if strategy == chains.HYDE:
+        assert len(result["queries"]) == 1 and result["queries"][0] != QUESTION
+    else:
+        assert result["queries"][0] == QUESTION
+    assert names.root == strategy
+    assert {"generate_queries", "retrieve", "fuse", "answer"} <= set(names.names)
+
+
+def test_offline_chain_streams_the_answer_as_the_plain_chain_output(bm25: BM25Retriever) -> None:
+    chain = offline.offline_chain(chains.RAG_FUSION, [bm25])
+    chunks = list(chain.stream(QUESTION))
+    assert len(chunks) > 1
+    assert "".join(chunks) == chain.invoke(QUESTION)
+
+
+def test_feedback_retriever_is_found_inside_a_hybrid_retriever(bm25: BM25Retriever) -> None:
+    class Nothing(BaseRetriever):
+        def _get_relevant_documents(self, query: str, *, run_manager: Any) -> list[Document]:
+            return []
+
+    hybrid = hybrid_retriever(bm25, Nothing())
+    assert offline.feedback_retriever([hybrid]) is bm25
+    with pytest.raises(ValueError, match="BM25Retriever"):
+        offline.feedback_retriever([Nothing()])
+    with pytest.raises(ValueError, match="strategy must be one of"):
+        offline.offline_chain("telepathy", [bm25])
+
+
+def test_query_step_with_a_model_uses_the_model(bm25: BM25Retriever) -> None:
+    step_back = offline.query_step(
+        chains.STEP_BACK, FakeListChatModel(responses=["How do heating systems work?"])
+    )
+    assert step_back.invoke(QUESTION) == [QUESTION, "How do heating systems work?"]
+    fusion = offline.query_step(
+        chains.RAG_FUSION, FakeListChatModel(responses=["compressor\nrefrigerant"]), n=2
+    )
+    assert fusion.invoke(QUESTION) == ["compressor", "refrigerant"]
+
+
+def test_chain_for_picks_the_model_chain_or_the_offline_chain(bm25: BM25Retriever) -> None:
+    llm = FakeListChatModel(responses=["refrigerant cycle", "A model answer [1]"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with_model = offline.chain_for(chains.RAG_FUSION, [bm25], llm, n=1, return_sources=True)
+        result = with_model.invoke(QUESTION)
+    assert result["answer"] == "A model answer [1]"
+    assert result["queries"] == ["refrigerant cycle"]
+    without = offline.chain_for(chains.RAG_FUSION, [bm25], None, feedback=bm25)
+    assert without.invoke(QUESTION).startswith(OFFLINE_LABEL)
+
+
+def test_retrieval_chain_keeps_the_ranked_lists(bm25: BM25Retriever) -> None:
+    state = offline.retrieval_chain(chains.MULTI_QUERY, [bm25], n=2, top_n=4).invoke(QUESTION)
+    assert len(state["retrieved"]) == len(state["queries"]) == 3
+    assert [ranked.query for ranked in state["retrieved"]] == state["queries"]
+    assert len(state["documents"]) <= 4
+    # multi-query fuses by unique union: the score counts the lists holding the document
+    assert all(document.metadata["fusion_score"] >= 1 for document in state["documents"])
