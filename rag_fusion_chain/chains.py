@@ -29,8 +29,6 @@ retrievers, and the ``bm25`` extra).
 >>> #     print(token, end="")
 """
 
-from __future__ import annotations
-
 import html
 import re
 from collections.abc import Iterable, Mapping, Sequence

@@ -321,6 +321,16 @@ async def test_n_is_configurable_per_call_in_async_and_for_decomposition() -> No
     assert result["queries"] == ["alpha"]
 
 
+@pytest.mark.parametrize("name", BUILDERS)
+@pytest.mark.parametrize("return_sources", [False, True])
+def test_schemas_and_configurable_fields_are_published(name: str, return_sources: bool) -> None:
+    chain = build(name, return_sources=return_sources)
+    expected = {"k", "top_n"} if strategy_of(name) in ("step-back", "hyde") else {"k", "n", "top_n"}
+    assert {spec.id for spec in chain.config_specs} == expected
+    assert chain.input_schema.model_json_schema()
+    assert chain.output_schema.model_json_schema()
+
+
 def test_top_n_and_k_are_configurable_per_call() -> None:
     retriever = TopicRetriever(count=3)
     chain = chains.rag_fusion_chain(retriever, ScriptedLLM().runnable, return_sources=True)

@@ -361,6 +361,14 @@ async def test_every_call_style_gives_the_same_lists() -> None:
     assert [contents(chunk) async for chunk in fan_out.astream(["x", "y"])] == [expected]
 
 
+def test_schemas_are_published_for_serving() -> None:
+    fan_out = MultiRetriever([TagRetriever(tag="a")])
+    assert fan_out.input_schema.model_json_schema()["anyOf"][0] == {"type": "string"}
+    assert fan_out.output_schema.model_json_schema()["type"] == "array"
+    retriever = FusionRetriever(retrievers=fan_out)
+    assert retriever.input_schema.model_json_schema()["type"] == "string"
+
+
 def test_the_run_is_named_retrieve_with_one_child_run_per_retriever_call() -> None:
     collector = RunCollector()
     MultiRetriever([TagRetriever(tag="a"), TagRetriever(tag="b")]).invoke(

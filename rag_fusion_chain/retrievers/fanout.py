@@ -221,7 +221,7 @@ def _checked_documents(result: Any) -> Outcome:
 # --------------------------------------------------------------------------------------------
 
 
-class MultiRetriever(RunnableSerializable[QueriesInput, RetrievalResults]):
+class MultiRetriever(RunnableSerializable[QueriesInput, list[list[Document]]]):
     """Map queries over several retrievers concurrently; output ranked lists ready for fusion.
 
     Each retriever gets the whole query list in one ``batch`` call (so a retriever that embeds all
