@@ -32,6 +32,7 @@ retrievers, and the ``bm25`` extra).
 import html
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from itertools import chain as concatenate
 from typing import Any, Literal
 
@@ -216,7 +217,10 @@ def _check_llm(llm: Any) -> Runnable[Any, Any]:
 
 
 def _check_prompt(
-    name: str, prompt: BasePromptTemplate | None, default: BasePromptTemplate, available: set[str]
+    name: str,
+    prompt: BasePromptTemplate | None,
+    default: BasePromptTemplate,
+    available: AbstractSet[str],
 ) -> BasePromptTemplate:
     """The prompt to use; an override may only ask for the variables this chain provides."""
     chosen = default if prompt is None else prompt
@@ -228,6 +232,15 @@ def _check_prompt(
             f"{name} asks for {sorted(unknown)}; this chain provides {sorted(available)}"
         )
     return chosen
+
+
+def _query_prompt(
+    prompt: BasePromptTemplate | None,
+    default: BasePromptTemplate,
+    available: AbstractSet[str] = frozenset({"question", "n"}),
+) -> BasePromptTemplate:
+    """The query generation prompt; an override may ask for {question} (and {n} where counted)."""
+    return _check_prompt("query_prompt", prompt, default, available)
 
 
 def answer_step(prompt: BasePromptTemplate, llm: Runnable[Any, Any]) -> Runnable[Any, str]:
@@ -430,7 +443,10 @@ def multi_query_chain(
             prompt_overrides={"query_prompt": query_prompt, "prompt": prompt},
         )
     generator = queries.multi_query(
-        _check_llm(llm), n, include_original=include_original, prompt=query_prompt
+        _check_llm(llm),
+        n,
+        include_original=include_original,
+        prompt=_query_prompt(query_prompt, prompts.MULTI_QUERY_PROMPT),
     )
     return _query_fusion_chain(
         MULTI_QUERY,
@@ -477,7 +493,10 @@ def rag_fusion_chain(
             prompt_overrides={"query_prompt": query_prompt, "prompt": prompt},
         )
     generator = queries.rag_fusion(
-        _check_llm(llm), n, include_original=include_original, prompt=query_prompt
+        _check_llm(llm),
+        n,
+        include_original=include_original,
+        prompt=_query_prompt(query_prompt, prompts.RAG_FUSION_PROMPT),
     )
     return _query_fusion_chain(
         RAG_FUSION,
@@ -556,7 +575,9 @@ def decomposition_chain(
                 "synthesis_prompt": synthesis_prompt,
             },
         )
-    generator = queries.decomposition(_check_llm(llm), n, prompt=query_prompt)
+    generator = queries.decomposition(
+        _check_llm(llm), n, prompt=_query_prompt(query_prompt, prompts.DECOMPOSITION_PROMPT)
+    )
     retrieve = _fan_out(retrievers, k)
     chosen_fusion = _fusion(fusion, reciprocal_rank_fusion, top_n)
     retrieval = _retrieval_steps(
@@ -649,7 +670,9 @@ def step_back_chain(
             return_sources=return_sources,
             prompt_overrides={"query_prompt": query_prompt, "prompt": prompt},
         )
-    generator = queries.step_back(_check_llm(llm), prompt=query_prompt)
+    generator = queries.step_back(
+        _check_llm(llm), prompt=_query_prompt(query_prompt, prompts.STEP_BACK_PROMPT, {"question"})
+    )
     retrieve = _fan_out(retrievers, k)
     chosen_fusion = _fusion(fusion, reciprocal_rank_fusion, top_n)
     fuse = _fuse_step(chosen_fusion)
@@ -715,7 +738,9 @@ def hyde_chain(
             return_sources=return_sources,
             prompt_overrides={"query_prompt": query_prompt, "prompt": prompt},
         )
-    generator = queries.hyde(_check_llm(llm), prompt=query_prompt)
+    generator = queries.hyde(
+        _check_llm(llm), prompt=_query_prompt(query_prompt, prompts.HYDE_PROMPT, {"question"})
+    )
     retrieve = _fan_out(retrievers, k)
     chosen_fusion = _fusion(fusion, reciprocal_rank_fusion, top_n)
     state = RunnablePassthrough.assign(

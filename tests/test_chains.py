@@ -516,6 +516,11 @@ def test_bad_input_is_refused(question: Any, error: type[Exception], message: st
             r"prompt asks for \['tone'\]",
         ),
         (
+            {"query_prompt": ChatPromptTemplate.from_template("{question} in {language}")},
+            ValueError,
+            r"query_prompt asks for \['language'\]",
+        ),
+        (
             {"synthesis_prompt": ChatPromptTemplate.from_template("{summary}")},
             ValueError,
             "synthesis_prompt asks for",
