@@ -117,7 +117,7 @@ class StubOpenAI:
     def start(self) -> StubOpenAI:
         """Bind a free port on 127.0.0.1 and serve in a daemon thread."""
         handler = type("BoundHandler", (_Handler,), {"stub": self})
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server = _StubServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever,
@@ -233,10 +233,22 @@ class StubOpenAI:
             self._state.embedding_batch_sizes.append(size)
 
 
+class _StubServer(ThreadingHTTPServer):
+    """A threading server whose listen backlog takes a burst of concurrent clients.
+
+    The default backlog (5) drops connections beyond it: clients then stall for a second
+    (SYN retransmission) or see a reset, which load tests with tens of clients hit at once.
+    """
+
+    request_queue_size = 128
+
+
 class _Handler(BaseHTTPRequestHandler):
     """Routes POST requests to the stub; HTTP/1.1 with keep-alive and chunked SSE streams."""
 
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    """Headers and body go out in separate writes; with Nagle each reply waits ~40 ms for an ACK."""
     stub: StubOpenAI
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - base class name
