@@ -215,7 +215,14 @@ def _resolve_weights(
     flat: list[Sequence[Document]], retriever_index: list[int], weights: Sequence[float] | None
 ) -> list[float]:
     if weights is None:
-        return [float(getattr(ranked, "weight", 1.0)) for ranked in flat]
+        own = [float(getattr(ranked, "weight", 1.0)) for ranked in flat]
+        for position, weight in enumerate(own):
+            if not math.isfinite(weight) or weight < 0:  # a RankedList built by hand
+                raise ValueError(
+                    f"weights: ranked list {position} carries weight {weight!r}; "
+                    "RankedList weights must be finite and non-negative"
+                )
+        return own
     validate_weights(weights)
     if len(weights) == len(flat):
         return [float(weight) for weight in weights]
@@ -305,6 +312,20 @@ def _list_scores(ranked: Sequence[Document], score_key: str) -> list[float | Non
     return values
 
 
+_LARGE_SCORE = 1e100
+"""Beyond this magnitude, differences and squares of scores could overflow to inf."""
+
+
+def _scaled_down(scores: list[float]) -> list[float]:
+    """Scores divided by the largest magnitude when that is huge, else unchanged.
+
+    Min-max and mean ± 3σ normalisation are scale-invariant, so the normalised scores are the
+    same; only the arithmetic stays finite (``1e308 - -1e308`` is inf, and inf / inf is NaN).
+    """
+    largest = max(map(abs, scores), default=0.0)
+    return [score / largest for score in scores] if largest > _LARGE_SCORE else scores
+
+
 def _min_max_bounds(scores: list[float]) -> tuple[float, float]:
     return min(scores), max(scores)
 
@@ -361,7 +382,7 @@ def _score_based_scores(
     for list_index, (ranked, weight) in enumerate(zip(ranked_lists, weights, strict=True)):
         if not ranked:
             continue
-        values = _usable_scores(ranked, score_key, list_index)
+        values = _scaled_down(_usable_scores(ranked, score_key, list_index))
         normalized = normalize_scores(values, bounds_of(values))
         for position, slot in _slots_once(ranked, index):
             _add(scores, slot, normalized[position] * weight / list_count)
