@@ -571,7 +571,15 @@ def retrieval_chain(
     if llm is None and feedback is None:
         feedback = feedback_retriever(retrievers)
     default_fusion = unique_union if strategy == chains.MULTI_QUERY else reciprocal_rank_fusion
-    fuse = (fusion or default_fusion).model_copy(update={"top_n": validate_count("top_n", top_n)})
+    chosen = default_fusion if fusion is None else fusion
+    if not isinstance(chosen, BaseFusion):
+        raise TypeError(
+            "fusion must be a fusion runnable such as reciprocal_rank_fusion, "
+            f"got {type(chosen).__name__}"
+        )
+    if chosen.with_scores:
+        raise ValueError("fusion must return Documents: use with_scores=False")
+    fuse = chosen.model_copy(update={"top_n": validate_count("top_n", top_n)})
     fan_out = retrievers if isinstance(retrievers, MultiRetriever) else MultiRetriever(retrievers)
     if k is not None:
         fan_out = fan_out.model_copy(update={"k": validate_count("k", k)})
@@ -650,9 +658,9 @@ def chain_for(
             strategy,
             retrievers,
             feedback=feedback,
-            n=n or 4,
+            n=4 if n is None else n,
             k=k,
-            top_n=top_n or chains.DEFAULT_TOP_N,
+            top_n=chains.DEFAULT_TOP_N if top_n is None else top_n,
             return_sources=return_sources,
         )
     factories: dict[str, Callable[..., Runnable[Any, Any]]] = {
