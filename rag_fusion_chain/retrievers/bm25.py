@@ -456,8 +456,19 @@ class BM25Retriever(BatchedRetriever):
         settings = _read_json(path / SETTINGS_FILE)
         if not isinstance(settings, dict) or settings.get("format") != BM25_FORMAT:
             raise ValueError(f"{path / SETTINGS_FILE} is not a BM25Retriever settings file")
-        documents = [Document(**entry) for entry in _read_json(path / DOCUMENTS_FILE)]
-        index = _bm25s_module().BM25.load(str(path), load_corpus=False, show_progress=False)
+        entries = _read_json(path / DOCUMENTS_FILE)
+        if not isinstance(entries, list) or not all(isinstance(entry, dict) for entry in entries):
+            raise ValueError(f"{path / DOCUMENTS_FILE} is not a list of documents (corrupt?)")
+        documents = [Document(**entry) for entry in entries]
+        try:
+            index = _bm25s_module().BM25.load(str(path), load_corpus=False, show_progress=False)
+        except FileNotFoundError:
+            raise
+        except (ValueError, EOFError, KeyError, OSError) as error:  # truncated or foreign files
+            raise ValueError(
+                f"{path}: the bm25s index files are corrupt or incomplete "
+                f"({type(error).__name__}: {error}); rebuild the index"
+            ) from error
         if index.scores["num_docs"] != len(documents):
             raise ValueError(
                 f"{path}: the BM25 index holds {index.scores['num_docs']} documents but "
