@@ -14,6 +14,7 @@ updates) into plain dicts.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import threading
@@ -219,11 +220,12 @@ def _handler_for(recorder: LangSmithRecorder) -> type[BaseHTTPRequestHandler]:
 
         def _reply(self, status: int, payload: Any) -> None:
             data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # sender is gone
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
 
         def do_GET(self) -> None:
             self._record()
