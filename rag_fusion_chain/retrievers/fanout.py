@@ -110,16 +110,23 @@ class RetrievalError(RuntimeError):
 
 
 def as_query_list(queries: QueriesInput) -> list[str]:
-    """Accept one query or a list of them; refuse anything else with a TypeError.
+    """Accept one query or a list of them; refuse other types (TypeError) and blank queries.
 
     >>> as_query_list("solar power")
     ['solar power']
     """
     if isinstance(queries, str):
-        return [queries]
-    if isinstance(queries, Sequence) and all(isinstance(query, str) for query in queries):
-        return list(queries)
-    raise TypeError(f"queries must be a str or a list of str, got {type(queries).__name__}")
+        query_list = [queries]
+    elif isinstance(queries, Sequence) and all(isinstance(query, str) for query in queries):
+        query_list = list(queries)
+    else:
+        raise TypeError(f"queries must be a str or a list of str, got {type(queries).__name__}")
+    for position, query in enumerate(query_list):
+        if not query.strip():  # a vector store would answer it with arbitrary documents
+            raise ValueError(
+                f"queries must not be empty or whitespace: query {position} is {query!r}"
+            )
+    return query_list
 
 
 def as_retriever_list(retrievers: Any) -> list[Runnable[Any, Any]]:
