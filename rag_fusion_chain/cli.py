@@ -54,6 +54,8 @@ STORES = ("faiss", "chroma")
 EMBEDDING_BATCH_SIZE = 64
 DEFAULT_K = 10
 """Documents per retriever call."""
+DEMO_CHUNK_SIZE = 1500
+"""Tokens per chunk in the demo: one chunk per abstract, so the demo embeds 300 texts, not 600."""
 
 app = typer.Typer(
     name="rag-fusion",
@@ -124,7 +126,11 @@ def _choice(name: str, value: str, choices: Sequence[str]) -> str:
 
 
 class ProgressEmbeddings(Embeddings):
-    """Embeds documents in batches and reports each batch; same vectors, same identity."""
+    """Embeds documents in batches and reports each batch; same vectors, same identity.
+
+    Texts are batched in order of length (and the vectors put back in input order), so a batch
+    pads its texts to similar lengths.
+    """
 
     def __init__(self, embeddings: Embeddings, on_batch: Callable[[int], None]) -> None:
         self.embeddings = embeddings
@@ -132,11 +138,14 @@ class ProgressEmbeddings(Embeddings):
         self.model_identity = models.embedding_identity(embeddings)
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        vectors: list[list[float]] = []
-        for start in range(0, len(texts), EMBEDDING_BATCH_SIZE):
-            batch = texts[start : start + EMBEDDING_BATCH_SIZE]
-            vectors.extend(self.embeddings.embed_documents(batch))
-            self.on_batch(len(batch))
+        order = sorted(range(len(texts)), key=lambda position: len(texts[position]))
+        vectors: list[list[float]] = [[] for _ in texts]
+        for start in range(0, len(order), EMBEDDING_BATCH_SIZE):
+            positions = order[start : start + EMBEDDING_BATCH_SIZE]
+            batch = self.embeddings.embed_documents([texts[position] for position in positions])
+            for position, vector in zip(positions, batch, strict=True):
+                vectors[position] = vector
+            self.on_batch(len(positions))
         return vectors
 
     def embed_query(self, text: str) -> list[float]:
@@ -261,6 +270,10 @@ def _label(document: Document) -> str:
     return str(title)
 
 
+def _one_line_cell(text: str) -> Text:
+    return Text(text, no_wrap=True, overflow="ellipsis")
+
+
 def _number(value: Any) -> str:
     return f"{value:.4f}" if isinstance(value, (int, float)) else "–"
 
@@ -273,19 +286,19 @@ def sources_table(documents: Sequence[Document]) -> Table:
     """
     table = Table(title="Fused sources", title_justify="left")
     table.add_column("#", justify="right")
-    table.add_column("id", no_wrap=True, overflow="ellipsis", max_width=24)
+    table.add_column("id", max_width=24)
     table.add_column("fusion", justify="right")
     table.add_column("score", justify="right")
-    table.add_column("title / source", no_wrap=True, overflow="ellipsis", max_width=36)
-    table.add_column("excerpt", no_wrap=True, overflow="ellipsis", ratio=1)
+    table.add_column("title / source", max_width=40)
+    table.add_column("excerpt")
     for number, document in enumerate(documents, 1):
         table.add_row(
             str(number),
-            Text(str(document.id or "")),
+            _one_line_cell(str(document.id or "")),
             _number(document.metadata.get(FUSION_SCORE_KEY)),
             _number(document.metadata.get(SCORE_KEY)),
-            Text(_label(document)),
-            Text(" ".join(document.page_content.split())),
+            _one_line_cell(_label(document)),
+            _one_line_cell(" ".join(document.page_content.split())),
         )
     return table
 
@@ -299,27 +312,39 @@ def _print_queries(queries: Sequence[str]) -> None:
 def render_answer(chain: Any, question: str) -> None:
     """Stream a chain built with ``return_sources=True``: queries, the sources table, the answer.
 
-    Answer text that arrives before the sources is held back until they are shown.
+    The chain streams dict chunks whose keys arrive in any order (queries one by one, the
+    documents at once, the answer token by token); the queries and sources are shown once the
+    answer starts, when retrieval is necessarily complete, and the answer is streamed after them.
     """
+    queries: list[str] = []
+    documents: list[Document] | None = None
+    failures: list[Any] = []
     held: list[str] = []
-    shown_sources = False
+    started = False
     for chunk in chain.stream({"question": question}):
-        if "queries" in chunk:
-            _print_queries(chunk["queries"])
-        if "documents" in chunk:
-            output.print(sources_table(chunk["documents"]))
-            output.print(Text("Answer", style="bold"))
-            shown_sources = True
-            for text in held:
-                output.print(text, end="", markup=False, soft_wrap=True)
-        for failure in chunk.get("failures", []):
-            _print_line("warning", "yellow", f"{failure.source} failed for {failure.query!r}")
-        if "answer" in chunk:
-            if shown_sources:
-                output.print(chunk["answer"], end="", markup=False, soft_wrap=True)
-            else:
-                held.append(chunk["answer"])
-    output.print()
+        queries.extend(chunk.get("queries", []))
+        documents = chunk.get("documents", documents)
+        failures.extend(chunk.get("failures", []))
+        held.append(chunk.get("answer", ""))
+        if not started and documents is not None and any(held):
+            _print_sources(queries, documents, failures)
+            started = True
+        if started:
+            output.print("".join(held), end="", markup=False, soft_wrap=True)
+            held.clear()
+    if not started:
+        _print_sources(queries, documents or [], failures)
+    output.print("".join(held), markup=False, soft_wrap=True)
+
+
+def _print_sources(queries: Sequence[str], documents: Sequence[Document], failures: Any) -> None:
+    _print_queries(queries)
+    for failure in failures:
+        _print_line(
+            "warning", "yellow", f"{failure.source} failed for {failure.query!r}: {failure.error}"
+        )
+    output.print(sources_table(documents))
+    output.print(Text("Answer", style="bold"))
 
 
 def _hits(document: Document, retrieved: Sequence[Any]) -> list[dict[str, Any]]:
@@ -549,8 +574,8 @@ def demo(
                 directory,
                 store="faiss",
                 embedding=models.DEFAULT_EMBEDDING,
-                chunk_size=ingest.DEFAULT_CHUNK_SIZE,
-                chunk_overlap=ingest.DEFAULT_CHUNK_OVERLAP,
+                chunk_size=DEMO_CHUNK_SIZE,
+                chunk_overlap=0,
                 force=True,
             )
         opened = open_index(directory)
@@ -613,6 +638,85 @@ def serve(
             soft_wrap=True,
         )
         uvicorn.run(server, host="127.0.0.1", port=port, log_level="warning")
+
+
+@app.command("eval")
+def eval_dataset(
+    dataset_dir: Annotated[
+        Path, typer.Argument(help="BEIR layout: corpus.jsonl, queries.jsonl, qrels/.")
+    ],
+    setups: Annotated[
+        str,
+        typer.Option(
+            help="Comma-separated: bm25, dense, hybrid-rrf, hybrid-relative, hybrid-dist, a "
+            "strategy (rag-fusion, multi-query, ...; needs a chat model) or STRATEGY-offline. "
+            "The first is the baseline of the significance tests."
+        ),
+    ] = "bm25,dense,hybrid-rrf,hybrid-relative,hybrid-dist",
+    split: Annotated[str, typer.Option(help="Qrels split: qrels/SPLIT.tsv.")] = "test",
+    queries_limit: Annotated[
+        int | None, typer.Option("--queries-limit", help="Evaluate the first N queries only.")
+    ] = None,
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="Write the scores as JSON.")
+    ] = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Write a bar chart (PNG).")] = None,
+    cache_dir: Annotated[
+        Path | None, typer.Option(help="Embedding cache. Default: ~/.cache/rag-fusion-chain.")
+    ] = None,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not cache embeddings.")] = False,
+    stat_test: Annotated[str, typer.Option(help="Paired test: student or fisher.")] = "student",
+    max_p: Annotated[float, typer.Option(help="Significance level.")] = 0.05,
+    model: ModelOption = None,
+    base_url: BaseUrlOption = None,
+    embedding: EmbeddingOption = None,
+    n: CountOption = 4,
+) -> None:
+    """Evaluate retrieval setups on a BEIR dataset: nDCG@10, Recall@100, MRR@10, MAP (ranx)."""
+    with reported_errors():
+        from rag_fusion_chain import evaluate
+
+        names = [name.strip() for name in setups.split(",") if name.strip()]
+        llm = models.chat_model(model, base_url=base_url)
+        cache = None if no_cache else (cache_dir or evaluate.DEFAULT_CACHE_DIR)
+        with _progress() as progress:
+            tasks: dict[str, Any] = {}
+
+            def report(task: str, completed: int, total: int) -> None:
+                if task not in tasks:
+                    tasks[task] = progress.add_task(task, total=total)
+                progress.update(tasks[task], completed=completed, total=total)
+
+            experiment = evaluate.run_experiment(
+                dataset_dir,
+                names,
+                split=split,
+                queries_limit=queries_limit,
+                llm=llm,
+                embeddings=embedding,
+                cache_dir=cache,
+                query_count=n,
+                stat_test=stat_test,
+                max_p=max_p,
+                progress=report,
+            )
+        headers, rows = evaluate.comparison_table(experiment.comparison)
+        table = Table(
+            title=f"{experiment.dataset} ({experiment.split}, {experiment.query_count} queries)",
+            caption=f"p: paired {stat_test} test against {experiment.comparison.baseline}; "
+            f"* p < {max_p}",
+        )
+        for header in headers:
+            table.add_column(header, justify="left" if header == "setup" else "right")
+        for row in rows:
+            table.add_row(*row)
+        output.print(table)
+        if json_path is not None:
+            path = evaluate.write_json(json_path, experiment.dataset, experiment.scores)
+            output.print(f"Wrote {path}", markup=False)
+        if plot is not None:
+            path = evaluate.write_plot(plot, experiment.dataset, experiment.scores)
+            output.print(f"Wrote {path}", markup=False)
 
 
 @app.callback()

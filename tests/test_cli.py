@@ -1,0 +1,365 @@
+"""The ``rag-fusion`` command end to end: index, ask, retrieve, demo, serve, and its errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from rag_fusion_chain import offline
+from rag_fusion_chain.cli import INDEX_FILE, app
+from rag_fusion_chain.data import SAMPLE_QUESTION, sample_queries
+from rag_fusion_chain.offline import OFFLINE_LABEL
+from tests.conftest import MODEL_ENVIRONMENT_VARIABLES, STUB_API_KEY
+
+QUESTION = "How do heat pumps work in winter?"
+FILES = {
+    "heat.md": "# Heat pumps\n\nHeat pumps move heat with a compressor and a refrigerant. "
+    "In winter the refrigerant absorbs heat from the outside air.\n\n"
+    "Ground source heat pumps use boreholes instead of air.\n\n"
+    "A heat pump delivers three to four units of heat for each unit of electricity it uses, "
+    "which makes it more efficient than a resistive heater or a gas boiler.",
+    "solar.txt": "Solar panels turn sunlight into electricity with photovoltaic silicon cells.",
+    "wind.txt": "Wind turbines turn wind into electricity. Offshore wind farms are large.",
+    "notes/boiler.txt": "Gas boilers burn natural gas to heat water for radiators in winter.",
+}
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_model_configuration() -> Iterator[None]:
+    """Nothing from the developer's shell configures a model, for the fixtures too."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name in MODEL_ENVIRONMENT_VARIABLES:
+            patch.delenv(name, raising=False)
+        patch.setenv("HF_HUB_OFFLINE", "1")
+        yield
+
+
+def invoke(*arguments: Any) -> Any:
+    return runner.invoke(app, [str(argument) for argument in arguments])
+
+
+def assert_one_line_error(result: Any, *phrases: str) -> str:
+    """Non-zero exit, no traceback, and exactly one ``error:`` line, the last line of stderr."""
+    assert result.exit_code != 0, result.output
+    assert "Traceback" not in result.output
+    lines = result.stderr.strip().splitlines()
+    errors = [line for line in lines if line.startswith("error:")]
+    assert len(errors) == 1, result.stderr
+    assert lines[-1] == errors[0]
+    for phrase in phrases:
+        assert phrase in errors[0], errors[0]
+    return errors[0]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("corpus")
+    for name, text in FILES.items():
+        path = directory / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, "utf-8")
+    return directory
+
+
+@pytest.fixture(scope="module")
+def faiss_index(corpus: Path, tmp_path_factory: pytest.TempPathFactory, minilm: Any) -> Path:
+    out = tmp_path_factory.mktemp("indexes") / "faiss-index"
+    result = invoke(
+        "index",
+        corpus,
+        "--out",
+        out,
+        "--store",
+        "faiss",
+        "--chunk-size",
+        "40",
+        "--chunk-overlap",
+        "5",
+    )
+    assert result.exit_code == 0, result.output
+    return out
+
+
+@pytest.fixture(scope="module")
+def chroma_index(corpus: Path, tmp_path_factory: pytest.TempPathFactory, minilm: Any) -> Path:
+    out = tmp_path_factory.mktemp("indexes") / "chroma-index"
+    result = invoke(
+        "index", corpus / "heat.md", corpus / "wind.txt", "--out", out, "--store", "chroma"
+    )
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def cited_numbers(text: str) -> list[int]:
+    return [int(number) for number in re.findall(r"\[(\d+)\]$", text, re.MULTILINE)]
+
+
+# --------------------------------------------------------------------------------------------
+# index
+# --------------------------------------------------------------------------------------------
+
+
+def test_index_writes_the_store_the_bm25_index_and_a_description(faiss_index: Path) -> None:
+    settings = json.loads((faiss_index / INDEX_FILE).read_text("utf-8"))
+    assert settings["store"] == "faiss" and settings["embedding"] == "minilm"
+    assert settings["documents"] == len(FILES)
+    assert settings["chunks"] > len(FILES)  # 40-token chunks split heat.md
+    assert (faiss_index / "faiss" / "index.faiss").is_file()
+    assert (faiss_index / "bm25" / "documents.json").is_file()
+
+
+def test_index_with_chroma(chroma_index: Path) -> None:
+    settings = json.loads((chroma_index / INDEX_FILE).read_text("utf-8"))
+    assert settings["store"] == "chroma" and settings["documents"] == 2
+    assert (chroma_index / "chroma").is_dir()
+
+
+def test_index_refuses_to_overwrite_without_force(corpus: Path, tmp_path: Path) -> None:
+    out = tmp_path / "index"
+    assert invoke("index", corpus / "solar.txt", "--out", out).exit_code == 0
+    assert_one_line_error(invoke("index", corpus / "wind.txt", "--out", out), "--force")
+    assert invoke("index", corpus / "wind.txt", "--out", out, "--force").exit_code == 0
+    assert json.loads((out / INDEX_FILE).read_text("utf-8"))["sources"] == [
+        str(corpus / "wind.txt")
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# ask and retrieve, offline
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("strategy", offline.STRATEGIES)
+def test_ask_offline_with_every_strategy(faiss_index: Path, strategy: str) -> None:
+    result = invoke("ask", QUESTION, "--index", faiss_index, "--strategy", strategy, "--top-n", 3)
+    assert result.exit_code == 0, result.output
+    stdout = result.stdout
+    assert stdout.index("Queries") < stdout.index("Fused sources") < stdout.index(OFFLINE_LABEL)
+    rows = re.findall(r"^│ (\d) │", stdout, re.MULTILINE)
+    assert rows and len(rows) <= 3
+    citations = cited_numbers(stdout)
+    assert citations and all(1 <= number <= len(rows) for number in citations)
+    assert "heat" in stdout.split(OFFLINE_LABEL)[1].lower()
+    assert "no chat model configured" in result.stderr
+
+
+def test_ask_hybrid_on_chroma(chroma_index: Path) -> None:
+    result = invoke("ask", QUESTION, "--index", chroma_index, "--hybrid", "--top-n", 2)
+    assert result.exit_code == 0, result.output
+    assert OFFLINE_LABEL in result.stdout
+    assert cited_numbers(result.stdout)
+
+
+def test_retrieve_json_lists_queries_and_scored_documents(faiss_index: Path) -> None:
+    result = invoke("retrieve", QUESTION, "--index", faiss_index, "--json", "--hybrid", "-n", 2)
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.stdout)
+    assert record["question"] == QUESTION and record["strategy"] == "rag-fusion"
+    assert record["queries"][0] == QUESTION and len(record["queries"]) == 3
+    chunk_ids = {
+        entry["id"]
+        for entry in json.loads((faiss_index / "bm25" / "documents.json").read_text("utf-8"))
+    }
+    documents = record["documents"]
+    assert 1 <= len(documents) <= 5
+    assert [document["rank"] for document in documents] == list(range(1, len(documents) + 1))
+    fusion_scores = [document["fusion_score"] for document in documents]
+    assert fusion_scores == sorted(fusion_scores, reverse=True)
+    for document in documents:
+        assert document["id"] in chunk_ids
+        assert isinstance(document["score"], float)
+        assert document["hits"], document
+        assert {hit["query"] for hit in document["hits"]} <= set(record["queries"])
+        assert {hit["retriever"] for hit in document["hits"]} == {"hybrid"}
+    assert "heat.md" in documents[0]["id"]
+    assert record["failures"] == []
+
+
+def test_retrieve_prints_a_table(faiss_index: Path) -> None:
+    result = invoke("retrieve", QUESTION, "--index", faiss_index, "--strategy", "hyde")
+    assert result.exit_code == 0, result.output
+    assert "Fused sources" in result.stdout and OFFLINE_LABEL not in result.stdout
+
+
+# --------------------------------------------------------------------------------------------
+# demo
+# --------------------------------------------------------------------------------------------
+
+
+def test_demo_indexes_the_sample_and_answers_offline(tmp_path: Path, minilm: Any) -> None:
+    started = time.monotonic()
+    result = invoke("demo", "--index", tmp_path / "demo")
+    assert result.exit_code == 0, result.output
+    assert SAMPLE_QUESTION in result.stdout
+    assert OFFLINE_LABEL in result.stdout
+    assert cited_numbers(result.stdout)
+    relevant = next(query for query in sample_queries() if query["_id"] == "179")["relevant"]
+    assert any(document_id in result.stdout for document_id in relevant)
+    assert json.loads((tmp_path / "demo" / INDEX_FILE).read_text("utf-8"))["documents"] == 300
+    first_run = time.monotonic() - started
+    again = invoke("demo", "--index", tmp_path / "demo")  # reuses the index
+    assert again.exit_code == 0 and "Indexing" not in again.stdout
+    print(f"demo: {first_run:.1f} s with indexing")
+
+
+# --------------------------------------------------------------------------------------------
+# Errors: one line on stderr, non-zero exit
+# --------------------------------------------------------------------------------------------
+
+
+def test_missing_index(tmp_path: Path) -> None:
+    result = invoke("ask", QUESTION, "--index", tmp_path / "nowhere")
+    assert_one_line_error(result, "no index in", "rag-fusion index")
+    assert_one_line_error(invoke("retrieve", QUESTION, "--index", tmp_path), "no index in")
+
+
+def test_missing_and_unreadable_files(tmp_path: Path) -> None:
+    assert_one_line_error(
+        invoke("index", tmp_path / "absent.txt", "--out", tmp_path / "index"),
+        "no such file or directory",
+    )
+    binary = tmp_path / "binary.txt"
+    binary.write_bytes(b"\xff\xfe\x00\x81 not text")
+    assert_one_line_error(invoke("index", binary, "--out", tmp_path / "index"), "is not UTF-8 text")
+    assert not (tmp_path / "index" / INDEX_FILE).exists()
+
+
+def test_unreachable_url(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{closed_port()}/page.html"
+    assert_one_line_error(invoke("index", url, "--out", tmp_path / "index"), url)
+
+
+def test_unknown_store_and_strategy(corpus: Path, faiss_index: Path, tmp_path: Path) -> None:
+    assert_one_line_error(
+        invoke("index", corpus, "--out", tmp_path / "index", "--store", "pinecone"),
+        "unknown store 'pinecone'",
+        "faiss",
+    )
+    for command in ("ask", "retrieve"):
+        assert_one_line_error(
+            invoke(command, QUESTION, "--index", faiss_index, "--strategy", "telepathy"),
+            "unknown strategy 'telepathy'",
+            "rag-fusion",
+        )
+    assert_one_line_error(invoke("demo", "--strategy", "telepathy"), "unknown strategy")
+
+
+def test_remote_model_without_its_key(corpus: Path, faiss_index: Path, tmp_path: Path) -> None:
+    assert_one_line_error(
+        invoke("ask", QUESTION, "--index", faiss_index, "--model", "gpt-4o-mini"),
+        "needs an API key",
+        "OPENAI_API_KEY",
+    )
+    assert_one_line_error(
+        invoke("retrieve", QUESTION, "--index", faiss_index, "--model", "gpt-4o-mini"),
+        "needs an API key",
+    )
+    assert_one_line_error(
+        invoke(
+            "index",
+            corpus,
+            "--out",
+            tmp_path / "index",
+            "--embedding",
+            "openai:text-embedding-3-small",
+        ),
+        "needs an API key",
+    )
+
+
+def test_a_failing_model_is_one_line_and_the_key_is_never_printed(
+    faiss_index: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "sk-never-print-this-0123456789"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    monkeypatch.setenv("OPENAI_BASE_URL", f"http://127.0.0.1:{closed_port()}/v1")
+    result = invoke("ask", QUESTION, "--index", faiss_index, "--model", "stub-chat")
+    assert_one_line_error(result, "Connection error")
+    assert secret not in result.output
+
+
+# --------------------------------------------------------------------------------------------
+# With a configured chat model (the stub OpenAI server)
+# --------------------------------------------------------------------------------------------
+
+
+def test_ask_with_a_configured_model(faiss_index: Path, openai_env: Any) -> None:
+    openai_env.script(
+        [
+            "heat pump refrigerant cycle\nair source heat pump in cold weather",
+            "Heat pumps move heat with a refrigerant [1].",
+        ]
+    )
+    result = invoke("ask", QUESTION, "--index", faiss_index, "-n", 2)
+    assert result.exit_code == 0, result.output
+    assert "1. heat pump refrigerant cycle" in result.stdout
+    assert "2. air source heat pump in cold weather" in result.stdout
+    assert result.stdout.rstrip().endswith("Heat pumps move heat with a refrigerant [1].")
+    assert OFFLINE_LABEL not in result.output
+    assert openai_env.counts["chat"] == 2
+    assert openai_env.chat_requests[-1]["stream"] is True
+    assert "<passage" in json.dumps(openai_env.chat_requests[-1]["messages"])
+    assert STUB_API_KEY not in result.output
+
+
+# --------------------------------------------------------------------------------------------
+# serve
+# --------------------------------------------------------------------------------------------
+
+
+def test_serve_answers_over_http(faiss_index: Path, tmp_path: Path) -> None:
+    port = closed_port()
+    log = (tmp_path / "serve.log").open("w")
+    environment = {
+        key: value for key, value in os.environ.items() if key not in MODEL_ENVIRONMENT_VARIABLES
+    }
+    command = [sys.executable, "-m", "rag_fusion_chain.cli", "serve", "--index", str(faiss_index)]
+    server = subprocess.Popen(
+        [*command, "--port", str(port), "--strategy", "multi-query"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=environment,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}/multi-query"
+        deadline = time.monotonic() + 240
+        while True:
+            assert server.poll() is None, (tmp_path / "serve.log").read_text()
+            try:
+                response = httpx.post(f"{base}/invoke", json={"input": {"question": QUESTION}})
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "the server did not start"
+                time.sleep(0.5)
+        assert response.status_code == 200, response.text
+        assert response.json()["output"].startswith(OFFLINE_LABEL)
+        sources = httpx.post(f"{base}/sources/invoke", json={"input": {"question": QUESTION}})
+        assert sources.status_code == 200, sources.text
+        output = sources.json()["output"]
+        assert output["answer"].startswith(OFFLINE_LABEL)
+        assert output["queries"][0] == QUESTION
+        assert output["documents"]
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        log.close()
