@@ -29,7 +29,7 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +40,7 @@ from rag_fusion_chain import data, ingest, models, offline
 from rag_fusion_chain.queries import QuestionInput
 
 if TYPE_CHECKING:
+    from langchain_core.documents import Document
     from langchain_core.embeddings import Embeddings
     from langchain_core.retrievers import BaseRetriever
     from langchain_core.vectorstores import VectorStore
@@ -118,7 +119,9 @@ def index_directory(kind: str, corpus: Path, embeddings: Embeddings, cache_dir: 
     return cache_dir / f"{kind}-{digest[:16]}"
 
 
-def faiss_index(documents: list[Any], embeddings: Embeddings, directory: Path) -> VectorStore:
+def faiss_index(
+    documents: Sequence[Document], embeddings: Embeddings, directory: Path
+) -> VectorStore:
     """Load the FAISS index in ``directory``, or build and save it there first.
 
     The index is built in a staging directory and renamed into place, so a concurrent or
@@ -140,7 +143,9 @@ def faiss_index(documents: list[Any], embeddings: Embeddings, directory: Path) -
     return store
 
 
-def chroma_index(documents: list[Any], embeddings: Embeddings, directory: Path) -> VectorStore:
+def chroma_index(
+    documents: Sequence[Document], embeddings: Embeddings, directory: Path
+) -> VectorStore:
     """Open the Chroma collection persisted in ``directory``, or build it there first.
 
     Documents are added under their ids, so a build that was interrupted is simply redone.

@@ -199,15 +199,7 @@ def _handler_for(recorder: LangSmithRecorder) -> type[BaseHTTPRequestHandler]:
             """Quiet."""
 
         def _read_body(self) -> bytes:
-            if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-                chunks = []
-                while size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16):
-                    chunks.append(self.rfile.read(size))
-                    self.rfile.readline()
-                self.rfile.readline()
-                body = b"".join(chunks)
-            else:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             if self.headers.get("Content-Encoding", "").lower() == "zstd":
                 body = decompress_zstd(body)
             return body

@@ -48,7 +48,7 @@ from tests.stub_openai import StubOpenAI
 REPOSITORY = Path(__file__).resolve().parents[1]
 TEMPLATES = REPOSITORY / "templates"
 STUB_EMBEDDING = "openai:stub-embedding"
-"""Embeddings from the stub server: indexing 300 abstracts takes a second, not a minute."""
+"""Embeddings from the stub server: the sample indexes in seconds, not MiniLM's minutes."""
 SAMPLE_DOCUMENTS = 300
 """Abstracts in the sample corpus."""
 SERVED_STEPS = {"generate_queries", "retrieve", "fuse", "answer"}

@@ -174,6 +174,25 @@ def test_streaming_records_one_tree_with_the_whole_answer(
     assert single(runs, "generate_queries")["outputs"] == {"output": QUERIES}
 
 
+def test_runs_sent_one_at_a_time_are_recorded_too(
+    langsmith_recorder: LangSmithRecorder,
+) -> None:
+    """Without background batching the SDK posts each run to /runs and patches /runs/<id>."""
+    client = Client(api_url=langsmith_recorder.url, api_key=LANGSMITH_KEY, auto_batch_tracing=False)
+    tracer = LangChainTracer(client=client, project_name=PROJECT)
+    rag_fusion(fake_llm()).invoke(QUESTION, config={"callbacks": [tracer]})
+    flush(tracer)
+    runs = langsmith_recorder.runs
+
+    sent = [(request.method, request.path) for request in langsmith_recorder.requests]
+    assert ("POST", "/runs") in sent
+    assert any(method == "PATCH" and path.startswith("/runs/") for method, path in sent)
+    (root,) = roots(runs)
+    assert root["name"] == chains.RAG_FUSION
+    assert all(root in ancestors(runs, single(runs, name)) for name in STEPS)
+    assert single(runs, "generate_queries")["outputs"] == {"output": QUERIES}
+
+
 # ---------------------------------------------------------------- secrets
 
 
