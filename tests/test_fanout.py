@@ -339,6 +339,12 @@ def test_invalid_settings_name_the_parameter(
         MultiRetriever(**settings)
 
 
+@pytest.mark.parametrize("queries_input", ["", "  ", ["solar", " "]])
+def test_blank_queries_are_refused(queries_input: Any) -> None:
+    with pytest.raises(ValueError, match="queries must not be empty or whitespace"):
+        MultiRetriever([TagRetriever(tag="a")]).invoke(queries_input)
+
+
 def test_queries_of_the_wrong_type_are_refused() -> None:
     with pytest.raises(TypeError, match="queries must be a str or a list of str"):
         MultiRetriever([TagRetriever(tag="a")]).invoke([1, 2])  # type: ignore[list-item]
