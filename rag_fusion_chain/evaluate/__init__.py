@@ -1,0 +1,79 @@
+"""Evaluate retrieval setups on BEIR-layout datasets, with metrics and significance from ranx.
+
+>>> from rag_fusion_chain.evaluate import load_beir, evaluate_run
+>>> evaluate_run({"q1": {"d1": 2.0, "d2": 1.0}}, {"q1": {"d2": 1}}, ["mrr@10"])
+{'mrr@10': 0.5}
+
+Modules: :mod:`.beir` (loading), :mod:`.metrics` (ranx), :mod:`.cache` (embedding cache),
+:mod:`.setups` (the kit's retrievers as named setups), :mod:`.experiment` (load, run, compare),
+:mod:`.report` (JSON, table rows, plot). Nothing here prints: progress goes to callbacks.
+"""
+
+from rag_fusion_chain.evaluate.beir import (
+    BeirDataset,
+    Qrels,
+    corpus_document,
+    load_beir,
+    read_qrels,
+)
+from rag_fusion_chain.evaluate.cache import DEFAULT_CACHE_DIR, CachedEmbeddings, EmbeddingStore
+from rag_fusion_chain.evaluate.experiment import Experiment, run_experiment
+from rag_fusion_chain.evaluate.metrics import (
+    DEFAULT_METRICS,
+    STAT_TESTS,
+    Comparison,
+    Run,
+    compare_runs,
+    evaluate_run,
+    run_from_rankings,
+)
+from rag_fusion_chain.evaluate.report import (
+    comparison_table,
+    results_json,
+    write_json,
+    write_plot,
+)
+from rag_fusion_chain.evaluate.setups import (
+    DEFAULT_DEPTH,
+    DEFAULT_SETUPS,
+    Indexes,
+    ProgressCallback,
+    Setup,
+    hybrid_setup,
+    run_setups,
+    setup_by_name,
+    strategy_setup,
+)
+
+__all__ = [
+    "DEFAULT_CACHE_DIR",
+    "DEFAULT_DEPTH",
+    "DEFAULT_METRICS",
+    "DEFAULT_SETUPS",
+    "STAT_TESTS",
+    "BeirDataset",
+    "CachedEmbeddings",
+    "Comparison",
+    "EmbeddingStore",
+    "Experiment",
+    "Indexes",
+    "ProgressCallback",
+    "Qrels",
+    "Run",
+    "Setup",
+    "compare_runs",
+    "comparison_table",
+    "corpus_document",
+    "evaluate_run",
+    "hybrid_setup",
+    "load_beir",
+    "read_qrels",
+    "results_json",
+    "run_experiment",
+    "run_from_rankings",
+    "run_setups",
+    "setup_by_name",
+    "strategy_setup",
+    "write_json",
+    "write_plot",
+]

@@ -1,0 +1,122 @@
+"""Load datasets in the BEIR layout: ``corpus.jsonl``, ``queries.jsonl``, ``qrels/<split>.tsv``.
+
+The corpus becomes Documents whose ``id`` is the BEIR ``_id`` (so fusion's identity and the qrels
+agree), with the title and text joined as in the kit's sample corpus.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from langchain_core.documents import Document
+
+Qrels = dict[str, dict[str, int]]
+"""Relevance judgements: ``{query_id: {document_id: relevance}}``."""
+
+
+@dataclass(frozen=True)
+class BeirDataset:
+    """A BEIR dataset restricted to one split: the corpus, the judged queries and their qrels."""
+
+    name: str
+    corpus: list[Document]
+    queries: dict[str, str]
+    """``{query_id: text}``, only queries that have judgements in the split, in qrels order."""
+    qrels: Qrels
+    split: str = "test"
+
+
+def _read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    with path.open(encoding="utf-8") as handle:
+        for line_number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{path}:{line_number}: not valid JSON ({error.msg})") from error
+
+
+def _require(directory: Path, relative: str) -> Path:
+    path = directory / relative
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"dataset_dir: {directory} has no {relative}; expected the BEIR layout "
+            "corpus.jsonl, queries.jsonl, qrels/<split>.tsv"
+        )
+    return path
+
+
+def corpus_document(record: dict[str, Any]) -> Document:
+    """One BEIR corpus record as a Document: ``id`` is ``_id``, content is title and text.
+
+    >>> corpus_document({"_id": "7", "title": "Title", "text": "Body."}).page_content
+    'Title\\nBody.'
+    """
+    document_id = str(record["_id"])
+    title = (record.get("title") or "").strip()
+    text = record.get("text") or ""
+    return Document(
+        page_content=f"{title}\n{text}" if title else text,
+        id=document_id,
+        metadata={"doc_id": document_id, "title": title, "source": f"beir:{document_id}"},
+    )
+
+
+def read_qrels(path: Path) -> Qrels:
+    """Read a BEIR qrels TSV (``query-id corpus-id score``, header optional) in file order."""
+    qrels: Qrels = {}
+    with path.open(encoding="utf-8", newline="") as handle:
+        for row in csv.reader(handle, delimiter="\t"):
+            if not row or row[0] == "query-id":
+                continue
+            if len(row) < 3:
+                raise ValueError(f"{path}: expected query-id, corpus-id, score; got {row!r}")
+            query_id, document_id, score = row[0], row[1], row[2]
+            qrels.setdefault(query_id, {})[document_id] = int(float(score))
+    return qrels
+
+
+def load_beir(
+    dataset_dir: str | Path, *, split: str = "test", queries_limit: int | None = None
+) -> BeirDataset:
+    """Load a BEIR-layout dataset: corpus Documents, the split's queries and its qrels.
+
+    ``queries_limit`` keeps the first N judged queries (in qrels order) for quick runs.
+
+    >>> dataset = load_beir("../shared/data/scifact", queries_limit=10)  # doctest: +SKIP
+    >>> len(dataset.queries), dataset.corpus[0].id  # doctest: +SKIP
+    (10, '4983')
+    """
+    directory = Path(dataset_dir)
+    if not directory.is_dir():
+        raise FileNotFoundError(f"dataset_dir: {directory} is not a directory")
+    if queries_limit is not None and queries_limit <= 0:
+        raise ValueError(f"queries_limit must be a positive integer or None, got {queries_limit}")
+    qrels = read_qrels(_require(directory, f"qrels/{split}.tsv"))
+    all_queries = {
+        str(record["_id"]): record["text"]
+        for record in _read_jsonl(_require(directory, "queries.jsonl"))
+    }
+    missing = [query_id for query_id in qrels if query_id not in all_queries]
+    if missing:
+        raise ValueError(
+            f"qrels/{split}.tsv judges {len(missing)} queries absent from queries.jsonl, "
+            f"e.g. {missing[:3]}"
+        )
+    query_ids = list(qrels)[:queries_limit] if queries_limit else list(qrels)
+    corpus = [
+        corpus_document(record) for record in _read_jsonl(_require(directory, "corpus.jsonl"))
+    ]
+    return BeirDataset(
+        name=directory.resolve().name,
+        corpus=corpus,
+        queries={query_id: all_queries[query_id] for query_id in query_ids},
+        qrels={query_id: qrels[query_id] for query_id in query_ids},
+        split=split,
+    )

@@ -1,0 +1,263 @@
+"""Retrieval setups to evaluate, built from the kit's own retrievers and fusion runnables.
+
+A :class:`Setup` turns shared :class:`Indexes` (one BM25 index, one dense index, built lazily and
+at most once) into a Runnable ``question -> list[Document]``. :func:`run_setups` feeds it the
+dataset's queries in batches and collects one run per setup.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
+from langchain_core.runnables import Runnable
+
+from rag_fusion_chain.evaluate.beir import BeirDataset
+from rag_fusion_chain.evaluate.cache import DEFAULT_CACHE_DIR, CachedEmbeddings
+from rag_fusion_chain.evaluate.metrics import Run, run_from_rankings
+from rag_fusion_chain.fusion import FUSIONS, BaseFusion
+
+ProgressCallback = Callable[[str, int, int], None]
+"""Called as ``progress(task, completed, total)``; the CLI draws it, the library never prints."""
+
+DEFAULT_DEPTH = 100
+"""Documents retrieved per list and kept per query: Recall@100 needs 100."""
+DEFAULT_SETUPS = ("bm25", "dense", "hybrid-rrf", "hybrid-relative", "hybrid-dist")
+DEFAULT_RRF_K = 60
+DEFAULT_HYBRID_WEIGHTS = (0.5, 0.5)
+"""Weights of the (bm25, dense) lists in hybrid fusion."""
+OFFLINE_SUFFIX = "-offline"
+"""``rag-fusion-offline`` is the rag-fusion strategy with the offline query generator."""
+
+
+def ignore_progress(task: str, completed: int, total: int) -> None:
+    """The default progress callback: report nothing."""
+
+
+@dataclass
+class Indexes:
+    """The corpus indexes setups share, each built on first use and then reused.
+
+    ``embeddings`` is an Embeddings object or a name for ``models.embeddings`` (default: the
+    kit's, offline MiniLM), loaded only if a setup needs the dense index, and wrapped in a
+    :class:`CachedEmbeddings` under ``cache_dir`` (``None`` disables the cache).
+    """
+
+    corpus: Sequence[Document]
+    embeddings: Embeddings | str | None = None
+    cache_dir: str | Path | None = DEFAULT_CACHE_DIR
+    depth: int = DEFAULT_DEPTH
+    progress: ProgressCallback = ignore_progress
+    built: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def _once(self, name: str, build: Callable[[], Any]) -> Any:
+        if name not in self.built:
+            self.built[name] = build()
+        return self.built[name]
+
+    def bm25(self) -> Runnable[str, list[Document]]:
+        """The kit's BM25Retriever over the corpus, returning ``depth`` documents."""
+        return self._once("bm25", self._build_bm25)
+
+    def dense(self) -> Runnable[str, list[Document]]:
+        """The kit's VectorRetriever over a FAISS index of the corpus, ``depth`` documents."""
+        return self._once("dense", self._build_dense)
+
+    def _build_bm25(self) -> Runnable[str, list[Document]]:
+        from rag_fusion_chain.retrievers.bm25 import BM25Retriever
+
+        self.progress("indexing bm25", 0, 1)
+        retriever = BM25Retriever.from_documents(self.corpus, k=self.depth)
+        self.progress("indexing bm25", 1, 1)
+        return retriever
+
+    def _build_dense(self) -> Runnable[str, list[Document]]:
+        from rag_fusion_chain import models
+        from rag_fusion_chain.retrievers.stores import VectorRetriever, build_faiss
+
+        embeddings = (
+            self.embeddings
+            if isinstance(self.embeddings, Embeddings)
+            else models.embeddings(self.embeddings)
+        )
+        if self.cache_dir is not None:
+            embeddings = CachedEmbeddings(
+                embeddings,
+                models.embedding_identity(embeddings),
+                self.cache_dir,
+                on_progress=functools.partial(self.progress, "embedding corpus"),
+            )
+        self.progress("embedding corpus", 0, len(self.corpus))
+        store = build_faiss(self.corpus, embeddings)
+        self.progress("embedding corpus", len(self.corpus), len(self.corpus))
+        return VectorRetriever(vectorstore=store, k=self.depth)
+
+
+@dataclass(frozen=True)
+class Setup:
+    """A named way to retrieve: ``build(indexes)`` returns a Runnable question -> Documents."""
+
+    name: str
+    build: Callable[[Indexes], Runnable[str, list[Document]]]
+    description: str = ""
+
+
+def hybrid_setup(
+    fusion: str | BaseFusion,
+    *,
+    name: str | None = None,
+    weights: Sequence[float] = DEFAULT_HYBRID_WEIGHTS,
+    rrf_k: float = DEFAULT_RRF_K,
+) -> Setup:
+    """The kit's ``hybrid_retriever`` over the BM25 and dense indexes, with the given fusion.
+
+    ``fusion`` is a :data:`~rag_fusion_chain.fusion.FUSIONS` name or a fusion object; ``weights``
+    are ``(bm25, dense)``; ``rrf_k`` applies to ``"rrf"``.
+
+    >>> hybrid_setup("rrf", rrf_k=30).name
+    'hybrid-rrf'
+    """
+    fusion_object = _fusion(fusion, rrf_k)
+    label = fusion if isinstance(fusion, str) else type(fusion).__name__
+
+    def build(indexes: Indexes) -> Runnable[str, list[Document]]:
+        from rag_fusion_chain.retrievers.hybrid import hybrid_retriever
+
+        return hybrid_retriever(
+            indexes.bm25(),
+            indexes.dense(),
+            fusion=fusion_object,
+            weights=list(weights),
+            k=indexes.depth,
+            fetch_k=indexes.depth,
+        )
+
+    return Setup(
+        name or f"hybrid-{label}",
+        build,
+        f"bm25 + dense, {label} fusion, weights {tuple(weights)}",
+    )
+
+
+def _fusion(fusion: str | BaseFusion, rrf_k: float) -> BaseFusion:
+    if isinstance(fusion, BaseFusion):
+        return fusion
+    if fusion not in FUSIONS:
+        raise ValueError(f"fusion must be one of {sorted(FUSIONS)} or a BaseFusion, got {fusion!r}")
+    return FUSIONS[fusion](k=rrf_k) if fusion == "rrf" else FUSIONS[fusion]()
+
+
+def strategy_setup(
+    strategy: str, llm: Runnable[Any, Any] | None = None, *, query_count: int = 4
+) -> Setup:
+    """A query strategy (``offline.STRATEGIES``) over BM25 and dense, as the kit retrieves it.
+
+    The kit's ``offline.retrieval_chain``: queries from ``llm`` or, with ``llm=None``, from
+    pseudo-relevance feedback on the BM25 index; every query searched with both retrievers; the
+    lists fused by the strategy's fusion (RRF; the unique union for multi-query).
+
+    >>> strategy_setup("rag-fusion").name
+    'rag-fusion-offline'
+    """
+    from rag_fusion_chain import offline
+
+    if strategy not in offline.STRATEGIES:
+        raise ValueError(f"strategy must be one of {offline.STRATEGIES}, got {strategy!r}")
+
+    def build(indexes: Indexes) -> Runnable[str, list[Document]]:
+        from langchain_core.runnables import RunnablePick
+
+        retrieval = offline.retrieval_chain(
+            strategy,
+            [indexes.bm25(), indexes.dense()],
+            llm,
+            n=query_count,
+            k=indexes.depth,
+            top_n=indexes.depth,
+        )
+        return retrieval | RunnablePick("documents")
+
+    source = "pseudo-relevance feedback" if llm is None else "the chat model"
+    return Setup(
+        strategy if llm is not None else f"{strategy}{OFFLINE_SUFFIX}",
+        build,
+        f"{strategy}, queries from {source}, over bm25 + dense",
+    )
+
+
+def setup_by_name(
+    name: str,
+    *,
+    llm: Runnable[Any, Any] | None = None,
+    rrf_k: float = DEFAULT_RRF_K,
+    query_count: int = 4,
+) -> Setup:
+    """A setup by its command-line name.
+
+    ``bm25``, ``dense``, ``hybrid-rrf``, ``hybrid-relative``, ``hybrid-dist`` (and the other
+    :data:`~rag_fusion_chain.fusion.FUSIONS` names after ``hybrid-``); a query strategy
+    (``rag-fusion``, ``multi-query``, ``decomposition``, ``step-back``, ``hyde``) with ``llm``,
+    or with ``-offline`` appended for the offline generator.
+
+    >>> setup_by_name("bm25").description
+    'BM25 (bm25s, English stemmer and stopwords)'
+    """
+    from rag_fusion_chain import offline
+
+    if name == "bm25":
+        return Setup(name, Indexes.bm25, "BM25 (bm25s, English stemmer and stopwords)")
+    if name == "dense":
+        return Setup(name, Indexes.dense, "dense (FAISS, cosine)")
+    if name.startswith("hybrid-") and name.removeprefix("hybrid-") in FUSIONS:
+        return hybrid_setup(name.removeprefix("hybrid-"), rrf_k=rrf_k)
+    if name.endswith(OFFLINE_SUFFIX) and name.removesuffix(OFFLINE_SUFFIX) in offline.STRATEGIES:
+        return strategy_setup(name.removesuffix(OFFLINE_SUFFIX), query_count=query_count)
+    if name in offline.STRATEGIES:
+        if llm is None:
+            raise ValueError(
+                f"setups: {name!r} needs a chat model (configure one, e.g. --model), "
+                f"or use {name + OFFLINE_SUFFIX!r} for the offline query generator"
+            )
+        return strategy_setup(name, llm, query_count=query_count)
+    known = [*DEFAULT_SETUPS, *(strategy + OFFLINE_SUFFIX for strategy in offline.STRATEGIES)]
+    raise ValueError(f"setups: unknown setup {name!r}; known: {', '.join(known)}")
+
+
+def run_setups(
+    dataset: BeirDataset,
+    setups: Sequence[Setup],
+    indexes: Indexes,
+    *,
+    batch_size: int = 32,
+    max_concurrency: int | None = None,
+    progress: ProgressCallback = ignore_progress,
+) -> dict[str, Run]:
+    """Retrieve for every query of ``dataset`` with every setup; one ranx-ready run per setup.
+
+    Queries go to each setup's ``batch`` in chunks of ``batch_size`` (progress is reported after
+    each chunk). Rankings become runs via :func:`run_from_rankings` (rank-derived scores).
+
+    >>> # runs = run_setups(load_beir("scifact"), [setup_by_name("bm25")], Indexes(corpus))
+    """
+    names = [setup.name for setup in setups]
+    if len(set(names)) != len(names):
+        raise ValueError(f"setups: names must be unique, got {names}")
+    query_ids = list(dataset.queries)
+    texts = [dataset.queries[query_id] for query_id in query_ids]
+    config = {"max_concurrency": max_concurrency} if max_concurrency else None
+    runs: dict[str, Run] = {}
+    for setup in setups:
+        runnable = setup.build(indexes)
+        task = f"querying {setup.name}"
+        progress(task, 0, len(texts))
+        rankings: list[list[Document]] = []
+        for start in range(0, len(texts), batch_size):
+            rankings.extend(runnable.batch(texts[start : start + batch_size], config))
+            progress(task, len(rankings), len(texts))
+        runs[setup.name] = run_from_rankings(dict(zip(query_ids, rankings, strict=True)))
+    return runs

@@ -1,0 +1,329 @@
+"""Tests of rag_fusion_chain.evaluate: BEIR loading, ranx wiring, the embedding cache, outputs.
+
+Everything runs on a tiny BEIR dataset written to tmp_path, with fake embeddings, except
+``test_bm25_on_full_scifact``, which needs the SciFact copy next to the repository.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
+
+from rag_fusion_chain.evaluate import (
+    CachedEmbeddings,
+    Indexes,
+    compare_runs,
+    comparison_table,
+    evaluate_run,
+    load_beir,
+    results_json,
+    run_from_rankings,
+    run_setups,
+    setup_by_name,
+    write_json,
+    write_plot,
+)
+
+SCIFACT_DIR = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "scifact"
+
+CORPUS = [
+    {"_id": "d1", "title": "Solar panels", "text": "Photovoltaic cells turn sunlight into power."},
+    {"_id": "d2", "title": "Wind turbines", "text": "Blades turn wind into electricity."},
+    {"_id": "d3", "title": "", "text": "Heat pumps move heat from cold air into houses."},
+    {"_id": "d4", "title": "Batteries", "text": "Lithium batteries store electricity overnight."},
+    {"_id": "d5", "title": "Hydro power", "text": "Dams turn falling water into electricity."},
+]
+QUERIES = [
+    {"_id": "q1", "text": "how do solar panels make power from sunlight"},
+    {"_id": "q2", "text": "storing electricity in batteries"},
+    {"_id": "q3", "text": "heat pumps for houses"},
+    {"_id": "q9", "text": "a training query without test judgements"},
+]
+QRELS = "query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td4\t1\nq2\td2\t1\nq3\td3\t1\n"
+
+
+def write_tiny_beir(directory: Path) -> Path:
+    """Write the tiny dataset in the BEIR layout and return its directory."""
+    (directory / "qrels").mkdir(parents=True)
+    for name, records in (("corpus.jsonl", CORPUS), ("queries.jsonl", QUERIES)):
+        lines = [json.dumps({**record, "metadata": {}}) for record in records]
+        (directory / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (directory / "qrels" / "test.tsv").write_text(QRELS, encoding="utf-8")
+    return directory
+
+
+@pytest.fixture
+def tiny_beir(tmp_path: Path) -> Path:
+    return write_tiny_beir(tmp_path / "tiny")
+
+
+class CountingEmbeddings(Embeddings):
+    """Bag-of-letters vectors; counts how many texts reach the "encoder"."""
+
+    model_identity = "counting-letters-26"
+
+    def __init__(self) -> None:
+        self.encoded_texts = 0
+        self.calls = 0
+
+    def _vector(self, text: str) -> list[float]:
+        counts = [float(text.lower().count(chr(ord("a") + index))) for index in range(26)]
+        norm = math.sqrt(sum(value * value for value in counts)) or 1.0
+        return [value / norm for value in counts]
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.calls += 1
+        self.encoded_texts += len(texts)
+        return [self._vector(text) for text in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.embed_documents([text])[0]
+
+
+# --------------------------------------------------------------------------------------------
+# load_beir
+# --------------------------------------------------------------------------------------------
+
+
+def test_load_beir_reads_corpus_queries_and_qrels(tiny_beir: Path) -> None:
+    dataset = load_beir(tiny_beir)
+
+    assert dataset.name == "tiny"
+    assert [document.id for document in dataset.corpus] == ["d1", "d2", "d3", "d4", "d5"]
+    assert dataset.corpus[0].page_content == (
+        "Solar panels\nPhotovoltaic cells turn sunlight into power."
+    )
+    assert dataset.corpus[2].page_content == "Heat pumps move heat from cold air into houses."
+    assert list(dataset.queries) == ["q1", "q2", "q3"]  # q9 has no judgements in the split
+    assert dataset.qrels == {"q1": {"d1": 1}, "q2": {"d4": 1, "d2": 1}, "q3": {"d3": 1}}
+
+
+def test_load_beir_limits_queries_and_checks_the_layout(tiny_beir: Path, tmp_path: Path) -> None:
+    limited = load_beir(tiny_beir, queries_limit=2)
+    assert list(limited.queries) == ["q1", "q2"] and list(limited.qrels) == ["q1", "q2"]
+
+    with pytest.raises(FileNotFoundError, match="qrels/dev.tsv"):
+        load_beir(tiny_beir, split="dev")
+    with pytest.raises(FileNotFoundError, match="not a directory"):
+        load_beir(tmp_path / "missing")
+    with pytest.raises(ValueError, match="queries_limit"):
+        load_beir(tiny_beir, queries_limit=0)
+
+
+# --------------------------------------------------------------------------------------------
+# Metrics (ranx computes; these check the wiring against hand-computed values)
+# --------------------------------------------------------------------------------------------
+
+HAND_QRELS = {"q1": {"d1": 1, "d3": 1}, "q2": {"d2": 1}, "q3": {"d5": 1}}
+HAND_RUN = {"q1": {"d2": 3.0, "d1": 2.0, "d3": 1.0}, "q2": {"d3": 2.0, "d1": 1.0}}  # q3 unanswered
+
+
+def test_evaluate_run_matches_hand_computed_metrics() -> None:
+    metrics = evaluate_run(HAND_RUN, HAND_QRELS)
+
+    # q1: relevant at ranks 2 and 3; q2 finds nothing relevant; q3 is unanswered (counts as 0).
+    ndcg_q1 = (1 / math.log2(3) + 1 / math.log2(4)) / (1 + 1 / math.log2(3))
+    assert metrics["ndcg@10"] == pytest.approx(ndcg_q1 / 3)
+    assert metrics["recall@100"] == pytest.approx(1 / 3)
+    assert metrics["mrr@10"] == pytest.approx(0.5 / 3)
+    assert metrics["map"] == pytest.approx(((1 / 2 + 2 / 3) / 2) / 3)
+    assert list(metrics) == ["ndcg@10", "recall@100", "mrr@10", "map"]
+
+
+def test_evaluate_run_respects_the_cutoff_and_empty_runs() -> None:
+    run = {"q1": {f"x{rank}": 20.0 - rank for rank in range(10)} | {"d1": 5.0}}
+    assert evaluate_run(run, {"q1": {"d1": 1}}, ["mrr@10", "recall@100"]) == {
+        "mrr@10": 0.0,
+        "recall@100": 1.0,
+    }
+    assert evaluate_run({}, HAND_QRELS, ["map"]) == {"map": 0.0}
+
+
+def test_run_from_rankings_keeps_the_kit_order_and_ids() -> None:
+    tied = [Document("b", id="B", metadata={"score": 1.0}), Document("a", id="A")]
+    run = run_from_rankings({"q1": tied + [Document("b again", id="B")]})
+
+    assert run == {"q1": {"B": 3.0, "A": 2.0}}  # duplicates keep their best rank
+    assert evaluate_run(run, {"q1": {"B": 1}}, ["mrr@10"]) == {"mrr@10": 1.0}
+
+
+def test_compare_runs_gives_p_values_against_the_first_run() -> None:
+    better = {"q1": {"d1": 2.0, "d2": 1.0}, "q2": {"d2": 1.0}, "q3": {"d1": 1.0}}
+    runs = {"first": HAND_RUN, "second": better, "same": HAND_RUN}
+    comparison = compare_runs(runs, HAND_QRELS, ["mrr@10"])
+
+    assert comparison.baseline == "first" and comparison.stat_test == "student"
+    assert comparison.scores["second"]["mrr@10"] == pytest.approx(2 / 3)
+    assert comparison.p_values["first"] == {}
+    assert 0.0 < comparison.p_values["second"]["mrr@10"] < 1.0
+    assert comparison.p_values["same"]["mrr@10"] == 1.0  # identical per query: no difference
+    assert not comparison.is_significant("same", "mrr@10")
+    with pytest.raises(ValueError, match="stat_test"):
+        compare_runs({"first": HAND_RUN}, HAND_QRELS, stat_test="wilcoxon")
+
+
+# --------------------------------------------------------------------------------------------
+# Embedding cache
+# --------------------------------------------------------------------------------------------
+
+
+def test_cached_embeddings_encode_each_text_once(tmp_path: Path) -> None:
+    model = CountingEmbeddings()
+    cached = CachedEmbeddings(model, model.model_identity, tmp_path, batch_size=2)
+    first = cached.embed_documents(["alpha", "beta", "alpha", "gamma"])
+    assert model.encoded_texts == 3 and model.calls == 2  # "alpha" once; batches of two
+
+    again = CachedEmbeddings(model, model.model_identity, tmp_path)
+    assert again.embed_documents(["gamma", "alpha"]) == [first[3], first[0]]
+    assert model.encoded_texts == 3
+    assert again.embed_query("alpha") != [] and model.encoded_texts == 4  # queries keyed apart
+
+    files = sorted(path.suffix for path in tmp_path.rglob("*") if path.is_file())
+    assert set(files) == {".json", ".npy"}  # npy shards + a JSON index, no pickle
+
+
+def test_second_run_calls_the_encoder_zero_times(tiny_beir: Path, tmp_path: Path) -> None:
+    dataset = load_beir(tiny_beir)
+    setups = [setup_by_name("dense")]
+    first_model = CountingEmbeddings()
+    first = run_setups(dataset, setups, Indexes(dataset.corpus, first_model, tmp_path / "cache"))
+    assert first_model.encoded_texts == len(dataset.corpus) + len(dataset.queries)
+
+    second_model = CountingEmbeddings()
+    second = run_setups(dataset, setups, Indexes(dataset.corpus, second_model, tmp_path / "cache"))
+    assert second_model.calls == 0
+    assert second == first
+
+
+# --------------------------------------------------------------------------------------------
+# Setups, outputs
+# --------------------------------------------------------------------------------------------
+
+
+def test_run_setups_measures_the_kit_retrievers(tiny_beir: Path, tmp_path: Path) -> None:
+    dataset = load_beir(tiny_beir)
+    names = ["bm25", "dense", "hybrid-rrf", "hybrid-relative", "hybrid-dist"]
+    progress: list[tuple[str, int, int]] = []
+
+    def record(task: str, completed: int, total: int) -> None:
+        progress.append((task, completed, total))
+
+    indexes = Indexes(dataset.corpus, CountingEmbeddings(), tmp_path, depth=3, progress=record)
+    setups = [setup_by_name(name) for name in names]
+    runs = run_setups(dataset, setups, indexes, batch_size=2, progress=record)
+
+    assert list(runs) == names
+    assert next(iter(runs["bm25"]["q1"])) == "d1"  # "solar panels ... sunlight" finds d1 first
+    assert all(len(ranking) <= 3 for run in runs.values() for ranking in run.values())
+    assert ("querying bm25", 3, 3) in progress and ("querying hybrid-rrf", 2, 3) in progress
+    assert ("indexing bm25", 1, 1) in progress and ("embedding corpus", 5, 5) in progress
+    with pytest.raises(ValueError, match="unknown setup"):
+        setup_by_name("bm26")
+
+
+def test_results_json_schema_and_file(tmp_path: Path) -> None:
+    scores = {"bm25": {"ndcg@10": 0.5, "recall@100": 1.0, "mrr@10": 0.5, "map": 0.4}}
+    path = write_json(tmp_path / "out" / "results.json", "tiny", scores)
+
+    data = json.loads(path.read_text(encoding="utf-8"))
+    assert data == results_json("tiny", scores)
+    assert set(data) == {"dataset", "setups"} and data["dataset"] == "tiny"
+    assert set(data["setups"]["bm25"]) == {"ndcg@10", "recall@100", "mrr@10", "map"}
+
+
+def test_plot_is_a_png(tmp_path: Path) -> None:
+    scores = {name: {"ndcg@10": 0.6, "recall@100": 0.9} for name in ("bm25", "dense", "hybrid")}
+    path = write_plot(tmp_path / "plot.png", "tiny", scores)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_table_has_a_significance_column() -> None:
+    better = {"q1": {"d1": 2.0, "d2": 1.0}, "q2": {"d2": 1.0}, "q3": {"d1": 1.0}}
+    comparison = compare_runs({"first": HAND_RUN, "second": better}, HAND_QRELS, ["mrr@10", "map"])
+    headers, rows = comparison_table(comparison)
+
+    assert headers == ["setup", "mrr@10", "map", "p mrr@10"]
+    assert rows[0] == ["first", "0.1667", "0.1944", "-"]
+    assert float(rows[1][3]) == pytest.approx(comparison.p_values["second"]["mrr@10"], abs=1e-4)
+    significant = comparison.is_significant("second", "mrr@10")
+    assert rows[1][1].endswith("*") == significant
+
+
+# --------------------------------------------------------------------------------------------
+# Full SciFact (bounded; skipped without the data)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.skipif(
+    not (SCIFACT_DIR / "corpus.jsonl").is_file(),
+    reason=f"SciFact (BEIR layout) not found at {SCIFACT_DIR}",
+)
+def test_bm25_on_full_scifact() -> None:
+    dataset = load_beir(SCIFACT_DIR)
+    assert len(dataset.corpus) == 5183 and len(dataset.queries) == 300
+
+    runs = run_setups(dataset, [setup_by_name("bm25")], Indexes(dataset.corpus, cache_dir=None))
+    metrics = evaluate_run(runs["bm25"], dataset.qrels)
+    assert metrics["ndcg@10"] >= 0.68
+
+
+# --------------------------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------------------------
+
+
+def test_eval_command_end_to_end(
+    tiny_beir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from rag_fusion_chain import models
+    from rag_fusion_chain.cli import app
+
+    encoder = CountingEmbeddings()
+    monkeypatch.setattr(models, "embeddings", lambda name=None, **kwargs: encoder)
+    arguments = [
+        "eval",
+        str(tiny_beir),
+        "--setups",
+        "bm25,dense,hybrid-rrf,rag-fusion-offline",
+        "--model",
+        "offline",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "--json",
+        str(tmp_path / "out.json"),
+        "--plot",
+        str(tmp_path / "out.png"),
+    ]
+
+    result = CliRunner().invoke(app, arguments, terminal_width=200)
+
+    assert result.exit_code == 0, result.output
+    assert "p ndcg@10" in result.output and "paired student test against bm25" in result.output
+    data = json.loads((tmp_path / "out.json").read_text(encoding="utf-8"))
+    assert data["dataset"] == "tiny"
+    assert list(data["setups"]) == ["bm25", "dense", "hybrid-rrf", "rag-fusion-offline"]
+    assert set(data["setups"]["dense"]) == {"ndcg@10", "recall@100", "mrr@10", "map"}
+    assert (tmp_path / "out.png").read_bytes()[:4] == b"\x89PNG"
+
+    encoded = encoder.encoded_texts
+    again = CliRunner().invoke(app, arguments[:8], terminal_width=200)  # same cache, no outputs
+    assert again.exit_code == 0, again.output
+    assert encoder.encoded_texts == encoded  # everything came from the cache
+
+
+def test_eval_command_reports_an_unknown_setup(tiny_beir: Path) -> None:
+    from typer.testing import CliRunner
+
+    from rag_fusion_chain.cli import app
+
+    result = CliRunner().invoke(app, ["eval", str(tiny_beir), "--setups", "bm25,nope"])
+    assert result.exit_code == 1
+    assert "unknown setup 'nope'" in result.output
