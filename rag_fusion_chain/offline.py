@@ -36,6 +36,7 @@ from langchain_core.runnables import (
     Runnable,
     RunnableConfig,
     RunnableLambda,
+    RunnableParallel,
     RunnablePassthrough,
     RunnablePick,
     RunnableSerializable,
@@ -622,8 +623,10 @@ def offline_chain(
     )
     answer = ExtractiveAnswer(sentences=sentences)
     ending: Runnable[Any, Any] = (
-        RunnablePassthrough.assign(answer=answer)
-        | RunnablePick(["answer", "queries", "documents", "failures"])
+        RunnableParallel(
+            answer=answer,
+            **{key: RunnablePick(key) for key in ("queries", "documents", "failures")},
+        )
         if return_sources
         else answer
     )
