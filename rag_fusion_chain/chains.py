@@ -7,6 +7,10 @@ Each chain is composed from the kit's parts, one traced step each: ``generate_qu
 ``return_sources=True`` to ``{"answer", "queries", "documents", "failures"}``, streamed as dict
 chunks that add up to that dict.
 
+Retrieval overlaps generation: the generated queries are streamed into ``retrieve``, each searched
+as soon as the model has written its line (the question first, with ``include_original=True``),
+whether the chain is invoked or streamed.
+
 The chain's run name and tag are its strategy, its metadata holds ``n``, ``k`` and ``top_n``, and
 ``n``, ``k`` and ``top_n`` can be changed per call:
 ``chain.invoke(question, config={"configurable": {"n": 2, "top_n": 3}})``.
@@ -52,7 +56,7 @@ from langchain_core.runnables import (
 from rag_fusion_chain import prompts, queries
 from rag_fusion_chain.fusion import BaseFusion, document_id, reciprocal_rank_fusion, unique_union
 from rag_fusion_chain.queries import QuestionInput, dedupe_key, question_of, validate_count
-from rag_fusion_chain.retrievers.fanout import MultiRetriever, RetrievalFailure
+from rag_fusion_chain.retrievers.fanout import MultiRetriever, RetrievalFailure, StreamingInvoke
 
 Retrievers = Runnable[Any, Any] | Sequence[Runnable[Any, Any]]
 """One retriever, a list of them, or a configured :class:`MultiRetriever`."""
@@ -146,6 +150,10 @@ def _as_query_list(text: str) -> list[str]:
 
 def _failures_of(state: State) -> list[RetrievalFailure]:
     return list(state["retrieved"].failures)
+
+
+def _queries_of(state: State) -> list[str]:
+    return list(state["retrieved"].queries)
 
 
 def _unique_documents(documents: Iterable[Document]) -> list[Document]:
@@ -304,9 +312,13 @@ def _retrieval_steps(
     retrieve: Runnable[Any, Any],
     fuse: Runnable[Any, Any],
 ) -> Runnable[State, State]:
-    """Add ``retrieved``, ``documents``, ``failures`` and ``context`` to the state."""
+    """Add ``retrieved``, ``documents``, ``failures`` and ``context`` to the state.
+
+    ``search_queries`` is streamed into ``retrieve``: a generator's queries are searched as the
+    model writes them.
+    """
     return (
-        RunnablePassthrough.assign(retrieved=search_queries | retrieve)
+        RunnablePassthrough.assign(retrieved=StreamingInvoke(search_queries | retrieve))
         | RunnablePassthrough.assign(
             documents=RunnablePick("retrieved") | fuse,
             failures=RunnableLambda(_failures_of, name="failures"),
@@ -387,9 +399,9 @@ def _query_fusion_chain(
 ) -> Runnable[QuestionInput, Any]:
     """Generate queries, retrieve for all, fuse, answer: multi-query and RAG-Fusion."""
     retrieve = _fan_out(retrievers, k)
-    state = RunnablePassthrough.assign(queries=_generate_step(generator)) | _retrieval_steps(
-        RunnablePick("queries"), retrieve, _fuse_step(fusion)
-    )
+    state = _retrieval_steps(
+        _generate_step(generator), retrieve, _fuse_step(fusion)
+    ) | RunnablePassthrough.assign(queries=RunnableLambda(_queries_of, name="queries"))
     answer = answer_step(
         _check_prompt("prompt", prompt, prompts.ANSWER_PROMPT, _ANSWER_VARIABLES), llm
     )

@@ -4,6 +4,12 @@
 bounded by ``max_concurrency``; its output feeds any fusion runnable. :class:`FusionRetriever` wraps
 query generation, fan-out and fusion in a ``BaseRetriever``, to drop in wherever a retriever goes.
 
+Streaming: a ``MultiRetriever`` fed a stream of queries (``generator | MultiRetriever(...)``,
+streamed) searches each query as soon as it arrives, while the model is still writing the next
+ones; queries that arrive while a retriever is busy go together in its next batch. LangChain
+invokes a sequence step after step, so :class:`StreamingInvoke` gives ``invoke`` the streamed
+route too; :class:`FusionRetriever` and the ready-made chains take it on their own.
+
 >>> from langchain_core.retrievers import BaseRetriever
 >>> class Echo(BaseRetriever):
 ...     def _get_relevant_documents(self, query, *, run_manager):
@@ -17,10 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import math
+import operator
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from contextvars import copy_context
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
@@ -41,6 +49,7 @@ from langchain_core.runnables import (
     ensure_config,
 )
 from langchain_core.runnables.config import ContextThreadPoolExecutor, patch_config
+from langchain_core.runnables.utils import Input, Output
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from rag_fusion_chain.fusion import BaseFusion, RankedList, ReciprocalRankFusion, validate_weights
@@ -76,23 +85,32 @@ class RetrievalFailure:
 
 
 class RetrievalResults(list):  # type: ignore[type-arg]
-    """The fan-out output: :class:`RankedList` s, query-major then retriever, plus ``failures``.
+    """The fan-out output: :class:`RankedList` s, query-major then retriever, plus ``failures``
+    and the ``queries`` searched, in order.
 
     A plain list everywhere else, so every fusion runnable takes it as is.
 
-    >>> results = RetrievalResults([RankedList([Document("a")], source="bm25")])
-    >>> len(results), results.failures
-    (1, [])
+    >>> results = RetrievalResults([RankedList([Document("a")], source="bm25")], queries=["a"])
+    >>> len(results), results.failures, results.queries
+    (1, [], ['a'])
     """
 
     def __init__(
-        self, ranked_lists: Iterable[RankedList] = (), *, failures: Iterable[RetrievalFailure] = ()
+        self,
+        ranked_lists: Iterable[RankedList] = (),
+        *,
+        failures: Iterable[RetrievalFailure] = (),
+        queries: Iterable[str] = (),
     ) -> None:
         super().__init__(ranked_lists)
         self.failures: list[RetrievalFailure] = list(failures)
+        self.queries: list[str] = list(queries)
 
     def __repr__(self) -> str:
-        return f"RetrievalResults({list.__repr__(self)}, failures={self.failures!r})"
+        return (
+            f"RetrievalResults({list.__repr__(self)}, failures={self.failures!r}, "
+            f"queries={self.queries!r})"
+        )
 
 
 class RetrievalError(RuntimeError):
@@ -109,8 +127,10 @@ class RetrievalError(RuntimeError):
 # --------------------------------------------------------------------------------------------
 
 
-def as_query_list(queries: QueriesInput) -> list[str]:
+def as_query_list(queries: QueriesInput, *, first_position: int = 0) -> list[str]:
     """Accept one query or a list of them; refuse other types (TypeError) and blank queries.
+
+    ``first_position`` numbers the queries in errors when they continue a stream.
 
     >>> as_query_list("solar power")
     ['solar power']
@@ -121,7 +141,7 @@ def as_query_list(queries: QueriesInput) -> list[str]:
         query_list = list(queries)
     else:
         raise TypeError(f"queries must be a str or a list of str, got {type(queries).__name__}")
-    for position, query in enumerate(query_list):
+    for position, query in enumerate(query_list, first_position):
         if not query.strip():  # a vector store would answer it with arbitrary documents
             raise ValueError(
                 f"queries must not be empty or whitespace: query {position} is {query!r}"
@@ -223,6 +243,116 @@ def _checked_documents(result: Any) -> Outcome:
     return TypeError(f"a retriever must return a list of Documents, got {type(result).__name__}")
 
 
+def add_up(chunks: Iterable[T]) -> T:
+    """The chunks of a stream added up as LangChain adds them; a single chunk is returned as is.
+
+    >>> add_up([["solar"], ["wind"]])
+    ['solar', 'wind']
+    """
+    return functools.reduce(operator.add, chunks)
+
+
+async def aadd_up(chunks: AsyncIterator[T]) -> T:
+    """Async :func:`add_up`."""
+    return add_up([chunk async for chunk in chunks])
+
+
+async def _one(value: T) -> AsyncIterator[T]:
+    """An async stream of the single chunk ``value``."""
+    yield value
+
+
+# --------------------------------------------------------------------------------------------
+# Streamed input
+# --------------------------------------------------------------------------------------------
+
+
+class _QueryStream:
+    """Reads the chunks of a query stream into complete queries.
+
+    Every item of a list chunk is a complete query, returned at once. ``str`` chunks are pieces of
+    one query (LangChain adds chunks up: ``"solar " + "power"``), complete when the stream ends.
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.text: str | None = None
+
+    def feed(self, chunk: QueriesInput) -> list[str]:
+        """The complete queries in ``chunk``, validated like invoke's input."""
+        if isinstance(chunk, str):
+            self.text = chunk if self.text is None else self.text + chunk
+            return []
+        queries = as_query_list(chunk, first_position=self.count)
+        self.count += len(queries)
+        return queries
+
+    def finish(self) -> list[str]:
+        """The query the ``str`` chunks added up to, if any, once the stream has ended."""
+        if self.text is None:
+            return []
+        if self.count:
+            raise TypeError("queries: a stream must send either str chunks or lists, not both")
+        return as_query_list(self.text)
+
+
+class _Lanes:
+    """The queries received so far and, per retriever, those waiting for its next batch.
+
+    A retriever searches one batch at a time; queries arriving meanwhile wait in its lane and go
+    together in its next batch (micro-batching). Thread-safe: lanes run in worker threads.
+    """
+
+    def __init__(self, retriever_count: int) -> None:
+        self._lock = threading.Lock()
+        self.queries: list[str] = []
+        self._waiting: list[list[int]] = [[] for _ in range(retriever_count)]
+        self._running = [False] * retriever_count
+        self._outcomes: list[dict[int, Outcome]] = [{} for _ in range(retriever_count)]
+
+    def add(self, queries: list[str]) -> list[int]:
+        """Queue ``queries`` for every retriever; return the retrievers whose lane must start."""
+        with self._lock:
+            positions = range(len(self.queries), len(self.queries) + len(queries))
+            self.queries.extend(queries)
+            starting = []
+            for index, waiting in enumerate(self._waiting):
+                waiting.extend(positions)
+                if positions and not self._running[index]:
+                    self._running[index] = True
+                    starting.append(index)
+            return starting
+
+    def take(self, index: int) -> list[int]:
+        """The positions of the queries retriever ``index`` searches next; none ends its lane."""
+        with self._lock:
+            positions, self._waiting[index] = self._waiting[index], []
+            self._running[index] = bool(positions)
+            return positions
+
+    def queries_at(self, positions: list[int]) -> list[str]:
+        with self._lock:
+            return [self.queries[position] for position in positions]
+
+    def store(self, index: int, positions: list[int], outcomes: list[Outcome]) -> None:
+        with self._lock:
+            self._outcomes[index].update(zip(positions, outcomes, strict=True))
+
+    def drop_waiting(self) -> None:
+        """Forget the queries not yet searched: each lane ends after its current batch."""
+        with self._lock:
+            for waiting in self._waiting:
+                waiting.clear()
+
+    def outcome_table(self) -> list[list[Outcome]]:
+        """Outcomes per retriever, each in query order: the shape ``_collect`` takes."""
+        with self._lock:
+            return [
+                [outcomes[position] for position in range(len(self.queries))]
+                for outcomes in self._outcomes
+            ]
+
+
 # --------------------------------------------------------------------------------------------
 # MultiRetriever
 # --------------------------------------------------------------------------------------------
@@ -246,8 +376,17 @@ class MultiRetriever(RunnableSerializable[QueriesInput, list[list[Document]]]):
     (``on_error="warn"``); ``on_error="raise"`` raises instead. If nothing succeeded,
     :class:`RetrievalError` is raised.
 
+    Streaming (:meth:`transform`): fed a stream of queries, as when ``generator | fan_out`` is
+    streamed, each query is searched as soon as it arrives; while a retriever's batch is in
+    flight, newly arrived queries wait and go together in its next batch (so a retriever that
+    embeds a batch in one request makes fewer requests than there are queries). ``timeout``
+    then applies to each of these batches. The output is the same as ``invoke`` of all the
+    queries: one chunk, in arrival order, failures handled alike.
+
     >>> # fan_out = MultiRetriever([bm25, vectors], weights=[1.0, 2.0], timeout=5)
     >>> # fused = (fan_out | reciprocal_rank_fusion).invoke(["solar power", "wind power"])
+    >>> # retrieval = StreamingInvoke(queries.rag_fusion(llm) | fan_out | reciprocal_rank_fusion)
+    >>> # retrieval.invoke("How do heat pumps work?")  # searching starts with the first query
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -349,28 +488,112 @@ class MultiRetriever(RunnableSerializable[QueriesInput, list[list[Document]]]):
         if errors and not ranked_lists:
             raise RetrievalError(failures) from errors[0]
         _warn_about(failures, len(queries))
-        return RetrievalResults(ranked_lists, failures=failures)
+        return RetrievalResults(ranked_lists, failures=failures, queries=queries)
 
-    def _retrieve(
-        self, value: QueriesInput, run_manager: CallbackManagerForChainRun, config: RunnableConfig
-    ) -> RetrievalResults:
-        queries = as_query_list(value)
-        if not queries:
-            return RetrievalResults()
+    def _child_config(
+        self,
+        run_manager: CallbackManagerForChainRun | AsyncCallbackManagerForChainRun,
+        config: RunnableConfig,
+    ) -> tuple[int, RunnableConfig]:
+        """(retrievers searching at once, the config of each retriever's batch calls)."""
         at_once, per_retriever = split_concurrency(
             len(self.retrievers), config.get("max_concurrency")
         )
         child = patch_config(
             config, callbacks=run_manager.get_child(), max_concurrency=per_retriever
         )
-        with ContextThreadPoolExecutor(max_workers=at_once) as executor:
-            outcomes = list(
-                executor.map(
-                    lambda index: self._outcomes(index, queries, child),
-                    range(len(self.retrievers)),
-                )
+        return at_once, child
+
+    def _run_lane(
+        self, index: int, lanes: _Lanes, slots: threading.Semaphore, config: RunnableConfig
+    ) -> None:
+        """Search retriever ``index`` for its waiting queries, a batch at a time, until none wait."""
+        while True:
+            with slots:
+                positions = lanes.take(index)
+                if not positions:
+                    return
+                outcomes = self._outcomes(index, lanes.queries_at(positions), config)
+            lanes.store(index, positions, outcomes)
+
+    async def _arun_lane(
+        self, index: int, lanes: _Lanes, slots: asyncio.Semaphore, config: RunnableConfig
+    ) -> None:
+        """Async :meth:`_run_lane`."""
+        while True:
+            async with slots:
+                positions = lanes.take(index)
+                if not positions:
+                    return
+                outcomes = await self._aoutcomes(index, lanes.queries_at(positions), config)
+            lanes.store(index, positions, outcomes)
+
+    def _retrieve_stream(
+        self,
+        chunks: Iterator[QueriesInput],
+        run_manager: CallbackManagerForChainRun,
+        config: RunnableConfig,
+    ) -> Iterator[RetrievalResults]:
+        """Search each query as it arrives; yield the results once the input has ended.
+
+        One lane (a worker thread) per retriever searches a batch at a time; ``slots`` lets at
+        most ``at_once`` retrievers search together, so ``max_concurrency`` holds over all pairs.
+        """
+        at_once, child = self._child_config(run_manager, config)
+        lanes, reader = _Lanes(len(self.retrievers)), _QueryStream()
+        slots = threading.Semaphore(at_once)
+        with ContextThreadPoolExecutor(max_workers=len(self.retrievers)) as executor:
+
+            def start(queries: list[str]) -> list[concurrent.futures.Future[None]]:
+                return [
+                    executor.submit(self._run_lane, index, lanes, slots, child)
+                    for index in lanes.add(queries)
+                ]
+
+            lanes_started: list[concurrent.futures.Future[None]] = []
+            try:
+                for chunk in chunks:
+                    lanes_started += start(reader.feed(chunk))
+                lanes_started += start(reader.finish())
+            except BaseException:
+                lanes.drop_waiting()
+                raise
+            for lane in lanes_started:
+                lane.result()
+        yield self._collect(lanes.queries, lanes.outcome_table())
+
+    async def _aretrieve_stream(
+        self,
+        chunks: AsyncIterator[QueriesInput],
+        run_manager: AsyncCallbackManagerForChainRun,
+        config: RunnableConfig,
+    ) -> AsyncIterator[RetrievalResults]:
+        """Async :meth:`_retrieve_stream`: one task per retriever lane."""
+        at_once, child = self._child_config(run_manager, config)
+        lanes, reader = _Lanes(len(self.retrievers)), _QueryStream()
+        slots = asyncio.Semaphore(at_once)
+        lanes_started: list[asyncio.Task[None]] = []
+
+        def start(queries: list[str]) -> None:
+            lanes_started.extend(
+                asyncio.create_task(self._arun_lane(index, lanes, slots, child))
+                for index in lanes.add(queries)
             )
-        return self._collect(queries, outcomes)
+
+        try:
+            async for chunk in chunks:
+                start(reader.feed(chunk))
+            start(reader.finish())
+            await asyncio.gather(*lanes_started)
+        finally:
+            for lane in lanes_started:
+                lane.cancel()  # only those still running: the input or a lane failed
+        yield self._collect(lanes.queries, lanes.outcome_table())
+
+    def _retrieve(
+        self, value: QueriesInput, run_manager: CallbackManagerForChainRun, config: RunnableConfig
+    ) -> RetrievalResults:
+        return add_up(self._retrieve_stream(iter([value]), run_manager, config))
 
     async def _aretrieve(
         self,
@@ -378,23 +601,7 @@ class MultiRetriever(RunnableSerializable[QueriesInput, list[list[Document]]]):
         run_manager: AsyncCallbackManagerForChainRun,
         config: RunnableConfig,
     ) -> RetrievalResults:
-        queries = as_query_list(value)
-        if not queries:
-            return RetrievalResults()
-        at_once, per_retriever = split_concurrency(
-            len(self.retrievers), config.get("max_concurrency")
-        )
-        child = patch_config(
-            config, callbacks=run_manager.get_child(), max_concurrency=per_retriever
-        )
-        semaphore = asyncio.Semaphore(at_once)
-
-        async def bounded(index: int) -> list[Outcome]:
-            async with semaphore:
-                return await self._aoutcomes(index, queries, child)
-
-        outcomes = await asyncio.gather(*(bounded(index) for index in range(len(self.retrievers))))
-        return self._collect(queries, list(outcomes))
+        return await aadd_up(self._aretrieve_stream(_one(value), run_manager, config))
 
     def invoke(
         self, input: QueriesInput, config: RunnableConfig | None = None, **kwargs: Any
@@ -405,6 +612,32 @@ class MultiRetriever(RunnableSerializable[QueriesInput, list[list[Document]]]):
         self, input: QueriesInput, config: RunnableConfig | None = None, **kwargs: Any
     ) -> RetrievalResults:
         return await self._acall_with_config(self._aretrieve, input, config)
+
+    def transform(
+        self,
+        input: Iterator[QueriesInput],
+        config: RunnableConfig | None = None,
+        **kwargs: Any,
+    ) -> Iterator[RetrievalResults]:
+        """Search the queries of a stream as they arrive; yield all results once, at its end.
+
+        LangChain calls this when a sequence holding the fan-out is streamed: in
+        ``(generator | MultiRetriever(...)).stream(question)`` each generated query is searched
+        while the model writes the next. The one chunk yielded equals ``invoke`` of the queries.
+        """
+        yield from self._transform_stream_with_config(input, self._retrieve_stream, config)
+
+    async def atransform(
+        self,
+        input: AsyncIterator[QueriesInput],
+        config: RunnableConfig | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[RetrievalResults]:
+        """Async :meth:`transform`."""
+        async for results in self._atransform_stream_with_config(
+            input, self._aretrieve_stream, config
+        ):
+            yield results
 
 
 def _warn_about(failures: list[RetrievalFailure], query_count: int) -> None:
@@ -421,12 +654,77 @@ def _warn_about(failures: list[RetrievalFailure], query_count: int) -> None:
 
 
 # --------------------------------------------------------------------------------------------
+# StreamingInvoke
+# --------------------------------------------------------------------------------------------
+
+
+class StreamingInvoke(RunnableBinding[Input, Output]):
+    """Run ``bound`` by streaming it, on ``invoke`` and ``batch`` too, and add the chunks up.
+
+    LangChain invokes a sequence step after step, each step waiting for all of the previous
+    one's output; streamed, each step starts on the first chunks of its input. Wrapped, a
+    sequence takes the streamed route whichever way it is called: in
+    ``StreamingInvoke(generator | MultiRetriever(...) | fusion)`` each query is searched as soon
+    as the model has written it, while the result stays that of ``invoke``. It adds no run of
+    its own to traces: the runs are those of ``bound`` streamed.
+
+    >>> from langchain_core.runnables import RunnableLambda
+    >>> StreamingInvoke(RunnableLambda(lambda question: [question])).invoke("solar power")
+    ['solar power']
+    """
+
+    def __init__(self, bound: Runnable[Input, Output], **kwargs: Any) -> None:
+        super().__init__(bound=bound, **kwargs)
+
+    @classmethod
+    def is_lc_serializable(cls) -> bool:
+        return False
+
+    def invoke(self, input: Input, config: RunnableConfig | None = None, **kwargs: Any) -> Output:
+        return add_up(self.stream(input, config, **kwargs))
+
+    async def ainvoke(
+        self, input: Input, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> Output:
+        return await aadd_up(self.astream(input, config, **kwargs))
+
+    def batch(
+        self,
+        inputs: list[Input],
+        config: RunnableConfig | list[RunnableConfig] | None = None,
+        *,
+        return_exceptions: bool = False,
+        **kwargs: Any,
+    ) -> list[Output]:
+        """Each input through :meth:`invoke`, concurrently, as ``Runnable.batch`` does."""
+        return RunnableSerializable.batch(
+            self, inputs, config, return_exceptions=return_exceptions, **kwargs
+        )
+
+    async def abatch(
+        self,
+        inputs: list[Input],
+        config: RunnableConfig | list[RunnableConfig] | None = None,
+        *,
+        return_exceptions: bool = False,
+        **kwargs: Any,
+    ) -> list[Output]:
+        """Each input through :meth:`ainvoke`, concurrently, as ``Runnable.abatch`` does."""
+        return await RunnableSerializable.abatch(
+            self, inputs, config, return_exceptions=return_exceptions, **kwargs
+        )
+
+
+# --------------------------------------------------------------------------------------------
 # FusionRetriever
 # --------------------------------------------------------------------------------------------
 
 
 class FusionRetriever(BaseRetriever):
     """Query generation, fan-out and fusion as one ``BaseRetriever``: use it where a retriever goes.
+
+    The generated queries are streamed into the fan-out: each is searched as soon as the model
+    has written it (see :meth:`MultiRetriever.transform`).
 
     ``k`` is the number of fused documents returned, overridable per call like any LangChain
     retriever (``retriever.invoke(question, k=3)``); documents per underlying retriever call are
@@ -492,8 +790,10 @@ class FusionRetriever(BaseRetriever):
         run_config: RunnableConfig | None = None,
     ) -> list[Document]:
         config = patch_config(run_config, callbacks=run_manager.get_child())
-        queries = self.query_generator.invoke(query, config) if self.query_generator else query
-        ranked_lists = self.retrievers.invoke(queries, config)
+        query_stream = (
+            self.query_generator.stream(query, config) if self.query_generator else iter([query])
+        )
+        ranked_lists = add_up(self.retrievers.transform(query_stream, config))
         return self._fusion_keeping(k).invoke(ranked_lists, config)  # type: ignore[return-value]
 
     async def _aget_relevant_documents(
@@ -505,10 +805,10 @@ class FusionRetriever(BaseRetriever):
         run_config: RunnableConfig | None = None,
     ) -> list[Document]:
         config = patch_config(run_config, callbacks=run_manager.get_child())
-        queries = (
-            await self.query_generator.ainvoke(query, config) if self.query_generator else query
+        query_stream = (
+            self.query_generator.astream(query, config) if self.query_generator else _one(query)
         )
-        ranked_lists = await self.retrievers.ainvoke(queries, config)
+        ranked_lists = await aadd_up(self.retrievers.atransform(query_stream, config))
         return await self._fusion_keeping(k).ainvoke(ranked_lists, config)  # type: ignore[return-value]
 
 
@@ -519,7 +819,10 @@ __all__ = [
     "RetrievalError",
     "RetrievalFailure",
     "RetrievalResults",
+    "StreamingInvoke",
+    "aadd_up",
     "accepts_k",
+    "add_up",
     "as_query_list",
     "as_retriever_list",
     "call_with_timeout",
