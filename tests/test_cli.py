@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from rag_fusion_chain import offline
 from rag_fusion_chain.cli import INDEX_FILE, app
-from rag_fusion_chain.data import SAMPLE_QUESTION, sample_queries
+from rag_fusion_chain.data import SAMPLE_QUESTION, sample_corpus_path, sample_queries
 from rag_fusion_chain.offline import OFFLINE_LABEL
 from tests.conftest import MODEL_ENVIRONMENT_VARIABLES, STUB_API_KEY
 
@@ -220,6 +220,26 @@ def test_demo_indexes_the_sample_and_answers_offline(tmp_path: Path, minilm: Any
     again = invoke("demo", "--index", tmp_path / "demo")  # reuses the index
     assert again.exit_code == 0 and "Indexing" not in again.stdout
     print(f"demo: {first_run:.1f} s with indexing")
+
+
+def test_the_sample_corpus_is_small_complete_and_reproducible(tmp_path: Path) -> None:
+    corpus_path = sample_corpus_path()
+    assert corpus_path.stat().st_size < 1_000_000
+    assert (corpus_path.parent / "NOTICE.md").read_text("utf-8").count("CC BY 4.0") == 1
+    ids = [json.loads(line)["_id"] for line in corpus_path.read_text("utf-8").splitlines()]
+    assert len(ids) == len(set(ids)) == 300
+    assert all(set(query["relevant"]) <= set(ids) for query in sample_queries())
+    beir = Path("/work/shared/data/scifact")
+    if not (beir / "corpus.jsonl").is_file():
+        pytest.skip("the BEIR SciFact files are not available here")
+    script = Path(__file__).parent.parent / "scripts" / "make_sample_corpus.py"
+    subprocess.run(
+        [sys.executable, str(script), str(beir), "--out", str(tmp_path)],
+        check=True,
+        capture_output=True,
+    )
+    for name in (corpus_path.name, "scifact_sample_queries.jsonl"):
+        assert (tmp_path / name).read_bytes() == (corpus_path.parent / name).read_bytes()
 
 
 # --------------------------------------------------------------------------------------------
