@@ -223,6 +223,13 @@ class QueryListParser(BaseTransformOutputParser[list[str]]):
         return "query_list"
 
     def parse(self, text: str) -> list[str]:
+        # The streaming path, fed at once: ``invoke`` and ``stream`` must agree, e.g. on a
+        # preamble line followed by a JSON list.
+        lines = _IncrementalQueries(self)
+        return [*lines.feed(text), *lines.finish()]
+
+    def _parse_block(self, text: str) -> list[str]:
+        """Queries of a block read whole: a JSON list (or object holding one), else lines."""
         collector = _QueryCollector(self.n)
         json_items = _json_queries(text)
         if json_items is not None:
@@ -254,6 +261,9 @@ def _text_of(chunk: str | BaseMessage) -> str:
     return chunk if isinstance(chunk, str) else chunk.text
 
 
+_JSON_START = re.compile(r"\s*(?:\[|\{|```)")
+
+
 class _IncrementalQueries:
     """Feeds streamed text to a collector and returns each query once its line is complete."""
 
@@ -262,19 +272,28 @@ class _IncrementalQueries:
         self.collector = _QueryCollector(parser.n)
         self.buffer = ""
 
-    def _is_json(self) -> bool:
-        return self.buffer.lstrip().startswith(("[", "{", "```"))
-
     def feed(self, text: str) -> list[str]:
+        """Queries of the lines completed by ``text``; from a line opening JSON on, wait.
+
+        Lines are taken one at a time, so the result does not depend on how text is chunked.
+        """
         self.buffer += text
-        if self._is_json():
-            return []  # JSON is parsed once complete
-        *complete, self.buffer = self.buffer.split("\n")
-        return [query for line in complete if (query := self.collector.add(line)) is not None]
+        queries: list[str] = []
+        start = 0
+        while not _JSON_START.match(self.buffer, start):  # JSON is parsed once complete
+            end = self.buffer.find("\n", start)
+            if end < 0:
+                break
+            query = self.collector.add(self.buffer[start:end])
+            if query is not None:
+                queries.append(query)
+            start = end + 1
+        self.buffer = self.buffer[start:]
+        return queries
 
     def finish(self) -> list[str]:
-        if self._is_json():
-            candidates = self.parser.parse(self.buffer)
+        if _JSON_START.match(self.buffer):
+            candidates = self.parser._parse_block(self.buffer)
             return [q for q in candidates if self.collector.add(q, check_preamble=False)]
         query = self.collector.add(self.buffer)
         return [query] if query is not None else []
