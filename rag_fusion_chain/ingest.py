@@ -235,6 +235,9 @@ def load_web(
     try:
         from bs4 import SoupStrainer
 
+        # langchain-community logs a warning at import unless USER_AGENT is set; requests are
+        # sent with our own User-Agent header anyway (see _capped_session).
+        os.environ.setdefault("USER_AGENT", USER_AGENT)
         with warnings.catch_warnings():  # the package's sunset notice is not our users' concern
             warnings.filterwarnings("ignore", "`langchain-community`", DeprecationWarning)
             from langchain_community.document_loaders import WebBaseLoader

@@ -69,7 +69,8 @@ Terms = Callable[[str], list[str]]
 """A tokenizer: text to index terms."""
 
 _WORD = re.compile(r"[^\W_]+")
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])|\n+")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])|\n\s*\n")
+"""Sentence ends and blank lines; a single line break (wrapped PDF text) does not end a sentence."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -168,12 +169,13 @@ def expanded_queries(
 
 
 def split_sentences(text: str) -> list[str]:
-    """Sentences and lines of ``text`` (Western and CJK sentence ends), stripped, non-empty.
+    """Sentences of ``text`` (Western and CJK sentence ends, blank lines), whitespace collapsed.
 
-    >>> split_sentences("Title\\nFirst one. Second one? 第三句。第四句")
-    ['Title', 'First one.', 'Second one?', '第三句。', '第四句']
+    >>> split_sentences("Title\\n\\nFirst one,\\nwrapped. Second one? 第三句。第四句")
+    ['Title', 'First one, wrapped.', 'Second one?', '第三句。', '第四句']
     """
-    return [sentence.strip() for sentence in _SENTENCE_END.split(text) if sentence.strip()]
+    sentences = (" ".join(sentence.split()) for sentence in _SENTENCE_END.split(text))
+    return [sentence for sentence in sentences if sentence]
 
 
 def best_sentences(

@@ -115,13 +115,21 @@ def test_expanded_queries_append_consecutive_groups() -> None:
     assert offline.expanded_queries("q", [], n=3, terms_per_query=2) == []
 
 
-def test_split_sentences_handles_lines_western_and_cjk_ends() -> None:
-    assert offline.split_sentences("Title\nOne. Two! 三。四？") == [
+def test_split_sentences_handles_paragraphs_western_and_cjk_ends() -> None:
+    assert offline.split_sentences("Title\n\nOne. Two! 三。四？") == [
         "Title",
         "One.",
         "Two!",
         "三。",
         "四？",
+    ]
+
+
+def test_split_sentences_joins_wrapped_lines() -> None:
+    wrapped = "The model was trained on\n2 trillion tokens. It was then\ntuned."
+    assert offline.split_sentences(wrapped) == [
+        "The model was trained on 2 trillion tokens.",
+        "It was then tuned.",
     ]
 
 
