@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 import warnings
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -306,14 +307,16 @@ def _capped_session(max_bytes: int) -> requests.Session:
     class CappedSession(requests.Session):
         def request(self, method: str, url: str, *args: Any, **kwargs: Any) -> requests.Response:
             kwargs["stream"] = True
+            timeout = kwargs.get("timeout")
+            # The socket timeout bounds each read; the deadline bounds the whole body, so a
+            # server dripping a byte at a time cannot hold the loader for max_bytes reads.
+            deadline = time.monotonic() + timeout if isinstance(timeout, (int, float)) else None
             response = super().request(method, url, *args, **kwargs)
             declared = int(response.headers.get("Content-Length") or 0)
-            body = (
-                b""
-                if declared > max_bytes
-                else response.raw.read(max_bytes + 1, decode_content=True)
-            )
-            response.close()
+            try:
+                body = b"" if declared > max_bytes else _read_body(response, max_bytes, deadline)
+            finally:
+                response.close()
             if declared > max_bytes or len(body) > max_bytes:
                 raise ValueError(f"{url} is larger than max_bytes={max_bytes}")
             response._content = body  # what .text and .content read once the body is in
@@ -322,6 +325,23 @@ def _capped_session(max_bytes: int) -> requests.Session:
     session = CappedSession()
     session.headers["User-Agent"] = USER_AGENT
     return session
+
+
+def _read_body(response: requests.Response, max_bytes: int, deadline: float | None) -> bytes:
+    """At most ``max_bytes + 1`` decoded bytes of the body; ``requests.Timeout`` past ``deadline``."""
+    import requests
+
+    blocks: list[bytes] = []
+    size = 0
+    while size <= max_bytes:
+        if deadline is not None and time.monotonic() > deadline:
+            raise requests.Timeout(f"{response.url}: the body took longer than the timeout")
+        block = response.raw.read1(max_bytes + 1 - size, decode_content=True)
+        if not block:
+            break
+        blocks.append(block)
+        size += len(block)
+    return b"".join(blocks)
 
 
 # --------------------------------------------------------------------------------------------
