@@ -222,8 +222,9 @@ def load_web(
 ) -> list[Document]:
     """Load web pages with LangChain's WebBaseLoader, keeping only elements of ``classes``.
 
-    Only http(s) URLs are accepted (else ValueError). Connecting and each read must succeed within
-    ``timeout`` seconds (else TimeoutError); a page longer than ``max_bytes`` is a ValueError.
+    Only http(s) URLs are accepted (else ValueError). Connecting, each read, and the whole body
+    must each take at most ``timeout`` seconds (else TimeoutError); a page longer than
+    ``max_bytes`` (after decompression) is a ValueError.
     Pages whose chosen elements hold no text are skipped with a warning.
 
     >>> load_web(["https://lilianweng.github.io/posts/2023-06-23-agent/"],
