@@ -169,3 +169,23 @@ def langsmith_recorder(request: pytest.FixtureRequest) -> Iterator[LangSmithReco
     """
     with LangSmithRecorder(ingest=getattr(request, "param", MULTIPART)) as recorder:
         yield recorder
+
+
+# ============================================================================================
+# Index signing key (never the developer's own)
+# ============================================================================================
+
+
+@pytest.fixture(scope="session", autouse=True)
+def index_signing_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """FAISS manifests are signed with a key in a temporary directory, for the whole session.
+
+    ``RAG_FUSION_INDEX_KEY_FILE`` is set in the environment, so subprocesses (the CLI, served
+    apps) use the same key; the key file is made by the first save.
+    """
+    from rag_fusion_chain.retrievers.stores import SIGNING_KEY_ENV
+
+    path = tmp_path_factory.mktemp("index-signing") / "index-signing.key"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(SIGNING_KEY_ENV, str(path))
+        yield path

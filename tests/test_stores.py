@@ -20,12 +20,17 @@ from rag_fusion_chain.fusion import document_id
 from rag_fusion_chain.models import embedding_identity
 from rag_fusion_chain.retrievers.stores import (
     MANIFEST_FILE,
+    SIGNING_KEY_ENV,
     UntrustedIndexError,
     VectorRetriever,
+    _manifest_signature,
+    _sha256,
+    _signing_key,
     build_chroma,
     build_faiss,
     load_chroma,
     load_faiss,
+    signing_key_file,
 )
 
 pytest_plugins = ["tests.fixtures_chroma"]
@@ -224,8 +229,82 @@ def test_manifest_listing_other_files_is_refused(
     manifest = json.loads((tmp_path / MANIFEST_FILE).read_text())
     manifest["files"]["../elsewhere.pkl"] = "0" * 64
     (tmp_path / MANIFEST_FILE).write_text(json.dumps(manifest))
+    with pytest.raises(UntrustedIndexError, match="signature .* does not verify"):
+        load_faiss(tmp_path, embeddings)
+    signed = {**manifest, "signature": _manifest_signature(manifest, _signing_key(create=False))}
+    (tmp_path / MANIFEST_FILE).write_text(json.dumps(signed))  # as if the kit had written it
     with pytest.raises(UntrustedIndexError, match="must list exactly"):
         load_faiss(tmp_path, embeddings)
+
+
+def forge_manifest(directory: Path, marker: Path, signature: str | None) -> None:
+    """Swap in a pickle that runs code and rewrite the manifest's hashes to match it."""
+    (directory / "index.pkl").write_bytes(pickle.dumps(_Payload(marker)))
+    manifest = json.loads((directory / MANIFEST_FILE).read_text())
+    manifest["files"] = {name: _sha256(directory / name) for name in manifest["files"]}
+    manifest.pop("signature")
+    if signature is not None:
+        manifest["signature"] = signature
+    (directory / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2))
+
+
+@pytest.mark.parametrize(
+    "signature",
+    [None, "kept", "hmac-sha256:" + "0" * 64, "another key", "hmac-sha256:é"],
+)
+def test_rewritten_hashes_with_a_forged_manifest_are_refused(
+    tmp_path: Path, embeddings: CountingEmbeddings, signature: str | None
+) -> None:
+    build_faiss(DOCUMENTS, embeddings, path=tmp_path)
+    original = json.loads((tmp_path / MANIFEST_FILE).read_text())["signature"]
+    if signature == "kept":
+        signature = original
+    elif signature == "another key":
+        manifest = json.loads((tmp_path / MANIFEST_FILE).read_text())
+        signature = _manifest_signature(manifest, b"k" * 32)  # right scheme, attacker's key
+    marker = tmp_path / "payload-ran"
+    forge_manifest(tmp_path, marker, signature)
+    expected = "not signed" if signature is None else "does not verify"
+    with pytest.raises(UntrustedIndexError, match=expected) as refused:
+        load_faiss(tmp_path, embeddings)
+    assert "trust=True" in str(refused.value) and "--trust-index" in str(refused.value)
+    assert "Rebuild the index on this machine" in str(refused.value)
+    assert not marker.exists()
+
+
+def test_an_index_signed_with_another_key_is_refused_unless_trusted(
+    tmp_path: Path, embeddings: CountingEmbeddings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    build_faiss(DOCUMENTS, embeddings, path=tmp_path / "theirs")  # the session's key
+    monkeypatch.setenv(SIGNING_KEY_ENV, str(tmp_path / "keys" / "mine.key"))
+    with pytest.raises(UntrustedIndexError, match="no index signing key"):
+        load_faiss(tmp_path / "theirs", embeddings)
+    build_faiss(DOCUMENTS[:2], embeddings, path=tmp_path / "mine")  # makes this user's key
+    assert load_faiss(tmp_path / "mine", embeddings).index.ntotal == 2
+    with pytest.raises(UntrustedIndexError, match="another user or machine"):
+        load_faiss(tmp_path / "theirs", embeddings)
+    assert load_faiss(tmp_path / "theirs", embeddings, trust=True).index.ntotal == len(DOCUMENTS)
+
+
+def test_the_signing_key_is_made_once_private_and_reused(
+    tmp_path: Path, embeddings: CountingEmbeddings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key_file = tmp_path / "config" / "rag-fusion-chain" / "index-signing.key"
+    monkeypatch.delenv(SIGNING_KEY_ENV)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    assert signing_key_file() == key_file
+    build_faiss(DOCUMENTS, embeddings, path=tmp_path / "first")
+    key = key_file.read_text()
+    assert key_file.stat().st_mode & 0o777 == 0o600
+    assert len(bytes.fromhex(key.strip())) == 32
+    build_faiss(DOCUMENTS, embeddings, path=tmp_path / "second")
+    assert key_file.read_text() == key
+    assert [path.name for path in key_file.parent.iterdir()] == [key_file.name]
+    signature = json.loads((tmp_path / "first" / MANIFEST_FILE).read_text())["signature"]
+    assert signature.startswith("hmac-sha256:") and key.strip() not in signature
+    key_file.write_text("not a key")
+    with pytest.raises(ValueError, match="not an index signing key"):
+        load_faiss(tmp_path / "first", embeddings)
 
 
 def test_missing_and_corrupt_indexes_fail_clearly(

@@ -16,19 +16,25 @@ id :class:`~rag_fusion_chain.retrievers.bm25.BM25Retriever` uses), so ids surviv
 fusion merges a chunk found by both keyword and vector search.
 
 Security: ``FAISS.load_local`` unpickles a file, and unpickling runs code. :func:`save_faiss`
-therefore writes ``manifest.json`` with the SHA-256 of every file, and :func:`load_faiss` refuses
-(:class:`UntrustedIndexError`) any directory whose files do not match it, unless ``trust=True``.
-The manifest catches corruption and files swapped in from elsewhere; it is not a signature: someone
-who can write to the directory can also rewrite the manifest, so only load directories that only
-trusted users can write.
+therefore writes ``manifest.json`` with the SHA-256 of every file, signed with HMAC-SHA256 under
+a per-user secret key that the kit creates on the first save (``$RAG_FUSION_INDEX_KEY_FILE``, else
+``$XDG_CONFIG_HOME`` or ``~/.config``, ``/rag-fusion-chain/index-signing.key``, mode 0600).
+:func:`load_faiss` refuses (:class:`UntrustedIndexError`) a directory whose manifest is unsigned or
+not signed with this key, or whose files do not match it, before anything is unpickled, unless
+``trust=True``. So only indexes saved by this user (with this key) load without ``trust``: someone
+who can write the directory but not read the key cannot forge a manifest for files of their own.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
+import hmac
 import json
 import math
+import os
+import secrets
 import sys
 import warnings
 from collections import Counter
@@ -64,6 +70,16 @@ EMBEDDING_METADATA_KEY = "rag_fusion_chain:embedding"
 CHROMA_SPACE = "cosine"
 
 Vector = list[float]
+
+
+SIGNING_KEY_ENV = "RAG_FUSION_INDEX_KEY_FILE"
+"""The file holding the secret key that signs FAISS manifests (for tests, CI, shared setups)."""
+SIGNATURE_FIELD = "signature"
+SIGNATURE_PREFIX = "hmac-sha256:"
+TRUST_ADVICE = (
+    "Rebuild the index on this machine, or pass trust=True (rag-fusion: --trust-index) if you "
+    "trust its origin."
+)
 
 
 class UntrustedIndexError(ValueError):
@@ -161,7 +177,8 @@ def save_faiss(store: FAISS, path: str | Path) -> Path:
     """Save a FAISS store with ``FAISS.save_local`` and write ``manifest.json`` beside it.
 
     The manifest holds the kit version, each file's SHA-256, the embedding identity and the
-    store's distance settings (which ``load_local`` does not restore by itself).
+    store's distance settings (which ``load_local`` does not restore by itself), signed with the
+    user's index signing key (created on first use; see the module docstring).
 
     >>> save_faiss(store, "indexes/faiss")  # doctest: +SKIP
     PosixPath('indexes/faiss')
@@ -179,6 +196,7 @@ def save_faiss(store: FAISS, path: str | Path) -> Path:
         "normalize_L2": bool(store._normalize_L2),
         "documents": int(store.index.ntotal),
     }
+    manifest[SIGNATURE_FIELD] = _manifest_signature(manifest, _signing_key(create=True))
     temporary = directory / f"{MANIFEST_FILE}.tmp"
     temporary.write_text(json.dumps(manifest, indent=2), "utf-8")
     temporary.replace(directory / MANIFEST_FILE)
@@ -188,10 +206,11 @@ def save_faiss(store: FAISS, path: str | Path) -> Path:
 def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False) -> FAISS:
     """Load a FAISS index saved by :func:`build_faiss`/:func:`save_faiss`, verifying it first.
 
-    Every file's SHA-256 must match ``manifest.json`` before the pickle is opened; otherwise
-    :class:`UntrustedIndexError`. ``trust=True`` skips the verification (for an index you made
-    yourself without a manifest, e.g. plain ``FAISS.save_local``, loaded with LangChain's
-    default distance settings). A warning is issued when ``embeddings`` differ from those that
+    Before the pickle is opened, ``manifest.json`` must carry a valid signature under this
+    user's index signing key and every file's SHA-256 must match it; otherwise
+    :class:`UntrustedIndexError`. ``trust=True`` skips the verification (for an index from
+    elsewhere whose origin you trust, or one without a manifest, e.g. plain
+    ``FAISS.save_local``, loaded with LangChain's default distance settings). A warning is issued when ``embeddings`` differ from those that
     built the index.
 
     >>> store = load_faiss("indexes/faiss", embeddings)  # doctest: +SKIP
@@ -202,6 +221,7 @@ def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False)
         raise FileNotFoundError(f"FAISS index directory not found: {directory}")
     manifest = _read_manifest(directory, required=not trust)
     if not trust:
+        _verify_signature(directory, manifest)
         _verify_files(directory, manifest)
     for name in FAISS_FILES:
         if not (directory / name).is_file():
@@ -227,16 +247,19 @@ def _read_manifest(directory: Path, *, required: bool) -> dict[str, Any] | None:
             raise UntrustedIndexError(
                 f"{directory} has no {MANIFEST_FILE}, so its pickle file cannot be verified and "
                 "will not be loaded (unpickling can run arbitrary code). Indexes saved by "
-                "build_faiss/save_faiss have one; pass trust=True only for an index you created "
-                "yourself and nobody else could modify."
+                f"build_faiss/save_faiss have one. {TRUST_ADVICE}"
             )
         return None
     try:
         manifest = json.loads(manifest_path.read_text("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise UntrustedIndexError(f"{manifest_path} is not valid JSON: {error}") from error
+        raise UntrustedIndexError(
+            f"{manifest_path} is not valid JSON: {error}. {TRUST_ADVICE}"
+        ) from error
     if not isinstance(manifest, dict) or manifest.get("format") != FAISS_FORMAT:
-        raise UntrustedIndexError(f"{manifest_path} is not a {FAISS_FORMAT} manifest")
+        raise UntrustedIndexError(
+            f"{manifest_path} is not a {FAISS_FORMAT} manifest. {TRUST_ADVICE}"
+        )
     return manifest
 
 
@@ -255,9 +278,89 @@ def _verify_files(directory: Path, manifest: dict[str, Any] | None) -> None:
         if _sha256(file_path) != files[name]:
             raise UntrustedIndexError(
                 f"{file_path} does not match the SHA-256 recorded in {MANIFEST_FILE}: it changed "
-                "after the index was saved (corrupted or tampered with), so it will not be "
-                "unpickled. Rebuild the index, or pass trust=True if you know why it changed."
+                f"after the index was saved (corrupted or tampered with), so it will not be "
+                f"unpickled. {TRUST_ADVICE}"
             )
+
+
+def signing_key_file() -> Path:
+    """Where the index signing key lives: ``$RAG_FUSION_INDEX_KEY_FILE``, else the user's config.
+
+    >>> signing_key_file().name  # doctest: +SKIP
+    'index-signing.key'
+    """
+    configured = os.environ.get(SIGNING_KEY_ENV)
+    if configured:
+        return Path(configured).expanduser()
+    config = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
+    return Path(config) / "rag-fusion-chain" / "index-signing.key"
+
+
+def _signing_key(*, create: bool) -> bytes | None:
+    """The user's secret signing key; None when there is none and ``create`` is False."""
+    path = signing_key_file()
+    if not path.exists():
+        if not create:
+            return None
+        _create_signing_key(path)
+    try:
+        key = bytes.fromhex(path.read_text("ascii").strip())
+    except (UnicodeDecodeError, ValueError):
+        key = b""
+    if len(key) < 32:
+        raise ValueError(
+            f"{path} is not an index signing key (64 hex digits); remove it to have a new one "
+            "made (indexes signed with the old key then need rebuilding or trust=True)"
+        )
+    return key
+
+
+def _create_signing_key(path: Path) -> None:
+    """Write a random key to ``path`` (mode 0600) in one step, unless a key appears meanwhile."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(descriptor, "w", encoding="ascii") as handle:
+            handle.write(secrets.token_hex(32) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        with contextlib.suppress(FileExistsError):  # another process made one first: use it
+            os.link(temporary, path)  # complete when it appears; never replaces a key
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def _manifest_signature(manifest: dict[str, Any], key: bytes) -> str:
+    """HMAC-SHA256 of the manifest's canonical JSON, without its signature field."""
+    unsigned = {name: value for name, value in manifest.items() if name != SIGNATURE_FIELD}
+    message = json.dumps(unsigned, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    return SIGNATURE_PREFIX + hmac.new(key, message, hashlib.sha256).hexdigest()
+
+
+def _verify_signature(directory: Path, manifest: dict[str, Any] | None) -> None:
+    """Raise unless the manifest is signed with this user's key (checked before any unpickling)."""
+    manifest_path = directory / MANIFEST_FILE
+    recorded = (manifest or {}).get(SIGNATURE_FIELD)
+    if not isinstance(recorded, str):
+        raise UntrustedIndexError(
+            f"{manifest_path} is not signed (saved by an older version of the kit, or edited), "
+            f"so nothing shows that this kit wrote the index. {TRUST_ADVICE}"
+        )
+    key = _signing_key(create=False)
+    if key is None:
+        raise UntrustedIndexError(
+            f"{manifest_path} is signed, but this user has no index signing key "
+            f"({signing_key_file()}): the index was made by another user or machine. "
+            f"{TRUST_ADVICE}"
+        )
+    expected = _manifest_signature(manifest or {}, key)
+    if not hmac.compare_digest(recorded.encode("utf-8"), expected.encode("utf-8")):
+        raise UntrustedIndexError(
+            f"the signature of {manifest_path} does not verify with this user's index signing "
+            f"key ({signing_key_file()}): the index was made by another user or machine, or its "
+            f"manifest was rewritten. {TRUST_ADVICE}"
+        )
 
 
 def _store_settings(manifest: dict[str, Any] | None) -> dict[str, Any]:
@@ -609,6 +712,7 @@ def _search_chroma(store: Chroma, vectors: list[Vector], k: int) -> list[list[Do
 __all__ = [
     "DEFAULT_COLLECTION",
     "MANIFEST_FILE",
+    "SIGNING_KEY_ENV",
     "UntrustedIndexError",
     "VectorRetriever",
     "build_chroma",
@@ -616,4 +720,5 @@ __all__ = [
     "load_chroma",
     "load_faiss",
     "save_faiss",
+    "signing_key_file",
 ]
