@@ -6,6 +6,7 @@ timeline; the assertions are on the order of those events, never on durations.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -107,7 +108,8 @@ class SlowChatModel(GenericFakeChatModel):
 
 
 class RecordingRetriever(BatchedRetriever):
-    """Answers a batch of queries in one call, recording ``search:<tag>:<query>`` as it starts."""
+    """Answers a batch of queries in one call, recording ``search:<tag>:<query>`` as it starts and
+    ``done:<tag>:<query>`` as it ends; the first batch can wait until an event happened."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
@@ -115,6 +117,7 @@ class RecordingRetriever(BatchedRetriever):
     tag: str = "r"
     k: int = 2
     delay: float = 0.0
+    first_batch_waits_for: str | None = None
     batches: list[list[str]] = Field(default_factory=list)
 
     def _retrieve_many(
@@ -123,7 +126,11 @@ class RecordingRetriever(BatchedRetriever):
         self.batches.append(list(queries))
         for query in queries:
             self.timeline.record(f"search:{self.tag}:{query}")
+        if len(self.batches) == 1 and self.first_batch_waits_for is not None:
+            self.timeline.wait_for(self.first_batch_waits_for)
         time.sleep(self.delay)
+        for query in queries:
+            self.timeline.record(f"done:{self.tag}:{query}")
         return [
             [Document(f"{self.tag}:{query}:{i}", id=f"{self.tag}-{query}-{i}") for i in range(k)]
             for query in queries
@@ -310,6 +317,36 @@ async def test_queries_that_arrive_during_an_embedding_call_share_the_next(call:
     results = retrieval.invoke(QUESTION) if call == "invoke" else await retrieval.ainvoke(QUESTION)
     assert embeddings.calls == [[QUESTION], GENERATED]
     assert len(embeddings.calls) < len(results.queries)
+
+
+@pytest.mark.parametrize("call", ["transform", "atransform"])
+async def test_once_the_input_ends_waiting_queries_do_not_wait_for_the_batch_in_flight(
+    call: str,
+) -> None:
+    timeline = Timeline()
+    # the first batch lasts until the queries that arrive behind it are being searched
+    retriever = RecordingRetriever(timeline=timeline, first_batch_waits_for="search:r:z")
+    fan_out = MultiRetriever(retriever)
+
+    def arrivals() -> Iterator[list[str]]:
+        yield ["x"]
+        timeline.wait_for("search:r:x")
+        yield ["y"]
+        yield ["z"]
+
+    async def async_arrivals() -> AsyncIterator[list[str]]:
+        yield ["x"]
+        await asyncio.to_thread(timeline.wait_for, "search:r:x")
+        yield ["y"]
+        yield ["z"]
+
+    if call == "transform":
+        (results,) = fan_out.transform(arrivals())
+    else:
+        (results,) = [chunk async for chunk in fan_out.atransform(async_arrivals())]
+    assert retriever.batches == [["x"], ["y", "z"]]
+    assert timeline.position("search:r:z") < timeline.position("done:r:x")
+    assert results.queries == ["x", "y", "z"]
 
 
 def test_a_whole_list_is_one_batch_per_retriever_and_str_chunks_are_one_query() -> None:

@@ -29,6 +29,7 @@ import operator
 import threading
 import warnings
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, nullcontext
 from contextvars import copy_context
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
@@ -299,8 +300,9 @@ class _QueryStream:
 class _Lanes:
     """The queries received so far and, per retriever, those waiting for its next batch.
 
-    A retriever searches one batch at a time; queries arriving meanwhile wait in its lane and go
-    together in its next batch (micro-batching). Thread-safe: lanes run in worker threads.
+    While the input runs, a retriever searches one batch at a time: queries arriving meanwhile
+    wait in its lane and go together in its next batch (micro-batching). Thread-safe: lanes run
+    in worker threads.
     """
 
     def __init__(self, retriever_count: int) -> None:
@@ -308,6 +310,7 @@ class _Lanes:
         self.queries: list[str] = []
         self._waiting: list[list[int]] = [[] for _ in range(retriever_count)]
         self._running = [False] * retriever_count
+        self._searching = [False] * retriever_count
         self._outcomes: list[dict[int, Outcome]] = [{} for _ in range(retriever_count)]
 
     def add(self, queries: list[str]) -> list[int]:
@@ -327,8 +330,21 @@ class _Lanes:
         """The positions of the queries retriever ``index`` searches next; none ends its lane."""
         with self._lock:
             positions, self._waiting[index] = self._waiting[index], []
-            self._running[index] = bool(positions)
+            self._running[index] = self._searching[index] = bool(positions)
             return positions
+
+    def stalled(self) -> list[int]:
+        """The retrievers whose waiting queries are held back by a batch in flight.
+
+        Once the input has ended no query can join them any more, so a second lane searches them
+        at once instead of after that batch.
+        """
+        with self._lock:
+            return [
+                index
+                for index, waiting in enumerate(self._waiting)
+                if waiting and self._searching[index]
+            ]
 
     def queries_at(self, positions: list[int]) -> list[str]:
         with self._lock:
@@ -337,6 +353,7 @@ class _Lanes:
     def store(self, index: int, positions: list[int], outcomes: list[Outcome]) -> None:
         with self._lock:
             self._outcomes[index].update(zip(positions, outcomes, strict=True))
+            self._searching[index] = False
 
     def drop_waiting(self) -> None:
         """Forget the queries not yet searched: each lane ends after its current batch."""
@@ -379,8 +396,9 @@ class MultiRetriever(RunnableSerializable[QueriesInput, list[list[Document]]]):
     Streaming (:meth:`transform`): fed a stream of queries, as when ``generator | fan_out`` is
     streamed, each query is searched as soon as it arrives; while a retriever's batch is in
     flight, newly arrived queries wait and go together in its next batch (so a retriever that
-    embeds a batch in one request makes fewer requests than there are queries). ``timeout``
-    then applies to each of these batches. The output is the same as ``invoke`` of all the
+    embeds a batch in one request makes fewer requests than there are queries). Once the input
+    has ended, queries still waiting behind a batch in flight are searched at once, beside it.
+    ``timeout`` then applies to each of these batches. The output is the same as ``invoke`` of all the
     queries: one chunk, in arrival order, failures handled alike.
 
     >>> # fan_out = MultiRetriever([bm25, vectors], weights=[1.0, 2.0], timeout=5)
@@ -494,18 +512,17 @@ class MultiRetriever(RunnableSerializable[QueriesInput, list[list[Document]]]):
         self,
         run_manager: CallbackManagerForChainRun | AsyncCallbackManagerForChainRun,
         config: RunnableConfig,
-    ) -> tuple[int, RunnableConfig]:
-        """(retrievers searching at once, the config of each retriever's batch calls)."""
-        at_once, per_retriever = split_concurrency(
-            len(self.retrievers), config.get("max_concurrency")
-        )
+    ) -> tuple[int | None, RunnableConfig]:
+        """(batches in flight at once, None when unbounded; the config of the batch calls)."""
+        max_concurrency = config.get("max_concurrency")
+        at_once, per_retriever = split_concurrency(len(self.retrievers), max_concurrency)
         child = patch_config(
             config, callbacks=run_manager.get_child(), max_concurrency=per_retriever
         )
-        return at_once, child
+        return (None if max_concurrency is None else at_once), child
 
     def _run_lane(
-        self, index: int, lanes: _Lanes, slots: threading.Semaphore, config: RunnableConfig
+        self, index: int, lanes: _Lanes, slots: AbstractContextManager[Any], config: RunnableConfig
     ) -> None:
         """Search retriever ``index`` for its waiting queries, a batch at a time, until none wait."""
         while True:
@@ -517,7 +534,11 @@ class MultiRetriever(RunnableSerializable[QueriesInput, list[list[Document]]]):
             lanes.store(index, positions, outcomes)
 
     async def _arun_lane(
-        self, index: int, lanes: _Lanes, slots: asyncio.Semaphore, config: RunnableConfig
+        self,
+        index: int,
+        lanes: _Lanes,
+        slots: AbstractAsyncContextManager[Any],
+        config: RunnableConfig,
     ) -> None:
         """Async :meth:`_run_lane`."""
         while True:
@@ -536,25 +557,26 @@ class MultiRetriever(RunnableSerializable[QueriesInput, list[list[Document]]]):
     ) -> Iterator[RetrievalResults]:
         """Search each query as it arrives; yield the results once the input has ended.
 
-        One lane (a worker thread) per retriever searches a batch at a time; ``slots`` lets at
-        most ``at_once`` retrievers search together, so ``max_concurrency`` holds over all pairs.
+        Each retriever has a lane (a worker thread) searching a batch at a time, and a second one
+        for the queries still waiting when the input ends. ``slots`` lets at most ``at_once``
+        batches run together, so ``max_concurrency`` holds over all (query, retriever) pairs.
         """
         at_once, child = self._child_config(run_manager, config)
         lanes, reader = _Lanes(len(self.retrievers)), _QueryStream()
-        slots = threading.Semaphore(at_once)
-        with ContextThreadPoolExecutor(max_workers=len(self.retrievers)) as executor:
+        slots = nullcontext() if at_once is None else threading.Semaphore(at_once)
+        with ContextThreadPoolExecutor(max_workers=2 * len(self.retrievers)) as executor:
 
-            def start(queries: list[str]) -> list[concurrent.futures.Future[None]]:
+            def start(indices: list[int]) -> list[concurrent.futures.Future[None]]:
                 return [
-                    executor.submit(self._run_lane, index, lanes, slots, child)
-                    for index in lanes.add(queries)
+                    executor.submit(self._run_lane, index, lanes, slots, child) for index in indices
                 ]
 
             lanes_started: list[concurrent.futures.Future[None]] = []
             try:
                 for chunk in chunks:
-                    lanes_started += start(reader.feed(chunk))
-                lanes_started += start(reader.finish())
+                    lanes_started += start(lanes.add(reader.feed(chunk)))
+                lanes_started += start(lanes.add(reader.finish()))
+                lanes_started += start(lanes.stalled())
             except BaseException:
                 lanes.drop_waiting()
                 raise
@@ -568,22 +590,23 @@ class MultiRetriever(RunnableSerializable[QueriesInput, list[list[Document]]]):
         run_manager: AsyncCallbackManagerForChainRun,
         config: RunnableConfig,
     ) -> AsyncIterator[RetrievalResults]:
-        """Async :meth:`_retrieve_stream`: one task per retriever lane."""
+        """Async :meth:`_retrieve_stream`: the lanes are tasks."""
         at_once, child = self._child_config(run_manager, config)
         lanes, reader = _Lanes(len(self.retrievers)), _QueryStream()
-        slots = asyncio.Semaphore(at_once)
+        slots = nullcontext() if at_once is None else asyncio.Semaphore(at_once)
         lanes_started: list[asyncio.Task[None]] = []
 
-        def start(queries: list[str]) -> None:
+        def start(indices: list[int]) -> None:
             lanes_started.extend(
                 asyncio.create_task(self._arun_lane(index, lanes, slots, child))
-                for index in lanes.add(queries)
+                for index in indices
             )
 
         try:
             async for chunk in chunks:
-                start(reader.feed(chunk))
-            start(reader.finish())
+                start(lanes.add(reader.feed(chunk)))
+            start(lanes.add(reader.finish()))
+            start(lanes.stalled())
             await asyncio.gather(*lanes_started)
         finally:
             for lane in lanes_started:
