@@ -207,7 +207,7 @@ def test_second_run_calls_the_encoder_zero_times(tiny_beir: Path, tmp_path: Path
 
 def test_run_setups_measures_the_kit_retrievers(tiny_beir: Path, tmp_path: Path) -> None:
     dataset = load_beir(tiny_beir)
-    names = ["bm25", "dense", "hybrid-rrf", "hybrid-relative", "hybrid-dist"]
+    names = ["bm25", "dense", "hybrid-rrf", "hybrid-relative", "hybrid-dist", "hybrid"]
     progress: list[tuple[str, int, int]] = []
 
     def record(task: str, completed: int, total: int) -> None:
@@ -220,6 +220,7 @@ def test_run_setups_measures_the_kit_retrievers(tiny_beir: Path, tmp_path: Path)
     assert list(runs) == names
     assert next(iter(runs["bm25"]["q1"])) == "d1"  # "solar panels ... sunlight" finds d1 first
     assert all(len(ranking) <= 3 for run in runs.values() for ranking in run.values())
+    assert runs["hybrid"] == runs["hybrid-dist"]  # the recommended default fusion
     assert ("querying bm25", 3, 3) in progress and ("querying hybrid-rrf", 2, 3) in progress
     assert ("indexing bm25", 1, 1) in progress and ("embedding corpus", 5, 5) in progress
     with pytest.raises(ValueError, match="unknown setup"):
@@ -327,3 +328,27 @@ def test_eval_command_reports_an_unknown_setup(tiny_beir: Path) -> None:
     result = CliRunner().invoke(app, ["eval", str(tiny_beir), "--setups", "bm25,nope"])
     assert result.exit_code == 1
     assert "unknown setup 'nope'" in result.output
+
+
+def test_sweep_benchmark_runs_on_the_tiny_dataset(
+    tiny_beir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+
+    from rag_fusion_chain import models
+
+    monkeypatch.setattr(models, "embeddings", lambda name=None, **kwargs: CountingEmbeddings())
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "eval_scifact.py"
+    spec = importlib.util.spec_from_file_location("benchmarks_eval_scifact", script)
+    assert spec is not None and spec.loader is not None
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+    out = tmp_path / "sweep.md"
+
+    comparison = sweep.main(
+        ["--dataset", str(tiny_beir), "--cache-dir", str(tmp_path / "cache"), "--out", str(out)]
+    )
+
+    assert comparison.baseline == "rrf k=60" and "dist dense=0.5" in comparison.scores
+    report = out.read_text(encoding="utf-8")
+    assert "**identical**" in report and "Over-fitting check" in report

@@ -35,6 +35,9 @@ from rag_fusion_chain.evaluate.report import (
 )
 from rag_fusion_chain.evaluate.setups import (
     DEFAULT_DEPTH,
+    DEFAULT_HYBRID_FUSION,
+    DEFAULT_HYBRID_WEIGHTS,
+    DEFAULT_RRF_K,
     DEFAULT_SETUPS,
     Indexes,
     ProgressCallback,
@@ -48,7 +51,10 @@ from rag_fusion_chain.evaluate.setups import (
 __all__ = [
     "DEFAULT_CACHE_DIR",
     "DEFAULT_DEPTH",
+    "DEFAULT_HYBRID_FUSION",
+    "DEFAULT_HYBRID_WEIGHTS",
     "DEFAULT_METRICS",
+    "DEFAULT_RRF_K",
     "DEFAULT_SETUPS",
     "STAT_TESTS",
     "BeirDataset",

@@ -152,7 +152,8 @@ class CachedEmbeddings(Embeddings):
         self.store = EmbeddingStore(cache_dir, identity)
         self.batch_size = batch_size
         self.on_progress = on_progress
-        """Called as ``on_progress(encoded, to_encode)`` after each batch sent to the model."""
+        """Called as ``on_progress(embedded, texts)`` after each batch sent to the model
+        (``embedded`` counts cached texts as done)."""
 
     def _embed(self, texts: list[str], kind: str) -> list[list[float]]:
         keys = [text_key(text, kind) for text in texts]
@@ -171,7 +172,8 @@ class CachedEmbeddings(Embeddings):
                 vectors = self.embeddings.embed_documents([missing[key] for key in batch])
                 self.store.put_many(batch, vectors)
                 if self.on_progress is not None:
-                    self.on_progress(start + len(batch), len(missing_keys))
+                    still_missing = len(missing_keys) - start - len(batch)
+                    self.on_progress(len(keys) - still_missing, len(keys))
         found.update(self.store.get_many(list(missing)))
         return [found[key] for key in keys]
 

@@ -52,7 +52,7 @@ def write_plot(path: str | Path, dataset: str, scores: Scores) -> Path:
     metrics = list(scores[setups[0]])
     group_width = 0.8
     bar_width = group_width / max(len(metrics), 1)
-    figure = Figure(figsize=(max(6.0, 1.3 * len(setups) * max(len(metrics), 1) * 0.5 + 2), 4.8))
+    figure = Figure(figsize=(max(6.0, 1.5 * len(setups) + 2.0), 4.8))
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
     for index, metric in enumerate(metrics):
@@ -66,10 +66,10 @@ def write_plot(path: str | Path, dataset: str, scores: Scores) -> Path:
             bars, labels=[f"{value:.3f}" for value in values], fontsize=7, rotation=90, padding=2
         )
     axes.set_xticks(range(len(setups)), setups, rotation=20, ha="right")
-    axes.set_ylim(0, 1.1)
+    axes.set_ylim(0, 1.18)
     axes.set_ylabel("score")
     axes.set_title(f"Retrieval quality on {dataset}")
-    axes.legend(loc="lower right", fontsize=8)
+    axes.legend(loc="upper center", ncols=len(metrics), fontsize=8, frameon=False)
     axes.grid(axis="y", alpha=0.3)
     figure.tight_layout()
     target = Path(path)
