@@ -173,7 +173,10 @@ def main(argv: Sequence[str] | None = None) -> Comparison:
         and kit_runs["hybrid-dist"] == runs["dist dense=0.5"]
     )
 
-    ordered = {BASELINE: runs[BASELINE], **{k: v for k, v in runs.items() if k != BASELINE}}
+    ordered = {
+        BASELINE: runs[BASELINE],
+        **{name: run for name, run in runs.items() if name != BASELINE},
+    }
     comparison = compare_runs(ordered, dataset.qrels, METRICS, stat_test="student", max_p=0.05)
     fused = {name: run for name, run in runs.items() if name not in ("bm25", "dense")}
     rrf_only = {f"rrf k={k}": runs[f"rrf k={k}"] for k in RRF_KS}

@@ -163,6 +163,8 @@ def test_compare_runs_gives_p_values_against_the_first_run() -> None:
     assert 0.0 < comparison.p_values["second"]["mrr@10"] < 1.0
     assert comparison.p_values["same"]["mrr@10"] == 1.0  # identical per query: no difference
     assert not comparison.is_significant("same", "mrr@10")
+    fisher = compare_runs(runs, HAND_QRELS, ["mrr@10"], stat_test="fisher", permutations=200)
+    assert fisher.stat_test == "fisher" and 0.0 < fisher.p_values["second"]["mrr@10"] <= 1.0
     with pytest.raises(ValueError, match="stat_test"):
         compare_runs({"first": HAND_RUN}, HAND_QRELS, stat_test="wilcoxon")
 

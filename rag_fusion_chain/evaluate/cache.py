@@ -73,9 +73,6 @@ class EmbeddingStore:
             )
         return {key: (shard, int(row)) for key, (shard, row) in data["entries"].items()}
 
-    def __len__(self) -> int:
-        return len(self._entries)
-
     def get_many(self, keys: Sequence[str]) -> dict[str, list[float]]:
         """The cached vectors among ``keys`` (missing keys are simply absent)."""
         with self._lock:
@@ -116,7 +113,10 @@ class EmbeddingStore:
         os.replace(shard_temporary, self.directory / shard)
         entries = {**self._read_index(), **self._entries}
         entries.update({key: (shard, row) for row, key in enumerate(keys)})
-        payload = {"identity": self.identity, "entries": {k: list(v) for k, v in entries.items()}}
+        payload = {
+            "identity": self.identity,
+            "entries": {key: list(location) for key, location in entries.items()},
+        }
         handle_number, temporary = tempfile.mkstemp(dir=self.directory, suffix=".json.tmp")
         with os.fdopen(handle_number, "w", encoding="utf-8") as handle:
             json.dump(payload, handle)

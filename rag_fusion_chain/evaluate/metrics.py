@@ -162,12 +162,18 @@ def compare_runs(
     )
     baseline = names[0]
     return Comparison(
-        scores={name: {m: float(report[name]["scores"][m]) for m in metrics} for name in names},
+        scores={
+            name: {metric: float(report[name]["scores"][metric]) for metric in metrics}
+            for name in names
+        },
         p_values={
             name: (
                 {}
                 if name == baseline
-                else {m: _p_value(report[baseline]["comparisons"][name][m]) for m in metrics}
+                else {
+                    metric: _p_value(report[baseline]["comparisons"][name][metric])
+                    for metric in metrics
+                }
             )
             for name in names
         },

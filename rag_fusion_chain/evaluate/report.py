@@ -22,7 +22,8 @@ def results_json(dataset: str, scores: Scores) -> dict[str, Any]:
     return {
         "dataset": dataset,
         "setups": {
-            name: {m: float(v) for m, v in values.items()} for name, values in scores.items()
+            name: {metric: float(value) for metric, value in values.items()}
+            for name, values in scores.items()
         },
     }
 
