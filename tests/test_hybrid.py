@@ -11,9 +11,14 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.retrievers import BaseRetriever
 
-from rag_fusion_chain.fusion import FUSION_SCORE_KEY, RelativeScoreFusion
+from rag_fusion_chain.fusion import (
+    FUSION_SCORE_KEY,
+    DistBasedScoreFusion,
+    ReciprocalRankFusion,
+    RelativeScoreFusion,
+)
 from rag_fusion_chain.retrievers.bm25 import BM25Retriever
-from rag_fusion_chain.retrievers.hybrid import hybrid_retriever
+from rag_fusion_chain.retrievers.hybrid import DEFAULT_FETCH_K, hybrid_retriever
 from rag_fusion_chain.retrievers.stores import VectorRetriever, build_faiss
 
 CONCEPTS = {
@@ -80,7 +85,7 @@ def test_each_side_alone_misses_what_the_other_finds(vectors: VectorRetriever) -
 
 
 def test_hybrid_fuses_keyword_and_vector_results(vectors: VectorRetriever) -> None:
-    retriever = hybrid_retriever(DOCUMENTS, vectors, k=3, fetch_k=2)
+    retriever = hybrid_retriever(DOCUMENTS, vectors, fusion=ReciprocalRankFusion(), k=3, fetch_k=2)
     assert isinstance(retriever, BaseRetriever)
     results = retriever.invoke("car XJ220")
     assert ids(results)[0] == "car"  # found by both
@@ -92,8 +97,9 @@ def test_hybrid_fuses_keyword_and_vector_results(vectors: VectorRetriever) -> No
 
 
 def test_weights_decide_between_one_sided_hits(vectors: VectorRetriever) -> None:
-    keyword_heavy = hybrid_retriever(DOCUMENTS, vectors, weights=[3.0, 1.0], k=3, fetch_k=2)
-    vector_heavy = hybrid_retriever(DOCUMENTS, vectors, weights=[1.0, 3.0], k=3, fetch_k=2)
+    rrf = ReciprocalRankFusion()
+    keyword_heavy = hybrid_retriever(DOCUMENTS, vectors, rrf, weights=[3.0, 1.0], k=3, fetch_k=2)
+    vector_heavy = hybrid_retriever(DOCUMENTS, vectors, rrf, weights=[1.0, 3.0], k=3, fetch_k=2)
     assert ids(keyword_heavy.invoke("car XJ220"))[1] == "xj220"
     assert ids(vector_heavy.invoke("car XJ220"))[1] == "automobile"
 
@@ -134,3 +140,12 @@ def test_one_embedding_call_per_query_and_no_mutation(
 async def test_async_matches_sync(vectors: VectorRetriever) -> None:
     retriever = hybrid_retriever(DOCUMENTS, vectors, k=3, fetch_k=2)
     assert await retriever.ainvoke("car XJ220") == retriever.invoke("car XJ220")
+
+
+def test_default_is_distribution_based_fusion_over_deep_candidate_lists(
+    vectors: VectorRetriever,
+) -> None:
+    retriever = hybrid_retriever(DOCUMENTS, vectors, k=2)
+    assert isinstance(retriever.fusion, DistBasedScoreFusion)
+    assert retriever.retrievers.k == max(2, DEFAULT_FETCH_K)
+    assert len(retriever.invoke("car XJ220")) == 2
