@@ -160,7 +160,7 @@ async def measure_question(
     for name, runnable in runnables.items():
         value = inputs[name]
         before = embedding_stub.counts["embeddings"]
-        seconds = timed(lambda: runnable.invoke(value, results.config))  # noqa: B023 - called at once
+        seconds = timed(lambda: runnable.invoke(value, results.config))  # noqa: B023 - run at once
         requests = embedding_stub.counts["embeddings"] - before
         results.embedding_requests.setdefault(name, []).append(requests)
         results.timings.setdefault((name, "invoke"), []).append(seconds)

@@ -398,8 +398,8 @@ class MultiRetriever(RunnableSerializable[QueriesInput, list[list[Document]]]):
     flight, newly arrived queries wait and go together in its next batch (so a retriever that
     embeds a batch in one request makes fewer requests than there are queries). Once the input
     has ended, queries still waiting behind a batch in flight are searched at once, beside it.
-    ``timeout`` then applies to each of these batches. The output is the same as ``invoke`` of all the
-    queries: one chunk, in arrival order, failures handled alike.
+    ``timeout`` then applies to each of these batches. The output is that of ``invoke`` of all
+    the queries: one chunk, in arrival order, failures handled alike.
 
     >>> # fan_out = MultiRetriever([bm25, vectors], weights=[1.0, 2.0], timeout=5)
     >>> # fused = (fan_out | reciprocal_rank_fusion).invoke(["solar power", "wind power"])
@@ -524,7 +524,7 @@ class MultiRetriever(RunnableSerializable[QueriesInput, list[list[Document]]]):
     def _run_lane(
         self, index: int, lanes: _Lanes, slots: AbstractContextManager[Any], config: RunnableConfig
     ) -> None:
-        """Search retriever ``index`` for its waiting queries, a batch at a time, until none wait."""
+        """Search retriever ``index`` for its waiting queries, a batch at a time, till none wait."""
         while True:
             with slots:
                 positions = lanes.take(index)
@@ -641,12 +641,13 @@ class MultiRetriever(RunnableSerializable[QueriesInput, list[list[Document]]]):
         input: Iterator[QueriesInput],
         config: RunnableConfig | None = None,
         **kwargs: Any,
-    ) -> Iterator[RetrievalResults]:
+    ) -> Iterator[list[list[Document]]]:
         """Search the queries of a stream as they arrive; yield all results once, at its end.
 
         LangChain calls this when a sequence holding the fan-out is streamed: in
         ``(generator | MultiRetriever(...)).stream(question)`` each generated query is searched
-        while the model writes the next. The one chunk yielded equals ``invoke`` of the queries.
+        while the model writes the next. The one chunk yielded, a :class:`RetrievalResults`, equals
+        ``invoke`` of the queries.
         """
         yield from self._transform_stream_with_config(input, self._retrieve_stream, config)
 
@@ -655,7 +656,7 @@ class MultiRetriever(RunnableSerializable[QueriesInput, list[list[Document]]]):
         input: AsyncIterator[QueriesInput],
         config: RunnableConfig | None = None,
         **kwargs: Any,
-    ) -> AsyncIterator[RetrievalResults]:
+    ) -> AsyncIterator[list[list[Document]]]:
         """Async :meth:`transform`."""
         async for results in self._atransform_stream_with_config(
             input, self._aretrieve_stream, config
