@@ -46,6 +46,10 @@ from rag_fusion_chain import chains, models
 from tests.stub_openai import Message, StubOpenAI
 
 pytest.importorskip("langchain_openai")
+pytestmark = pytest.mark.filterwarnings(
+    # langserve 0.3 reads model_fields from instances, once per request
+    "ignore:Accessing the 'model_fields' attribute on the instance:DeprecationWarning"
+)
 
 QUESTION_COUNT = 200
 MAX_CONCURRENCY = 8
