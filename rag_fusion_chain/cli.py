@@ -1,9 +1,10 @@
 """The ``rag-fusion`` command: index documents, ask and retrieve with any strategy, demo, serve.
 
 Commands parse their options, call the library and render with rich; nothing here retrieves,
-fuses or answers by itself. An index directory holds ``index.json`` (what built it), the vector
-store (``faiss/`` or ``chroma/``) and a BM25 index (``bm25/``) for ``--hybrid`` and for the
-offline query generator.
+fuses or answers by itself. An index directory (:mod:`rag_fusion_chain.retrievers.index_directory`)
+holds ``index.json`` (what built it), the vector store (``faiss/`` or ``chroma/``) and a BM25
+index (``bm25/``) for ``--hybrid`` and for the offline query generator. A FAISS index is loaded
+only when its signed manifest verifies (made by this user, unchanged), unless ``--trust-index``.
 
 Models come from options or the environment (:mod:`rag_fusion_chain.models`): ``--model`` /
 ``RAG_FUSION_CHAT_MODEL`` with ``OPENAI_API_KEY`` and ``OPENAI_BASE_URL``; ``--embedding`` /
@@ -17,17 +18,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from langchain_core.documents import Document
-from langchain_core.embeddings import Embeddings
 from pydantic import BaseModel
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -37,21 +35,14 @@ from rich.text import Text
 from rag_fusion_chain import __version__, chains, ingest, models, offline
 from rag_fusion_chain.data import SAMPLE_QUESTION, sample_corpus_path
 from rag_fusion_chain.fusion import FUSION_SCORE_KEY, SCORE_KEY, document_id
-from rag_fusion_chain.retrievers.bm25 import BM25Retriever
-from rag_fusion_chain.retrievers.hybrid import hybrid_retriever
-from rag_fusion_chain.retrievers.stores import (
-    VectorRetriever,
-    build_chroma,
-    build_faiss,
-    load_chroma,
-    load_faiss,
+from rag_fusion_chain.retrievers.index_directory import (
+    INDEX_FILE,
+    OpenedIndex,
+    build_index,
+    open_index,
 )
+from rag_fusion_chain.retrievers.stores import UntrustedIndexError
 
-INDEX_FILE = "index.json"
-INDEX_FORMAT = "rag_fusion_chain.cli_index"
-BM25_DIRECTORY = "bm25"
-STORES = ("faiss", "chroma")
-EMBEDDING_BATCH_SIZE = 64
 DEFAULT_K = 10
 """Documents per retriever call."""
 DEMO_CHUNK_SIZE = 1500
@@ -121,51 +112,8 @@ def _choice(name: str, value: str, choices: Sequence[str]) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# Index directories (composition of ingest, stores and BM25)
+# Progress (the index directories themselves are rag_fusion_chain.retrievers.index_directory)
 # --------------------------------------------------------------------------------------------
-
-
-class ProgressEmbeddings(Embeddings):
-    """Embeds documents in batches and reports each batch; same vectors, same identity.
-
-    Texts are batched in order of length (and the vectors put back in input order), so a batch
-    pads its texts to similar lengths.
-    """
-
-    def __init__(self, embeddings: Embeddings, on_batch: Callable[[int], None]) -> None:
-        self.embeddings = embeddings
-        self.on_batch = on_batch
-        self.model_identity = models.embedding_identity(embeddings)
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        order = sorted(range(len(texts)), key=lambda position: len(texts[position]))
-        vectors: list[list[float]] = [[] for _ in texts]
-        for start in range(0, len(order), EMBEDDING_BATCH_SIZE):
-            positions = order[start : start + EMBEDDING_BATCH_SIZE]
-            batch = self.embeddings.embed_documents([texts[position] for position in positions])
-            for position, vector in zip(positions, batch, strict=True):
-                vectors[position] = vector
-            self.on_batch(len(positions))
-        return vectors
-
-    def embed_query(self, text: str) -> list[float]:
-        return self.embeddings.embed_query(text)
-
-
-@dataclass
-class OpenedIndex:
-    """A loaded index directory: its settings, vector retriever and BM25 retriever."""
-
-    settings: dict[str, Any]
-    vectors: VectorRetriever
-    bm25: BM25Retriever
-
-    def retrievers(self, hybrid: bool, k: int) -> list[Any]:
-        """The retrievers to fan out over: the vector store, or BM25 and vectors fused."""
-        vectors = self.vectors.model_copy(update={"k": k})
-        if hybrid:
-            return [hybrid_retriever(self.bm25.model_copy(update={"k": k}), vectors, k=k)]
-        return [vectors]
 
 
 def _progress() -> Progress:
@@ -179,85 +127,22 @@ def _progress() -> Progress:
     )
 
 
-def build_index(
-    sources: Sequence[str],
-    out: Path,
-    *,
-    store: str,
-    embedding: str | None,
-    chunk_size: int,
-    chunk_overlap: int,
-    force: bool,
-) -> dict[str, Any]:
-    """Load, split, embed and store ``sources`` in ``out``, with a BM25 index beside the store."""
-    _choice("store", store, STORES)
-    if (out / INDEX_FILE).exists() and not force:
-        raise FileExistsError(f"an index exists in {out}; pass --force to rebuild it")
-    embedding_name = embedding or os.environ.get(models.EMBEDDING_ENV) or models.DEFAULT_EMBEDDING
-    embeddings = models.embeddings(embedding_name)
+def _progress_bars(progress: Progress) -> Callable[[str, int, int], None]:
+    """A ``build_index`` progress callback drawing one bar per stage."""
+    tasks: dict[str, Any] = {}
+
+    def report(stage: str, advance: int, total: int) -> None:
+        if stage not in tasks:
+            tasks[stage] = progress.add_task(stage, total=total)
+        progress.update(tasks[stage], advance=advance, total=total)
+
+    return report
+
+
+def _build_index(sources: Sequence[str], out: Path, **options: Any) -> dict[str, Any]:
+    """:func:`build_index` with progress bars on stderr."""
     with _progress() as progress:
-        loading = progress.add_task("load", total=len(sources))
-        documents: list[Document] = []
-        for source in sources:
-            documents.extend(ingest.load([source]))
-            progress.advance(loading)
-        if not documents:
-            raise ValueError("sources: no documents were loaded")
-        chunks = ingest.split_documents(
-            documents, chunk_size=chunk_size, chunk_overlap=chunk_overlap
-        )
-        embedding_task = progress.add_task("embed", total=len(chunks))
-        reporting = ProgressEmbeddings(
-            embeddings, lambda count: progress.advance(embedding_task, count)
-        )
-        for stale in (*STORES, BM25_DIRECTORY, INDEX_FILE):
-            path = out / stale
-            if path.is_dir():
-                shutil.rmtree(path)
-            elif path.exists():
-                path.unlink()
-        out.mkdir(parents=True, exist_ok=True)
-        if store == "faiss":
-            build_faiss(chunks, reporting, path=out / store)
-        else:
-            build_chroma(chunks, reporting, persist_directory=out / store)
-        bm25_task = progress.add_task("bm25", total=1)
-        BM25Retriever.from_documents(chunks).save(out / BM25_DIRECTORY)
-        progress.advance(bm25_task)
-    settings = {
-        "format": INDEX_FORMAT,
-        "kit_version": __version__,
-        "store": store,
-        "embedding": embedding_name,
-        "sources": [str(source) for source in sources],
-        "documents": len(documents),
-        "chunks": len(chunks),
-    }
-    (out / INDEX_FILE).write_text(json.dumps(settings, indent=2), "utf-8")
-    return settings
-
-
-def open_index(directory: Path, embedding: str | None = None) -> OpenedIndex:
-    """Load an index directory written by :func:`build_index` (its embeddings unless overridden)."""
-    settings_path = directory / INDEX_FILE
-    if not settings_path.is_file():
-        raise FileNotFoundError(
-            f"no index in {directory}: build one with `rag-fusion index SOURCE... --out {directory}`"
-        )
-    settings = json.loads(settings_path.read_text("utf-8"))
-    if settings.get("format") != INDEX_FORMAT:
-        raise ValueError(f"{settings_path} is not a rag-fusion index description")
-    embeddings = models.embeddings(embedding or settings["embedding"])
-    store_path = directory / settings["store"]
-    if settings["store"] == "faiss":
-        store = load_faiss(store_path, embeddings)
-    else:
-        store = load_chroma(embeddings, persist_directory=store_path)
-    return OpenedIndex(
-        settings=settings,
-        vectors=VectorRetriever(vectorstore=store),
-        bm25=BM25Retriever.load(directory / BM25_DIRECTORY),
-    )
+        return build_index(sources, out, on_progress=_progress_bars(progress), **options)
 
 
 # --------------------------------------------------------------------------------------------
@@ -434,6 +319,15 @@ EmbeddingOption = Annotated[
 CountOption = Annotated[int, typer.Option("--queries", "-n", help="Queries to generate.")]
 KOption = Annotated[int, typer.Option("--k", "-k", help="Documents per retriever call.")]
 TopOption = Annotated[int, typer.Option("--top-n", help="Fused documents kept.")]
+TrustOption = Annotated[
+    bool,
+    typer.Option(
+        "--trust-index",
+        help="Load a FAISS index whose signed manifest cannot be verified (made by another "
+        "user or machine, or changed since). Its pickle file can run code: only for indexes "
+        "you trust.",
+    ),
+]
 
 
 # --------------------------------------------------------------------------------------------
@@ -457,7 +351,7 @@ def index(
 ) -> None:
     """Load, split and embed SOURCES into a vector store, with a BM25 index beside it."""
     with reported_errors():
-        settings = build_index(
+        settings = _build_index(
             sources,
             out,
             store=store,
@@ -475,11 +369,15 @@ def index(
 
 
 def _models_and_index(
-    model: str | None, base_url: str | None, directory: Path, embedding: str | None
+    model: str | None,
+    base_url: str | None,
+    directory: Path,
+    embedding: str | None,
+    trust: bool,
 ) -> tuple[Any, OpenedIndex]:
     """The chat model (None: offline, said in a note) and the opened index; fails fast."""
     llm = models.chat_model(model, base_url=base_url, streaming=True)
-    opened = open_index(directory, embedding)
+    opened = open_index(directory, embedding, trust=trust)
     if llm is None:
         _print_line(
             "note", "cyan", f"no chat model configured: answers are {offline.OFFLINE_LABEL}"
@@ -499,11 +397,12 @@ def ask(
     n: CountOption = 4,
     k: KOption = DEFAULT_K,
     top_n: TopOption = chains.DEFAULT_TOP_N,
+    trust_index: TrustOption = False,
 ) -> None:
     """Answer QUESTION: show the queries, the fused sources with scores, then the answer."""
     with reported_errors():
         _choice("strategy", strategy, offline.STRATEGIES)
-        llm, opened = _models_and_index(model, base_url, index_directory, embedding)
+        llm, opened = _models_and_index(model, base_url, index_directory, embedding, trust_index)
         chain = offline.chain_for(
             strategy,
             opened.retrievers(hybrid, k),
@@ -529,12 +428,13 @@ def retrieve(
     k: KOption = DEFAULT_K,
     top_n: TopOption = chains.DEFAULT_TOP_N,
     json_output: Annotated[bool, typer.Option("--json", help="Print plain JSON.")] = False,
+    trust_index: TrustOption = False,
 ) -> None:
     """Retrieve for QUESTION without answering: the queries and the fused documents."""
     with reported_errors():
         _choice("strategy", strategy, offline.STRATEGIES)
         llm = models.chat_model(model, base_url=base_url)
-        opened = open_index(index_directory, embedding)
+        opened = open_index(index_directory, embedding, trust=trust_index)
         chain = offline.retrieval_chain(
             strategy, opened.retrievers(hybrid, k), llm, feedback=opened.bm25, n=n, top_n=top_n
         )
@@ -553,6 +453,19 @@ def demo_directory() -> Path:
     return Path(cache) / "rag-fusion-chain" / f"demo-{__version__}"
 
 
+def _index_sample(directory: Path) -> None:
+    output.print(f"Indexing the SciFact sample into {directory}", markup=False)
+    _build_index(
+        [str(sample_corpus_path())],
+        directory,
+        store="faiss",
+        embedding=models.DEFAULT_EMBEDDING,
+        chunk_size=DEMO_CHUNK_SIZE,
+        chunk_overlap=0,
+        force=True,
+    )
+
+
 @app.command()
 def demo(
     index_directory: Annotated[
@@ -568,17 +481,13 @@ def demo(
         _choice("strategy", strategy, offline.STRATEGIES)
         directory = index_directory or demo_directory()
         if rebuild or not (directory / INDEX_FILE).is_file():
-            output.print(f"Indexing the SciFact sample into {directory}", markup=False)
-            build_index(
-                [str(sample_corpus_path())],
-                directory,
-                store="faiss",
-                embedding=models.DEFAULT_EMBEDDING,
-                chunk_size=DEMO_CHUNK_SIZE,
-                chunk_overlap=0,
-                force=True,
-            )
-        opened = open_index(directory)
+            _index_sample(directory)
+        try:
+            opened = open_index(directory)
+        except UntrustedIndexError:  # made by an older kit, another user, or changed: not loaded
+            _print_line("note", "cyan", f"the demo index in {directory} cannot be verified")
+            _index_sample(directory)
+            opened = open_index(directory)
         output.print(Text("Question: ", style="bold") + Text(question), soft_wrap=True)
         chain = offline.offline_chain(
             strategy,
@@ -606,6 +515,7 @@ def serve(
     port: Annotated[int, typer.Option("--port", "-p", help="Port on 127.0.0.1.")] = 8000,
     k: KOption = DEFAULT_K,
     top_n: TopOption = chains.DEFAULT_TOP_N,
+    trust_index: TrustOption = False,
 ) -> None:
     """Serve the strategy's chain with LangServe on 127.0.0.1 (routes under /STRATEGY)."""
     with reported_errors():
@@ -618,7 +528,7 @@ def serve(
             raise ImportError(
                 f'serving needs {error.name}: pip install "rag-fusion-chain[serve]"'
             ) from error
-        llm, opened = _models_and_index(model, base_url, index_directory, embedding)
+        llm, opened = _models_and_index(model, base_url, index_directory, embedding, trust_index)
         retrievers = opened.retrievers(hybrid, k)
         server = FastAPI(title="rag-fusion-chain", version=__version__)
         for path, return_sources in ((strategy, False), (f"{strategy}/sources", True)):

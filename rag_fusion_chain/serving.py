@@ -22,28 +22,25 @@ Settings, read from the environment on first use:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 import threading
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableSerializable
 from pydantic import BaseModel, Field, PrivateAttr
 
-from rag_fusion_chain import data, ingest, models, offline
+from rag_fusion_chain import data, models, offline
 from rag_fusion_chain.queries import QuestionInput
 
 if TYPE_CHECKING:
-    from langchain_core.documents import Document
     from langchain_core.embeddings import Embeddings
     from langchain_core.retrievers import BaseRetriever
-    from langchain_core.vectorstores import VectorStore
 
 VECTOR_STORE_ENV = "RAG_FUSION_VECTOR_STORE"
 CACHE_DIR_ENV = "RAG_FUSION_CACHE_DIR"
@@ -52,9 +49,6 @@ CHROMA = "chroma"
 VECTOR_STORES = (FAISS, CHROMA)
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "rag-fusion-chain" / "indexes"
 """Outside any repository, like the evaluation's embedding cache."""
-SAMPLE_COLLECTION = "scifact_sample"
-CHROMA_COMPLETE_FILE = "complete.json"
-"""Written after every document is in the Chroma collection; without it the build is redone."""
 
 
 class Question(BaseModel):
@@ -98,73 +92,21 @@ def embedding_name() -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def index_directory(kind: str, corpus: Path, embeddings: Embeddings, cache_dir: Path) -> Path:
     """``<cache_dir>/<kind>-<digest>``, the digest naming the corpus content and the embeddings.
 
     A changed corpus or other embeddings get a new directory, never a stale index.
     """
+    from rag_fusion_chain.retrievers.index_directory import INDEX_FORMAT
+    from rag_fusion_chain.retrievers.stores import file_sha256
+
     identity = {
-        "corpus_sha256": _file_sha256(corpus),
+        "format": INDEX_FORMAT,
+        "corpus_sha256": file_sha256(corpus),
         "embedding": models.embedding_identity(embeddings),
     }
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
     return cache_dir / f"{kind}-{digest[:16]}"
-
-
-def faiss_index(
-    documents: Sequence[Document], embeddings: Embeddings, directory: Path
-) -> VectorStore:
-    """Load the FAISS index in ``directory``, or build and save it there first.
-
-    The index is built in a staging directory and renamed into place, so a concurrent or
-    interrupted build never leaves a half-written index; when another process wins the race,
-    its index is loaded.
-    """
-    from rag_fusion_chain.retrievers.stores import MANIFEST_FILE, build_faiss, load_faiss
-
-    if (directory / MANIFEST_FILE).is_file():
-        return load_faiss(directory, embeddings)
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}-", dir=directory.parent))
-    store = build_faiss(documents, embeddings, staging)
-    try:
-        staging.rename(directory)
-    except OSError:
-        shutil.rmtree(staging, ignore_errors=True)
-        return load_faiss(directory, embeddings)
-    return store
-
-
-def chroma_index(
-    documents: Sequence[Document], embeddings: Embeddings, directory: Path
-) -> VectorStore:
-    """Open the Chroma collection persisted in ``directory``, or build it there first.
-
-    Documents are added under their ids, so a build that was interrupted is simply redone.
-    """
-    from rag_fusion_chain.retrievers.stores import build_chroma, load_chroma
-
-    complete = directory / CHROMA_COMPLETE_FILE
-    if complete.is_file():
-        return load_chroma(
-            embeddings, collection_name=SAMPLE_COLLECTION, persist_directory=directory
-        )
-    store = build_chroma(
-        documents, embeddings, collection_name=SAMPLE_COLLECTION, persist_directory=directory
-    )
-    complete.write_text(json.dumps({"documents": len(documents)}), "utf-8")
-    return store
-
-
-_INDEX_BUILDERS = {FAISS: faiss_index, CHROMA: chroma_index}
 
 
 @functools.lru_cache(maxsize=4)
@@ -173,17 +115,22 @@ def sample_retrievers(
 ) -> tuple[BaseRetriever, BaseRetriever]:
     """BM25 and vector retrievers over the sample corpus (one pair per process and settings).
 
-    The vector index of ``kind`` is loaded from ``cache_dir``, or built there on first use with
-    the embeddings named ``embedding``; BM25 is rebuilt in memory (it takes a moment).
+    The index directory (:mod:`rag_fusion_chain.retrievers.index_directory`, vector store of
+    ``kind``) is opened from ``cache_dir``, or built there first with the embeddings named
+    ``embedding``, one document per abstract. Builds are atomic: a concurrent or interrupted
+    build never leaves a half-written index, and when another process wins the race its index
+    is used.
     """
-    from rag_fusion_chain.retrievers import BM25Retriever, VectorRetriever
+    from rag_fusion_chain.retrievers.index_directory import INDEX_FILE, build_index, open_index
 
     corpus = data.sample_corpus_path()
-    documents = ingest.load([corpus])
     embeddings = models.embeddings(embedding)
     directory = index_directory(kind, corpus, embeddings, cache_dir)
-    store = _INDEX_BUILDERS[kind](documents, embeddings, directory)
-    return BM25Retriever.from_documents(documents), VectorRetriever(vectorstore=store)
+    if not (directory / INDEX_FILE).is_file():
+        with contextlib.suppress(FileExistsError):  # another process built it meanwhile
+            build_index([corpus], directory, store=kind, embedding=embedding, chunk_size=None)
+    opened = open_index(directory, embeddings)
+    return opened.bm25, opened.vectors
 
 
 def served_chain(strategy: str) -> Runnable[QuestionInput, str]:
@@ -266,9 +213,7 @@ __all__ = [
     "Question",
     "build_chain",
     "cache_directory",
-    "chroma_index",
     "embedding_name",
-    "faiss_index",
     "index_directory",
     "sample_retrievers",
     "served_chain",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -18,9 +19,10 @@ import pytest
 from typer.testing import CliRunner
 
 from rag_fusion_chain import offline
-from rag_fusion_chain.cli import INDEX_FILE, app
+from rag_fusion_chain.cli import app
 from rag_fusion_chain.data import SAMPLE_QUESTION, sample_corpus_path, sample_queries
 from rag_fusion_chain.offline import OFFLINE_LABEL
+from rag_fusion_chain.retrievers.index_directory import INDEX_FILE
 from tests.conftest import MODEL_ENVIRONMENT_VARIABLES, STUB_API_KEY
 
 QUESTION = "How do heat pumps work in winter?"
@@ -222,6 +224,28 @@ def test_demo_indexes_the_sample_and_answers_offline(tmp_path: Path, minilm: Any
     print(f"demo: {first_run:.1f} s with indexing")
 
 
+def test_demo_indexes_again_rather_than_load_an_unverifiable_index(
+    tmp_path: Path, corpus: Path, minilm: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rag_fusion_chain import cli
+
+    builds: list[Path] = []
+
+    def small_build(sources: Any, out: Path, **options: Any) -> Any:  # not the 300 abstracts
+        builds.append(out)
+        return cli.build_index([corpus / "heat.md"], out, **options)
+
+    monkeypatch.setattr(cli, "_build_index", small_build)
+    assert invoke("demo", "--index", tmp_path / "demo").exit_code == 0
+    assert len(builds) == 1
+    with (tmp_path / "demo" / "faiss" / "index.faiss").open("ab") as handle:
+        handle.write(b"\0")
+    result = invoke("demo", "--index", tmp_path / "demo")
+    assert result.exit_code == 0, result.output
+    assert "cannot be verified" in result.stderr and "Indexing" in result.stdout
+    assert len(builds) == 2 and OFFLINE_LABEL in result.stdout
+
+
 def test_the_sample_corpus_is_small_complete_and_reproducible(tmp_path: Path) -> None:
     corpus_path = sample_corpus_path()
     assert corpus_path.stat().st_size < 1_000_000
@@ -262,6 +286,32 @@ def test_missing_and_unreadable_files(tmp_path: Path) -> None:
     binary.write_bytes(b"\xff\xfe\x00\x81 not text")
     assert_one_line_error(invoke("index", binary, "--out", tmp_path / "index"), "is not UTF-8 text")
     assert not (tmp_path / "index" / INDEX_FILE).exists()
+
+
+def test_a_tampered_faiss_index_is_refused_without_trust_index(
+    faiss_index: Path, tmp_path: Path
+) -> None:
+    tampered = shutil.copytree(faiss_index, tmp_path / "tampered")
+    with (tampered / "faiss" / "index.faiss").open("ab") as handle:
+        handle.write(b"\0")  # still a valid FAISS file, but not the one the kit signed
+    for command in ("ask", "retrieve"):
+        assert_one_line_error(
+            invoke(command, QUESTION, "--index", tampered), "tampered", "--trust-index"
+        )
+    result = invoke("ask", QUESTION, "--index", tampered, "--trust-index", "--top-n", 2)
+    assert result.exit_code == 0, result.output
+    assert OFFLINE_LABEL in result.stdout
+    retrieved = invoke("retrieve", QUESTION, "--index", tampered, "--trust-index", "--json")
+    assert retrieved.exit_code == 0 and json.loads(retrieved.stdout)["documents"]
+
+
+def test_an_index_signed_by_another_user_is_refused(
+    faiss_index: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RAG_FUSION_INDEX_KEY_FILE", str(tmp_path / "another-users.key"))
+    assert_one_line_error(
+        invoke("ask", QUESTION, "--index", faiss_index), "another user", "--trust-index"
+    )
 
 
 def test_unreachable_url(tmp_path: Path) -> None:

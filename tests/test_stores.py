@@ -24,10 +24,10 @@ from rag_fusion_chain.retrievers.stores import (
     UntrustedIndexError,
     VectorRetriever,
     _manifest_signature,
-    _sha256,
     _signing_key,
     build_chroma,
     build_faiss,
+    file_sha256,
     load_chroma,
     load_faiss,
     signing_key_file,
@@ -231,7 +231,7 @@ def test_manifest_listing_other_files_is_refused(
     (tmp_path / MANIFEST_FILE).write_text(json.dumps(manifest))
     with pytest.raises(UntrustedIndexError, match="signature .* does not verify"):
         load_faiss(tmp_path, embeddings)
-    signed = {**manifest, "signature": _manifest_signature(manifest, _signing_key(create=False))}
+    signed = {**manifest, "signature": _manifest_signature(manifest, _signing_key())}
     (tmp_path / MANIFEST_FILE).write_text(json.dumps(signed))  # as if the kit had written it
     with pytest.raises(UntrustedIndexError, match="must list exactly"):
         load_faiss(tmp_path, embeddings)
@@ -241,7 +241,7 @@ def forge_manifest(directory: Path, marker: Path, signature: str | None) -> None
     """Swap in a pickle that runs code and rewrite the manifest's hashes to match it."""
     (directory / "index.pkl").write_bytes(pickle.dumps(_Payload(marker)))
     manifest = json.loads((directory / MANIFEST_FILE).read_text())
-    manifest["files"] = {name: _sha256(directory / name) for name in manifest["files"]}
+    manifest["files"] = {name: file_sha256(directory / name) for name in manifest["files"]}
     manifest.pop("signature")
     if signature is not None:
         manifest["signature"] = signature

@@ -41,6 +41,7 @@ from langsmith import Client
 from packaging.requirements import Requirement
 
 from rag_fusion_chain import data, offline, serving
+from rag_fusion_chain.retrievers.index_directory import INDEX_FILE
 from tests.conftest import MODEL_ENVIRONMENT_VARIABLES
 from tests.langsmith_recorder import LangSmithRecorder, Run
 from tests.stub_openai import StubOpenAI
@@ -235,7 +236,8 @@ def test_faiss_index_is_built_once_then_loaded_from_the_cache(serving_env: StubO
     built = embedded_texts(serving_env)
     assert built >= SAMPLE_DOCUMENTS
     (index,) = Path(os.environ[serving.CACHE_DIR_ENV]).iterdir()
-    assert index.name.startswith("faiss-") and (index / "manifest.json").is_file()
+    assert index.name.startswith("faiss-") and (index / INDEX_FILE).is_file()
+    assert (index / "faiss" / "manifest.json").is_file() and (index / "bm25").is_dir()
 
     serving.sample_retrievers.cache_clear()
     again = serving.build_chain("multi-query").invoke({"question": data.SAMPLE_QUESTION})
@@ -252,7 +254,7 @@ def test_chroma_is_chosen_by_the_setting_and_reused(
     assert built >= SAMPLE_DOCUMENTS
     (index,) = Path(os.environ[serving.CACHE_DIR_ENV]).iterdir()
     assert index.name.startswith("chroma-")
-    assert (index / serving.CHROMA_COMPLETE_FILE).is_file()
+    assert (index / INDEX_FILE).is_file() and (index / "chroma").is_dir()
 
     serving.sample_retrievers.cache_clear()
     assert serving.build_chain("hyde").invoke({"question": data.SAMPLE_QUESTION}) == first

@@ -27,6 +27,9 @@ _LAZY_NAMES = {
     "build_chroma": ".stores",
     "VectorRetriever": ".stores",
     "hybrid_retriever": ".hybrid",
+    "build_index": ".index_directory",
+    "open_index": ".index_directory",
+    "OpenedIndex": ".index_directory",
 }
 """Public names of the sibling modules, imported on first access (they need optional extras)."""
 

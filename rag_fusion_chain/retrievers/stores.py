@@ -133,9 +133,10 @@ def _identified_documents(documents: Sequence[Document]) -> list[Document]:
     return identified
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: str | Path) -> str:
+    """The SHA-256 of a file's bytes, hex-encoded, read in blocks."""
     digest = hashlib.sha256()
-    with path.open("rb") as file:
+    with Path(path).open("rb") as file:
         for block in iter(lambda: file.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
@@ -190,13 +191,13 @@ def save_faiss(store: FAISS, path: str | Path) -> Path:
         "format": FAISS_FORMAT,
         "format_version": FAISS_FORMAT_VERSION,
         "kit_version": _kit_version(),
-        "files": {name: _sha256(directory / name) for name in FAISS_FILES},
+        "files": {name: file_sha256(directory / name) for name in FAISS_FILES},
         "embedding": embedding_identity(embeddings) if embeddings is not None else None,
         "distance_strategy": str(store.distance_strategy.value),
         "normalize_L2": bool(store._normalize_L2),
         "documents": int(store.index.ntotal),
     }
-    manifest[SIGNATURE_FIELD] = _manifest_signature(manifest, _signing_key(create=True))
+    manifest[SIGNATURE_FIELD] = _manifest_signature(manifest, _signing_key())
     temporary = directory / f"{MANIFEST_FILE}.tmp"
     temporary.write_text(json.dumps(manifest, indent=2), "utf-8")
     temporary.replace(directory / MANIFEST_FILE)
@@ -275,7 +276,7 @@ def _verify_files(directory: Path, manifest: dict[str, Any] | None) -> None:
         file_path = directory / name
         if not file_path.is_file():
             raise FileNotFoundError(f"FAISS index file missing: {file_path}")
-        if _sha256(file_path) != files[name]:
+        if file_sha256(file_path) != files[name]:
             raise UntrustedIndexError(
                 f"{file_path} does not match the SHA-256 recorded in {MANIFEST_FILE}: it changed "
                 f"after the index was saved (corrupted or tampered with), so it will not be "
@@ -296,13 +297,21 @@ def signing_key_file() -> Path:
     return Path(config) / "rag-fusion-chain" / "index-signing.key"
 
 
-def _signing_key(*, create: bool) -> bytes | None:
-    """The user's secret signing key; None when there is none and ``create`` is False."""
+def _signing_key() -> bytes:
+    """This user's secret signing key, made on first use."""
     path = signing_key_file()
     if not path.exists():
-        if not create:
-            return None
         _create_signing_key(path)
+    return _read_signing_key(path)
+
+
+def _existing_signing_key() -> bytes | None:
+    """This user's secret signing key, None when there is none (nothing was ever saved)."""
+    path = signing_key_file()
+    return _read_signing_key(path) if path.exists() else None
+
+
+def _read_signing_key(path: Path) -> bytes:
     try:
         key = bytes.fromhex(path.read_text("ascii").strip())
     except (UnicodeDecodeError, ValueError):
@@ -347,7 +356,7 @@ def _verify_signature(directory: Path, manifest: dict[str, Any] | None) -> None:
             f"{manifest_path} is not signed (saved by an older version of the kit, or edited), "
             f"so nothing shows that this kit wrote the index. {TRUST_ADVICE}"
         )
-    key = _signing_key(create=False)
+    key = _existing_signing_key()
     if key is None:
         raise UntrustedIndexError(
             f"{manifest_path} is signed, but this user has no index signing key "
@@ -719,6 +728,7 @@ __all__ = [
     "build_faiss",
     "load_chroma",
     "load_faiss",
+    "file_sha256",
     "save_faiss",
     "signing_key_file",
 ]

@@ -1,0 +1,336 @@
+"""Index directories: a vector store and a BM25 index of the same chunks, in one folder.
+
+An index directory holds ``index.json`` (what built it), the vector store (``faiss/`` or
+``chroma/``) and a BM25 index (``bm25/``), for hybrid search and for the offline query generator.
+:func:`build_index` loads, splits, embeds and stores; :func:`open_index` loads it all back.
+
+A build happens in a staging directory beside ``out`` and is moved into place when complete, with
+``index.json`` last: a directory holding ``index.json`` always holds a whole index, and a failed
+or interrupted build leaves what was there before.
+
+Progress goes to an optional callback ``on_progress(stage, advance, total)``: each stage
+(``load``, ``embed``, ``bm25``) is announced with ``advance=0``, then advanced as work is done.
+Nothing here prints.
+
+>>> settings = build_index(["docs/"], "indexes/docs", store="faiss")  # doctest: +SKIP
+>>> opened = open_index("indexes/docs")  # doctest: +SKIP
+>>> opened.retrievers(hybrid=True, k=10)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
+from langchain_core.retrievers import BaseRetriever
+from langchain_core.vectorstores import VectorStore
+
+from rag_fusion_chain import ingest, models
+from rag_fusion_chain.retrievers.bm25 import BM25Retriever
+from rag_fusion_chain.retrievers.hybrid import hybrid_retriever
+from rag_fusion_chain.retrievers.stores import (
+    VectorRetriever,
+    build_chroma,
+    build_faiss,
+    load_chroma,
+    load_faiss,
+)
+
+INDEX_FILE = "index.json"
+INDEX_FORMAT = "rag_fusion_chain.index"
+LEGACY_INDEX_FORMATS = ("rag_fusion_chain.cli_index",)
+"""Earlier names of the format (same layout), still opened."""
+BM25_DIRECTORY = "bm25"
+STORES = ("faiss", "chroma")
+EMBEDDING_BATCH_SIZE = 64
+"""Texts per embedding call while building (and per progress step)."""
+
+ProgressCallback = Callable[[str, int, int], None]
+"""``on_progress(stage, advance, total)``."""
+
+
+class ProgressEmbeddings(Embeddings):
+    """Embeds documents in batches and reports each batch; same vectors, same identity.
+
+    Texts are batched in order of length (and the vectors put back in input order), so a batch
+    pads its texts to similar lengths.
+    """
+
+    def __init__(self, embeddings: Embeddings, on_batch: Callable[[int], None]) -> None:
+        self.embeddings = embeddings
+        self.on_batch = on_batch
+        self.model_identity = models.embedding_identity(embeddings)
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        order = sorted(range(len(texts)), key=lambda position: len(texts[position]))
+        vectors: list[list[float]] = [[] for _ in texts]
+        for start in range(0, len(order), EMBEDDING_BATCH_SIZE):
+            positions = order[start : start + EMBEDDING_BATCH_SIZE]
+            batch = self.embeddings.embed_documents([texts[position] for position in positions])
+            for position, vector in zip(positions, batch, strict=True):
+                vectors[position] = vector
+            self.on_batch(len(positions))
+        return vectors
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.embeddings.embed_query(text)
+
+
+@dataclass
+class OpenedIndex:
+    """A loaded index directory: its settings, vector retriever and BM25 retriever."""
+
+    settings: dict[str, Any]
+    vectors: VectorRetriever
+    bm25: BM25Retriever
+
+    def retrievers(self, hybrid: bool, k: int) -> list[BaseRetriever]:
+        """The retrievers to fan out over: the vector store, or BM25 and vectors fused."""
+        vectors = self.vectors.model_copy(update={"k": k})
+        if hybrid:
+            return [hybrid_retriever(self.bm25.model_copy(update={"k": k}), vectors, k=k)]
+        return [vectors]
+
+
+# --------------------------------------------------------------------------------------------
+# Building
+# --------------------------------------------------------------------------------------------
+
+
+def build_index(
+    sources_or_documents: Sequence[str | os.PathLike[str]] | Sequence[Document],
+    out: str | os.PathLike[str],
+    *,
+    store: str = "faiss",
+    embedding: str | Embeddings | None = None,
+    chunk_size: int | None = ingest.DEFAULT_CHUNK_SIZE,
+    chunk_overlap: int = ingest.DEFAULT_CHUNK_OVERLAP,
+    force: bool = False,
+    on_progress: ProgressCallback | None = None,
+) -> dict[str, Any]:
+    """Load, split, embed and store into the index directory ``out``; return its settings.
+
+    ``sources_or_documents``: files, folders, BEIR ``.jsonl`` corpora or URLs (see
+    :func:`ingest.load`), or documents already loaded. ``embedding``: a name for
+    :func:`models.embeddings` (default ``$RAG_FUSION_EMBEDDING``, else MiniLM), recorded so
+    :func:`open_index` can resolve it again, or an Embeddings object (then pass it to
+    :func:`open_index` too). ``chunk_size=None`` indexes the documents whole. An existing index
+    raises FileExistsError unless ``force``; files in ``out`` that are not the index's are kept.
+    """
+    if store not in STORES:
+        raise ValueError(f"unknown store {store!r}: choose one of {', '.join(STORES)}")
+    out = Path(out)
+    if (out / INDEX_FILE).exists() and not force:
+        raise _exists_error(out)
+    report = on_progress or _no_progress
+    if isinstance(embedding, Embeddings):
+        embedding_name, embeddings = None, embedding
+    else:
+        embedding_name = embedding or os.environ.get(models.EMBEDDING_ENV)
+        embedding_name = embedding_name or models.DEFAULT_EMBEDDING
+        embeddings = models.embeddings(embedding_name)
+    sources, documents = _load(sources_or_documents, report)
+    if chunk_size is None:
+        chunks = documents
+    else:
+        chunks = ingest.split_documents(
+            documents, chunk_size=chunk_size, chunk_overlap=chunk_overlap
+        )
+    settings = {
+        "format": INDEX_FORMAT,
+        "kit_version": _kit_version(),
+        "store": store,
+        "embedding": embedding_name,
+        "embedding_identity": models.embedding_identity(embeddings),
+        "sources": sources,
+        "documents": len(documents),
+        "chunks": len(chunks),
+        "chunk_size": chunk_size,
+        "chunk_overlap": chunk_overlap if chunk_size is not None else None,
+    }
+    absolute = out.absolute()
+    absolute.parent.mkdir(parents=True, exist_ok=True)
+    staging = absolute.parent / f".{absolute.name}-building-{secrets.token_hex(8)}"
+    staging.mkdir()  # the usual permissions (mkdtemp's would be 0700)
+    try:
+        _write_index(staging, chunks, embeddings, store, report)
+        (staging / INDEX_FILE).write_text(json.dumps(settings, indent=2), "utf-8")
+        _move_into_place(staging, absolute, force=force)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return settings
+
+
+def _no_progress(stage: str, advance: int, total: int) -> None:
+    """The default progress callback: nothing."""
+
+
+def _kit_version() -> str:
+    from rag_fusion_chain import __version__
+
+    return __version__
+
+
+def _exists_error(out: Path) -> FileExistsError:
+    return FileExistsError(
+        f"an index exists in {out}; pass force=True (rag-fusion index --force) to rebuild it"
+    )
+
+
+def _load(
+    sources_or_documents: Sequence[Any], report: ProgressCallback
+) -> tuple[list[str], list[Document]]:
+    """The source names and the loaded documents (given documents are taken as they are)."""
+    if isinstance(sources_or_documents, (str, os.PathLike)):
+        raise TypeError("sources_or_documents: pass a list of paths or URLs, not a single one")
+    items = list(sources_or_documents)
+    if items and all(isinstance(item, Document) for item in items):
+        return [], items
+    if any(isinstance(item, Document) for item in items):
+        raise TypeError("sources_or_documents: give either sources or documents, not both")
+    report("load", 0, len(items))
+    documents: list[Document] = []
+    for source in items:
+        documents.extend(ingest.load([source]))
+        report("load", 1, len(items))
+    if not documents:
+        raise ValueError("sources_or_documents: no documents were loaded")
+    return [os.fspath(source) for source in items], documents
+
+
+def _write_index(
+    directory: Path,
+    chunks: list[Document],
+    embeddings: Embeddings,
+    store: str,
+    report: ProgressCallback,
+) -> None:
+    """The vector store and the BM25 index of ``chunks``, written in ``directory``."""
+    report("embed", 0, len(chunks))
+    reporting = ProgressEmbeddings(embeddings, lambda count: report("embed", count, len(chunks)))
+    if store == "faiss":
+        build_faiss(chunks, reporting, path=directory / store)
+    else:
+        chroma = build_chroma(chunks, reporting, persist_directory=directory / store)
+        getattr(chroma._client, "close", lambda: None)()  # release the files before the move
+    report("bm25", 0, 1)
+    BM25Retriever.from_documents(chunks).save(directory / BM25_DIRECTORY)
+    report("bm25", 1, 1)
+
+
+def _move_into_place(staging: Path, out: Path, *, force: bool) -> None:
+    """Move the complete index in ``staging`` to ``out``, ``index.json`` last.
+
+    An absent (or empty) ``out`` is replaced in one rename. Otherwise ``out`` loses its
+    ``index.json`` first, so that it never describes a mix of old and new files, then gets the
+    new stores, then the new ``index.json``. When another build finished first (``out`` has an
+    index though it had none when this build began), FileExistsError unless ``force``.
+    """
+    try:
+        staging.rename(out)
+        return
+    except OSError:
+        if not out.is_dir():
+            raise
+    if (out / INDEX_FILE).exists() and not force:
+        raise _exists_error(out)
+    (out / INDEX_FILE).unlink(missing_ok=True)
+    replaced = staging / ".replaced"
+    replaced.mkdir()
+    for name in (*STORES, BM25_DIRECTORY):
+        if (out / name).exists() or (out / name).is_symlink():
+            (out / name).rename(replaced / name)
+        if (staging / name).exists():
+            (staging / name).rename(out / name)
+    (staging / INDEX_FILE).rename(out / INDEX_FILE)
+
+
+# --------------------------------------------------------------------------------------------
+# Opening
+# --------------------------------------------------------------------------------------------
+
+
+def open_index(
+    directory: str | os.PathLike[str],
+    embedding: str | Embeddings | None = None,
+    *,
+    trust: bool = False,
+) -> OpenedIndex:
+    """Load an index directory written by :func:`build_index`.
+
+    ``embedding`` (a name or an Embeddings object) overrides the embeddings recorded in
+    ``index.json``. ``trust=True`` loads a FAISS store whose manifest cannot be verified (see
+    :func:`~rag_fusion_chain.retrievers.stores.load_faiss`): only for indexes you trust.
+    """
+    directory = Path(directory)
+    settings = read_settings(directory)
+    embeddings = _embeddings(embedding, settings, directory)
+    store_path = directory / settings["store"]
+    store: VectorStore
+    if settings["store"] == "faiss":
+        store = load_faiss(store_path, embeddings, trust=trust)
+    else:
+        store = load_chroma(embeddings, persist_directory=store_path)
+    return OpenedIndex(
+        settings=settings,
+        vectors=VectorRetriever(vectorstore=store),
+        bm25=BM25Retriever.load(directory / BM25_DIRECTORY),
+    )
+
+
+def read_settings(directory: str | os.PathLike[str]) -> dict[str, Any]:
+    """The ``index.json`` of an index directory, checked."""
+    settings_path = Path(directory) / INDEX_FILE
+    if not settings_path.is_file():
+        raise FileNotFoundError(
+            f"no index in {directory}: build one with build_index() or "
+            f"`rag-fusion index SOURCE... --out {directory}`"
+        )
+    try:
+        settings = json.loads(settings_path.read_text("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{settings_path} is not valid JSON: {error}") from error
+    if not isinstance(settings, dict) or settings.get("format") not in (
+        INDEX_FORMAT,
+        *LEGACY_INDEX_FORMATS,
+    ):
+        raise ValueError(f"{settings_path} is not a rag-fusion index description")
+    if settings.get("store") not in STORES:
+        raise ValueError(f"{settings_path}: unknown store {settings.get('store')!r}")
+    return settings
+
+
+def _embeddings(
+    embedding: str | Embeddings | None, settings: dict[str, Any], directory: Path
+) -> Embeddings:
+    if isinstance(embedding, Embeddings):
+        return embedding
+    name = embedding or settings.get("embedding")
+    if not name:
+        raise ValueError(
+            f"embedding: {directory} was built with embeddings given as an object "
+            f"({settings.get('embedding_identity')}); pass the same embeddings"
+        )
+    return models.embeddings(name)
+
+
+__all__ = [
+    "BM25_DIRECTORY",
+    "INDEX_FILE",
+    "INDEX_FORMAT",
+    "STORES",
+    "OpenedIndex",
+    "ProgressCallback",
+    "ProgressEmbeddings",
+    "build_index",
+    "open_index",
+    "read_settings",
+]

@@ -1,0 +1,275 @@
+"""Index directories: build and open (FAISS and Chroma), atomic builds, force, errors, trust."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.documents import Document
+from langchain_core.embeddings import DeterministicFakeEmbedding, Embeddings
+
+from rag_fusion_chain import retrievers
+from rag_fusion_chain.retrievers.bm25 import BM25Retriever
+from rag_fusion_chain.retrievers.index_directory import (
+    BM25_DIRECTORY,
+    INDEX_FILE,
+    INDEX_FORMAT,
+    OpenedIndex,
+    build_index,
+    open_index,
+    read_settings,
+)
+from rag_fusion_chain.retrievers.stores import UntrustedIndexError, VectorRetriever
+from tests.stub_openai import StubOpenAI
+
+FILES = {
+    "heat.md": "# Heat pumps\n\nHeat pumps move heat with a compressor and a refrigerant. "
+    "In winter the refrigerant absorbs heat from the outside air.\n\n"
+    "Ground source heat pumps use boreholes instead of air.\n\n"
+    "A heat pump delivers three to four units of heat for each unit of electricity it uses.",
+    "solar.txt": "Solar panels turn sunlight into electricity with photovoltaic silicon cells.",
+    "wind.txt": "Wind turbines turn wind into electricity. Offshore wind farms are large.",
+}
+QUESTION = "How do heat pumps work in winter?"
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> list[Path]:
+    directory = tmp_path / "corpus"
+    directory.mkdir()
+    for name, text in FILES.items():
+        (directory / name).write_text(text, "utf-8")
+    return [directory / name for name in FILES]
+
+
+@pytest.fixture
+def embeddings() -> Embeddings:
+    return DeterministicFakeEmbedding(size=32)
+
+
+class Progress:
+    """Records ``on_progress`` calls: the stages in order and how far each went."""
+
+    def __init__(self) -> None:
+        self.stages: list[str] = []
+        self.done: dict[str, int] = defaultdict(int)
+        self.totals: dict[str, int] = {}
+
+    def __call__(self, stage: str, advance: int, total: int) -> None:
+        if stage not in self.stages:
+            assert advance == 0, "a stage is announced before it advances"
+            self.stages.append(stage)
+        self.done[stage] += advance
+        self.totals[stage] = total
+
+
+class FailingEmbeddings(Embeddings):
+    """Embeds the first batch, then fails: an interrupted build."""
+
+    def __init__(self) -> None:
+        self.inner = DeterministicFakeEmbedding(size=32)
+        self.calls = 0
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.calls += 1
+        if self.calls > 1:
+            raise ConnectionError("the embedding server went away")
+        return self.inner.embed_documents(texts)
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.inner.embed_query(text)
+
+
+def many_documents(count: int) -> list[Document]:
+    return [
+        Document(f"document number {number} about energy", id=f"d{number}")
+        for number in range(count)
+    ]
+
+
+def leftovers(parent: Path, out: Path) -> list[str]:
+    """Entries of ``parent`` other than ``out`` and the corpus: staging directories left behind."""
+    return sorted(path.name for path in parent.iterdir() if path not in (out, parent / "corpus"))
+
+
+# --------------------------------------------------------------------------------------------
+# Round trips
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("store", ["faiss", "chroma"])
+def test_build_and_open_round_trip(
+    store: str, corpus: list[Path], tmp_path: Path, embeddings: Embeddings
+) -> None:
+    out = tmp_path / "index"
+    progress = Progress()
+    settings = build_index(
+        corpus,
+        out,
+        store=store,
+        embedding=embeddings,
+        chunk_size=40,
+        chunk_overlap=5,
+        on_progress=progress,
+    )
+    assert settings["format"] == INDEX_FORMAT and settings["store"] == store
+    assert settings["documents"] == len(FILES) and settings["chunks"] > len(FILES)
+    assert settings["sources"] == [str(path) for path in corpus]
+    assert settings["embedding"] is None  # given as an object
+    assert settings["embedding_identity"].endswith("DeterministicFakeEmbedding(size=32)")
+    assert json.loads((out / INDEX_FILE).read_text("utf-8")) == settings
+    assert sorted(path.name for path in out.iterdir()) == sorted(
+        [BM25_DIRECTORY, INDEX_FILE, store]
+    )
+    assert progress.stages == ["load", "embed", "bm25"]
+    assert (
+        dict(progress.done)
+        == progress.totals
+        == {
+            "load": len(FILES),
+            "embed": settings["chunks"],
+            "bm25": 1,
+        }
+    )
+    assert leftovers(tmp_path, out) == []
+
+    opened = open_index(out, embeddings)
+    assert isinstance(opened, OpenedIndex) and opened.settings == settings
+    assert isinstance(opened.vectors, VectorRetriever) and isinstance(opened.bm25, BM25Retriever)
+    (vectors,) = opened.retrievers(hybrid=False, k=3)
+    found = vectors.invoke(QUESTION)
+    assert len(found) == 3 and all("score" in document.metadata for document in found)
+    assert all(document.id and "#" in document.id for document in found)  # chunk ids
+    assert opened.bm25.invoke(QUESTION)[0].id.startswith(str(corpus[0]))
+    (hybrid,) = opened.retrievers(hybrid=True, k=2)
+    assert 1 <= len(hybrid.invoke(QUESTION)) <= 4
+
+
+def test_documents_are_indexed_whole_with_chunk_size_none(
+    tmp_path: Path, embeddings: Embeddings
+) -> None:
+    documents = many_documents(5)
+    settings = build_index(documents, tmp_path / "index", embedding=embeddings, chunk_size=None)
+    assert settings["sources"] == [] and settings["documents"] == settings["chunks"] == 5
+    opened = open_index(tmp_path / "index", embeddings)
+    found = opened.retrievers(hybrid=False, k=5)[0].invoke("document number 3")
+    assert sorted(document.id for document in found) == [f"d{number}" for number in range(5)]
+
+
+def test_the_embedding_name_is_recorded_and_resolved_again(
+    corpus: list[Path],
+    tmp_path: Path,
+    clean_model_env: pytest.MonkeyPatch,
+    clean_openai_stub: StubOpenAI,
+) -> None:
+    clean_model_env.setenv("OPENAI_BASE_URL", clean_openai_stub.base_url)  # loopback: no key
+    settings = build_index(corpus, tmp_path / "named", embedding="openai:stub-embedding")
+    assert settings["embedding"] == "openai:stub-embedding"
+    opened = open_index(tmp_path / "named")
+    assert opened.retrievers(hybrid=False, k=2)[0].invoke(QUESTION)
+
+    build_index(corpus, tmp_path / "object", embedding=DeterministicFakeEmbedding(size=32))
+    with pytest.raises(ValueError, match="pass the same embeddings"):
+        open_index(tmp_path / "object")
+
+
+def test_names_are_exported_lazily_by_the_package() -> None:
+    assert retrievers.build_index is build_index and retrievers.open_index is open_index
+    assert retrievers.OpenedIndex is OpenedIndex
+
+
+# --------------------------------------------------------------------------------------------
+# Atomic builds and force
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("store", ["faiss", "chroma"])
+def test_a_failed_build_leaves_no_index(store: str, tmp_path: Path) -> None:
+    out = tmp_path / "index"
+    with pytest.raises(ConnectionError, match="went away"):
+        build_index(many_documents(100), out, store=store, embedding=FailingEmbeddings())
+    assert not out.exists()
+    assert leftovers(tmp_path, out) == []
+
+
+def test_a_failed_rebuild_keeps_the_previous_index(tmp_path: Path, embeddings: Embeddings) -> None:
+    out = tmp_path / "index"
+    before = build_index(many_documents(3), out, embedding=embeddings)
+    with pytest.raises(ConnectionError):
+        build_index(many_documents(100), out, embedding=FailingEmbeddings(), force=True)
+    assert read_settings(out) == before
+    assert open_index(out, embeddings).vectors.vectorstore.index.ntotal == 3
+    assert leftovers(tmp_path, out) == []
+
+
+def test_an_existing_index_needs_force(tmp_path: Path, embeddings: Embeddings) -> None:
+    out = tmp_path / "index"
+    out.mkdir()
+    (out / "notes.txt").write_text("the user's own file")
+    build_index(many_documents(3), out, embedding=embeddings)
+    with pytest.raises(FileExistsError, match="force=True"):
+        build_index(many_documents(4), out, embedding=embeddings)
+    assert read_settings(out)["documents"] == 3
+
+    settings = build_index(many_documents(4), out, store="chroma", embedding=embeddings, force=True)
+    assert read_settings(out) == settings and settings["documents"] == 4
+    assert sorted(path.name for path in out.iterdir()) == sorted(
+        [BM25_DIRECTORY, INDEX_FILE, "chroma", "notes.txt"]
+    )  # the FAISS store is gone, the user's file is kept
+    opened = open_index(out, embeddings)
+    assert len(opened.retrievers(hybrid=False, k=10)[0].invoke("energy")) == 4
+    assert leftovers(tmp_path, out) == []
+
+
+def test_when_another_build_finishes_first_its_index_is_kept(
+    tmp_path: Path, embeddings: Embeddings
+) -> None:
+    out = tmp_path / "index"
+
+    def competing_build(stage: str, advance: int, total: int) -> None:
+        if stage == "bm25" and advance == 0:
+            build_index(many_documents(2), out, embedding=embeddings)
+
+    with pytest.raises(FileExistsError):
+        build_index(many_documents(5), out, embedding=embeddings, on_progress=competing_build)
+    assert read_settings(out)["documents"] == 2
+    assert open_index(out, embeddings).vectors.vectorstore.index.ntotal == 2
+    assert leftovers(tmp_path, out) == []
+
+
+# --------------------------------------------------------------------------------------------
+# Errors and trust
+# --------------------------------------------------------------------------------------------
+
+
+def test_missing_and_invalid_indexes(tmp_path: Path, embeddings: Embeddings) -> None:
+    with pytest.raises(FileNotFoundError, match="no index in .*nowhere.*rag-fusion index"):
+        open_index(tmp_path / "nowhere", embeddings)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / INDEX_FILE).write_text(json.dumps({"format": "something else"}))
+    with pytest.raises(ValueError, match="not a rag-fusion index"):
+        open_index(tmp_path / "other", embeddings)
+    (tmp_path / "other" / INDEX_FILE).write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        open_index(tmp_path / "other", embeddings)
+    with pytest.raises(ValueError, match="unknown store 'pinecone'.*faiss"):
+        build_index(many_documents(2), tmp_path / "index", store="pinecone")
+    with pytest.raises(ValueError, match="no documents"):
+        build_index([tmp_path / "other"], tmp_path / "index", embedding=embeddings)
+    assert not (tmp_path / "index").exists()
+
+
+def test_a_tampered_faiss_store_is_refused_unless_trusted(
+    tmp_path: Path, embeddings: Embeddings
+) -> None:
+    out = tmp_path / "index"
+    build_index(many_documents(3), out, embedding=embeddings)
+    with (out / "faiss" / "index.faiss").open("ab") as handle:
+        handle.write(b"\0")
+    with pytest.raises(UntrustedIndexError, match="tampered"):
+        open_index(out, embeddings)
+    opened: Any = open_index(out, embeddings, trust=True)
+    assert opened.vectors.vectorstore.index.ntotal == 3
