@@ -71,21 +71,17 @@ _IDENTITY_IGNORED_METADATA = (SCORE_KEY, FUSION_SCORE_KEY)
 
 def _identity_metadata(metadata: dict[str, Any], ignored: tuple[str, ...]) -> dict[str, Any]:
     """The metadata that identifies a document: all of it but the per-list score keys."""
-    present = [name for name in ignored if name in metadata]
-    if not present:
+    if not any(name in metadata for name in ignored):
         return metadata
-    kept = dict(metadata)
-    for name in present:
-        del kept[name]
-    return kept
+    return {name: value for name, value in metadata.items() if name not in ignored}
 
 
 class IdentityIndex:
     """Gives each distinct document a slot number, in first-seen order.
 
     Identity is ``Document.id``, else ``metadata[id_key]``, else the text plus the metadata (by
-    equality, without score keys). Metadata is compared only when two texts are equal, which keeps
-    the common case to one dict lookup.
+    equality, without score keys). Metadata is compared only when two texts are equal, and then
+    without copying it, which keeps the common case to one dict lookup.
 
     >>> index = IdentityIndex()
     >>> index.slot(Document("a", metadata={"score": 1})), index.slot(Document("a", metadata={"score": 2}))
@@ -99,17 +95,20 @@ class IdentityIndex:
         self.ignored = tuple(dict.fromkeys((*_IDENTITY_IGNORED_METADATA, score_key)))
         self.documents: list[Document] = []
         self._by_id: dict[str, int] = {}
-        self._by_text: dict[str, list[tuple[dict[str, Any], int]]] = {}
+        self._by_text: dict[str, list[int]] = {}
+        self._metadata_of_slot: dict[int, dict[str, Any]] = {}
 
     def slot(self, document: Document) -> int:
         """The slot of ``document``, registering it when first seen."""
         return self.slots([document])[0]
 
-    def slots(self, documents: Sequence[Document]) -> list[int]:
-        """The slot of each document of a list (one loop with local lookups: this is the hot path)."""
-        by_id, by_text, ignored, id_key = self._by_id, self._by_text, self.ignored, self.id_key
+    def slots(self, ranked: Sequence[Document]) -> list[int]:
+        """The slot of each document of a ranked list; -1 for a document that already appeared
+        higher in the same list (it counts once, at its best rank). This is the hot path."""
+        by_id, by_text, id_key = self._by_id, self._by_text, self.id_key
         result = []
-        for document in documents:
+        seen: set[int] = set()
+        for document in ranked:
             identifier = document.id
             if not identifier and id_key is not None:
                 value = document.metadata.get(id_key)
@@ -118,20 +117,36 @@ class IdentityIndex:
                 slot = by_id.get(identifier)
                 if slot is None:
                     slot = by_id[identifier] = self._register(document)
-                result.append(slot)
-                continue
-            metadata = _identity_metadata(document.metadata, ignored)
-            bucket = by_text.get(document.page_content)
-            if bucket is None:
-                slot = self._register(document)
-                by_text[document.page_content] = [(metadata, slot)]
             else:
-                slot = next((known for meta, known in bucket if meta == metadata), -1)
-                if slot < 0:
+                slots_with_text = by_text.get(document.page_content)
+                if slots_with_text is None:
                     slot = self._register(document)
-                    bucket.append((metadata, slot))
+                    by_text[document.page_content] = [slot]
+                else:
+                    slot = self._content_slot(document, slots_with_text)
+            if slot in seen:
+                slot = -1
+            else:
+                seen.add(slot)
             result.append(slot)
         return result
+
+    def _content_slot(self, document: Document, slots_with_text: list[int]) -> int:
+        """The slot among those with the same text whose metadata matches, or a new one."""
+        metadata, ignored = document.metadata, self.ignored
+        own_keys = len(metadata)
+        for name in ignored:
+            own_keys -= name in metadata
+        for slot in slots_with_text:
+            known = self._metadata_of_slot.get(slot)
+            if known is None:
+                known = _identity_metadata(self.documents[slot].metadata, ignored)
+                self._metadata_of_slot[slot] = known
+            if len(known) == own_keys and known.items() <= metadata.items():
+                return slot
+        slot = self._register(document)
+        slots_with_text.append(slot)
+        return slot
 
     def _register(self, document: Document) -> int:
         self.documents.append(document)
@@ -257,22 +272,12 @@ FusedScores = tuple[list[float], list[Document]]
 """Scores by slot, and the first-seen document of each slot (see :class:`IdentityIndex`)."""
 
 
-def _slots_once(ranked: Sequence[Document], index: IdentityIndex) -> list[tuple[int, int]]:
-    """(position, slot) of each document's first (best-ranked) position in one list."""
-    seen: set[int] = set()
-    firsts = []
-    for position, slot in enumerate(index.slots(ranked)):
-        if slot not in seen:
-            seen.add(slot)
-            firsts.append((position, slot))
-    return firsts
-
-
-def _add(scores: list[float], slot: int, contribution: float) -> None:
-    if slot < len(scores):
-        scores[slot] += contribution
-    else:  # a new slot is always the next one
-        scores.append(contribution)
+def _slot_lists(
+    ranked_lists: Sequence[Sequence[Document]], index: IdentityIndex
+) -> tuple[list[list[int]], list[float]]:
+    """Every list's slots (see :meth:`IdentityIndex.slots`), and a zero score per distinct slot."""
+    slot_lists = [index.slots(ranked) for ranked in ranked_lists]
+    return slot_lists, [0.0] * len(index.documents)
 
 
 def reciprocal_rank_scores(
@@ -292,11 +297,12 @@ def reciprocal_rank_scores(
     True
     """
     index = index or IdentityIndex()
-    scores: list[float] = []
+    slot_lists, scores = _slot_lists(ranked_lists, index)
     first_rank = k + rank_start
-    for ranked, weight in zip(ranked_lists, weights, strict=True):
-        for position, slot in _slots_once(ranked, index):
-            _add(scores, slot, weight / (first_rank + position))
+    for slots, weight in zip(slot_lists, weights, strict=True):
+        for position, slot in enumerate(slots):
+            if slot >= 0:
+                scores[slot] += weight / (first_rank + position)
     return scores, index.documents
 
 
@@ -377,15 +383,18 @@ def _score_based_scores(
     index: IdentityIndex | None,
 ) -> FusedScores:
     index = index or IdentityIndex(score_key=score_key)
-    scores: list[float] = []
+    slot_lists, scores = _slot_lists(ranked_lists, index)
     list_count = len(ranked_lists)
-    for list_index, (ranked, weight) in enumerate(zip(ranked_lists, weights, strict=True)):
+    for list_index, (ranked, slots, weight) in enumerate(
+        zip(ranked_lists, slot_lists, weights, strict=True)
+    ):
         if not ranked:
             continue
         values = _scaled_down(_usable_scores(ranked, score_key, list_index))
         normalized = normalize_scores(values, bounds_of(values))
-        for position, slot in _slots_once(ranked, index):
-            _add(scores, slot, normalized[position] * weight / list_count)
+        for position, slot in enumerate(slots):
+            if slot >= 0:
+                scores[slot] += normalized[position] * weight / list_count
     return scores, index.documents
 
 
@@ -425,10 +434,11 @@ def union_scores(
 ) -> FusedScores:
     """Unique union: every distinct document once, scored by the summed weight of lists holding it."""
     index = index or IdentityIndex()
-    scores: list[float] = []
-    for ranked, weight in zip(ranked_lists, weights, strict=True):
-        for _, slot in _slots_once(ranked, index):
-            _add(scores, slot, weight)
+    slot_lists, scores = _slot_lists(ranked_lists, index)
+    for slots, weight in zip(slot_lists, weights, strict=True):
+        for slot in slots:
+            if slot >= 0:
+                scores[slot] += weight
     return scores, index.documents
 
 
