@@ -8,5 +8,6 @@ python3 -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet torch==2.13.0
 .venv/bin/python -m pip install --quiet -e ".[dev]"
-export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 LANGCHAIN_CLI_TELEMETRY=false
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+.venv/bin/ruff check .
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
