@@ -581,6 +581,14 @@ def eval_dataset(
     base_url: BaseUrlOption = None,
     embedding: EmbeddingOption = None,
     n: CountOption = 4,
+    langsmith: Annotated[
+        bool,
+        typer.Option(
+            "--langsmith",
+            help="Run each setup as a LangSmith experiment (needs LANGSMITH_API_KEY; "
+            "LANGSMITH_ENDPOINT optional); evaluates locally when LangSmith is not configured.",
+        ),
+    ] = False,
 ) -> None:
     """Evaluate retrieval setups on a BEIR dataset: nDCG@10, Recall@100, MRR@10, MAP (ranx)."""
     with reported_errors():
@@ -589,6 +597,60 @@ def eval_dataset(
         names = [name.strip() for name in setups.split(",") if name.strip()]
         llm = models.chat_model(model, base_url=base_url)
         cache = None if no_cache else (cache_dir or evaluate.DEFAULT_CACHE_DIR)
+        if langsmith and evaluate.langsmith_configured():
+            with _progress() as progress:
+                bars: dict[str, Any] = {}
+
+                def show(task: str, completed: int, total: int) -> None:
+                    if task not in bars:
+                        bars[task] = progress.add_task(task, total=total)
+                    progress.update(bars[task], completed=completed, total=total)
+
+                dataset, experiments = evaluate.run_langsmith_experiments(
+                    dataset_dir,
+                    names,
+                    split=split,
+                    queries_limit=queries_limit,
+                    llm=llm,
+                    embeddings=embedding,
+                    cache_dir=cache,
+                    query_count=n,
+                    progress=show,
+                )
+            scores = {experiment.setup: experiment.scores for experiment in experiments}
+            table = Table(
+                title=f"{dataset.name} ({dataset.split}, {len(dataset.queries)} queries), "
+                "LangSmith experiments"
+            )
+            table.add_column("setup", justify="left")
+            for metric in evaluate.DEFAULT_METRICS:
+                table.add_column(metric, justify="right")
+            table.add_column("experiment", justify="left")
+            for experiment in experiments:
+                table.add_row(
+                    experiment.setup,
+                    *(f"{experiment.scores[metric]:.4f}" for metric in evaluate.DEFAULT_METRICS),
+                    experiment.experiment_name,
+                )
+            output.print(table)
+            for experiment in experiments:
+                where = experiment.url or f"dataset {experiment.dataset_name}"
+                output.print(
+                    f"{experiment.setup}: {experiment.experiment_name} at {where}",
+                    markup=False,
+                    soft_wrap=True,
+                )
+            if json_path is not None:
+                path = evaluate.write_json(json_path, dataset.name, scores)
+                output.print(f"Wrote {path}", markup=False)
+            if plot is not None:
+                path = evaluate.write_plot(plot, dataset.name, scores)
+                output.print(f"Wrote {path}", markup=False)
+            return
+        if langsmith:
+            output.print(
+                "LangSmith is not configured (LANGSMITH_API_KEY); evaluated locally", markup=False
+            )
         with _progress() as progress:
             tasks: dict[str, Any] = {}
 

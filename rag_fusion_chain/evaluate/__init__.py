@@ -6,7 +6,8 @@
 
 Modules: :mod:`.beir` (loading), :mod:`.metrics` (ranx), :mod:`.cache` (embedding cache),
 :mod:`.setups` (the kit's retrievers as named setups), :mod:`.experiment` (load, run, compare),
-:mod:`.report` (JSON, table rows, plot). Nothing here prints: progress goes to callbacks.
+:mod:`.report` (JSON, table rows, plot),
+:mod:`.langsmith_experiment` (evaluators and experiments for ``langsmith.evaluate``). Nothing here prints: progress goes to callbacks.
 """
 
 from rag_fusion_chain.evaluate.beir import (
@@ -18,6 +19,16 @@ from rag_fusion_chain.evaluate.beir import (
 )
 from rag_fusion_chain.evaluate.cache import DEFAULT_CACHE_DIR, CachedEmbeddings, EmbeddingStore
 from rag_fusion_chain.evaluate.experiment import Experiment, run_experiment
+from rag_fusion_chain.evaluate.langsmith_experiment import (
+    LangSmithExperiment,
+    langsmith_configured,
+    mrr_at_10,
+    ndcg_at_10,
+    recall_at_k,
+    retrieval_evaluator,
+    run_langsmith_experiment,
+    run_langsmith_experiments,
+)
 from rag_fusion_chain.evaluate.metrics import (
     DEFAULT_METRICS,
     STAT_TESTS,
@@ -63,6 +74,7 @@ __all__ = [
     "EmbeddingStore",
     "Experiment",
     "Indexes",
+    "LangSmithExperiment",
     "ProgressCallback",
     "Qrels",
     "Run",
@@ -72,11 +84,18 @@ __all__ = [
     "corpus_document",
     "evaluate_run",
     "hybrid_setup",
+    "langsmith_configured",
     "load_beir",
+    "mrr_at_10",
+    "ndcg_at_10",
     "read_qrels",
+    "recall_at_k",
     "results_json",
+    "retrieval_evaluator",
     "run_experiment",
     "run_from_rankings",
+    "run_langsmith_experiment",
+    "run_langsmith_experiments",
     "run_setups",
     "setup_by_name",
     "strategy_setup",
