@@ -179,3 +179,47 @@ def test_eval_command_with_langsmith_unconfigured_evaluates_locally(
     data = json.loads(out.read_text(encoding="utf-8"))
     assert data["dataset"] == "tiny" and list(data["setups"]) == ["bm25"]
     assert set(data["setups"]["bm25"]) == {"ndcg@10", "recall@100", "mrr@10", "map"}
+
+
+def test_eval_command_with_langsmith_configured_runs_experiments(
+    tiny_beir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Configured: the CLI runs one experiment per setup and prints where each is.
+
+    The experiments themselves run locally (``upload=False``): the recorder does not speak the
+    dataset and experiment API, so the upload path is not exercised here.
+    """
+    from typer.testing import CliRunner
+
+    from rag_fusion_chain import evaluate
+    from rag_fusion_chain.cli import app
+    from rag_fusion_chain.evaluate import langsmith_experiment
+
+    calls = []
+
+    def local_experiments(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(args)
+        return langsmith_experiment.run_langsmith_experiments(*args, upload=False, **kwargs)
+
+    monkeypatch.setenv("LANGSMITH_API_KEY", "fake-key")
+    monkeypatch.setattr(evaluate, "run_langsmith_experiments", local_experiments)
+    out = tmp_path / "out.json"
+
+    result = CliRunner().invoke(
+        app,
+        ["eval", str(tiny_beir), "--setups", "bm25", "--langsmith", "--json", str(out)],
+        terminal_width=200,
+    )
+
+    assert result.exit_code == 0, result.output
+    assert len(calls) == 1
+    assert "not configured" not in result.output
+    assert "LangSmith experiments" in result.output
+    assert "bm25: tiny-test-bm25-" in result.output and "at dataset tiny-test" in result.output
+    data = json.loads(out.read_text(encoding="utf-8"))
+    dataset = load_beir(tiny_beir)
+    indexes = Indexes(dataset.corpus, cache_dir=None)
+    expected = evaluate_run(
+        run_setups(dataset, [setup_by_name("bm25")], indexes)["bm25"], dataset.qrels
+    )
+    assert data["setups"]["bm25"] == pytest.approx(expected)

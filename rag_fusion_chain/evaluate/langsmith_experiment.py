@@ -320,25 +320,24 @@ def run_langsmith_experiment(
         if client is None:
             client = langsmith.Client(api_key="local", api_url="http://127.0.0.1:9", info={})
         data = local_examples(dataset, name)
-    with warnings.catch_warnings():
+    target = retrieval_target(resolved.build(indexes), trace=upload)
+    with warnings.catch_warnings():  # langsmith warns that upload_runs=False is in beta
         warnings.filterwarnings("ignore", message=".*'upload_runs' parameter is in beta")
-        results = _evaluate(
-            langsmith,
-            resolved,
-            indexes,
-            data,
-            metrics,
-            client,
-            upload,
-            name,
-            dataset,
-            experiment_prefix,
-            max_concurrency,
+        results = langsmith.evaluate(
+            target,
+            data=data,
+            evaluators=evaluators_for(metrics),
+            experiment_prefix=experiment_prefix or f"{name}-{resolved.name}",
+            description=resolved.description or resolved.name,
+            metadata={"setup": resolved.name, "dataset": dataset.name, "split": dataset.split},
+            max_concurrency=max_concurrency,
+            client=client,
+            upload_runs=upload,
+            disable_evaluator_tracing=not upload,
         )
-    scores = _mean_scores(results, metrics, len(data))
     return LangSmithExperiment(
         setup=resolved.name,
-        scores=scores,
+        scores=_mean_scores(results, metrics, len(data)),
         experiment_name=results.experiment_name,
         url=_experiment_url(results) if upload else None,
         dataset_name=name,
@@ -346,35 +345,8 @@ def run_langsmith_experiment(
     )
 
 
-def _evaluate(  # type: ignore[no-untyped-def]
-    langsmith,
-    resolved,
-    indexes,
-    data,
-    metrics,
-    client,
-    upload,
-    name,
-    dataset,
-    experiment_prefix,
-    max_concurrency,
-):
-    return langsmith.evaluate(
-        retrieval_target(resolved.build(indexes), trace=upload),
-        data=data,
-        evaluators=evaluators_for(metrics),
-        experiment_prefix=experiment_prefix or f"{name}-{resolved.name}",
-        description=resolved.description or resolved.name,
-        metadata={"setup": resolved.name, "dataset": dataset.name, "split": dataset.split},
-        max_concurrency=max_concurrency,
-        client=client,
-        upload_runs=upload,
-        disable_evaluator_tracing=not upload,
-    )
-
-
 def _mean_scores(results: Any, metrics: Sequence[str], count: int) -> dict[str, float]:
-    """Mean of each metric's feedback over the result rows (a missing score counts as 0)."""
+    """Mean of each metric's feedback over the result rows; a missing score is an error."""
     totals = dict.fromkeys(metrics, 0.0)
     rows = 0
     for row in results:
