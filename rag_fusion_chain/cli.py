@@ -197,9 +197,10 @@ def _print_queries(queries: Sequence[str]) -> None:
 def render_answer(chain: Any, question: str) -> None:
     """Stream a chain built with ``return_sources=True``: queries, the sources table, the answer.
 
-    The chain streams dict chunks whose keys arrive in any order (queries one by one, the
-    documents at once, the answer token by token); the queries and sources are shown once the
-    answer starts, when retrieval is necessarily complete, and the answer is streamed after them.
+    The chain streams dict chunks whose keys arrive in any order (queries one by one or at once,
+    the documents at once, the answer token by token, concurrently); the queries and sources are
+    shown once the answer has started and both have arrived (retrieval is then complete), and the
+    answer is streamed after them.
     """
     queries: list[str] = []
     documents: list[Document] | None = None
@@ -211,7 +212,7 @@ def render_answer(chain: Any, question: str) -> None:
         documents = chunk.get("documents", documents)
         failures.extend(chunk.get("failures", []))
         held.append(chunk.get("answer", ""))
-        if not started and documents is not None and any(held):
+        if not started and documents is not None and queries and any(held):
             _print_sources(queries, documents, failures)
             started = True
         if started:

@@ -433,3 +433,27 @@ def test_serve_answers_over_http(faiss_index: Path, tmp_path: Path) -> None:
         server.terminate()
         server.wait(timeout=30)
         log.close()
+
+
+def test_render_answer_shows_queries_even_when_the_answer_streams_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Keys of a streamed sources dict arrive concurrently: the answer may come before queries."""
+    from langchain_core.documents import Document
+    from langchain_core.runnables import RunnableGenerator
+    from rich.console import Console
+
+    from rag_fusion_chain import cli
+
+    def chunks(_: Iterator[Any]) -> Iterator[dict[str, Any]]:
+        yield {"documents": [Document("passage text", id="d1")]}
+        yield {"answer": "The answer "}
+        yield {"queries": ["first query", "second query"]}
+        yield {"answer": "continues."}
+
+    console = Console(record=True, width=120)
+    monkeypatch.setattr(cli, "output", console)
+    cli.render_answer(RunnableGenerator(chunks), "question?")
+    text = console.export_text()
+    assert "first query" in text and "second query" in text
+    assert text.index("second query") < text.index("The answer continues.")
