@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import copy
 import math
+import uuid
 import warnings
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.documents import Document
 from langchain_core.runnables import ConfigurableField
 
@@ -324,3 +326,97 @@ def test_property_list_order_irrelevant_when_unweighted(
     assert original.keys() == permuted.keys()
     for key, score in original.items():
         assert permuted[key] == pytest.approx(score)
+
+
+# ---------------------------------------------------------------- identity against an oracle
+
+documents_with_collisions = st.builds(
+    lambda text, source, score, stale_fusion_score: Document(
+        page_content=text,
+        metadata={
+            **({"source": source} if source else {}),
+            **({"score": score} if score is not None else {}),
+            **({"fusion_score": stale_fusion_score} if stale_fusion_score is not None else {}),
+        },
+    ),
+    st.sampled_from(["alpha", "beta", "gamma"]),
+    st.sampled_from([None, "a.pdf", "b.pdf", "c.pdf"]),
+    st.one_of(st.none(), st.floats(0, 1)),
+    st.one_of(st.none(), st.just(0.5)),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(documents_with_collisions, max_size=10), min_size=1, max_size=6))
+def test_property_identity_matches_the_content_hash_oracle(lists: list[list[Document]]) -> None:
+    """Equal text with several metadata variants, repeated within and across lists: the fast
+    identity index must group exactly as ``document_id`` (text + metadata without score keys)."""
+    expected: dict[str, float] = {}
+    for ranked in lists:
+        best_rank: dict[str, int] = {}
+        for rank, document in enumerate(ranked, start=1):
+            best_rank.setdefault(document_id(document), rank)
+        for key, rank in best_rank.items():
+            expected[key] = expected.get(key, 0.0) + 1 / (60 + rank)
+    fused = ReciprocalRankFusion(with_scores=True).invoke(lists)
+    got = {document_id(document): score for document, score in fused}
+    assert len(got) == len(fused)
+    assert got.keys() == expected.keys()
+    for key, score in expected.items():
+        assert got[key] == pytest.approx(score)
+
+
+def test_copies_keep_document_subclasses_and_leave_inputs_alone() -> None:
+    class PageDocument(Document):
+        page_number: int = 0
+
+    original = PageDocument(page_content="text", metadata={"score": 0.5}, page_number=7)
+    (copied,) = fusion.reciprocal_rank_fusion.invoke([[original]])
+    assert type(copied) is PageDocument and copied.page_number == 7
+    assert copied.metadata["fusion_score"] == pytest.approx(1 / 61)
+    assert original.metadata == {"score": 0.5}
+    copied.metadata["note"] = "changed"
+    assert "note" not in original.metadata
+
+
+# ---------------------------------------------------------------- callbacks
+
+
+class RunRecorder(BaseCallbackHandler):
+    def __init__(self) -> None:
+        self.events: list[tuple[str, object, object]] = []
+
+    def on_chain_start(self, serialized, inputs, *, run_id, **kwargs):  # type: ignore[no-untyped-def]
+        self.events.append(("start", kwargs.get("name"), run_id))
+        self.tags, self.metadata = kwargs.get("tags"), kwargs.get("metadata")
+
+    def on_chain_end(self, outputs, *, run_id, **kwargs):  # type: ignore[no-untyped-def]
+        self.events.append(("end", len(outputs), run_id))
+
+    def on_chain_error(self, error, *, run_id, **kwargs):  # type: ignore[no-untyped-def]
+        self.events.append(("error", type(error).__name__, run_id))
+
+
+@pytest.mark.parametrize("call_style", ["invoke", "ainvoke"])
+def test_fusion_reports_its_run_to_callbacks(call_style: str) -> None:
+    recorder = RunRecorder()
+    run_id = uuid.uuid4()
+    config = {"callbacks": [recorder], "run_id": run_id, "tags": ["t"], "metadata": {"m": 1}}
+    lists = [[doc("A"), doc("B")], [doc("B")]]
+    runnable = fusion.reciprocal_rank_fusion
+    if call_style == "invoke":
+        runnable.invoke(lists, config)
+    else:
+        asyncio.run(runnable.ainvoke(lists, config))
+    assert recorder.events == [("start", "fuse", run_id), ("end", 2, run_id)]
+    assert recorder.tags == ["t"] and recorder.metadata == {"m": 1}
+
+    failing = RunRecorder()
+    with pytest.raises(TypeError):
+        if call_style == "invoke":
+            runnable.invoke("not lists", {"callbacks": [failing], "run_name": "my_fuse"})
+        else:
+            asyncio.run(
+                runnable.ainvoke("not lists", {"callbacks": [failing], "run_name": "my_fuse"})
+            )
+    assert [event[:2] for event in failing.events] == [("start", "my_fuse"), ("error", "TypeError")]
