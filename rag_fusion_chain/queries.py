@@ -331,15 +331,6 @@ class QueryGenerator(RunnableSerializable[QuestionInput, list[str]]):
         values = {"question": question, "n": self.n}
         return {key: value for key, value in values.items() if key in self.prompt.input_variables}
 
-    def _fallback(self, question: str, reason: str) -> list[str]:
-        if self.on_failure == "raise":
-            raise ValueError(f"query generation failed: {reason}")
-        warnings.warn(
-            f"query generation failed ({reason}); using the original question alone",
-            stacklevel=3,
-        )
-        return [question]
-
     def _stream_queries(
         self,
         inputs: Iterator[QuestionInput],
@@ -348,32 +339,18 @@ class QueryGenerator(RunnableSerializable[QuestionInput, list[str]]):
     ) -> Iterator[list[str]]:
         for value in inputs:
             question = question_of(value)
-            seen = {dedupe_key(question)}
-            emitted = 0
-            if self.include_original:
-                emitted += 1
-                yield [question]
+            streamed = _StreamedQueries(self, question)
+            yield from streamed.start()
             child = patch_config(config, callbacks=run_manager.get_child())
+            error: Exception | None = None
             try:
                 for chunk in self._model_chain().stream(self._prompt_values(question), child):
-                    for query in chunk:
-                        if dedupe_key(query) not in seen:
-                            seen.add(dedupe_key(query))
-                            emitted += 1
-                            yield [query]
-            except Exception as error:  # noqa: BLE001 - reported by _fallback, or re-raised
+                    yield from streamed.add(chunk)
+            except Exception as caught:  # noqa: BLE001 - re-raised, or reported by streamed.end
                 if self.on_failure == "raise":
                     raise
-                if emitted == 0:
-                    yield self._fallback(question, f"{type(error).__name__}: {error}")
-                else:
-                    warnings.warn(
-                        f"query generation stopped early ({type(error).__name__}: {error})",
-                        stacklevel=2,
-                    )
-                continue
-            if emitted == 0:
-                yield self._fallback(question, "the model returned no usable query")
+                error = caught
+            yield from streamed.end(error)
 
     async def _astream_queries(
         self,
@@ -383,34 +360,23 @@ class QueryGenerator(RunnableSerializable[QuestionInput, list[str]]):
     ) -> AsyncIterator[list[str]]:
         async for value in inputs:
             question = question_of(value)
-            seen = {dedupe_key(question)}
-            emitted = 0
-            if self.include_original:
-                emitted += 1
-                yield [question]
+            streamed = _StreamedQueries(self, question)
+            for queries in streamed.start():
+                yield queries
             child = patch_config(config, callbacks=run_manager.get_child())
+            error: Exception | None = None
             try:
                 async for chunk in self._model_chain().astream(
                     self._prompt_values(question), child
                 ):
-                    for query in chunk:
-                        if dedupe_key(query) not in seen:
-                            seen.add(dedupe_key(query))
-                            emitted += 1
-                            yield [query]
-            except Exception as error:  # noqa: BLE001 - reported by _fallback, or re-raised
+                    for queries in streamed.add(chunk):
+                        yield queries
+            except Exception as caught:  # noqa: BLE001 - re-raised, or reported by streamed.end
                 if self.on_failure == "raise":
                     raise
-                if emitted == 0:
-                    yield self._fallback(question, f"{type(error).__name__}: {error}")
-                else:
-                    warnings.warn(
-                        f"query generation stopped early ({type(error).__name__}: {error})",
-                        stacklevel=2,
-                    )
-                continue
-            if emitted == 0:
-                yield self._fallback(question, "the model returned no usable query")
+                error = caught
+            for queries in streamed.end(error):
+                yield queries
 
     def stream(
         self, input: QuestionInput, config: RunnableConfig | None = None, **kwargs: Any
@@ -439,6 +405,59 @@ class QueryGenerator(RunnableSerializable[QuestionInput, list[str]]):
         return [query async for chunk in self.astream(input, config) for query in chunk]
 
 
+class _StreamedQueries:
+    """Bookkeeping of one question's queries, shared by the sync and async query streams.
+
+    Each method returns the chunks to yield (one query each), so the two streams differ only in
+    how they iterate the model. Warnings skip this frame and the stream's (``stacklevel=3``), to
+    name the code that drives the stream.
+    """
+
+    def __init__(self, generator: QueryGenerator, question: str) -> None:
+        self.generator = generator
+        self.question = question
+        self.seen = {dedupe_key(question)}
+        self.emitted = 0
+
+    def start(self) -> list[list[str]]:
+        """The question itself when it goes first, so retrieval can start before the model."""
+        if not self.generator.include_original:
+            return []
+        self.emitted += 1
+        return [[self.question]]
+
+    def add(self, chunk: list[str]) -> list[list[str]]:
+        """The queries of one parsed model chunk not streamed yet (the question counts)."""
+        new = []
+        for query in chunk:
+            if dedupe_key(query) not in self.seen:
+                self.seen.add(dedupe_key(query))
+                new.append([query])
+        self.emitted += len(new)
+        return new
+
+    def end(self, error: Exception | None) -> list[list[str]]:
+        """After the model stream ended, or failed with ``error``: the question alone if nothing
+        was streamed (``ValueError`` with ``on_failure="raise"``), else nothing (a warning on
+        failure)."""
+        if self.emitted == 0:
+            reason = "the model returned no usable query"
+            if error is not None:
+                reason = f"{type(error).__name__}: {error}"
+            if self.generator.on_failure == "raise":
+                raise ValueError(f"query generation failed: {reason}")
+            warnings.warn(
+                f"query generation failed ({reason}); using the original question alone",
+                stacklevel=3,
+            )
+            return [[self.question]]
+        if error is not None:
+            warnings.warn(
+                f"query generation stopped early ({type(error).__name__}: {error})", stacklevel=3
+            )
+        return []
+
+
 class TextGenerator(RunnableSerializable[QuestionInput, str]):
     """Prompt a chat model for one text (a step-back question or a HyDE passage).
 
@@ -458,19 +477,13 @@ class TextGenerator(RunnableSerializable[QuestionInput, str]):
         self, value: QuestionInput, run_manager: CallbackManagerForChainRun, config: RunnableConfig
     ) -> str:
         question = question_of(value)
-        chain = self.prompt | self.llm | StrOutputParser()
+        child = patch_config(config, callbacks=run_manager.get_child())
         try:
-            text = chain.invoke(
-                {"question": question}, patch_config(config, callbacks=run_manager.get_child())
-            )
-        except Exception as error:  # noqa: BLE001 - reported below, or re-raised
+            text = self._model_chain().invoke({"question": question}, child)
+        except Exception as error:  # noqa: BLE001 - re-raised, or reported by _recover
             if self.on_failure == "raise":
                 raise
-            warnings.warn(
-                f"generation failed ({type(error).__name__}: {error}); using the question itself",
-                stacklevel=2,
-            )
-            return question
+            return self._recover(question, error)
         return self._finish(question, text)
 
     async def _agenerate(
@@ -480,20 +493,26 @@ class TextGenerator(RunnableSerializable[QuestionInput, str]):
         config: RunnableConfig,
     ) -> str:
         question = question_of(value)
-        chain = self.prompt | self.llm | StrOutputParser()
+        child = patch_config(config, callbacks=run_manager.get_child())
         try:
-            text = await chain.ainvoke(
-                {"question": question}, patch_config(config, callbacks=run_manager.get_child())
-            )
-        except Exception as error:  # noqa: BLE001 - reported below, or re-raised
+            text = await self._model_chain().ainvoke({"question": question}, child)
+        except Exception as error:  # noqa: BLE001 - re-raised, or reported by _recover
             if self.on_failure == "raise":
                 raise
-            warnings.warn(
-                f"generation failed ({type(error).__name__}: {error}); using the question itself",
-                stacklevel=2,
-            )
-            return question
+            return self._recover(question, error)
         return self._finish(question, text)
+
+    def _model_chain(self) -> Runnable[dict[str, Any], str]:
+        return self.prompt | self.llm | StrOutputParser()
+
+    def _recover(self, question: str, error: Exception) -> str:
+        """The question itself after a model error (``on_failure="warn"``); called by
+        ``_generate``/``_agenerate``, so ``stacklevel=3`` names their caller."""
+        warnings.warn(
+            f"generation failed ({type(error).__name__}: {error}); using the question itself",
+            stacklevel=3,
+        )
+        return question
 
     def _finish(self, question: str, text: str) -> str:
         if self.single_line:

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from langchain_core.language_models import FakeListChatModel, GenericFakeChatModel
 from langchain_core.messages import AIMessage
-from langchain_core.runnables import ConfigurableField, RunnableLambda
+from langchain_core.runnables import ConfigurableField, RunnableGenerator, RunnableLambda
 
 from rag_fusion_chain import prompts, queries
 from rag_fusion_chain.queries import QueryListParser, question_of
@@ -157,6 +157,54 @@ def test_model_error_falls_back_or_raises() -> None:
         assert queries.multi_query(RunnableLambda(broken)).invoke("Q?") == ["Q?"]
     with pytest.raises(ConnectionError):
         queries.multi_query(RunnableLambda(broken), on_failure="raise").invoke("Q?")
+
+
+def _broken(_):  # type: ignore[no-untyped-def]
+    raise ConnectionError("model down")
+
+
+def _stops_after_one_line(_):  # type: ignore[no-untyped-def]
+    yield "solar power\n"
+    raise ConnectionError("model down")
+
+
+async def _astops_after_one_line(_):  # type: ignore[no-untyped-def]
+    yield "solar power\n"
+    raise ConnectionError("model down")
+
+
+@pytest.mark.parametrize(
+    ("generator", "message"),
+    [
+        (queries.rag_fusion(RunnableLambda(_broken)), "query generation failed"),
+        (queries.rag_fusion(model("Here are the queries:")), "no usable query"),
+        (
+            queries.rag_fusion(RunnableGenerator(_stops_after_one_line, _astops_after_one_line)),
+            "stopped early",
+        ),
+        (queries.rag_fusion(RunnableLambda(_broken), include_original=True), "stopped early"),
+        (queries.hyde(RunnableLambda(_broken)), "generation failed"),
+        (queries.hyde(model("   ")), "no usable text"),
+    ],
+)
+@pytest.mark.parametrize("style", ["invoke", "stream", "ainvoke", "astream"])
+def test_fallback_warnings_name_the_caller_not_this_package(  # type: ignore[no-untyped-def]
+    generator, message: str, style: str
+) -> None:
+    async def astream() -> list[object]:
+        return [chunk async for chunk in generator.astream("Q?")]
+
+    calls = {
+        "invoke": lambda: generator.invoke("Q?"),
+        "stream": lambda: list(generator.stream("Q?")),
+        "ainvoke": lambda: asyncio.run(generator.ainvoke("Q?")),
+        "astream": lambda: asyncio.run(astream()),
+    }
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        calls[style]()
+    assert [message in str(warning.message) for warning in caught] == [True]
+    assert caught[0].filename != queries.__file__
 
 
 def test_same_query_repeated_and_too_many_queries() -> None:
