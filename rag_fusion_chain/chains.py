@@ -35,7 +35,7 @@ retrievers, and the ``bm25`` extra).
 
 import html
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from itertools import chain as concatenate
 from typing import Any, Literal
@@ -262,14 +262,32 @@ def answer_step(prompt: BasePromptTemplate, llm: Runnable[Any, Any]) -> Runnable
     return (prompt | llm | StrOutputParser()).with_config(run_name="answer")
 
 
-def _fan_out(retrievers: Retrievers, k: int | None) -> Runnable[Any, Any]:
-    """The ``retrieve`` step, with ``k`` configurable per call."""
+def _multi_retriever(retrievers: Retrievers, k: int | None) -> MultiRetriever:
+    """The retrievers as one :class:`MultiRetriever`, searching ``k`` documents unless None."""
     fan_out = retrievers if isinstance(retrievers, MultiRetriever) else MultiRetriever(retrievers)
     if k is not None:
         fan_out = fan_out.model_copy(update={"k": validate_count("k", k)})
-    return fan_out.configurable_fields(
+    return fan_out
+
+
+def _fan_out(retrievers: Retrievers, k: int | None) -> Runnable[Any, Any]:
+    """The ``retrieve`` step, with ``k`` configurable per call."""
+    return _multi_retriever(retrievers, k).configurable_fields(
         k=ConfigurableField(id="k", name="k", description="Documents per retriever call")
     )
+
+
+def _checked_fusion(fusion: BaseFusion | None, default: BaseFusion) -> BaseFusion:
+    """The fusion to use (``default`` for None); it must return Documents, not scored pairs."""
+    chosen = default if fusion is None else fusion
+    if not isinstance(chosen, BaseFusion):
+        raise TypeError(
+            f"fusion must be a fusion runnable such as reciprocal_rank_fusion, "
+            f"got {type(chosen).__name__}"
+        )
+    if chosen.with_scores:
+        raise ValueError("fusion must return Documents: use with_scores=False")
+    return chosen
 
 
 def _fusion(
@@ -279,14 +297,7 @@ def _fusion(
     default_top_n: int | None = DEFAULT_TOP_N,
 ) -> BaseFusion:
     """The fusion to use, keeping ``top_n`` (else its own top_n, else ``default_top_n``)."""
-    chosen = default if fusion is None else fusion
-    if not isinstance(chosen, BaseFusion):
-        raise TypeError(
-            f"fusion must be a fusion runnable such as reciprocal_rank_fusion, "
-            f"got {type(chosen).__name__}"
-        )
-    if chosen.with_scores:
-        raise ValueError("fusion must return Documents: use with_scores=False")
+    chosen = _checked_fusion(fusion, default)
     kept = top_n if top_n is not None else (chosen.top_n or default_top_n)
     if kept is not None:
         validate_count("top_n", kept)
@@ -331,6 +342,20 @@ def _standard_sources() -> dict[str, Runnable[State, Any]]:
     return {key: RunnablePick(key) for key in ("queries", "documents", "failures")}
 
 
+def _ending(
+    answer: Runnable[State, str],
+    sources: Mapping[str, Runnable[State, Any]],
+    return_sources: bool,
+) -> Runnable[State, Any]:
+    """The last step: the answer, or with ``return_sources`` a dict of answer and sources."""
+    return RunnableParallel(answer=answer, **sources) if return_sources else answer
+
+
+def _chain_metadata(n: int, retrieve: Runnable[Any, Any], fusion: BaseFusion) -> dict[str, Any]:
+    """The ``n``, ``k`` and ``top_n`` a chain records, ``k`` read behind the configurable field."""
+    return {"n": n, "k": retrieve.default.k, "top_n": fusion.top_n}
+
+
 def _finish(
     state: Runnable[State, State],
     answer: Runnable[State, str],
@@ -341,9 +366,7 @@ def _finish(
     metadata: Mapping[str, Any],
 ) -> Runnable[QuestionInput, Any]:
     """Input parsing, the strategy's state steps, the answer (with sources); named and tagged."""
-    ending: Runnable[State, Any] = (
-        RunnableParallel(answer=answer, **sources) if return_sources else answer
-    )
+    ending = _ending(answer, sources, return_sources)
     chain = RunnableLambda(_question_state, name="question") | state | ending
     return chain.with_config(
         run_name=strategy,
@@ -388,19 +411,44 @@ def _offline_chain(
 
 def _query_fusion_chain(
     strategy: str,
-    generator: queries.QueryGenerator,
     retrievers: Retrievers,
-    llm: Runnable[Any, Any] | None = None,
+    llm: Runnable[Any, Any] | None,
     *,
+    generate: Callable[..., queries.QueryGenerator],
+    default_query_prompt: BasePromptTemplate,
+    default_fusion: BaseFusion,
+    default_top_n: int | None,
+    n: int,
     k: int | None,
-    fusion: BaseFusion,
+    top_n: int | None,
+    fusion: BaseFusion | None,
+    include_original: bool,
+    query_prompt: BasePromptTemplate | None,
     prompt: BasePromptTemplate | None,
     return_sources: bool,
 ) -> Runnable[QuestionInput, Any]:
-    """Generate queries, retrieve for all, fuse, answer: multi-query and RAG-Fusion."""
+    """Multi-query and RAG-Fusion: generate queries, retrieve, fuse, answer; offline without llm."""
+    if llm is None:
+        return _offline_chain(
+            strategy,
+            retrievers,
+            n=n,
+            k=k,
+            top_n=top_n,
+            fusion=fusion,
+            return_sources=return_sources,
+            prompt_overrides={"query_prompt": query_prompt, "prompt": prompt},
+        )
+    generator = generate(
+        _check_llm(llm),
+        n,
+        include_original=include_original,
+        prompt=_query_prompt(query_prompt, default_query_prompt),
+    )
+    chosen_fusion = _fusion(fusion, default_fusion, top_n, default_top_n)
     retrieve = _fan_out(retrievers, k)
     state = _retrieval_steps(
-        _generate_step(generator), retrieve, _fuse_step(fusion)
+        _generate_step(generator), retrieve, _fuse_step(chosen_fusion)
     ) | RunnablePassthrough.assign(queries=RunnableLambda(_queries_of, name="queries"))
     answer = answer_step(
         _check_prompt("prompt", prompt, prompts.ANSWER_PROMPT, _ANSWER_VARIABLES), llm
@@ -411,7 +459,7 @@ def _query_fusion_chain(
         sources=_standard_sources(),
         return_sources=return_sources,
         strategy=strategy,
-        metadata={"n": generator.n, "k": retrieve.default.k, "top_n": fusion.top_n},
+        metadata=_chain_metadata(generator.n, retrieve, chosen_fusion),
     )
 
 
@@ -443,30 +491,20 @@ def multi_query_chain(
 
     >>> # multi_query_chain(retriever, llm, n=3).invoke("What is RAG?")
     """
-    if llm is None:
-        return _offline_chain(
-            MULTI_QUERY,
-            retrievers,
-            n=n,
-            k=k,
-            top_n=top_n,
-            fusion=fusion,
-            return_sources=return_sources,
-            prompt_overrides={"query_prompt": query_prompt, "prompt": prompt},
-        )
-    generator = queries.multi_query(
-        _check_llm(llm),
-        n,
-        include_original=include_original,
-        prompt=_query_prompt(query_prompt, prompts.MULTI_QUERY_PROMPT),
-    )
     return _query_fusion_chain(
         MULTI_QUERY,
-        generator,
         retrievers,
         llm,
+        generate=queries.multi_query,
+        default_query_prompt=prompts.MULTI_QUERY_PROMPT,
+        default_fusion=unique_union,
+        default_top_n=None,
+        n=n,
         k=k,
-        fusion=_fusion(fusion, unique_union, top_n, default_top_n=None),
+        top_n=top_n,
+        fusion=fusion,
+        include_original=include_original,
+        query_prompt=query_prompt,
         prompt=prompt,
         return_sources=return_sources,
     )
@@ -493,30 +531,20 @@ def rag_fusion_chain(
 
     >>> # rag_fusion_chain([bm25, vectors], llm, n=4).invoke({"question": "What is RAG?"})
     """
-    if llm is None:
-        return _offline_chain(
-            RAG_FUSION,
-            retrievers,
-            n=n,
-            k=k,
-            top_n=top_n,
-            fusion=fusion,
-            return_sources=return_sources,
-            prompt_overrides={"query_prompt": query_prompt, "prompt": prompt},
-        )
-    generator = queries.rag_fusion(
-        _check_llm(llm),
-        n,
-        include_original=include_original,
-        prompt=_query_prompt(query_prompt, prompts.RAG_FUSION_PROMPT),
-    )
     return _query_fusion_chain(
         RAG_FUSION,
-        generator,
         retrievers,
         llm,
+        generate=queries.rag_fusion,
+        default_query_prompt=prompts.RAG_FUSION_PROMPT,
+        default_fusion=reciprocal_rank_fusion,
+        default_top_n=DEFAULT_TOP_N,
+        n=n,
         k=k,
-        fusion=_fusion(fusion, reciprocal_rank_fusion, top_n),
+        top_n=top_n,
+        fusion=fusion,
+        include_original=include_original,
+        query_prompt=query_prompt,
         prompt=prompt,
         return_sources=return_sources,
     )
@@ -646,7 +674,7 @@ def decomposition_chain(
         },
         return_sources=return_sources,
         strategy=DECOMPOSITION,
-        metadata={"n": n, "k": retrieve.default.k, "top_n": chosen_fusion.top_n, "mode": mode},
+        metadata={**_chain_metadata(n, retrieve, chosen_fusion), "mode": mode},
     )
 
 
@@ -717,7 +745,7 @@ def step_back_chain(
         },
         return_sources=return_sources,
         strategy=STEP_BACK,
-        metadata={"n": 1, "k": retrieve.default.k, "top_n": chosen_fusion.top_n},
+        metadata=_chain_metadata(1, retrieve, chosen_fusion),
     )
 
 
@@ -767,7 +795,7 @@ def hyde_chain(
         sources=_standard_sources(),
         return_sources=return_sources,
         strategy=HYDE,
-        metadata={"n": 1, "k": retrieve.default.k, "top_n": chosen_fusion.top_n},
+        metadata=_chain_metadata(1, retrieve, chosen_fusion),
     )
 
 

@@ -36,7 +36,6 @@ from langchain_core.runnables import (
     Runnable,
     RunnableConfig,
     RunnableLambda,
-    RunnableParallel,
     RunnablePassthrough,
     RunnablePick,
     RunnableSerializable,
@@ -493,8 +492,8 @@ def feedback_retriever(retrievers: Any) -> BM25Retriever:
     )
 
 
-def _as_queries(text: str) -> list[str]:
-    return [text]
+_as_queries = RunnableLambda(chains._as_query_list, name="queries")
+"""HyDE's one passage as the list of queries the fan-out searches."""
 
 
 def _with_question(generator: Runnable[QuestionInput, str]) -> Runnable[QuestionInput, list[str]]:
@@ -535,22 +534,14 @@ def query_step(
             return factories[strategy](llm, n)
         if strategy == chains.STEP_BACK:
             return _with_question(queries.step_back(llm))
-        return queries.hyde(llm) | RunnableLambda(_as_queries, name="queries")
+        return queries.hyde(llm) | _as_queries
     if feedback is None:
         raise ValueError("feedback: offline query generation needs a BM25Retriever")
     if strategy == chains.HYDE:
-        return FeedbackPassage(retriever=feedback) | RunnableLambda(_as_queries, name="queries")
+        return FeedbackPassage(retriever=feedback) | _as_queries
     # The question itself comes first, unexpanded: it guards the fused list against drift.
     expansions = 1 if strategy == chains.STEP_BACK else n
     return PseudoRelevanceFeedback(retriever=feedback, n=expansions, include_original=True)
-
-
-def _question_state(value: QuestionInput) -> dict[str, Any]:
-    return {"question": question_of(value)}
-
-
-def _failures(state: Mapping[str, Any]) -> list[Any]:
-    return list(state["retrieved"].failures)
 
 
 def retrieval_chain(
@@ -574,25 +565,16 @@ def retrieval_chain(
     if llm is None and feedback is None:
         feedback = feedback_retriever(retrievers)
     default_fusion = unique_union if strategy == chains.MULTI_QUERY else reciprocal_rank_fusion
-    chosen = default_fusion if fusion is None else fusion
-    if not isinstance(chosen, BaseFusion):
-        raise TypeError(
-            "fusion must be a fusion runnable such as reciprocal_rank_fusion, "
-            f"got {type(chosen).__name__}"
-        )
-    if chosen.with_scores:
-        raise ValueError("fusion must return Documents: use with_scores=False")
+    chosen = chains._checked_fusion(fusion, default_fusion)
     fuse = chosen.model_copy(update={"top_n": validate_count("top_n", top_n)})
-    fan_out = retrievers if isinstance(retrievers, MultiRetriever) else MultiRetriever(retrievers)
-    if k is not None:
-        fan_out = fan_out.model_copy(update={"k": validate_count("k", k)})
+    fan_out = chains._multi_retriever(retrievers, k)
     return (
-        RunnableLambda(_question_state, name="question")
+        RunnableLambda(chains._question_state, name="question")
         | RunnablePassthrough.assign(queries=query_step(strategy, llm, feedback=feedback, n=n))
         | RunnablePassthrough.assign(retrieved=RunnablePick("queries") | fan_out)
         | RunnablePassthrough.assign(
             documents=RunnablePick("retrieved") | fuse,
-            failures=RunnableLambda(_failures, name="failures"),
+            failures=RunnableLambda(chains._failures_of, name="failures"),
         )
     ).with_config(run_name="retrieval", tags=[strategy])
 
@@ -624,14 +606,7 @@ def offline_chain(
         strategy, retrievers, feedback=feedback, n=n, k=k, top_n=top_n, fusion=fusion
     )
     answer = ExtractiveAnswer(sentences=sentences)
-    ending: Runnable[Any, Any] = (
-        RunnableParallel(
-            answer=answer,
-            **{key: RunnablePick(key) for key in ("queries", "documents", "failures")},
-        )
-        if return_sources
-        else answer
-    )
+    ending = chains._ending(answer, chains._standard_sources(), return_sources)
     return (retrieval | ending).with_config(
         run_name=strategy,
         tags=[strategy, "offline"],
