@@ -52,6 +52,7 @@ from langchain_core.runnables import (
     RunnablePassthrough,
     RunnablePick,
 )
+from langchain_core.runnables.configurable import RunnableConfigurableFields
 
 from rag_fusion_chain import prompts, queries
 from rag_fusion_chain.fusion import BaseFusion, document_id, reciprocal_rank_fusion, unique_union
@@ -270,10 +271,13 @@ def _multi_retriever(retrievers: Retrievers, k: int | None) -> MultiRetriever:
     return fan_out
 
 
-def _fan_out(retrievers: Retrievers, k: int | None) -> Runnable[Any, Any]:
+def _fan_out(retrievers: Retrievers, k: int | None) -> RunnableConfigurableFields:
     """The ``retrieve`` step, with ``k`` configurable per call."""
-    return _multi_retriever(retrievers, k).configurable_fields(
-        k=ConfigurableField(id="k", name="k", description="Documents per retriever call")
+    return RunnableConfigurableFields(
+        default=_multi_retriever(retrievers, k),
+        fields={
+            "k": ConfigurableField(id="k", name="k", description="Documents per retriever call")
+        },
     )
 
 
@@ -348,12 +352,16 @@ def _ending(
     return_sources: bool,
 ) -> Runnable[State, Any]:
     """The last step: the answer, or with ``return_sources`` a dict of answer and sources."""
-    return RunnableParallel(answer=answer, **sources) if return_sources else answer
+    return RunnableParallel({"answer": answer, **sources}) if return_sources else answer
 
 
-def _chain_metadata(n: int, retrieve: Runnable[Any, Any], fusion: BaseFusion) -> dict[str, Any]:
+def _chain_metadata(
+    n: int, retrieve: RunnableConfigurableFields, fusion: BaseFusion
+) -> dict[str, Any]:
     """The ``n``, ``k`` and ``top_n`` a chain records, ``k`` read behind the configurable field."""
-    return {"n": n, "k": retrieve.default.k, "top_n": fusion.top_n}
+    fan_out = retrieve.default
+    k = fan_out.k if isinstance(fan_out, MultiRetriever) else None
+    return {"n": n, "k": k, "top_n": fusion.top_n}
 
 
 def _finish(
