@@ -660,7 +660,7 @@ def eval_dataset(
                     tasks[task] = progress.add_task(task, total=total)
                 progress.update(tasks[task], completed=completed, total=total)
 
-            experiment = evaluate.run_experiment(
+            evaluation = evaluate.run_experiment(
                 dataset_dir,
                 names,
                 split=split,
@@ -673,10 +673,10 @@ def eval_dataset(
                 max_p=max_p,
                 progress=report,
             )
-        headers, rows = evaluate.comparison_table(experiment.comparison)
+        headers, rows = evaluate.comparison_table(evaluation.comparison)
         table = Table(
-            title=f"{experiment.dataset} ({experiment.split}, {experiment.query_count} queries)",
-            caption=f"p: paired {stat_test} test against {experiment.comparison.baseline}; "
+            title=f"{evaluation.dataset} ({evaluation.split}, {evaluation.query_count} queries)",
+            caption=f"p: paired {stat_test} test against {evaluation.comparison.baseline}; "
             f"* p < {max_p}",
         )
         for header in headers:
@@ -685,10 +685,10 @@ def eval_dataset(
             table.add_row(*row)
         output.print(table)
         if json_path is not None:
-            path = evaluate.write_json(json_path, experiment.dataset, experiment.scores)
+            path = evaluate.write_json(json_path, evaluation.dataset, evaluation.scores)
             output.print(f"Wrote {path}", markup=False)
         if plot is not None:
-            path = evaluate.write_plot(plot, experiment.dataset, experiment.scores)
+            path = evaluate.write_plot(plot, evaluation.dataset, evaluation.scores)
             output.print(f"Wrote {path}", markup=False)
 
 

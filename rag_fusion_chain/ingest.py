@@ -202,7 +202,8 @@ def _beir_document(line: str, file: Path, number: int) -> Document:
     doc_id = str(record["_id"])
     title = str(record.get("title") or "").strip()
     text = str(record.get("text") or "")
-    extra = record.get("metadata") if isinstance(record.get("metadata"), dict) else {}
+    given_metadata = record.get("metadata")
+    extra = given_metadata if isinstance(given_metadata, dict) else {}
     metadata = {**extra, "doc_id": doc_id, "title": title, "source": str(file)}
     content = f"{title}\n{text}" if title else text
     return Document(page_content=content, metadata=metadata, id=doc_id)
@@ -294,6 +295,8 @@ def _fetch_page(loader: Any, url: str, timeout: float) -> Document:
     except requests.Timeout as error:
         raise TimeoutError(f"{url} did not answer within {timeout} s") from error
     except requests.HTTPError as error:
+        if error.response is None:  # raised without the response it is about
+            raise ValueError(f"cannot load {url}: {error}") from error
         raise ValueError(f"{url} answered {error.response.status_code}") from error
     except requests.RequestException as error:
         raise ConnectionError(f"cannot load {url}: {error}") from error
@@ -306,7 +309,9 @@ def _capped_session(max_bytes: int) -> requests.Session:
     import requests
 
     class CappedSession(requests.Session):
-        def request(self, method: str, url: str, *args: Any, **kwargs: Any) -> requests.Response:
+        def request(
+            self, method: str, url: str | bytes, *args: Any, **kwargs: Any
+        ) -> requests.Response:
             kwargs["stream"] = True
             timeout = kwargs.get("timeout")
             # The socket timeout bounds each read; the deadline bounds the whole body, so a
@@ -319,7 +324,8 @@ def _capped_session(max_bytes: int) -> requests.Session:
             finally:
                 response.close()
             if declared > max_bytes or len(body) > max_bytes:
-                raise ValueError(f"{url} is larger than max_bytes={max_bytes}")
+                shown = url.decode() if isinstance(url, bytes) else url  # requests takes both
+                raise ValueError(f"{shown} is larger than max_bytes={max_bytes}")
             response._content = body  # what .text and .content read once the body is in
             return response
 

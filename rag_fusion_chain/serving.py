@@ -194,14 +194,18 @@ class DeferredChain(RunnableSerializable[QuestionInput, str]):
             yield chunk
 
 
-def build_chain(strategy: str) -> Runnable[Question, str]:
+def build_chain(strategy: str) -> Runnable[QuestionInput, str]:
     """The served chain of ``strategy``, typed ``Question -> str``; indexes on first use.
+
+    :class:`Question` is its input schema; it is invoked, as every chain of the kit, with
+    ``{"question": str}`` or the question itself.
 
     >>> build_chain("hyde").get_input_jsonschema()["required"]
     ['question']
     """
     deferred = DeferredChain(strategy=strategy, name=strategy)
-    return deferred.with_types(input_type=Question, output_type=str)
+    # with_types takes the schema model; its stub wants type[Input] (here str | Mapping).
+    return deferred.with_types(input_type=Question, output_type=str)  # type: ignore[arg-type]
 
 
 __all__ = [

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install everything the tests need into .venv (CPU torch first, so nothing pulls a CUDA build),
-# then run the whole test suite. Services (stub OpenAI server, Chroma server, LangSmith recorder)
-# are started by pytest fixtures on 127.0.0.1.
+# then lint (ruff), type-check the package (mypy) and run the whole test suite. Services (stub
+# OpenAI server, Chroma server, LangSmith recorder) are started by pytest fixtures on 127.0.0.1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
@@ -10,4 +10,5 @@ python3 -m venv .venv
 .venv/bin/python -m pip install --quiet -e ".[dev]"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 .venv/bin/ruff check .
+.venv/bin/mypy rag_fusion_chain
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

@@ -99,6 +99,21 @@ def test_missing_web_page_is_a_clear_error(static_site: StaticSite):
         ingest.load_web([static_site.url("/gone.html")])
 
 
+def test_http_error_without_a_response_is_a_clear_error(monkeypatch: pytest.MonkeyPatch):
+    import requests
+    from langchain_community.document_loaders import WebBaseLoader
+
+    def fail(loader: WebBaseLoader) -> list[Document]:
+        raise requests.HTTPError("proxy refused the tunnel")  # no response attached
+
+    monkeypatch.setattr(WebBaseLoader, "load", fail)
+    url = "https://example.org/post.html"
+
+    with pytest.raises(ValueError, match="proxy refused the tunnel") as raised:
+        ingest.load_web([url])
+    assert url in str(raised.value)
+
+
 def test_web_page_with_no_matching_text_warns_and_is_skipped(static_site: StaticSite):
     url = static_site.add("/post.html", BLOG_POST)
 

@@ -11,16 +11,20 @@ import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
-from langchain_core.runnables import Runnable
+from langchain_core.runnables import Runnable, RunnableConfig
 
 from rag_fusion_chain.evaluate.beir import BeirDataset
 from rag_fusion_chain.evaluate.cache import DEFAULT_CACHE_DIR, CachedEmbeddings
 from rag_fusion_chain.evaluate.metrics import Run, run_from_rankings
-from rag_fusion_chain.fusion import FUSIONS, BaseFusion
+from rag_fusion_chain.fusion import FUSIONS, BaseFusion, ReciprocalRankFusion
+
+if TYPE_CHECKING:
+    from rag_fusion_chain.retrievers.bm25 import BM25Retriever
+    from rag_fusion_chain.retrievers.stores import VectorRetriever
 
 ProgressCallback = Callable[[str, int, int], None]
 """Called as ``progress(task, completed, total)``; the CLI draws it, the library never prints."""
@@ -66,15 +70,15 @@ class Indexes:
             self.built[name] = build()
         return self.built[name]
 
-    def bm25(self) -> Runnable[str, list[Document]]:
+    def bm25(self) -> BM25Retriever:
         """The kit's BM25Retriever over the corpus, returning ``depth`` documents."""
         return self._once("bm25", self._build_bm25)
 
-    def dense(self) -> Runnable[str, list[Document]]:
+    def dense(self) -> VectorRetriever:
         """The kit's VectorRetriever over a FAISS index of the corpus, ``depth`` documents."""
         return self._once("dense", self._build_dense)
 
-    def _build_bm25(self) -> Runnable[str, list[Document]]:
+    def _build_bm25(self) -> BM25Retriever:
         from rag_fusion_chain.retrievers.bm25 import BM25Retriever
 
         self.progress("indexing bm25", 0, 1)
@@ -82,7 +86,7 @@ class Indexes:
         self.progress("indexing bm25", 1, 1)
         return retriever
 
-    def _build_dense(self) -> Runnable[str, list[Document]]:
+    def _build_dense(self) -> VectorRetriever:
         from rag_fusion_chain import models
         from rag_fusion_chain.retrievers.stores import VectorRetriever, build_faiss
 
@@ -159,7 +163,10 @@ def _fusion(fusion: str | BaseFusion, rrf_k: float) -> BaseFusion:
         return fusion
     if fusion not in FUSIONS:
         raise ValueError(f"fusion must be one of {sorted(FUSIONS)} or a BaseFusion, got {fusion!r}")
-    return FUSIONS[fusion](k=rrf_k) if fusion == "rrf" else FUSIONS[fusion]()
+    fusion_class = FUSIONS[fusion]
+    if issubclass(fusion_class, ReciprocalRankFusion):
+        return fusion_class(k=rrf_k)
+    return fusion_class()
 
 
 def strategy_setup(
@@ -266,7 +273,7 @@ def run_setups(
         raise ValueError(f"setups: names must be unique, got {names}")
     query_ids = list(dataset.queries)
     texts = [dataset.queries[query_id] for query_id in query_ids]
-    config = {"max_concurrency": max_concurrency} if max_concurrency else None
+    config = RunnableConfig(max_concurrency=max_concurrency) if max_concurrency else None
     runs: dict[str, Run] = {}
     for setup in setups:
         runnable = setup.build(indexes)

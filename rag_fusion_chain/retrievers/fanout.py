@@ -32,7 +32,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequenc
 from contextlib import AbstractAsyncContextManager, AbstractContextManager, nullcontext
 from contextvars import copy_context
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 from langchain_core.callbacks import (
     AsyncCallbackManagerForChainRun,
@@ -425,7 +425,9 @@ class MultiRetriever(RunnableSerializable[QueriesInput, list[list[Document]]]):
         weights: Sequence[float] | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(
+        # mypy gives RunnableSerializable the __init__ of its own pydantic fields only (name);
+        # at run time it is pydantic's, which validates this model's fields.
+        super().__init__(  # type: ignore[call-arg]
             retrievers=as_retriever_list(retrievers),
             weights=None if weights is None else list(weights),
             **kwargs,
@@ -629,12 +631,15 @@ class MultiRetriever(RunnableSerializable[QueriesInput, list[list[Document]]]):
     def invoke(
         self, input: QueriesInput, config: RunnableConfig | None = None, **kwargs: Any
     ) -> RetrievalResults:
-        return self._call_with_config(self._retrieve, input, config)
+        # _call_with_config returns what self._retrieve returns, but is typed with the class's
+        # Output (list[list[Document]]), of which RetrievalResults is a subclass.
+        return cast(RetrievalResults, self._call_with_config(self._retrieve, input, config))
 
     async def ainvoke(
         self, input: QueriesInput, config: RunnableConfig | None = None, **kwargs: Any
     ) -> RetrievalResults:
-        return await self._acall_with_config(self._aretrieve, input, config)
+        # As in invoke: _acall_with_config is typed with the class's Output, not _aretrieve's.
+        return cast(RetrievalResults, await self._acall_with_config(self._aretrieve, input, config))
 
     def transform(
         self,

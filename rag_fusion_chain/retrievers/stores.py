@@ -40,7 +40,7 @@ import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeGuard, cast
 
 from langchain_core.callbacks import (
     AsyncCallbackManagerForRetrieverRun,
@@ -56,6 +56,7 @@ from rag_fusion_chain.models import embedding_identity
 from rag_fusion_chain.retrievers.bm25 import BatchedRetriever, scored_copy, with_identity
 
 if TYPE_CHECKING:
+    from chromadb.api.types import PyEmbedding
     from langchain_chroma import Chroma
     from langchain_community.vectorstores import FAISS
 
@@ -67,7 +68,7 @@ FAISS_FILES = ("index.faiss", "index.pkl")
 DEFAULT_COLLECTION = "rag_fusion_chain"
 EMBEDDING_METADATA_KEY = "rag_fusion_chain:embedding"
 """Chroma collection metadata key holding the identity of the embeddings that built it."""
-CHROMA_SPACE = "cosine"
+CHROMA_SPACE: Final = "cosine"
 
 Vector = list[float]
 
@@ -552,6 +553,16 @@ def _is_instance(store: Any, module_name: str, class_name: str) -> bool:
     return module is not None and isinstance(store, getattr(module, class_name))
 
 
+def _is_faiss(store: VectorStore) -> TypeGuard[FAISS]:
+    """Whether ``store`` is LangChain's FAISS store (langchain-community)."""
+    return _is_instance(store, "langchain_community.vectorstores.faiss", "FAISS")
+
+
+def _is_chroma(store: VectorStore) -> TypeGuard[Chroma]:
+    """Whether ``store`` is LangChain's Chroma store (langchain-chroma)."""
+    return _is_instance(store, "langchain_chroma.vectorstores", "Chroma")
+
+
 # --------------------------------------------------------------------------------------------
 # VectorRetriever
 # --------------------------------------------------------------------------------------------
@@ -629,9 +640,9 @@ class VectorRetriever(BatchedRetriever):
         if not vectors:
             return []
         store = self.vectorstore
-        if _is_instance(store, "langchain_community.vectorstores.faiss", "FAISS"):
+        if _is_faiss(store):
             return _search_faiss(store, vectors, k)
-        if _is_instance(store, "langchain_chroma.vectorstores", "Chroma"):
+        if _is_chroma(store):
             return _search_chroma(store, vectors, k)
         return self._search_one_by_one(vectors, k)
 
@@ -662,6 +673,7 @@ def _search_faiss(store: FAISS, vectors: list[Vector], k: int) -> list[list[Docu
     if store._normalize_L2:
         faiss.normalize_L2(matrix)
     distances, positions = store.index.search(matrix, min(k, total))
+    relevance: Callable[[float], float]
     if store.distance_strategy == DistanceStrategy.MAX_INNER_PRODUCT:
         relevance = _identity_relevance
     elif store.distance_strategy == DistanceStrategy.EUCLIDEAN_DISTANCE:
@@ -694,10 +706,19 @@ def _search_chroma(store: Chroma, vectors: list[Vector], k: int) -> list[list[Do
     if relevance is None:
         raise ValueError(f"unsupported Chroma distance space {space!r}")
     result = collection.query(
-        query_embeddings=vectors,
+        # chromadb types a batch as list[Sequence[float] | Sequence[int]]: an invariant list,
+        # which list[list[float]] is not, although it is what chromadb takes.
+        query_embeddings=cast("list[PyEmbedding]", vectors),
         n_results=k,
         include=["documents", "metadatas", "distances"],
     )
+    texts_per_query = result["documents"]
+    metadatas_per_query = result["metadatas"]
+    distances_per_query = result["distances"]
+    if texts_per_query is None or metadatas_per_query is None or distances_per_query is None:
+        raise ValueError(
+            "Chroma's query returned no documents, metadatas or distances, though it asked for them"
+        )
     return [
         [
             scored_copy(
@@ -710,9 +731,9 @@ def _search_chroma(store: Chroma, vectors: list[Vector], k: int) -> list[list[Do
         ]
         for ids, texts, metadatas, distances in zip(
             result["ids"],
-            result["documents"],
-            result["metadatas"],
-            result["distances"],
+            texts_per_query,
+            metadatas_per_query,
+            distances_per_query,
             strict=True,
         )
     ]
