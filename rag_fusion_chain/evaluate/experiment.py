@@ -42,6 +42,41 @@ class Experiment:
         return self.comparison.scores
 
 
+def prepare_evaluation(
+    dataset: str | Path | BeirDataset,
+    setups: Sequence[str | Setup],
+    *,
+    split: str = "test",
+    queries_limit: int | None = None,
+    llm: Runnable[Any, Any] | None = None,
+    embeddings: Embeddings | str | None = None,
+    cache_dir: str | Path | None = DEFAULT_CACHE_DIR,
+    depth: int = DEFAULT_DEPTH,
+    rrf_k: float = DEFAULT_RRF_K,
+    query_count: int = 4,
+    progress: ProgressCallback = ignore_progress,
+) -> tuple[BeirDataset, list[Setup], Indexes]:
+    """What every evaluation starts from: the dataset loaded, the setups resolved by name, and the
+    indexes they share (built on first use).
+
+    >>> dataset, setups, indexes = prepare_evaluation("../shared/data/scifact", ["bm25"])  # doctest: +SKIP
+    """
+    if not setups:
+        raise ValueError("setups must name at least one setup")
+    resolved = [
+        setup
+        if isinstance(setup, Setup)
+        else setup_by_name(setup, llm=llm, rrf_k=rrf_k, query_count=query_count)
+        for setup in setups
+    ]
+    if not isinstance(dataset, BeirDataset):
+        progress("loading dataset", 0, 1)
+        dataset = load_beir(dataset, split=split, queries_limit=queries_limit)
+        progress("loading dataset", 1, 1)
+    indexes = Indexes(dataset.corpus, embeddings, cache_dir, depth=depth, progress=progress)
+    return dataset, resolved, indexes
+
+
 def run_experiment(
     dataset: str | Path | BeirDataset,
     setups: Sequence[str | Setup] = DEFAULT_SETUPS,
@@ -69,19 +104,19 @@ def run_experiment(
     >>> round(experiment.scores["bm25"]["ndcg@10"], 2)  # doctest: +SKIP
     0.69
     """
-    if not setups:
-        raise ValueError("setups must name at least one setup")
-    resolved = [
-        setup
-        if isinstance(setup, Setup)
-        else setup_by_name(setup, llm=llm, rrf_k=rrf_k, query_count=query_count)
-        for setup in setups
-    ]
-    if not isinstance(dataset, BeirDataset):
-        progress("loading dataset", 0, 1)
-        dataset = load_beir(dataset, split=split, queries_limit=queries_limit)
-        progress("loading dataset", 1, 1)
-    indexes = Indexes(dataset.corpus, embeddings, cache_dir, depth=depth, progress=progress)
+    dataset, resolved, indexes = prepare_evaluation(
+        dataset,
+        setups,
+        split=split,
+        queries_limit=queries_limit,
+        llm=llm,
+        embeddings=embeddings,
+        cache_dir=cache_dir,
+        depth=depth,
+        rrf_k=rrf_k,
+        query_count=query_count,
+        progress=progress,
+    )
     runs = run_setups(dataset, resolved, indexes, progress=progress)
     comparison = compare_runs(runs, dataset.qrels, metrics, stat_test=stat_test, max_p=max_p)
     return Experiment(dataset.name, dataset.split, len(dataset.queries), runs, comparison)

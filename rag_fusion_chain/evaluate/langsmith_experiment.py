@@ -35,6 +35,7 @@ from langchain_core.runnables import Runnable
 
 from rag_fusion_chain.evaluate.beir import BeirDataset, load_beir
 from rag_fusion_chain.evaluate.cache import DEFAULT_CACHE_DIR
+from rag_fusion_chain.evaluate.experiment import prepare_evaluation
 from rag_fusion_chain.evaluate.metrics import DEFAULT_METRICS, evaluate_run
 from rag_fusion_chain.evaluate.setups import (
     DEFAULT_DEPTH,
@@ -392,19 +393,18 @@ def run_langsmith_experiments(
     ``options`` go to :func:`run_langsmith_experiment` (``client``, ``upload``, ``metrics``...).
     Returns the loaded dataset and the experiments in the order of ``setups``.
     """
-    if not setups:
-        raise ValueError("setups must name at least one setup")
-    resolved = [
-        setup
-        if isinstance(setup, Setup)
-        else setup_by_name(setup, llm=llm, query_count=query_count)
-        for setup in setups
-    ]
-    if not isinstance(dataset, BeirDataset):
-        progress("loading dataset", 0, 1)
-        dataset = load_beir(dataset, split=split, queries_limit=queries_limit)
-        progress("loading dataset", 1, 1)
-    indexes = Indexes(dataset.corpus, embeddings, cache_dir, depth=depth, progress=progress)
+    dataset, resolved, indexes = prepare_evaluation(
+        dataset,
+        setups,
+        split=split,
+        queries_limit=queries_limit,
+        llm=llm,
+        embeddings=embeddings,
+        cache_dir=cache_dir,
+        depth=depth,
+        query_count=query_count,
+        progress=progress,
+    )
     experiments = []
     for index, setup in enumerate(resolved):
         progress("langsmith experiments", index, len(resolved))
