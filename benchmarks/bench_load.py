@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import statistics
 import sys
-import time
 import warnings
 from pathlib import Path
 
@@ -47,6 +46,7 @@ from tests.test_load import (  # noqa: E402
     load_chain,
     make_question,
     run_abatch,
+    run_gated,
     run_remote,
 )
 
@@ -56,24 +56,10 @@ async def run_ainvoke(
 ) -> LoadRun:
     """One ``chain.ainvoke`` per question, ``concurrency`` in flight; the HTTP client closed."""
     client = async_http_client()
-    gate = asyncio.Semaphore(concurrency)
-    latencies: list[float] = []
-    chain = load_chain(stub, ProbeRetriever(), client)
-
-    async def ask(question: str) -> str:
-        async with gate:
-            started = time.perf_counter()
-            answer = await chain.ainvoke({"question": question})
-            latencies.append(time.perf_counter() - started)
-            return answer
-
     try:
-        started = time.perf_counter()
-        answers = await asyncio.gather(*(ask(question) for question in questions))
-        wall = time.perf_counter() - started
+        return await run_gated(load_chain(stub, ProbeRetriever(), client), questions, concurrency)
     finally:
         await client.aclose()
-    return LoadRun(questions, list(answers), latencies, wall)
 
 
 def percentile(values: list[float], fraction: float) -> float:

@@ -396,24 +396,30 @@ async def run_remote(
     from langserve import RemoteRunnable
 
     remote = RemoteRunnable(url, timeout=60)
+    try:
+        return await run_gated(remote, questions, concurrency)
+    finally:
+        await remote.async_client.aclose()
+        remote.sync_client.close()
+
+
+async def run_gated(
+    runnable: Runnable[Any, Any], questions: Sequence[str], concurrency: int
+) -> LoadRun:
+    """One ``runnable.ainvoke`` per question, at most ``concurrency`` in flight, each timed."""
     gate = asyncio.Semaphore(concurrency)
     latencies: list[float] = []
 
     async def ask(question: str) -> Any:
         async with gate:
             started = time.perf_counter()
-            answer = await remote.ainvoke({"question": question})
+            answer = await runnable.ainvoke({"question": question})
             latencies.append(time.perf_counter() - started)
             return answer
 
-    try:
-        started = time.perf_counter()
-        answers = await asyncio.gather(*(ask(question) for question in questions))
-        wall = time.perf_counter() - started
-    finally:
-        await remote.async_client.aclose()
-        remote.sync_client.close()
-    return LoadRun(list(questions), list(answers), latencies, wall)
+    started = time.perf_counter()
+    answers = await asyncio.gather(*(ask(question) for question in questions))
+    return LoadRun(list(questions), list(answers), latencies, time.perf_counter() - started)
 
 
 # --------------------------------------------------------------------------------------------
