@@ -139,6 +139,30 @@ def _progress_bars(progress: Progress) -> Callable[[str, int, int], None]:
     return report
 
 
+def _completion_bars(progress: Progress) -> Callable[[str, int, int], None]:
+    """An evaluation progress callback (``task, completed, total``) drawing one bar per task."""
+    tasks: dict[str, Any] = {}
+
+    def report(task: str, completed: int, total: int) -> None:
+        if task not in tasks:
+            tasks[task] = progress.add_task(task, total=total)
+        progress.update(tasks[task], completed=completed, total=total)
+
+    return report
+
+
+def _write_scores(
+    json_path: Path | None, plot: Path | None, dataset: str, scores: dict[str, dict[str, float]]
+) -> None:
+    """Write the ``{setup: {metric: score}}`` table as JSON and as a plot when asked to."""
+    from rag_fusion_chain import evaluate  # the eval extra, imported only by `eval`
+
+    if json_path is not None:
+        output.print(f"Wrote {evaluate.write_json(json_path, dataset, scores)}", markup=False)
+    if plot is not None:
+        output.print(f"Wrote {evaluate.write_plot(plot, dataset, scores)}", markup=False)
+
+
 def _build_index(sources: Sequence[str], out: Path, **options: Any) -> dict[str, Any]:
     """:func:`build_index` with progress bars on stderr."""
     with _progress() as progress:
@@ -600,13 +624,6 @@ def eval_dataset(
         cache = None if no_cache else (cache_dir or evaluate.DEFAULT_CACHE_DIR)
         if langsmith and evaluate.langsmith_configured():
             with _progress() as progress:
-                bars: dict[str, Any] = {}
-
-                def show(task: str, completed: int, total: int) -> None:
-                    if task not in bars:
-                        bars[task] = progress.add_task(task, total=total)
-                    progress.update(bars[task], completed=completed, total=total)
-
                 dataset, experiments = evaluate.run_langsmith_experiments(
                     dataset_dir,
                     names,
@@ -616,7 +633,7 @@ def eval_dataset(
                     embeddings=embedding,
                     cache_dir=cache,
                     query_count=n,
-                    progress=show,
+                    progress=_completion_bars(progress),
                 )
             scores = {experiment.setup: experiment.scores for experiment in experiments}
             table = Table(
@@ -641,25 +658,13 @@ def eval_dataset(
                     markup=False,
                     soft_wrap=True,
                 )
-            if json_path is not None:
-                path = evaluate.write_json(json_path, dataset.name, scores)
-                output.print(f"Wrote {path}", markup=False)
-            if plot is not None:
-                path = evaluate.write_plot(plot, dataset.name, scores)
-                output.print(f"Wrote {path}", markup=False)
+            _write_scores(json_path, plot, dataset.name, scores)
             return
         if langsmith:
             output.print(
                 "LangSmith is not configured (LANGSMITH_API_KEY); evaluated locally", markup=False
             )
         with _progress() as progress:
-            tasks: dict[str, Any] = {}
-
-            def report(task: str, completed: int, total: int) -> None:
-                if task not in tasks:
-                    tasks[task] = progress.add_task(task, total=total)
-                progress.update(tasks[task], completed=completed, total=total)
-
             evaluation = evaluate.run_experiment(
                 dataset_dir,
                 names,
@@ -671,7 +676,7 @@ def eval_dataset(
                 query_count=n,
                 stat_test=stat_test,
                 max_p=max_p,
-                progress=report,
+                progress=_completion_bars(progress),
             )
         headers, rows = evaluate.comparison_table(evaluation.comparison)
         table = Table(
@@ -684,12 +689,7 @@ def eval_dataset(
         for row in rows:
             table.add_row(*row)
         output.print(table)
-        if json_path is not None:
-            path = evaluate.write_json(json_path, evaluation.dataset, evaluation.scores)
-            output.print(f"Wrote {path}", markup=False)
-        if plot is not None:
-            path = evaluate.write_plot(plot, evaluation.dataset, evaluation.scores)
-            output.print(f"Wrote {path}", markup=False)
+        _write_scores(json_path, plot, evaluation.dataset, evaluation.scores)
 
 
 @app.callback()
