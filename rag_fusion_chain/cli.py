@@ -22,7 +22,7 @@ import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 from langchain_core.documents import Document
@@ -127,26 +127,20 @@ def _progress() -> Progress:
     )
 
 
-def _progress_bars(progress: Progress) -> Callable[[str, int, int], None]:
-    """A ``build_index`` progress callback drawing one bar per stage."""
+def _progress_bars(
+    progress: Progress, counts: Literal["advance", "completed"] = "advance"
+) -> Callable[[str, int, int], None]:
+    """A progress callback ``(task, count, total)`` drawing one bar per task; ``count`` is a step
+    (``build_index``) or, with ``counts="completed"``, the total done so far (evaluation)."""
     tasks: dict[str, Any] = {}
 
-    def report(stage: str, advance: int, total: int) -> None:
-        if stage not in tasks:
-            tasks[stage] = progress.add_task(stage, total=total)
-        progress.update(tasks[stage], advance=advance, total=total)
-
-    return report
-
-
-def _completion_bars(progress: Progress) -> Callable[[str, int, int], None]:
-    """An evaluation progress callback (``task, completed, total``) drawing one bar per task."""
-    tasks: dict[str, Any] = {}
-
-    def report(task: str, completed: int, total: int) -> None:
+    def report(task: str, count: int, total: int) -> None:
         if task not in tasks:
             tasks[task] = progress.add_task(task, total=total)
-        progress.update(tasks[task], completed=completed, total=total)
+        if counts == "advance":
+            progress.update(tasks[task], total=total, advance=count)
+        else:
+            progress.update(tasks[task], total=total, completed=count)
 
     return report
 
@@ -633,7 +627,7 @@ def eval_dataset(
                     embeddings=embedding,
                     cache_dir=cache,
                     query_count=n,
-                    progress=_completion_bars(progress),
+                    progress=_progress_bars(progress, "completed"),
                 )
             scores = {experiment.setup: experiment.scores for experiment in experiments}
             table = Table(
@@ -676,7 +670,7 @@ def eval_dataset(
                 query_count=n,
                 stat_test=stat_test,
                 max_p=max_p,
-                progress=_completion_bars(progress),
+                progress=_progress_bars(progress, "completed"),
             )
         headers, rows = evaluate.comparison_table(evaluation.comparison)
         table = Table(

@@ -457,3 +457,19 @@ def test_render_answer_shows_queries_even_when_the_answer_streams_first(
     text = console.export_text()
     assert "first query" in text and "second query" in text
     assert text.index("second query") < text.index("The answer continues.")
+
+
+def test_progress_bars_count_steps_or_totals() -> None:
+    from rag_fusion_chain.cli import _progress, _progress_bars
+
+    with _progress() as progress:
+        steps = _progress_bars(progress)
+        steps("embed", 3, 10)
+        steps("embed", 4, 10)
+        totals = _progress_bars(progress, "completed")
+        totals("evaluate", 3, 10)
+        totals("evaluate", 4, 10)
+    assert [(task.description, task.completed, task.total) for task in progress.tasks] == [
+        ("embed", 7, 10),
+        ("evaluate", 4, 10),
+    ]
