@@ -546,18 +546,22 @@ class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
             return fused
         return [document for document, _ in fused]
 
+    def _run_identity(self, config: RunnableConfig) -> dict[str, Any]:
+        """The run's name and id for ``on_chain_start`` (a given run id belongs to one run only)."""
+        return {
+            "name": config.get("run_name") or self.get_name(),
+            "run_id": config.pop("run_id", None),
+        }
+
     def invoke(
         self, input: FusionInput, config: RunnableConfig | None = None, **kwargs: Any
     ) -> FusionOutput:
         # A leaf step: it reports its run to the callbacks but starts no child runnables, so it
-        # skips ``_call_with_config``'s child context and per-call signature inspection (about a
-        # tenth of a fusion of 10 x 100 documents).
+        # skips ``_call_with_config``'s child context and per-call signature inspection (about
+        # 0.1 ms a call, some 5% of fusing 10 x 100 documents).
         config = ensure_config(config)
         run_manager = get_callback_manager_for_config(config).on_chain_start(
-            None,
-            input,
-            name=config.get("run_name") or self.get_name(),
-            run_id=config.pop("run_id", None),
+            None, input, **self._run_identity(config)
         )
         try:
             output = self.fuse(input)
@@ -572,10 +576,7 @@ class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
     ) -> FusionOutput:
         config = ensure_config(config)
         run_manager = await get_async_callback_manager_for_config(config).on_chain_start(
-            None,
-            input,
-            name=config.get("run_name") or self.get_name(),
-            run_id=config.pop("run_id", None),
+            None, input, **self._run_identity(config)
         )
         try:
             output = self.fuse(input)
