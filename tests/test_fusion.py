@@ -366,6 +366,25 @@ def test_property_identity_matches_the_content_hash_oracle(lists: list[list[Docu
         assert got[key] == pytest.approx(score)
 
 
+def test_plain_copies_equal_documents_built_from_scratch() -> None:
+    """The fast copy of a plain Document must be indistinguishable from constructing one."""
+    with_metadata = Document(page_content="a", metadata={"source": "s", "score": 2.0}, id="i")
+    without_metadata = Document(page_content="b")
+    fused = ReciprocalRankFusion(with_scores=True).invoke([[with_metadata, without_metadata]])
+    for (copied, score), original in zip(fused, [with_metadata, without_metadata], strict=True):
+        expected = Document(
+            page_content=original.page_content,
+            metadata={**original.metadata, "fusion_score": score},
+            id=original.id,
+        )
+        assert copied == expected and copied is not original
+        assert copied.model_fields_set >= {"page_content", "metadata"}
+        assert copied.model_dump(exclude_unset=True)["metadata"] == expected.metadata
+        assert copied.to_json() == expected.to_json()
+    assert with_metadata.metadata == {"source": "s", "score": 2.0}
+    assert without_metadata.metadata == {} and "metadata" not in without_metadata.model_fields_set
+
+
 def test_copies_keep_document_subclasses_and_leave_inputs_alone() -> None:
     class PageDocument(Document):
         page_number: int = 0
