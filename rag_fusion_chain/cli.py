@@ -32,7 +32,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from rag_fusion_chain import __version__, chains, ingest, models, offline
+from rag_fusion_chain import chains, ingest, models, offline
+from rag_fusion_chain._version import __version__
 from rag_fusion_chain.data import SAMPLE_QUESTION, sample_corpus_path
 from rag_fusion_chain.fusion import FUSION_SCORE_KEY, SCORE_KEY, document_id
 from rag_fusion_chain.retrievers.index_directory import (
