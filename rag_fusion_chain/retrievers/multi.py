@@ -36,7 +36,7 @@ from langchain_core.runnables.config import ContextThreadPoolExecutor, patch_con
 from pydantic import ConfigDict, model_validator
 
 from rag_fusion_chain.fusion import RankedList, validate_weights
-from rag_fusion_chain.queries import validate_count
+from rag_fusion_chain.validation import validate_count
 from rag_fusion_chain.retrievers.calls import (
     DEFAULT_TIMEOUT,
     QueriesInput,

@@ -53,7 +53,7 @@ from langchain_core.vectorstores import VectorStore
 from pydantic import model_validator
 
 from rag_fusion_chain.models import embedding_identity
-from rag_fusion_chain.retrievers.bm25 import BatchedRetriever, scored_copy, with_identity
+from rag_fusion_chain.retrievers.base import BatchedRetriever, scored_copy, with_identity
 
 if TYPE_CHECKING:
     from chromadb.api.types import PyEmbedding
@@ -144,7 +144,7 @@ def file_sha256(path: str | Path) -> str:
 
 
 def _kit_version() -> str:
-    from rag_fusion_chain import __version__
+    from rag_fusion_chain._version import __version__
 
     return __version__
 
