@@ -183,14 +183,18 @@ class Strategy:
     ) -> Runnable[QuestionInput, list[str]]:
         """The ``generate_queries`` step with ``llm`` (``n``: None keeps :attr:`default_n`)."""
         return self.model_queries(
-            llm, n or self.default_n, include_original, prompt or self.query_prompt
+            llm,
+            self.default_n if n is None else n,
+            include_original,
+            prompt or self.query_prompt,
         )
 
     def offline_query_step(
         self, feedback: BM25Retriever, *, n: int | None = None, include_original: bool = True
     ) -> Runnable[QuestionInput, list[str]]:
         """The ``generate_queries`` step without a model, drawing on the BM25 index ``feedback``."""
-        return self.offline_queries(feedback, n or self.default_n, include_original)
+        count = self.default_n if n is None else n
+        return self.offline_queries(feedback, count, include_original)
 
 
 def _generated(factory: Callable[..., queries.QueryGenerator]) -> ModelQueryStep:
