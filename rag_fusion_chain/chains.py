@@ -41,7 +41,7 @@ hypothetical passage); no model at all.
 >>> #     print(token, end="")
 """
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any, Literal
 
@@ -398,7 +398,7 @@ def hyde_chain(
     )
 
 
-_FACTORIES = {
+_FACTORIES: dict[str, Callable[..., Runnable[QuestionInput, Any]]] = {
     RAG_FUSION: rag_fusion_chain,
     MULTI_QUERY: multi_query_chain,
     DECOMPOSITION: decomposition_chain,

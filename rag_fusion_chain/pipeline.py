@@ -160,7 +160,7 @@ class StrategyPipeline(RunnableSerializable[QuestionInput, Any]):
     shape: Shape
     generate: Runnable[QuestionInput, list[str]]
     retrieve: Runnable[Any, Any]
-    fuse: Runnable[Any, list[Document]]
+    fuse: Runnable[Any, Any]
     question_last: bool = False
     """Search the question itself after the generated queries (recursive decomposition)."""
     sub_answer: Runnable[Any, str] | None = None
@@ -455,7 +455,11 @@ def build_pipeline(
         generator = record.query_step(
             llm, n=n, include_original=include_original, prompt=query_prompt
         )
-    generate = generator.configurable_fields(n=N_FIELD) if record.counted else generator
+    generate = (
+        RunnableConfigurableFields(default=generator, fields={"n": N_FIELD})
+        if record.counted and isinstance(generator, RunnableSerializable)
+        else generator
+    )
     retrieve = RunnableConfigurableFields(default=fan_out(retrievers, k), fields={"k": K_FIELD})
     fuse = _fusion_keeping(fusion, record, top_n).configurable_fields(top_n=TOP_N_FIELD)
     return StrategyPipeline(

@@ -617,3 +617,36 @@ def test_a_model_with_useless_queries_still_finds_the_passage_matching_the_quest
         retriever, llm.runnable, n=2, include_original=False, return_sources=True
     )
     assert without.invoke(QUESTION)["documents"] == []  # LangChain's default: queries only
+
+
+# ---------------------------------------------------------------- per-call settings over LangServe
+
+
+def test_langserve_passes_per_call_n_and_top_n_to_the_offline_chain() -> None:
+    pytest.importorskip("langserve")
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+    from langserve import add_routes
+
+    server = FastAPI()
+    chain = chains.rag_fusion_chain([bm25_retriever()], n=3, return_sources=True)
+    add_routes(server, chain, path="/rag-fusion")
+    client = TestClient(server)
+    schema = client.get("/rag-fusion/config_schema").json()
+    definitions = schema.get("$defs") or schema["definitions"]
+    assert {"n", "k", "top_n"} <= set(definitions["Configurable"]["properties"])
+    body = {"input": QUESTION, "config": {"configurable": {"n": 1, "top_n": 1}}}
+    output = client.post("/rag-fusion/invoke", json=body).json()["output"]
+    assert len(output["queries"]) == 2  # the question and one expanded query
+    assert len(output["documents"]) == 1
+
+
+def test_the_served_chain_publishes_its_settings_before_it_is_built() -> None:
+    from rag_fusion_chain import serving
+
+    assert {spec.id for spec in serving.build_chain("rag-fusion").config_specs} == {
+        "n",
+        "k",
+        "top_n",
+    }
+    assert {spec.id for spec in serving.build_chain("hyde").config_specs} == {"k", "top_n"}
