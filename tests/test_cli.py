@@ -18,7 +18,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from rag_fusion_chain import offline
+from rag_fusion_chain import strategies
 from rag_fusion_chain.cli import app
 from rag_fusion_chain.data import SAMPLE_QUESTION, sample_corpus_path, sample_queries
 from rag_fusion_chain.offline import OFFLINE_LABEL
@@ -151,7 +151,7 @@ def test_index_refuses_to_overwrite_without_force(corpus: Path, tmp_path: Path) 
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("strategy", offline.STRATEGIES)
+@pytest.mark.parametrize("strategy", strategies.STRATEGIES)
 def test_ask_offline_with_every_strategy(faiss_index: Path, strategy: str) -> None:
     result = invoke("ask", QUESTION, "--index", faiss_index, "--strategy", strategy, "--top-n", 3)
     assert result.exit_code == 0, result.output
