@@ -8,6 +8,7 @@ import datetime
 import json
 import pickle
 import uuid
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -139,3 +140,46 @@ def test_a_docstore_of_another_shape_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "index.pkl").write_bytes(pickle.dumps(({"heat": "not a docstore"}, {})))
     with pytest.raises(ValueError, match="not a LangChain FAISS docstore pickle"):
         load_faiss(tmp_path, EMBEDDINGS, trust=True)
+
+
+# ============================================================================================
+# 13.6 index.json is signed; a key file others can read is reported
+# ============================================================================================
+
+
+def test_index_json_is_signed_and_an_edited_one_is_refused(tmp_path: Path) -> None:
+    from rag_fusion_chain.retrievers.index_directory import INDEX_FILE, build_index, open_index
+
+    out = tmp_path / "index"
+    settings = build_index(DOCUMENTS, out, embedding=EMBEDDINGS, chunk_size=None)
+    assert settings["signature"].startswith("hmac-sha256:")
+    assert open_index(out, EMBEDDINGS).settings == settings
+    edited = {**settings, "embedding": "sentence-transformers:/tmp/someone-elses-model"}
+    (out / INDEX_FILE).write_text(json.dumps(edited))
+    with pytest.raises(UntrustedIndexError, match="index.json does not verify"):
+        open_index(out, EMBEDDINGS)
+    unsigned = {name: value for name, value in settings.items() if name != "signature"}
+    (out / INDEX_FILE).write_text(json.dumps(unsigned))
+    with pytest.raises(UntrustedIndexError, match="index.json is not signed"):
+        open_index(out, EMBEDDINGS)
+    assert open_index(out, EMBEDDINGS, trust=True).settings == unsigned
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604])
+def test_a_signing_key_others_can_read_is_reported_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: int
+) -> None:
+    key_file = tmp_path / f"key-{mode:o}"
+    monkeypatch.setenv(stores.SIGNING_KEY_ENV, str(key_file))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a fresh key (0600) is silent
+        build_faiss(DOCUMENTS, EMBEDDINGS, path=tmp_path / "index")
+        load_faiss(tmp_path / "index", EMBEDDINGS)
+    key_file.chmod(mode)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        load_faiss(tmp_path / "index", EMBEDDINGS)
+        load_faiss(tmp_path / "index", EMBEDDINGS)
+    reports = [str(warning.message) for warning in caught if "signing key" in str(warning.message)]
+    assert len(reports) == 1, reports
+    assert str(key_file) in reports[0] and f"chmod 600 {key_file}" in reports[0]
