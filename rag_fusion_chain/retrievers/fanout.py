@@ -54,7 +54,7 @@ from langchain_core.runnables.utils import Input, Output
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from rag_fusion_chain.fusion import BaseFusion, RankedList, ReciprocalRankFusion, validate_weights
-from rag_fusion_chain.queries import validate_count
+from rag_fusion_chain.validation import validate_count
 
 QueriesInput = str | Sequence[str]
 OnError = Literal["warn", "raise"]

@@ -183,7 +183,7 @@ def _no_progress(stage: str, advance: int, total: int) -> None:
 
 
 def _kit_version() -> str:
-    from rag_fusion_chain import __version__
+    from rag_fusion_chain._version import __version__
 
     return __version__
 

@@ -52,7 +52,7 @@ from langchain_core.vectorstores import VectorStore
 from pydantic import model_validator
 
 from rag_fusion_chain.models import embedding_identity
-from rag_fusion_chain.retrievers.bm25 import BatchedRetriever, scored_copy, with_identity
+from rag_fusion_chain.retrievers.base import BatchedRetriever, scored_copy, with_identity
 from rag_fusion_chain.retrievers.docstore_pickle import load_docstore
 from rag_fusion_chain.retrievers.signing import (
     SIGNING_KEY_ENV,
@@ -130,7 +130,7 @@ def _identified_documents(documents: Sequence[Document]) -> list[Document]:
 
 
 def _kit_version() -> str:
-    from rag_fusion_chain import __version__
+    from rag_fusion_chain._version import __version__
 
     return __version__
 
