@@ -36,7 +36,6 @@ from langchain_core.runnables.config import ContextThreadPoolExecutor, patch_con
 from pydantic import ConfigDict, model_validator
 
 from rag_fusion_chain.fusion import RankedList, validate_weights
-from rag_fusion_chain.validation import validate_count
 from rag_fusion_chain.retrievers.calls import (
     DEFAULT_TIMEOUT,
     QueriesInput,
@@ -57,6 +56,7 @@ from rag_fusion_chain.retrievers.results import (
     warn_about,
 )
 from rag_fusion_chain.retrievers.streams import QueryStream, aadd_up, add_up, one
+from rag_fusion_chain.validation import validate_count
 
 OnError = Literal["warn", "raise"]
 
