@@ -28,9 +28,10 @@ from pydantic import BaseModel
 from rich.table import Table
 from rich.text import Text
 
-from rag_fusion_chain import chains, ingest, models, offline
+from rag_fusion_chain import chains, ingest, models, offline, strategies
 from rag_fusion_chain._version import __version__
 from rag_fusion_chain.data import SAMPLE_QUESTION, sample_corpus_path
+from rag_fusion_chain.pipeline import retrieval_pipeline
 from rag_fusion_chain.rendering import (
     output,
     print_line,
@@ -99,7 +100,7 @@ StrategyOption = Annotated[
     typer.Option(
         "--strategy",
         "-s",
-        help=f"Query strategy: {', '.join(offline.STRATEGIES)}.",
+        help=f"Query strategy: {', '.join(strategies.STRATEGIES)}.",
     ),
 ]
 HybridOption = Annotated[
@@ -259,9 +260,9 @@ def ask(
 ) -> None:
     """Answer QUESTION: show the queries, the fused sources with scores, then the answer."""
     with reported_errors():
-        _choice("strategy", strategy, offline.STRATEGIES)
+        _choice("strategy", strategy, strategies.STRATEGIES)
         llm, opened = _models_and_index(model, base_url, index_directory, embedding, trust_index)
-        chain = offline.chain_for(
+        chain = chains.chain_for(
             strategy,
             opened.retrievers(hybrid, k),
             llm,
@@ -290,10 +291,10 @@ def retrieve(
 ) -> None:
     """Retrieve for QUESTION without answering: the queries and the fused documents."""
     with reported_errors():
-        _choice("strategy", strategy, offline.STRATEGIES)
+        _choice("strategy", strategy, strategies.STRATEGIES)
         llm = models.chat_model(model, base_url=base_url)
         opened = open_index(index_directory, embedding, trust=trust_index)
-        chain = offline.retrieval_chain(
+        chain = retrieval_pipeline(
             strategy, opened.retrievers(hybrid, k), llm, feedback=opened.bm25, n=n, top_n=top_n
         )
         state = chain.invoke({"question": question})
@@ -336,7 +337,7 @@ def demo(
 ) -> None:
     """Index the bundled SciFact sample (once) and answer a question offline, hybrid search."""
     with reported_errors():
-        _choice("strategy", strategy, offline.STRATEGIES)
+        _choice("strategy", strategy, strategies.STRATEGIES)
         directory = index_directory or demo_directory()
         if rebuild or not (directory / INDEX_FILE).is_file():
             _index_sample(directory)
@@ -347,9 +348,10 @@ def demo(
             _index_sample(directory)
             opened = open_index(directory)
         output.print(Text("Question: ", style="bold") + Text(question), soft_wrap=True)
-        chain = offline.offline_chain(
+        chain = chains.chain_for(
             strategy,
             opened.retrievers(hybrid=True, k=DEFAULT_K),
+            None,
             feedback=opened.bm25,
             return_sources=True,
         )
@@ -377,7 +379,7 @@ def serve(
 ) -> None:
     """Serve the strategy's chain with LangServe on 127.0.0.1 (routes under /STRATEGY)."""
     with reported_errors():
-        _choice("strategy", strategy, offline.STRATEGIES)
+        _choice("strategy", strategy, strategies.STRATEGIES)
         try:
             import uvicorn
             from fastapi import FastAPI
@@ -390,7 +392,7 @@ def serve(
         retrievers = opened.retrievers(hybrid, k)
         server = FastAPI(title="rag-fusion-chain", version=__version__)
         for path, return_sources in ((strategy, False), (f"{strategy}/sources", True)):
-            chain = offline.chain_for(
+            chain = chains.chain_for(
                 strategy,
                 retrievers,
                 llm,

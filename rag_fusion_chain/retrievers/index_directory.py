@@ -8,6 +8,13 @@ A build happens in a staging directory beside ``out`` and is moved into place wh
 ``index.json`` last: a directory holding ``index.json`` always holds a whole index, and a failed
 or interrupted build leaves what was there before.
 
+``index.json`` is signed with this user's index signing key, like a FAISS manifest (see
+:mod:`~rag_fusion_chain.retrievers.signing`), because it decides what is loaded: which
+embeddings model, which store. :func:`open_index` refuses one that does not verify, unless
+``trust=True``. The BM25 and Chroma files are data (JSON, numpy arrays without pickle, SQLite)
+and are not signed: someone who can write the directory can change what is retrieved, not
+run code.
+
 Progress goes to an optional callback ``on_progress(stage, advance, total)``: each stage
 (``load``, ``embed``, ``bm25``) is announced with ``advance=0``, then advanced as work is done.
 Nothing here prints.
@@ -37,6 +44,7 @@ from langchain_core.vectorstores import VectorStore
 from rag_fusion_chain import ingest, models
 from rag_fusion_chain.retrievers.bm25 import BM25Retriever
 from rag_fusion_chain.retrievers.hybrid import hybrid_retriever
+from rag_fusion_chain.retrievers.signing import sign, verify_signature
 from rag_fusion_chain.retrievers.stores import (
     VectorRetriever,
     build_chroma,
@@ -150,7 +158,7 @@ def build_index(
         chunks = ingest.split_documents(
             documents, chunk_size=chunk_size, chunk_overlap=chunk_overlap
         )
-    settings = {
+    settings = {  # signed with this user's key: open_index loads nothing it does not vouch for
         "format": INDEX_FORMAT,
         "kit_version": _kit_version(),
         "store": store,
@@ -164,6 +172,7 @@ def build_index(
         "chunk_size": chunk_size,
         "chunk_overlap": chunk_overlap if chunk_size is not None else None,
     }
+    settings = sign(settings)
     absolute = out.absolute()
     absolute.parent.mkdir(parents=True, exist_ok=True)
     staging = absolute.parent / f".{absolute.name}-building-{secrets.token_hex(8)}"
@@ -271,12 +280,17 @@ def open_index(
 ) -> OpenedIndex:
     """Load an index directory written by :func:`build_index`.
 
+    ``index.json`` must be signed with this user's index signing key (it names the embeddings
+    and store to load), else :class:`~rag_fusion_chain.retrievers.signing.UntrustedIndexError`.
     ``embedding`` (a name or an Embeddings object) overrides the embeddings recorded in
-    ``index.json``. ``trust=True`` loads a FAISS store whose manifest cannot be verified (see
-    :func:`~rag_fusion_chain.retrievers.stores.load_faiss`): only for indexes you trust.
+    ``index.json``. ``trust=True`` skips the signatures of ``index.json`` and of a FAISS store's
+    manifest (see :func:`~rag_fusion_chain.retrievers.stores.load_faiss`; its pickle still
+    goes through the allow-list): only for indexes you trust.
     """
     directory = Path(directory)
     settings = read_settings(directory)
+    if not trust:
+        verify_signature(settings, directory / INDEX_FILE)
     embeddings = _embeddings(embedding, settings, directory)
     store_path = directory / settings["store"]
     store: VectorStore
@@ -292,7 +306,8 @@ def open_index(
 
 
 def read_settings(directory: str | os.PathLike[str]) -> dict[str, Any]:
-    """The ``index.json`` of an index directory, checked."""
+    """The ``index.json`` of an index directory, checked as data (:func:`open_index` also
+    verifies its signature)."""
     settings_path = Path(directory) / INDEX_FILE
     if not settings_path.is_file():
         raise FileNotFoundError(
@@ -310,6 +325,8 @@ def read_settings(directory: str | os.PathLike[str]) -> dict[str, Any]:
         raise ValueError(f"{settings_path} is not a rag-fusion index description")
     if settings.get("store") not in STORES:
         raise ValueError(f"{settings_path}: unknown store {settings.get('store')!r}")
+    if not isinstance(settings.get("embedding"), (str, type(None))):
+        raise ValueError(f"{settings_path}: 'embedding' must be a name or null")
     return settings
 
 
