@@ -368,7 +368,12 @@ def _chroma_client(
     if host is not None:
         return chromadb.HttpClient(host=host, port=port or 8000, settings=settings)
     if persist_directory is None:
-        return chromadb.EphemeralClient(settings=settings)
+        try:
+            return chromadb.EphemeralClient(settings=settings)
+        except ValueError:
+            # Chroma keeps one in-memory system per process: when the user's own code made it first
+            # (``Chroma.from_documents`` with default settings), share theirs rather than fail.
+            return chromadb.EphemeralClient()
     if must_exist and not Path(persist_directory).is_dir():
         raise FileNotFoundError(f"Chroma persist directory not found: {persist_directory}")
     return chromadb.PersistentClient(path=str(persist_directory), settings=settings)
