@@ -20,9 +20,9 @@ from langchain_core.runnables.utils import ConfigurableFieldSpec, get_unique_con
 from pydantic import ConfigDict, Field, field_validator
 
 from rag_fusion_chain.fusion import BaseFusion, ReciprocalRankFusion
-from rag_fusion_chain.validation import validate_count
 from rag_fusion_chain.retrievers.multi import MultiRetriever
 from rag_fusion_chain.retrievers.streams import aadd_up, add_up, one
+from rag_fusion_chain.validation import validate_count
 
 DEFAULT_K = 5
 """Documents a :class:`FusionRetriever` returns unless ``k`` is given at invoke time."""
