@@ -135,8 +135,7 @@ def test_find_cycle_finds_a_cycle_and_only_a_cycle() -> None:
 
 def test_there_is_no_import_circle() -> None:
     graph = {
-        name: {module for module, _ in imported_modules(name) if module != name}
-        for name in INSIDE
+        name: {module for module, _ in imported_modules(name) if module != name} for name in INSIDE
     }
     assert find_cycle(graph) is None
 
