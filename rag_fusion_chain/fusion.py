@@ -8,11 +8,14 @@ Contracts (see DESIGN.md):
 * **Input**: ``list[list[Document]]`` (one ranked list per query or retriever), or the nested
   ``list[list[list[Document]]]`` shaped ``[query][retriever][rank]`` that mapping several retrievers
   over several queries produces. A :class:`RankedList` carries its own weight.
-* **Identity**: ``Document.id``, else ``metadata[id_key]`` when configured, else the text plus a
-  canonical JSON of the metadata (without the per-list ``score`` keys), so that the same chunk from two
-  retrievers merges and equal text from two different sources does not.
+* **Identity**: the passage text by default, as LangChain's ``EnsembleRetriever`` does, so the same
+  passage returned by two stores (each with its own ids, or none) is one document. ``id_key`` names a
+  metadata key, or ``"id"`` for ``Document.id``, to identify documents by key instead (a document
+  without that key falls back to its text). The first appearance's metadata (and id) is kept.
 * **Output**: fresh copies (inputs are never mutated) with ``metadata["fusion_score"]``, sorted by score
   descending, ties broken by first appearance, cut to ``top_n``.
+* **Per-call settings**: ``top_n`` and ``weights`` (and RRF's ``k``) are honoured when given through
+  ``.bind(...)`` or ``invoke(..., top_n=3)``; any other keyword raises TypeError naming it.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import sys
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from itertools import repeat
@@ -72,45 +76,44 @@ class RankedList(list):  # type: ignore[type-arg]
 # Identity
 # --------------------------------------------------------------------------------------------
 
-_IDENTITY_IGNORED_METADATA = (SCORE_KEY, FUSION_SCORE_KEY)
-
-
-def _identity_metadata(metadata: dict[str, Any], ignored: tuple[str, ...]) -> dict[str, Any]:
-    """The metadata that identifies a document: all of it but the per-list score keys."""
-    if not any(name in metadata for name in ignored):
-        return metadata
-    return {name: value for name, value in metadata.items() if name not in ignored}
+ID_FIELD = "id"
+"""``id_key`` value that identifies documents by ``Document.id``."""
 
 
 class IdentityIndex:
     """Gives each distinct document a slot number, in first-seen order.
 
-    Identity is ``Document.id``, else ``metadata[id_key]``, else the text plus the metadata (by
-    equality, score keys aside). Metadata is compared only when two texts are equal, which keeps the
-    common case to one dict lookup; the comparison blanks the score keys with one C-level merge.
+    Identity is the text (the default), or with ``id_key`` the value of ``metadata[id_key]``
+    (``Document.id`` for ``id_key="id"``); a document lacking that key is identified by its text.
+    The document registered for a slot is its first appearance.
 
     >>> index = IdentityIndex()
-    >>> index.slot(Document("a", metadata={"score": 1})), index.slot(Document("a", metadata={"score": 2}))
+    >>> index.slot(Document("a", id="x")), index.slot(Document("a", metadata={"source": "other"}))
     (0, 0)
-    >>> index.slot(Document("a", metadata={"source": "other"}))
-    1
+    >>> IdentityIndex(id_key="id").slot(Document("b", id="x"))
+    0
     """
 
-    def __init__(self, id_key: str | None = None, score_key: str = SCORE_KEY) -> None:
+    def __init__(self, id_key: str | None = None) -> None:
         self.id_key = id_key
         self.documents: list[Document] = []
-        self._by_id: dict[str, int] = {}
-        self._by_text: dict[str, int] = {}
-        """The first slot of each text; further slots with that text (other metadata) are in
-        ``_more_by_text``, which stays empty in the common case."""
-        self._more_by_text: dict[str, list[int]] = {}
-        self._ignoring_scores = dict.fromkeys((*_IDENTITY_IGNORED_METADATA, score_key))
-        """Merged into metadata (``metadata | _ignoring_scores``) so score keys never differ."""
-        self._comparable_metadata: list[dict[str, Any] | None] = []
-        """Per slot, its metadata with the score keys blanked; made when a second equal text comes."""
+        self._by_key: dict[Any, int] = {}
         self._last_list: list[int] = []
         """Per slot, the number of the last ranked list that held it (to spot in-list repeats)."""
         self._lists = 0
+
+    def key(self, document: Document) -> Any:
+        """The identity of ``document``: its text, or a ``(id_key, value)`` pair."""
+        if self.id_key is None:
+            return document.page_content
+        value = document.id if self.id_key == ID_FIELD else document.metadata.get(self.id_key)
+        if value is None or (isinstance(value, str) and not value):
+            return document.page_content
+        try:
+            hash(value)
+        except TypeError:  # a list or dict in metadata: compare its canonical form
+            value = json.dumps(value, sort_keys=True, default=repr)
+        return (self.id_key, value)  # a tuple never equals a text
 
     def slot(self, document: Document) -> int:
         """The slot of ``document``, registering it when first seen."""
@@ -120,68 +123,33 @@ class IdentityIndex:
         """The slot of each document of a ranked list; -1 for a document that already appeared
         higher in the same list (it counts once, at its best rank).
 
-        This is the hot path of every fusion, hence one flat loop with the metadata comparison
-        inlined: it runs once per document of every list.
+        The hot path of every fusion (once per document of every list), hence one flat loop.
         """
-        by_id, by_text, id_key = self._by_id, self._by_text, self.id_key
-        documents, comparable, last_list = (
-            self.documents,
-            self._comparable_metadata,
-            self._last_list,
-        )
-        ignoring_scores = self._ignoring_scores
+        by_key, documents, last_list = self._by_key, self.documents, self._last_list
+        key_of = None if self.id_key is None else self.key
         list_number = self._lists = self._lists + 1
         result: list[int] = []
         for document in ranked:
-            identifier = document.id
-            if not identifier and id_key is not None:
-                value = document.metadata.get(id_key)
-                identifier = None if value is None else f"{id_key}={value}"
-            if identifier:
-                slot = by_id.get(identifier, -1)
-                if slot < 0:
-                    slot = by_id[identifier] = self._register(document)
-            else:
-                slot = by_text.get(document.page_content, -1)
-                if slot < 0:
-                    slot = by_text[document.page_content] = self._register(document)
-                else:  # equal text seen before: the same document only if the metadata matches
-                    metadata = document.metadata | ignoring_scores
-                    known = comparable[slot]
-                    if known is None:
-                        known = comparable[slot] = documents[slot].metadata | ignoring_scores
-                    if known != metadata:
-                        slot = self._slot_with_other_metadata(document, metadata)
-            if last_list[slot] == list_number:
+            key = document.page_content if key_of is None else key_of(document)
+            slot = by_key.get(key, -1)
+            if slot < 0:
+                slot = by_key[key] = len(documents)
+                documents.append(document)
+                last_list.append(list_number)
+            elif last_list[slot] == list_number:
                 slot = -1
             else:
                 last_list[slot] = list_number
             result.append(slot)
         return result
 
-    def _slot_with_other_metadata(self, document: Document, metadata: dict[str, Any]) -> int:
-        """The slot for a text already seen with other metadata (``metadata`` has scores blanked)."""
-        others = self._more_by_text.setdefault(document.page_content, [])
-        for slot in others:
-            if self._comparable_metadata[slot] == metadata:
-                return slot
-        slot = self._register(document)
-        self._comparable_metadata[slot] = metadata
-        others.append(slot)
-        return slot
-
-    def _register(self, document: Document) -> int:
-        self.documents.append(document)
-        self._comparable_metadata.append(None)
-        self._last_list.append(0)
-        return len(self.documents) - 1
-
 
 def document_id(document: Document, id_key: str | None = None, score_key: str = SCORE_KEY) -> str:
     """A stable string id: ``Document.id``, else ``metadata[id_key]``, else a content hash.
 
     The hash covers the text and a canonical JSON of the metadata without score keys, so it is the
-    same across processes and retrievers.
+    same across processes and retrievers: the kit's stores give it to chunks as their id. (Fusion
+    identifies documents by text unless told otherwise: see :class:`IdentityIndex`.)
 
     >>> document_id(Document("hello", id="doc-1"))
     'doc-1'
@@ -192,9 +160,8 @@ def document_id(document: Document, id_key: str | None = None, score_key: str = 
         return document.id
     if id_key is not None and document.metadata.get(id_key) is not None:
         return str(document.metadata[id_key])
-    metadata = _identity_metadata(
-        document.metadata, tuple(dict.fromkeys((*_IDENTITY_IGNORED_METADATA, score_key)))
-    )
+    ignored = (SCORE_KEY, FUSION_SCORE_KEY, score_key)
+    metadata = {name: value for name, value in document.metadata.items() if name not in ignored}
     canonical = json.dumps(
         [document.page_content, metadata], sort_keys=True, ensure_ascii=False, default=repr
     )
@@ -330,16 +297,56 @@ def reciprocal_rank_scores(
     return scores, index.documents
 
 
-def _list_scores(ranked: Sequence[Document], score_key: str) -> list[float | None]:
-    """Read one list's scores; None where a score is missing or not a finite number."""
-    values: list[float | None] = []
-    for document in ranked:
-        value = document.metadata.get(score_key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            values.append(None)
-        else:
-            values.append(float(value) if math.isfinite(value) else None)
-    return values
+def _score_of(value: Any) -> float | None:
+    """A score as a float: None when missing or not a number (NaN included); a number beyond the
+    float range (``10**400``) is infinite."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an int too large for a float
+        number = math.inf if value > 0 else -math.inf
+    return None if math.isnan(number) else number
+
+
+_LARGEST_FLOAT = sys.float_info.max
+
+
+def _usable_scores(ranked: Sequence[Document], score_key: str, list_index: int) -> list[float]:
+    """One list's scores, finite: missing ones filled in, infinite ones clamped, with a warning.
+
+    A missing or non-numeric score counts as the list's lowest. An infinite score (or one too
+    large for a float) counts as the largest float, so after normalisation it ranks first (last
+    when negative) while the arithmetic stays finite.
+    """
+    raw = [_score_of(document.metadata.get(score_key)) for document in ranked]
+    present = [score for score in raw if score is not None]
+    if not present:
+        warnings.warn(
+            f"ranked list {list_index} has no numeric metadata[{score_key!r}]; "
+            "using rank-derived scores (len - position) instead",
+            stacklevel=5,
+        )
+        return [float(len(ranked) - position) for position in range(len(ranked))]
+    if len(present) < len(raw):
+        warnings.warn(
+            f"ranked list {list_index}: {len(raw) - len(present)} documents have a missing or "
+            f"non-numeric metadata[{score_key!r}]; they count as the list's lowest score",
+            stacklevel=5,
+        )
+    infinite = sum(1 for score in present if math.isinf(score))
+    if infinite:
+        warnings.warn(
+            f"ranked list {list_index}: {infinite} documents have an infinite (or beyond float "
+            f"range) metadata[{score_key!r}]; treated as infinite: ranked first (last if negative)",
+            stacklevel=5,
+        )
+        raw = [
+            None if score is None else max(-_LARGEST_FLOAT, min(_LARGEST_FLOAT, score))
+            for score in raw
+        ]
+    lowest = min(score for score in raw if score is not None)
+    return [lowest if score is None else score for score in raw]
 
 
 _LARGE_SCORE = 1e100
@@ -378,25 +385,23 @@ def normalize_scores(scores: list[float], bounds: tuple[float, float]) -> list[f
     return [(score - low) / (high - low) for score in scores]
 
 
-def _usable_scores(ranked: Sequence[Document], score_key: str, list_index: int) -> list[float]:
-    """One list's scores with missing ones filled in, warning about what was filled."""
-    raw = _list_scores(ranked, score_key)
-    present = [score for score in raw if score is not None]
-    if not present:
-        warnings.warn(
-            f"ranked list {list_index} has no numeric metadata[{score_key!r}]; "
-            "using rank-derived scores (len - position) instead",
-            stacklevel=5,
-        )
-        return [float(len(ranked) - position) for position in range(len(ranked))]
-    if len(present) < len(raw):
-        warnings.warn(
-            f"ranked list {list_index}: {len(raw) - len(present)} documents have a missing or "
-            f"non-finite metadata[{score_key!r}]; they count as the list's lowest score",
-            stacklevel=5,
-        )
-    lowest = min(present)
-    return [lowest if score is None else score for score in raw]
+def normalized_list_scores(
+    scores: list[float], bounds_of: Callable[[list[float]], tuple[float, float]]
+) -> list[float]:
+    """One list's scores normalised to [0, 1] between ``bounds_of(scores)``.
+
+    A constant list (min == max, tested exactly, before any arithmetic) has no spread to
+    normalise: every document scores 1.0 when the value is positive, else 0.0, whatever the value
+    and the length (``bounds_of`` would see float noise as a tiny σ).
+
+    >>> normalized_list_scores([0.7] * 7, _mean_three_sigma_bounds)
+    [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
+    """
+    highest = max(scores)
+    if min(scores) == highest:
+        return [1.0 if highest > 0 else 0.0] * len(scores)
+    scaled = _scaled_down(scores)
+    return normalize_scores(scaled, bounds_of(scaled))
 
 
 def _score_based_scores(
@@ -406,7 +411,7 @@ def _score_based_scores(
     score_key: str,
     index: IdentityIndex | None,
 ) -> FusedScores:
-    index = index or IdentityIndex(score_key=score_key)
+    index = index or IdentityIndex()
     slot_lists, scores = _slot_lists(ranked_lists, index)
     list_count = len(ranked_lists)
     for list_index, (ranked, slots, weight) in enumerate(
@@ -414,8 +419,9 @@ def _score_based_scores(
     ):
         if not ranked:
             continue
-        values = _scaled_down(_usable_scores(ranked, score_key, list_index))
-        normalized = normalize_scores(values, bounds_of(values))
+        normalized = normalized_list_scores(
+            _usable_scores(ranked, score_key, list_index), bounds_of
+        )
         for position, slot in enumerate(slots):
             if slot >= 0:
                 scores[slot] += normalized[position] * weight / list_count
@@ -469,20 +475,16 @@ def union_scores(
 def _copy_with_score(document: Document, score: float) -> Document:
     """A fresh copy carrying ``fusion_score`` (the input document is left untouched).
 
-    A shallow copy (pydantic's ``__copy__``, what ``copy.copy`` calls) with a new metadata dict
-    skips re-validating fields that are already valid: cheaper than building a new Document, and it
-    keeps subclasses and their extra fields. For a plain Document the new metadata goes straight
-    into the copy's field storage, as pydantic's own assignment does for a model without
-    ``validate_assignment``: the hot path of every fusion, a tenth faster than ``copied.metadata =``.
+    A plain Document is built with ``model_construct`` from fields that are already valid (what
+    ``Document(...)`` checks again, at about twice the cost); a subclass is copied with
+    ``model_copy`` so that its extra fields and type are kept.
     """
-    copied = document.__copy__()
     metadata = {**document.metadata, FUSION_SCORE_KEY: score}
     if type(document) is Document:
-        copied.__dict__["metadata"] = metadata
-        copied.__pydantic_fields_set__.add("metadata")
-    else:  # a subclass may validate or intercept assignment
-        copied.metadata = metadata
-    return copied
+        return Document.model_construct(
+            page_content=document.page_content, metadata=metadata, id=document.id
+        )
+    return document.model_copy(update={"metadata": metadata})
 
 
 def rank_fused(
@@ -519,11 +521,13 @@ class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
     top_n: int | None = None
     """Keep only the best ``top_n`` documents."""
     id_key: str | None = None
-    """Metadata key that identifies a document when ``Document.id`` is not set."""
+    """Identify documents by this metadata key (``"id"``: by ``Document.id``) instead of by text."""
     with_scores: bool = False
     """Return ``(Document, score)`` pairs instead of Documents."""
 
     sorts_by_score: ClassVar[bool] = True
+    call_settings: ClassVar[tuple[str, ...]] = ("top_n", "weights")
+    """Fields that ``invoke(..., **settings)`` and ``.bind(**settings)`` may set per call."""
 
     @field_validator("weights")
     @classmethod
@@ -543,7 +547,28 @@ class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
         raise NotImplementedError
 
     def _index(self) -> IdentityIndex:
-        return IdentityIndex(self.id_key, getattr(self, "score_key", SCORE_KEY))
+        return IdentityIndex(self.id_key)
+
+    def with_settings(self, **settings: Any) -> BaseFusion:
+        """This fusion with per-call ``settings`` applied and validated like the fields.
+
+        Raises TypeError naming any keyword that is not one of :attr:`call_settings`, so that a
+        setting is never silently ignored.
+
+        >>> ReciprocalRankFusion().with_settings(top_n=3).top_n
+        3
+        """
+        if not settings:
+            return self
+        unknown = sorted(set(settings) - set(self.call_settings))
+        if unknown:
+            raise TypeError(
+                f"{type(self).__name__} got unexpected keyword argument(s) "
+                f"{', '.join(map(repr, unknown))}; settings it takes per call: "
+                f"{', '.join(self.call_settings)}"
+            )
+        fields = {name: getattr(self, name) for name in type(self).model_fields}
+        return type(self)(**{**fields, **settings})
 
     def fuse(self, ranked_lists: FusionInput) -> FusionOutput:
         """Fuse without callbacks: the pure path the Runnable methods wrap."""
@@ -571,7 +596,7 @@ class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
             None, input, **self._run_identity(config)
         )
         try:
-            output = self.fuse(input)
+            output = self.with_settings(**kwargs).fuse(input)
         except BaseException as error:
             run_manager.on_chain_error(error)
             raise
@@ -586,7 +611,7 @@ class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
             None, input, **self._run_identity(config)
         )
         try:
-            output = self.fuse(input)
+            output = self.with_settings(**kwargs).fuse(input)
         except BaseException as error:
             await run_manager.on_chain_error(error)
             raise
@@ -608,6 +633,8 @@ class ReciprocalRankFusion(BaseFusion):
 
     k: float = 60
     rank_start: int = 1
+
+    call_settings: ClassVar[tuple[str, ...]] = ("top_n", "weights", "k")
 
     @model_validator(mode="after")
     def _check_k(self) -> ReciprocalRankFusion:
@@ -686,8 +713,10 @@ __all__ = [
     "distribution_based_scores",
     "document_id",
     "flatten_ranked_lists",
+    "ID_FIELD",
     "IdentityIndex",
     "normalize_scores",
+    "normalized_list_scores",
     "rank_fused",
     "reciprocal_rank_fusion",
     "reciprocal_rank_scores",

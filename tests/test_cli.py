@@ -443,7 +443,7 @@ def test_render_answer_shows_queries_even_when_the_answer_streams_first(
     from langchain_core.runnables import RunnableGenerator
     from rich.console import Console
 
-    from rag_fusion_chain import cli
+    from rag_fusion_chain import rendering
 
     def chunks(_: Iterator[Any]) -> Iterator[dict[str, Any]]:
         yield {"documents": [Document("passage text", id="d1")]}
@@ -452,21 +452,21 @@ def test_render_answer_shows_queries_even_when_the_answer_streams_first(
         yield {"answer": "continues."}
 
     console = Console(record=True, width=120)
-    monkeypatch.setattr(cli, "output", console)
-    cli.render_answer(RunnableGenerator(chunks), "question?")
+    monkeypatch.setattr(rendering, "output", console)
+    rendering.render_answer(RunnableGenerator(chunks), "question?")
     text = console.export_text()
     assert "first query" in text and "second query" in text
     assert text.index("second query") < text.index("The answer continues.")
 
 
 def test_progress_bars_count_steps_or_totals() -> None:
-    from rag_fusion_chain.cli import _progress, _progress_bars
+    from rag_fusion_chain.rendering import progress_bars, progress_display
 
-    with _progress() as progress:
-        steps = _progress_bars(progress)
+    with progress_display() as progress:
+        steps = progress_bars(progress)
         steps("embed", 3, 10)
         steps("embed", 4, 10)
-        totals = _progress_bars(progress, "completed")
+        totals = progress_bars(progress, "completed")
         totals("evaluate", 3, 10)
         totals("evaluate", 4, 10)
     assert [(task.description, task.completed, task.total) for task in progress.tasks] == [

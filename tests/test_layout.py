@@ -35,6 +35,7 @@ LAYERS: dict[str, int] = {
     "pipeline": 6,
     "chains": 7,
     # the users of the chains
+    "rendering": 8,
     "cli": 9,
     "serving": 8,
     "evaluate": 8,
