@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
@@ -161,9 +162,42 @@ def index(
         int, typer.Option(help="Tokens shared by neighbouring chunks.")
     ] = ingest.DEFAULT_CHUNK_OVERLAP,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing index.")] = False,
+    strict: Annotated[
+        bool,
+        typer.Option(
+            "--strict/--no-strict",
+            help="Fail on the first file or URL that cannot be used, instead of skipping it.",
+        ),
+    ] = False,
+    follow_symlinks: Annotated[
+        bool,
+        typer.Option(
+            "--follow-symlinks/--no-follow-symlinks",
+            help="Follow links that point out of a folder (by default they are skipped).",
+        ),
+    ] = False,
+    max_file_size: Annotated[
+        float,
+        typer.Option(
+            "--max-file-size", min=0.001, help="Skip files larger than this, in megabytes."
+        ),
+    ] = ingest.DEFAULT_MAX_FILE_SIZE / 1_000_000,
+    deny_private: Annotated[
+        bool | None,
+        typer.Option(
+            "--deny-private/--allow-private",
+            help="Refuse URLs on private or local addresses, or allow them. Default: allowed, "
+            f"unless {ingest.DENY_PRIVATE_ENV}=1.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
-    """Load, split and embed SOURCES into a vector store, with a BM25 index beside it."""
+    """Load, split and embed SOURCES into a vector store, with a BM25 index beside it.
+
+    Files and URLs that cannot be read are skipped and listed at the end.
+    """
     with reported_errors():
+        warnings.filterwarnings("ignore", category=ingest.SkippedSourceWarning)  # summarised
         settings = _build_index(
             sources,
             out,
@@ -172,13 +206,27 @@ def index(
             chunk_size=chunk_size,
             chunk_overlap=chunk_overlap,
             force=force,
+            load_options={
+                "strict": strict,
+                "follow_symlinks": follow_symlinks,
+                "max_file_size": max(1, round(max_file_size * 1_000_000)),
+                "deny_private": deny_private,
+            },
         )
         output.print(
-            f"Indexed {settings['documents']} documents as {settings['chunks']} chunks "
-            f"({settings['store']}, embeddings {settings['embedding']}) in {out}",
+            f"Indexed {settings['files']} files as {settings['documents']} documents, "
+            f"{settings['chunks']} chunks ({settings['store']}, embeddings "
+            f"{settings['embedding']}) in {out}",
             markup=False,
             soft_wrap=True,
         )
+        if settings["skipped"]:
+            skipped = [ingest.Skipped(**entry) for entry in settings["skipped"]]
+            output.print(
+                f"Skipped {len(skipped)}: {ingest.describe_skipped(skipped)}",
+                markup=False,
+                soft_wrap=True,
+            )
 
 
 def _models_and_index(

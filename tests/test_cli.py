@@ -284,7 +284,7 @@ def test_missing_and_unreadable_files(tmp_path: Path) -> None:
     )
     binary = tmp_path / "binary.txt"
     binary.write_bytes(b"\xff\xfe\x00\x81 not text")
-    assert_one_line_error(invoke("index", binary, "--out", tmp_path / "index"), "is not UTF-8 text")
+    assert_one_line_error(invoke("index", binary, "--out", tmp_path / "index"), "(not UTF-8)")
     assert not (tmp_path / "index" / INDEX_FILE).exists()
 
 
