@@ -21,6 +21,7 @@ LAYERS: dict[str, int] = {
     "validation": 0,
     "prompts": 0,
     "data": 0,
+    "encoders": 0,
     "context": 0,
     "fusion": 1,
     "models": 1,
