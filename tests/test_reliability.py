@@ -277,13 +277,13 @@ def test_per_call_configuration_is_validated_too(field: str, value: int) -> None
 
 
 def test_chain_for_refuses_zero_counts_instead_of_using_defaults() -> None:
-    """``offline.chain_for`` used ``n or 4``: n=0 and top_n=0 silently became the defaults."""
+    """``chains.chain_for`` used ``n or 4``: n=0 and top_n=0 silently became the defaults."""
     with pytest.raises(ValueError, match="n must be positive"):
-        offline.chain_for("rag-fusion", [bm25()], None, n=0)
+        chains.chain_for("rag-fusion", [bm25()], None, n=0)
     with pytest.raises(ValueError, match="top_n must be positive"):
-        offline.chain_for("rag-fusion", [bm25()], None, top_n=0)
+        chains.chain_for("rag-fusion", [bm25()], None, top_n=0)
     with pytest.raises(ValueError, match="top_n must be positive"):
-        offline.chain_for("rag-fusion", [bm25()], fake_llm(), top_n=0)
+        chains.chain_for("rag-fusion", [bm25()], fake_llm(), top_n=0)
 
 
 @pytest.mark.parametrize("kind", MODEL_KINDS)
@@ -352,7 +352,7 @@ def test_the_same_chunk_from_every_query_adds_up_under_rrf() -> None:
         FixedRetriever(documents=[document]), fake_llm("a\nb\nc"), n=3, return_sources=True
     )
     (fused,) = chain.invoke(QUESTION)["documents"]
-    assert fused.metadata["fusion_score"] == pytest.approx(3 / 61)
+    assert fused.metadata["fusion_score"] == pytest.approx(4 / 61)  # the question and a, b, c
 
 
 # ---------------------------------------------------------------- fusion runnables
@@ -712,7 +712,7 @@ def test_a_chain_still_answers_when_query_generation_fails(stub: StubOpenAI) -> 
     stub.script(["Heat pumps move heat [1]."])
     retriever = FixedRetriever(documents=[CORPUS[0]])
     chain = chains.rag_fusion_chain(retriever, stub_llm(stub), return_sources=True)
-    with pytest.warns(UserWarning, match="using the original question alone"):
+    with pytest.warns(UserWarning, match="query generation stopped early"):  # question searched
         result = chain.invoke(QUESTION)
     assert result["queries"] == [QUESTION] and retriever.queries == [QUESTION]
     assert result["answer"] == "Heat pumps move heat [1]."
