@@ -21,6 +21,7 @@ LAYERS: dict[str, int] = {
     "validation": 0,
     "prompts": 0,
     "data": 0,
+    "context": 0,
     "fusion": 1,
     "models": 1,
     "ingest": 1,
@@ -34,6 +35,7 @@ LAYERS: dict[str, int] = {
     "pipeline": 6,
     "chains": 7,
     # the users of the chains
+    "rendering": 8,
     "cli": 9,
     "serving": 8,
     "evaluate": 8,

@@ -235,7 +235,8 @@ def test_a_chain_searches_only_clean_queries() -> None:
 
     llm = FakeListChatModel(responses=[HIDDEN, "Heat pumps move heat [1]."])
     chains.rag_fusion_chain([Recording()], llm, n=4).invoke("energy")
-    assert sorted(searched) == sorted(CLEAN)
+    assert all(is_clean(query) for query in searched)
+    assert sorted(set(searched) - {"energy"}) == sorted(CLEAN)  # the question may be searched too
 
 
 def test_a_generated_line_longer_than_a_question_is_cut_with_a_warning() -> None:

@@ -31,7 +31,7 @@ import os
 import secrets
 import shutil
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +123,7 @@ def build_index(
     chunk_overlap: int = ingest.DEFAULT_CHUNK_OVERLAP,
     force: bool = False,
     on_progress: ProgressCallback | None = None,
+    load_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Load, split, embed and store into the index directory ``out``; return its settings.
 
@@ -132,6 +133,9 @@ def build_index(
     :func:`open_index` can resolve it again, or an Embeddings object (then pass it to
     :func:`open_index` too). ``chunk_size=None`` indexes the documents whole. An existing index
     raises FileExistsError unless ``force``; files in ``out`` that are not the index's are kept.
+    ``load_options``: keyword arguments for :func:`ingest.load_with_report` (``strict``,
+    ``follow_symlinks``, ``max_file_size``, ``deny_private``...); the files read and those
+    skipped (with the reason) are in the settings as ``files`` and ``skipped``.
     """
     if store not in STORES:
         raise ValueError(f"unknown store {store!r}: choose one of {', '.join(STORES)}")
@@ -139,13 +143,14 @@ def build_index(
     if (out / INDEX_FILE).exists() and not force:
         raise _exists_error(out)
     report = on_progress or _no_progress
+    sources, loaded = _load(sources_or_documents, report, load_options or {})
+    documents = loaded.documents
     if isinstance(embedding, Embeddings):
         embedding_name, embeddings = None, embedding
     else:
         embedding_name = embedding or os.environ.get(models.EMBEDDING_ENV)
         embedding_name = embedding_name or models.DEFAULT_EMBEDDING
         embeddings = models.embeddings(embedding_name)
-    sources, documents = _load(sources_or_documents, report)
     if chunk_size is None:
         chunks = documents
     else:
@@ -160,6 +165,11 @@ def build_index(
         "embedding": embedding_name,
         "embedding_identity": models.embedding_identity(embeddings),
         "sources": sources,
+        "files": len(loaded.loaded),
+        "skipped": [
+            {name: models.redact_credentials(value) for name, value in asdict(skipped).items()}
+            for skipped in loaded.skipped
+        ],
         "documents": len(documents),
         "chunks": len(chunks),
         "chunk_size": chunk_size,
@@ -196,24 +206,21 @@ def _exists_error(out: Path) -> FileExistsError:
 
 
 def _load(
-    sources_or_documents: Sequence[Any], report: ProgressCallback
-) -> tuple[list[str], list[Document]]:
-    """The source names and the loaded documents (given documents are taken as they are)."""
+    sources_or_documents: Sequence[Any], report: ProgressCallback, load_options: dict[str, Any]
+) -> tuple[list[str], ingest.LoadResult]:
+    """The source names and what loading them gave (given documents are taken as they are)."""
     if isinstance(sources_or_documents, (str, os.PathLike)):
         raise TypeError("sources_or_documents: pass a list of paths or URLs, not a single one")
     items = list(sources_or_documents)
     if items and all(isinstance(item, Document) for item in items):
-        return [], items
+        return [], ingest.LoadResult(documents=items)
     if any(isinstance(item, Document) for item in items):
         raise TypeError("sources_or_documents: give either sources or documents, not both")
     report("load", 0, len(items))
-    documents: list[Document] = []
-    for source in items:
-        documents.extend(ingest.load([source]))
-        report("load", 1, len(items))
-    if not documents:
-        raise ValueError("sources_or_documents: no documents were loaded")
-    return [models.redact_credentials(os.fspath(source)) for source in items], documents
+    loaded = ingest.load_with_report(
+        items, on_source=lambda _: report("load", 1, len(items)), **load_options
+    )
+    return [models.redact_credentials(os.fspath(source)) for source in items], loaded
 
 
 def _without_url_credentials(chunk: Document) -> Document:
