@@ -211,7 +211,8 @@ def test_control_and_format_characters_are_stripped_from_generated_queries() -> 
 
     from rag_fusion_chain import queries
 
-    generate = queries.rag_fusion(FakeListChatModel(responses=[HIDDEN] * 2), n=4)
+    reply = "\x1b[1mHere are four queries:\x1b[0m\n" + HIDDEN  # a preamble in colour is one too
+    generate = queries.rag_fusion(FakeListChatModel(responses=[reply] * 2), n=4)
     assert generate.invoke("energy") == CLEAN
     assert [query for chunk in generate.stream("energy") for query in chunk] == CLEAN
     listed = queries.QueryListParser(n=4).parse(
