@@ -211,7 +211,8 @@ def test_control_and_format_characters_are_stripped_from_generated_queries() -> 
 
     from rag_fusion_chain import queries
 
-    generate = queries.rag_fusion(FakeListChatModel(responses=[HIDDEN] * 2), n=4)
+    reply = "\x1b[1mHere are four queries:\x1b[0m\n" + HIDDEN  # a preamble in colour is one too
+    generate = queries.rag_fusion(FakeListChatModel(responses=[reply] * 2), n=4)
     assert generate.invoke("energy") == CLEAN
     assert [query for chunk in generate.stream("energy") for query in chunk] == CLEAN
     listed = queries.QueryListParser(n=4).parse(
@@ -235,7 +236,8 @@ def test_a_chain_searches_only_clean_queries() -> None:
 
     llm = FakeListChatModel(responses=[HIDDEN, "Heat pumps move heat [1]."])
     chains.rag_fusion_chain([Recording()], llm, n=4).invoke("energy")
-    assert sorted(searched) == sorted([*CLEAN, "energy"])  # the ready chains search the question too
+    assert all(is_clean(query) for query in searched)
+    assert sorted(set(searched) - {"energy"}) == sorted(CLEAN)  # the question may be searched too
 
 
 def test_a_generated_line_longer_than_a_question_is_cut_with_a_warning() -> None:

@@ -26,13 +26,12 @@ Nothing here prints.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import secrets
 import shutil
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -167,7 +166,10 @@ def build_index(
         "embedding_identity": models.embedding_identity(embeddings),
         "sources": sources,
         "files": len(loaded.loaded),
-        "skipped": [dataclasses.asdict(skipped) for skipped in loaded.skipped],
+        "skipped": [
+            {name: models.redact_credentials(value) for name, value in asdict(skipped).items()}
+            for skipped in loaded.skipped
+        ],
         "documents": len(documents),
         "chunks": len(chunks),
         "chunk_size": chunk_size,
