@@ -7,6 +7,7 @@ Importing the package needs only langchain-core; integrations load lazily where 
 """
 
 from rag_fusion_chain import chains, fusion, prompts, queries
+from rag_fusion_chain._version import __version__
 from rag_fusion_chain.fusion import (
     DistBasedScoreFusion,
     RankedList,
@@ -20,8 +21,6 @@ from rag_fusion_chain.fusion import (
 )
 from rag_fusion_chain.queries import QueryListParser
 from rag_fusion_chain.retrievers import FusionRetriever, MultiRetriever
-
-__version__ = "0.1.0"
 
 __all__ = [
     "DistBasedScoreFusion",

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
@@ -26,8 +27,11 @@ from pydantic import BaseModel
 from rich.table import Table
 from rich.text import Text
 
-from rag_fusion_chain import __version__, chains, ingest, models, offline
+from rag_fusion_chain import chains, ingest, models, offline, strategies
+from rag_fusion_chain._version import __version__
 from rag_fusion_chain.data import SAMPLE_QUESTION, sample_corpus_path
+from rag_fusion_chain.fusion import UniqueUnion
+from rag_fusion_chain.pipeline import retrieval_pipeline
 from rag_fusion_chain.rendering import (
     RetrievedLists,
     answer_record,
@@ -114,7 +118,7 @@ StrategyOption = Annotated[
     typer.Option(
         "--strategy",
         "-s",
-        help=f"Query strategy: {', '.join(offline.STRATEGIES)}.",
+        help=f"Query strategy: {', '.join(strategies.STRATEGIES)}.",
     ),
 ]
 HybridOption = Annotated[
@@ -199,11 +203,44 @@ def index(
         int, typer.Option(help="Tokens shared by neighbouring chunks.")
     ] = ingest.DEFAULT_CHUNK_OVERLAP,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing index.")] = False,
+    strict: Annotated[
+        bool,
+        typer.Option(
+            "--strict/--no-strict",
+            help="Fail on the first file or URL that cannot be used, instead of skipping it.",
+        ),
+    ] = False,
+    follow_symlinks: Annotated[
+        bool,
+        typer.Option(
+            "--follow-symlinks/--no-follow-symlinks",
+            help="Follow links that point out of a folder (by default they are skipped).",
+        ),
+    ] = False,
+    max_file_size: Annotated[
+        float,
+        typer.Option(
+            "--max-file-size", min=0.001, help="Skip files larger than this, in megabytes."
+        ),
+    ] = ingest.DEFAULT_MAX_FILE_SIZE / 1_000_000,
+    deny_private: Annotated[
+        bool | None,
+        typer.Option(
+            "--deny-private/--allow-private",
+            help="Refuse URLs on private or local addresses, or allow them. Default: allowed, "
+            f"unless {ingest.DENY_PRIVATE_ENV}=1.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
-    """Load, split and embed SOURCES into a vector store, with a BM25 index beside it."""
+    """Load, split and embed SOURCES into a vector store, with a BM25 index beside it.
+
+    Files and URLs that cannot be read are skipped and listed at the end.
+    """
     with reported_errors():
         if (out / INDEX_FILE).exists() and not force:
             raise FileExistsError(f"an index exists in {out}: add --force to replace it")
+        warnings.filterwarnings("ignore", category=ingest.SkippedSourceWarning)  # summarised
         settings = _build_index(
             sources,
             out,
@@ -212,13 +249,27 @@ def index(
             chunk_size=chunk_size,
             chunk_overlap=chunk_overlap,
             force=force,
+            load_options={
+                "strict": strict,
+                "follow_symlinks": follow_symlinks,
+                "max_file_size": max(1, round(max_file_size * 1_000_000)),
+                "deny_private": deny_private,
+            },
         )
         output.print(
-            f"Indexed {settings['documents']} documents as {settings['chunks']} chunks "
-            f"({settings['store']}, embeddings {settings['embedding']}) in {out}",
+            f"Indexed {settings['files']} files as {settings['documents']} documents, "
+            f"{settings['chunks']} chunks ({settings['store']}, embeddings "
+            f"{settings['embedding']}) in {out}",
             markup=False,
             soft_wrap=True,
         )
+        if settings["skipped"]:
+            skipped = [ingest.Skipped(**entry) for entry in settings["skipped"]]
+            output.print(
+                f"Skipped {len(skipped)}: {ingest.describe_skipped(skipped)}",
+                markup=False,
+                soft_wrap=True,
+            )
 
 
 def _print_json(record: dict[str, Any]) -> None:
@@ -228,7 +279,7 @@ def _print_json(record: dict[str, Any]) -> None:
 
 def _fusion_shown(strategy: str) -> str:
     """How the strategy's fused score reads: a count of lists (unique union) or an RRF score."""
-    return "union" if strategy == chains.MULTI_QUERY else "rrf"
+    return "union" if isinstance(strategies.get(strategy).default_fusion, UniqueUnion) else "rrf"
 
 
 def _models_and_index(
@@ -265,10 +316,10 @@ def ask(
     """Answer QUESTION: show the queries, the fused sources with scores, then the answer."""
     with reported_errors():
         _check_question(question)
-        _choice("strategy", strategy, offline.STRATEGIES)
+        _choice("strategy", strategy, strategies.STRATEGIES)
         _check_index(index_directory)
         llm, opened = _models_and_index(model, base_url, index_directory, embedding, trust_index)
-        chain = offline.chain_for(
+        chain = chains.chain_for(
             strategy,
             opened.retrievers(hybrid, k),
             llm,
@@ -304,11 +355,11 @@ def retrieve(
     """Retrieve for QUESTION without answering: the queries and the fused documents."""
     with reported_errors():
         _check_question(question)
-        _choice("strategy", strategy, offline.STRATEGIES)
+        _choice("strategy", strategy, strategies.STRATEGIES)
         _check_index(index_directory)
         llm = models.chat_model(model, base_url=base_url)
         opened = open_index(index_directory, embedding, trust=trust_index)
-        chain = offline.retrieval_chain(
+        chain = retrieval_pipeline(
             strategy, opened.retrievers(hybrid, k), llm, feedback=opened.bm25, n=n, top_n=top_n
         )
         state = chain.invoke({"question": question})
@@ -358,7 +409,7 @@ def demo(
     """Index the bundled SciFact sample (once) and answer a question offline, hybrid search."""
     with reported_errors():
         _check_question(question)
-        _choice("strategy", strategy, offline.STRATEGIES)
+        _choice("strategy", strategy, strategies.STRATEGIES)
         directory = index_directory or demo_directory()
         if rebuild or not (directory / INDEX_FILE).is_file():
             _index_sample(directory)
@@ -369,9 +420,10 @@ def demo(
             _index_sample(directory)
             opened = open_index(directory)
         output.print(Text("Question: ", style="bold") + Text(question), soft_wrap=True)
-        chain = offline.offline_chain(
+        chain = chains.chain_for(
             strategy,
             opened.retrievers(hybrid=True, k=DEFAULT_K),
+            None,
             feedback=opened.bm25,
             return_sources=True,
         )
@@ -399,7 +451,7 @@ def serve(
 ) -> None:
     """Serve the strategy's chain with LangServe on 127.0.0.1 (routes under /STRATEGY)."""
     with reported_errors():
-        _choice("strategy", strategy, offline.STRATEGIES)
+        _choice("strategy", strategy, strategies.STRATEGIES)
         try:
             import uvicorn
             from fastapi import FastAPI
@@ -413,7 +465,7 @@ def serve(
         retrievers = opened.retrievers(hybrid, k)
         server = FastAPI(title="rag-fusion-chain", version=__version__)
         for path, return_sources in ((strategy, False), (f"{strategy}/sources", True)):
-            chain = offline.chain_for(
+            chain = chains.chain_for(
                 strategy,
                 retrievers,
                 llm,

@@ -17,7 +17,7 @@ import json
 import re
 import unicodedata
 import warnings
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator
 from typing import Any, Literal
 
 from langchain_core.callbacks import (
@@ -33,62 +33,15 @@ from langchain_core.runnables.config import patch_config
 from pydantic import ConfigDict, Field
 
 from rag_fusion_chain import prompts
+from rag_fusion_chain.validation import (
+    MAX_QUERIES,
+    MAX_QUESTION_CHARS,
+    QuestionInput,
+    question_of,
+    validate_count,
+)
 
-QuestionInput = str | Mapping[str, Any]
 OnFailure = Literal["warn", "raise"]
-
-MAX_QUESTION_CHARS = 20_000
-"""Longer questions are refused: they would overflow the prompt of most chat models."""
-MAX_QUERIES = 50
-"""Upper bound for ``n``: more queries than this cost much and add little to fusion."""
-
-
-# --------------------------------------------------------------------------------------------
-# Input
-# --------------------------------------------------------------------------------------------
-
-
-def question_of(value: QuestionInput) -> str:
-    """Extract and validate the question from ``str`` or ``{"question": str}`` input.
-
-    >>> question_of({"question": "  What is RRF? "})
-    'What is RRF?'
-    """
-    if isinstance(value, Mapping):
-        if "question" not in value:
-            raise ValueError(
-                f"input dict needs a 'question' key, got keys {sorted(map(str, value))}"
-            )
-        value = value["question"]
-    if not isinstance(value, str):
-        raise TypeError(f"question must be a str, got {type(value).__name__}")
-    question = value.strip()
-    if not any(unicodedata.category(character)[0] not in "CZ" for character in question):
-        # nothing visible: empty, whitespace, or only control and zero-width format characters
-        raise ValueError("question must not be empty or whitespace")
-    try:
-        question.encode("utf-8")
-    except UnicodeEncodeError as error:  # a lone surrogate: no model or index can take it
-        raise ValueError(
-            f"question is not valid Unicode text ({error.reason} at position {error.start})"
-        ) from None
-    if len(question) > MAX_QUESTION_CHARS:
-        raise ValueError(
-            f"question is {len(question)} characters long; the limit is {MAX_QUESTION_CHARS}. "
-            "Summarise it first, or pass a shorter question"
-        )
-    return question
-
-
-def validate_count(name: str, value: int, upper: int | None = None) -> int:
-    """Raise unless ``value`` is a positive int (and at most ``upper``)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value <= 0:
-        raise ValueError(f"{name} must be positive, got {value}")
-    if upper is not None and value > upper:
-        raise ValueError(f"{name} must be at most {upper}, got {value}")
-    return value
 
 
 # --------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ Settings, read from the environment on first use:
 * ``RAG_FUSION_CACHE_DIR``: where indexes live (default ``~/.cache/rag-fusion-chain/indexes``);
 * ``RAG_FUSION_EMBEDDING`` (default MiniLM, offline), ``OPENAI_API_KEY``, ``OPENAI_BASE_URL`` and
   ``RAG_FUSION_CHAT_MODEL``: see :mod:`rag_fusion_chain.models`. With no chat model configured the
-  chain is :mod:`rag_fusion_chain.offline`'s (feedback queries, extractive answer).
+  chain runs offline (feedback queries, extractive answer; see :mod:`rag_fusion_chain.chains`).
 
 >>> from rag_fusion_chain.serving import build_chain
 >>> chain = build_chain("rag-fusion")  # nothing indexed yet
@@ -33,10 +33,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableSerializable
+from langchain_core.runnables.utils import ConfigurableFieldSpec
 from pydantic import BaseModel, Field, PrivateAttr
 
-from rag_fusion_chain import data, models, offline
-from rag_fusion_chain.queries import QuestionInput
+from rag_fusion_chain import chains, data, models, strategies
+from rag_fusion_chain.pipeline import K_FIELD, N_FIELD, TOP_N_FIELD
+from rag_fusion_chain.validation import QuestionInput
 
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings
@@ -136,7 +138,7 @@ def sample_retrievers(
 def served_chain(strategy: str) -> Runnable[QuestionInput, str]:
     """The strategy's chain over the sample corpus with the configured models, built now."""
     retrievers = sample_retrievers(vector_store_kind(), cache_directory(), embedding_name())
-    return offline.chain_for(strategy, list(retrievers), models.chat_model())
+    return chains.chain_for(strategy, list(retrievers), models.chat_model())
 
 
 # --------------------------------------------------------------------------------------------
@@ -156,10 +158,25 @@ class DeferredChain(RunnableSerializable[QuestionInput, str]):
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
     def model_post_init(self, context: Any) -> None:
-        if self.strategy not in offline.STRATEGIES:
-            raise ValueError(
-                f"strategy must be one of {', '.join(offline.STRATEGIES)}; got {self.strategy!r}"
+        strategies.get(self.strategy)  # a ValueError naming the strategies for an unknown one
+
+    @property
+    def config_specs(self) -> list[ConfigurableFieldSpec]:
+        """The served chain's per-call settings, known before it is built (LangServe reads them
+        when the routes are added): ``n`` where the strategy counts queries, ``k``, ``top_n``."""
+        record = strategies.get(self.strategy)
+        fields = [(N_FIELD, record.default_n)] if record.counted else []
+        fields += [(K_FIELD, None), (TOP_N_FIELD, record.default_top_n)]
+        return [
+            ConfigurableFieldSpec(
+                id=field.id,
+                name=field.name,
+                description=field.description,
+                default=default,
+                annotation=int | None,
             )
+            for field, default in fields
+        ]
 
     def chain(self) -> Runnable[QuestionInput, str]:
         """The built chain (indexing the corpus the first time)."""

@@ -18,13 +18,12 @@ from langchain_core.vectorstores import InMemoryVectorStore
 
 from rag_fusion_chain.fusion import document_id
 from rag_fusion_chain.models import embedding_identity
+from rag_fusion_chain.retrievers.signing import signature_of, signing_key
 from rag_fusion_chain.retrievers.stores import (
     MANIFEST_FILE,
     SIGNING_KEY_ENV,
     UntrustedIndexError,
     VectorRetriever,
-    _manifest_signature,
-    _signing_key,
     build_chroma,
     build_faiss,
     file_sha256,
@@ -231,7 +230,7 @@ def test_manifest_listing_other_files_is_refused(
     (tmp_path / MANIFEST_FILE).write_text(json.dumps(manifest))
     with pytest.raises(UntrustedIndexError, match="signature .* does not verify"):
         load_faiss(tmp_path, embeddings)
-    signed = {**manifest, "signature": _manifest_signature(manifest, _signing_key())}
+    signed = {**manifest, "signature": signature_of(manifest, signing_key())}
     (tmp_path / MANIFEST_FILE).write_text(json.dumps(signed))  # as if the kit had written it
     with pytest.raises(UntrustedIndexError, match="must list exactly"):
         load_faiss(tmp_path, embeddings)
@@ -261,7 +260,7 @@ def test_rewritten_hashes_with_a_forged_manifest_are_refused(
         signature = original
     elif signature == "another key":
         manifest = json.loads((tmp_path / MANIFEST_FILE).read_text())
-        signature = _manifest_signature(manifest, b"k" * 32)  # right scheme, attacker's key
+        signature = signature_of(manifest, b"k" * 32)  # right scheme, attacker's key
     marker = tmp_path / "payload-ran"
     forge_manifest(tmp_path, marker, signature)
     expected = "not signed" if signature is None else "does not verify"

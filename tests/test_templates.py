@@ -40,7 +40,7 @@ from langchain_core.tracers.langchain import LangChainTracer
 from langsmith import Client
 from packaging.requirements import Requirement
 
-from rag_fusion_chain import data, offline, serving
+from rag_fusion_chain import data, offline, serving, strategies
 from rag_fusion_chain.retrievers.index_directory import INDEX_FILE
 from tests.conftest import MODEL_ENVIRONMENT_VARIABLES
 from tests.langsmith_recorder import LangSmithRecorder, Run
@@ -92,17 +92,17 @@ def template_imports(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyP
     before = set(sys.modules)
     yield monkeypatch
     for name in set(sys.modules) - before:
-        if name.split(".")[0] in {module_name(strategy) for strategy in offline.STRATEGIES}:
+        if name.split(".")[0] in {module_name(strategy) for strategy in strategies.STRATEGIES}:
             del sys.modules[name]
 
 
 def test_there_is_one_template_per_strategy() -> None:
     assert sorted(path.name for path in TEMPLATES.iterdir() if path.is_dir()) == sorted(
-        offline.STRATEGIES
+        strategies.STRATEGIES
     )
 
 
-@pytest.mark.parametrize("strategy", offline.STRATEGIES)
+@pytest.mark.parametrize("strategy", strategies.STRATEGIES)
 def test_template_exports_a_chain_typed_question_to_answer(
     strategy: str, template_imports: pytest.MonkeyPatch
 ) -> None:
@@ -124,7 +124,7 @@ def test_template_exports_a_chain_typed_question_to_answer(
     assert chain.bound.strategy == strategy
 
 
-@pytest.mark.parametrize("strategy", offline.STRATEGIES)
+@pytest.mark.parametrize("strategy", strategies.STRATEGIES)
 def test_template_dependencies_are_installed_here(strategy: str) -> None:
     """The kit (with the extras the template names) and langchain-core satisfy the template."""
     dependencies = template_project(strategy)["tool"]["poetry"]["dependencies"]
@@ -151,7 +151,7 @@ def _extra_requirements(distribution: str, extra: str) -> list[Requirement]:
     ]
 
 
-@pytest.mark.parametrize("strategy", offline.STRATEGIES)
+@pytest.mark.parametrize("strategy", strategies.STRATEGIES)
 def test_template_readme_has_the_usual_sections(strategy: str) -> None:
     readme = (TEMPLATES / strategy / "README.md").read_text("utf-8")
     module = module_name(strategy)
