@@ -88,16 +88,15 @@ def _check_index(directory: Path) -> None:
         )
 
 
-def _write_scores(
-    json_path: Path | None, plot: Path | None, dataset: str, scores: dict[str, dict[str, float]]
-) -> None:
-    """Write the ``{setup: {metric: score}}`` table as JSON and as a plot when asked to."""
+def _write_scores(json_path: Path | None, plot: Path | None, summary: Any) -> None:
+    """Write an evaluation's :class:`~rag_fusion_chain.evaluate.Summary` as JSON and as a plot
+    when asked to."""
     from rag_fusion_chain import evaluate  # the eval extra, imported only by `eval`
 
     if json_path is not None:
-        output.print(f"Wrote {evaluate.write_json(json_path, dataset, scores)}", markup=False)
+        output.print(f"Wrote {evaluate.write_json(json_path, summary)}", markup=False)
     if plot is not None:
-        output.print(f"Wrote {evaluate.write_plot(plot, dataset, scores)}", markup=False)
+        output.print(f"Wrote {evaluate.write_plot(plot, summary)}", markup=False)
 
 
 def _build_index(sources: Sequence[str], out: Path, **options: Any) -> dict[str, Any]:
@@ -238,9 +237,9 @@ def index(
     Files and URLs that cannot be read are skipped and listed at the end.
     """
     with reported_errors():
+        warnings.filterwarnings("ignore", category=ingest.SkippedSourceWarning)  # summarised
         if (out / INDEX_FILE).exists() and not force:
             raise FileExistsError(f"an index exists in {out}: add --force to replace it")
-        warnings.filterwarnings("ignore", category=ingest.SkippedSourceWarning)  # summarised
         settings = _build_index(
             sources,
             out,
@@ -548,11 +547,14 @@ def eval_dataset(
                     query_count=n,
                     progress=progress_bars(progress, "completed"),
                 )
-            scores = {experiment.setup: experiment.scores for experiment in experiments}
-            table = Table(
-                title=f"{dataset.name} ({dataset.split}, {len(dataset.queries)} queries), "
-                "LangSmith experiments"
+            summary = evaluate.Summary(
+                dataset.name,
+                {experiment.setup: experiment.scores for experiment in experiments},
+                split=dataset.split,
+                query_count=len(dataset.queries),
+                queries_limit=queries_limit,
             )
+            table = Table(title=f"{summary.title}, LangSmith experiments")
             table.add_column("setup", justify="left")
             for metric in evaluate.DEFAULT_METRICS:
                 table.add_column(metric, justify="right")
@@ -571,7 +573,7 @@ def eval_dataset(
                     markup=False,
                     soft_wrap=True,
                 )
-            _write_scores(json_path, plot, dataset.name, scores)
+            _write_scores(json_path, plot, summary)
             return
         if langsmith:
             output.print(
@@ -593,7 +595,7 @@ def eval_dataset(
             )
         headers, rows = evaluate.comparison_table(evaluation.comparison)
         table = Table(
-            title=f"{evaluation.dataset} ({evaluation.split}, {evaluation.query_count} queries)",
+            title=evaluation.summary.title,
             caption=f"p: paired {stat_test} test against {evaluation.comparison.baseline}; "
             f"* p < {max_p}",
         )
@@ -602,7 +604,7 @@ def eval_dataset(
         for row in rows:
             table.add_row(*row)
         output.print(table)
-        _write_scores(json_path, plot, evaluation.dataset, evaluation.scores)
+        _write_scores(json_path, plot, evaluation.summary)
 
 
 @app.callback()

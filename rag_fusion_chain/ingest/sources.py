@@ -16,6 +16,7 @@ import functools
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from langchain_core.documents import Document
 
@@ -43,29 +44,12 @@ ACCEPTED_SOURCES = (
 """What can be loaded, in words for error messages."""
 
 
-def load(
-    sources: Sequence[str | os.PathLike[str]],
-    *,
-    strict: bool = False,
-    follow_symlinks: bool = False,
-    max_file_size: int = DEFAULT_MAX_FILE_SIZE,
-    timeout: float = DEFAULT_TIMEOUT,
-    max_bytes: int = DEFAULT_MAX_BYTES,
-    deny_private: bool | None = None,
-) -> list[Document]:
-    """The documents of :func:`load_with_report` (skipped sources are only warned about).
+def load(sources: Sequence[str | os.PathLike[str]], **options: Any) -> list[Document]:
+    """The documents of :func:`load_with_report` (same options); skipped sources are warned.
 
     >>> documents = load(["https://example.org/post.html", "docs/", "corpus.jsonl"])  # doctest: +SKIP
     """
-    return load_with_report(
-        sources,
-        strict=strict,
-        follow_symlinks=follow_symlinks,
-        max_file_size=max_file_size,
-        timeout=timeout,
-        max_bytes=max_bytes,
-        deny_private=deny_private,
-    ).documents
+    return load_with_report(sources, **options).documents
 
 
 def load_with_report(

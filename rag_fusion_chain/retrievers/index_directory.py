@@ -158,6 +158,7 @@ def build_index(
         chunks = ingest.split_documents(
             documents, chunk_size=chunk_size, chunk_overlap=chunk_overlap
         )
+    chunks = [_without_url_credentials(chunk) for chunk in chunks]  # ids, sources: stored
     settings = {  # signed with this user's key: open_index loads nothing it does not vouch for
         "format": INDEX_FORMAT,
         "kit_version": _kit_version(),
@@ -217,7 +218,18 @@ def _load(
     loaded = ingest.load_with_report(
         items, on_source=lambda _: report("load", 1, len(items)), **load_options
     )
-    return [os.fspath(source) for source in items], loaded
+    return [models.redact_credentials(os.fspath(source)) for source in items], loaded
+
+
+def _without_url_credentials(chunk: Document) -> Document:
+    """``chunk``, or a copy whose id and ``source`` no longer hold a URL's user and password."""
+    source = chunk.metadata.get("source")
+    clean_source = models.redact_credentials(source) if isinstance(source, str) else source
+    clean_id = models.redact_credentials(chunk.id) if chunk.id else chunk.id
+    if clean_source == source and clean_id == chunk.id:
+        return chunk
+    metadata = {**chunk.metadata, "source": clean_source}
+    return chunk.model_copy(update={"id": clean_id, "metadata": metadata})
 
 
 def _write_index(
