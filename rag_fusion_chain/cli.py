@@ -426,7 +426,7 @@ def demo(
             feedback=opened.bm25,
             return_sources=True,
         )
-        render_answer(chain, question)
+        render_answer(chain, question, fusion=_fusion_shown(strategy))
 
 
 class Question(BaseModel):
