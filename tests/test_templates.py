@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.metadata
+import json
 import os
 import re
 import shutil
@@ -208,6 +209,84 @@ def test_template_readme_asks_questions_the_sample_answers(strategy: str) -> Non
         relevant = set(claims[data.SAMPLE_QUESTIONS[question]])
         found = {document.metadata["doc_id"] for document in bm25.invoke(question)}
         assert relevant & found, (question, relevant, found)
+
+
+# ============================================================================================
+# Packaging: a fresh virtual environment, pip's resolver, no kit
+# ============================================================================================
+
+
+def isolated_environment() -> dict[str, str]:
+    """This process's environment without what would put the kit on a fresh venv's path."""
+    return {name: value for name, value in os.environ.items() if not name.startswith("PYTHON")}
+
+
+def pip(venv: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
+    """``pip`` of ``venv``; skips the test when the package registry cannot be reached."""
+    completed = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", *arguments],
+        env=isolated_environment(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    output = completed.stdout + completed.stderr
+    if completed.returncode and re.search(
+        r"NewConnectionError|Network is unreachable|timed out", output
+    ):
+        pytest.skip(f"the package registry is not reachable: {output[-300:]}")
+    assert completed.returncode == 0, output
+    return completed
+
+
+@pytest.mark.timeout(400)
+def test_template_without_the_kit_stops_with_one_line(tmp_path: Path) -> None:
+    """In a fresh venv (no system packages) pip resolves a template; importing it names the fix.
+
+    The kit is not published, so the templates do not require it by name (pip would stop at "No
+    matching distribution"): pip's resolver accepts the template's requirements as they are, and
+    the template, imported without the kit, stops at once with one line saying how to install it.
+    """
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    report = tmp_path / "report.json"
+    pip(
+        venv,
+        "install",
+        "--quiet",
+        "--dry-run",
+        "--report",
+        str(report),
+        str(TEMPLATES / "rag-fusion"),
+    )
+    resolved = {item["metadata"]["name"] for item in json.loads(report.read_text())["install"]}
+    assert {"rag-fusion", "langchain-core"} <= resolved and "rag-fusion-chain" not in resolved
+    pip(
+        venv,
+        "install",
+        "--quiet",
+        "--no-deps",
+        *(str(TEMPLATES / name) for name in offline.STRATEGIES),
+    )
+
+    for strategy in offline.STRATEGIES:
+        started = time.monotonic()
+        imported = subprocess.run(
+            [str(venv / "bin" / "python"), "-c", f"import {module_name(strategy)}"],
+            env=isolated_environment(),
+            cwd=tmp_path,  # not the repository, whose rag_fusion_chain `-c` would find
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert imported.returncode == 1 and time.monotonic() - started < 30
+        last = imported.stderr.strip().splitlines()[-1]
+        assert last.startswith(
+            f"ImportError: the {strategy} template needs the rag-fusion-chain kit"
+        )
+        assert 'pip install "rag-fusion-chain[faiss,bm25,hf,openai,serve] @ git+https://' in last
 
 
 # ============================================================================================
