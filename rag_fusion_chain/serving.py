@@ -68,6 +68,8 @@ DEFAULT_COLLECTION = "rag_fusion_chain"
 """The collection ``build_chroma`` writes by default."""
 CHROMA_PAGE = 1000
 """Documents fetched per request when BM25 is built from a Chroma server's collection."""
+CHROMA_TIMEOUT_SECONDS = 30.0
+"""Bound of every request to a Chroma server."""
 MAX_K = 100
 """Upper bound of ``k`` (documents per retriever call) in a request."""
 MAX_TOP_N = 100
@@ -309,10 +311,14 @@ def chroma_server_index(url: str, collection: str, embedding: str | None) -> Ope
         ssl=https,
         settings=chromadb.config.Settings(anonymized_telemetry=False),
     )
+    # chromadb's HTTP session waits forever; bound every request (private attribute, guarded).
+    session = getattr(getattr(client, "_server", None), "_session", None)
+    if session is not None:
+        session.timeout = CHROMA_TIMEOUT_SECONDS
     store = load_chroma(models.embeddings(embedding), collection_name=collection, client=client)
     documents: list[Document] = []
     while True:
-        page = store._collection.get(
+        page = store.get(
             limit=CHROMA_PAGE, offset=len(documents), include=["documents", "metadatas"]
         )
         for identifier, text, metadata in zip(
@@ -340,6 +346,7 @@ def open_source(
     """
     from rag_fusion_chain.retrievers.index_directory import open_index
 
+    show_progress()
     started = time.perf_counter()
     embedding = embedding or os.environ.get(models.EMBEDDING_ENV) or None
     if source.index is not None:
@@ -358,13 +365,18 @@ def open_source(
 
 
 def announce(line: str) -> None:
-    """Log ``line`` at INFO, shown on stderr even when the application configured no logging."""
+    """Log ``line`` at INFO (see :func:`show_progress`)."""
+    show_progress()
+    logger.info(line)
+
+
+def show_progress() -> None:
+    """Show this module's INFO lines on stderr, unless the application configured logging."""
     if not logging.getLogger().handlers and not logger.handlers:
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("%(message)s"))
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
-    logger.info(line)
 
 
 def clear_cache() -> None:

@@ -243,10 +243,22 @@ def test_a_template_answers_from_a_chroma_server(
     monkeypatch.setenv(serving.CHROMA_URL_ENV, chroma_server.url)
     monkeypatch.setenv(serving.CHROMA_COLLECTION_ENV, "notes")
 
+    import chromadb
+
+    original, clients = chromadb.HttpClient, []
+
+    def recording_client(*args: Any, **kwargs: Any) -> Any:
+        clients.append(original(*args, **kwargs))
+        return clients[-1]
+
+    monkeypatch.setattr(chromadb, "HttpClient", recording_client)
+
     chain = serving.build_chain("rag-fusion", return_sources=True)
     result = sourced(chain, "What is a lichen made of?")
     assert result["documents"][0].metadata["note"] == "lichen"
     assert {document.metadata["note"] for document in result["documents"]} <= set(NOTES)
+    (client,) = clients
+    assert client._server._session.timeout.read == serving.CHROMA_TIMEOUT_SECONDS  # bounded
 
     monkeypatch.setenv(serving.CHROMA_COLLECTION_ENV, "missing")
     serving.clear_cache()
