@@ -12,13 +12,11 @@ label saying so (:data:`OFFLINE_LABEL`).
 * :class:`FeedbackPassage` stands in for HyDE's hypothetical passage (``str`` out).
 * :class:`ExtractiveAnswer` takes the chains' state (``question``, ``documents``) where the
   ``answer`` step goes and streams its lines.
-* :func:`offline_chain` composes them into any of the kit's strategies (the chains in
-  :mod:`chains` need a chat model); :func:`chain_for` picks the chat-model chain or this one, and
-  :func:`retrieval_chain` stops before the answer.
 
->>> # chain = offline_chain("rag-fusion", [bm25, vectors], return_sources=True)
->>> # chain.invoke("Is birth weight associated with breast cancer?")["answer"]
->>> # '[offline extractive answer] ...'
+The strategies (:mod:`strategies`) build their offline steps from these, and the chains run them
+when no model is given: ``chains.rag_fusion_chain([bm25, vectors])`` answers offline.
+
+>>> # PseudoRelevanceFeedback(retriever=bm25, n=3).invoke("birth weight and breast cancer")
 """
 
 from __future__ import annotations
@@ -33,21 +31,16 @@ from typing import Any
 from langchain_core.callbacks import CallbackManagerForChainRun
 from langchain_core.documents import Document
 from langchain_core.runnables import (
-    Runnable,
     RunnableConfig,
-    RunnableLambda,
-    RunnablePassthrough,
-    RunnablePick,
     RunnableSerializable,
 )
 from langchain_core.runnables.config import patch_config
 from pydantic import ConfigDict
 
-from rag_fusion_chain import chains, queries
-from rag_fusion_chain.fusion import BaseFusion, reciprocal_rank_fusion, unique_union
-from rag_fusion_chain.queries import QuestionInput, dedupe_key, question_of, validate_count
+from rag_fusion_chain.queries import dedupe_key
 from rag_fusion_chain.retrievers.bm25 import BM25Retriever, tokenize
 from rag_fusion_chain.retrievers.fanout import FusionRetriever, MultiRetriever, as_retriever_list
+from rag_fusion_chain.validation import MAX_QUERIES, QuestionInput, question_of, validate_count
 
 OFFLINE_LABEL = "[offline extractive answer]"
 """How every offline answer starts, so nobody mistakes it for a generated one."""
@@ -55,15 +48,6 @@ OFFLINE_NOTE = (
     "No chat model is configured: these are the sentences of the retrieved passages that share "
     "the most terms with the question, quoted as they are, not a generated answer."
 )
-STRATEGIES = (
-    chains.RAG_FUSION,
-    chains.MULTI_QUERY,
-    chains.DECOMPOSITION,
-    chains.STEP_BACK,
-    chains.HYDE,
-)
-"""The strategy names, as the chains' run names spell them."""
-
 Terms = Callable[[str], list[str]]
 """A tokenizer: text to index terms."""
 
@@ -223,7 +207,7 @@ def extractive_answer(
     """The lines of an offline answer: the label and note, then quoted sentences with ``[i]``.
 
     ``[i]`` is the document's 1-based position in ``documents``, the numbering of
-    :func:`chains.format_context`, so citations point at the passages as the sources list them.
+    :func:`context.format_context`, so citations point at the passages as the sources list them.
 
     >>> lines = extractive_answer("heat pumps", [Document("Heat pumps move heat.")], str.split)
     >>> lines[0].startswith(OFFLINE_LABEL), lines[1:]
@@ -333,7 +317,7 @@ class PseudoRelevanceFeedback(_FeedbackRunnable):
 
     def model_post_init(self, context: Any) -> None:
         super().model_post_init(context)
-        validate_count("n", self.n, queries.MAX_QUERIES)
+        validate_count("n", self.n, MAX_QUERIES)
         validate_count("terms_per_query", self.terms_per_query)
 
     def _from_feedback(self, question: str, feedback: list[Document]) -> list[str]:
@@ -404,7 +388,7 @@ class ExtractiveAnswer(RunnableSerializable[Mapping[str, Any], str]):
     """The offline ``answer`` step: quote the fused passages' sentences closest to the question.
 
     Input: the chains' state, a mapping with ``question`` and ``documents`` (the fused passages,
-    numbered from 1 as :func:`chains.format_context` numbers them) and, for step-back, the
+    numbered from 1 as :func:`context.format_context` numbers them) and, for step-back, the
     ``step_back_documents`` numbered on after them. Output: :func:`extractive_answer`'s lines,
     starting with :data:`OFFLINE_LABEL`; ``stream`` yields them line by line.
     Sentences are compared through ``terms_of`` (default: the BM25 tokenizer with stemming).
@@ -465,12 +449,6 @@ class ExtractiveAnswer(RunnableSerializable[Mapping[str, Any], str]):
 # --------------------------------------------------------------------------------------------
 
 
-def _check_strategy(strategy: str) -> str:
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}; got {strategy!r}")
-    return strategy
-
-
 def feedback_retriever(retrievers: Any) -> BM25Retriever:
     """The first :class:`BM25Retriever` in ``retrievers``, searching inside fan-outs and fusions.
 
@@ -492,190 +470,21 @@ def feedback_retriever(retrievers: Any) -> BM25Retriever:
     )
 
 
-_as_queries = RunnableLambda(chains._as_query_list, name="queries")
-"""HyDE's one passage as the list of queries the fan-out searches."""
-
-
-def _with_question(generator: Runnable[QuestionInput, str]) -> Runnable[QuestionInput, list[str]]:
-    """[question, generated] for step-back, or [question] when both are the same."""
-
-    def both(value: QuestionInput, config: RunnableConfig) -> list[str]:
-        question = question_of(value)
-        generated = generator.invoke(question, config)
-        return (
-            [question] if dedupe_key(generated) == dedupe_key(question) else [question, generated]
-        )
-
-    return RunnableLambda(both, name="generate_queries")
-
-
-def query_step(
-    strategy: str,
-    llm: Runnable[Any, Any] | None = None,
-    *,
-    feedback: BM25Retriever | None = None,
-    n: int = 4,
-) -> Runnable[QuestionInput, list[str]]:
-    """The queries a strategy searches with: from ``llm``, or by pseudo-relevance feedback.
-
-    With a model: :mod:`queries`' generator (step-back gives ``[question, step-back question]``,
-    HyDE ``[passage]``). Without (``llm=None``, ``feedback`` needed): rag-fusion, multi-query and
-    decomposition give the question and ``n`` expanded queries, step-back the question and one
-    expanded query, HyDE a :class:`FeedbackPassage`.
-    """
-    _check_strategy(strategy)
-    if llm is not None:
-        factories: dict[str, Callable[..., Runnable[Any, Any]]] = {
-            chains.RAG_FUSION: queries.rag_fusion,
-            chains.MULTI_QUERY: queries.multi_query,
-            chains.DECOMPOSITION: queries.decomposition,
-        }
-        if strategy in factories:
-            return factories[strategy](llm, n)
-        if strategy == chains.STEP_BACK:
-            return _with_question(queries.step_back(llm))
-        return queries.hyde(llm) | _as_queries
-    if feedback is None:
-        raise ValueError("feedback: offline query generation needs a BM25Retriever")
-    if strategy == chains.HYDE:
-        return FeedbackPassage(retriever=feedback) | _as_queries
-    # The question itself comes first, unexpanded: it guards the fused list against drift.
-    expansions = 1 if strategy == chains.STEP_BACK else n
-    return PseudoRelevanceFeedback(retriever=feedback, n=expansions, include_original=True)
-
-
-def retrieval_chain(
-    strategy: str,
-    retrievers: Any,
-    llm: Runnable[Any, Any] | None = None,
-    *,
-    feedback: BM25Retriever | None = None,
-    n: int = 4,
-    k: int | None = None,
-    top_n: int = chains.DEFAULT_TOP_N,
-    fusion: BaseFusion | None = None,
-) -> Runnable[QuestionInput, dict[str, Any]]:
-    """Question to ``{"question", "queries", "retrieved", "documents", "failures"}``, no answer.
-
-    ``retrieved`` holds the ranked lists (each a :class:`fusion.RankedList` knowing its query and
-    source), ``documents`` the ``top_n`` fused documents: the unique union for multi-query,
-    reciprocal rank fusion otherwise (or ``fusion``). Queries come from :func:`query_step`;
-    without ``llm`` the BM25 retriever among ``retrievers`` (or ``feedback``) drives them.
-    """
-    if llm is None and feedback is None:
-        feedback = feedback_retriever(retrievers)
-    default_fusion = unique_union if strategy == chains.MULTI_QUERY else reciprocal_rank_fusion
-    chosen = chains._checked_fusion(fusion, default_fusion)
-    fuse = chosen.model_copy(update={"top_n": validate_count("top_n", top_n)})
-    fan_out = chains._multi_retriever(retrievers, k)
-    return (
-        RunnableLambda(chains._question_state, name="question")
-        | RunnablePassthrough.assign(queries=query_step(strategy, llm, feedback=feedback, n=n))
-        | RunnablePassthrough.assign(retrieved=RunnablePick("queries") | fan_out)
-        | RunnablePassthrough.assign(
-            documents=RunnablePick("retrieved") | fuse,
-            failures=RunnableLambda(chains._failures_of, name="failures"),
-        )
-    ).with_config(run_name="retrieval", tags=[strategy])
-
-
-def offline_chain(
-    strategy: str,
-    retrievers: Any,
-    *,
-    feedback: BM25Retriever | None = None,
-    n: int = 4,
-    k: int | None = None,
-    top_n: int = chains.DEFAULT_TOP_N,
-    fusion: BaseFusion | None = None,
-    sentences: int = 3,
-    return_sources: bool = False,
-) -> Runnable[QuestionInput, Any]:
-    """A strategy's chain without a chat model: feedback queries, fusion, extractive answer.
-
-    Same input and output as the :mod:`chains` chains (the answer ``str``, streamed; with
-    ``return_sources=True`` ``{"answer", "queries", "documents", "failures"}``), the same run
-    name, tag and metadata. Offline, every strategy is retrieve-then-fuse: decomposition searches
-    with expanded queries rather than sub-questions, step-back fuses the question's and the
-    broadened query's results together. The answer is :class:`ExtractiveAnswer`'s.
-
-    >>> # offline_chain("hyde", [bm25, vectors]).invoke("Why is the sky blue?")
-    """
-    _check_strategy(strategy)
-    retrieval = retrieval_chain(
-        strategy, retrievers, feedback=feedback, n=n, k=k, top_n=top_n, fusion=fusion
-    )
-    answer = ExtractiveAnswer(sentences=sentences)
-    ending = chains._ending(answer, chains._standard_sources(), return_sources)
-    return (retrieval | ending).with_config(
-        run_name=strategy,
-        tags=[strategy, "offline"],
-        metadata={"strategy": strategy, "offline": True, "n": n, "k": k, "top_n": top_n},
-    )
-
-
-def chain_for(
-    strategy: str,
-    retrievers: Any,
-    llm: Runnable[Any, Any] | None = None,
-    *,
-    feedback: BM25Retriever | None = None,
-    n: int | None = None,
-    k: int | None = None,
-    top_n: int | None = None,
-    return_sources: bool = False,
-) -> Runnable[QuestionInput, Any]:
-    """The chain for ``strategy``: :mod:`chains`' with a chat model, :func:`offline_chain` without.
-
-    ``feedback`` is the BM25 index the offline chain draws its queries from (default: the
-    :class:`BM25Retriever` among ``retrievers``); ``None`` options keep each chain's defaults.
-
-    >>> # chain_for("rag-fusion", [bm25, vectors], models.chat_model(), return_sources=True)
-    """
-    _check_strategy(strategy)
-    if llm is None:
-        return offline_chain(
-            strategy,
-            retrievers,
-            feedback=feedback,
-            n=4 if n is None else n,
-            k=k,
-            top_n=chains.DEFAULT_TOP_N if top_n is None else top_n,
-            return_sources=return_sources,
-        )
-    factories: dict[str, Callable[..., Runnable[Any, Any]]] = {
-        chains.RAG_FUSION: chains.rag_fusion_chain,
-        chains.MULTI_QUERY: chains.multi_query_chain,
-        chains.DECOMPOSITION: chains.decomposition_chain,
-        chains.STEP_BACK: chains.step_back_chain,
-        chains.HYDE: chains.hyde_chain,
-    }
-    options: dict[str, Any] = {"k": k, "top_n": top_n, "return_sources": return_sources}
-    if n is not None and strategy in (chains.RAG_FUSION, chains.MULTI_QUERY, chains.DECOMPOSITION):
-        options["n"] = n
-    return factories[strategy](retrievers, llm, **options)
-
-
 __all__ = [
     "OFFLINE_LABEL",
     "OFFLINE_NOTE",
-    "STRATEGIES",
     "ExtractiveAnswer",
     "FeedbackPassage",
     "PseudoRelevanceFeedback",
     "best_sentences",
     "bm25_document_frequency",
     "bm25_terms",
-    "chain_for",
     "expanded_queries",
     "expansion_terms",
     "extractive_answer",
     "feedback_retriever",
     "inverse_document_frequency",
     "is_expansion_candidate",
-    "offline_chain",
-    "query_step",
-    "retrieval_chain",
     "split_sentences",
     "surface_forms",
 ]

@@ -46,8 +46,9 @@ from langchain_core.runnables.utils import ConfigurableFieldSpec
 from pydantic import BaseModel, Field, GetCoreSchemaHandler, PrivateAttr, field_validator
 from pydantic_core import CoreSchema, core_schema
 
-from rag_fusion_chain import chains, data, models, offline, queries
-from rag_fusion_chain.queries import QuestionInput
+from rag_fusion_chain import chains, data, models, strategies, validation
+from rag_fusion_chain.pipeline import K_FIELD, N_FIELD, TOP_N_FIELD
+from rag_fusion_chain.validation import QuestionInput
 
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings
@@ -83,14 +84,14 @@ class Question(BaseModel):
 
     question: str = Field(
         min_length=1,
-        max_length=queries.MAX_QUESTION_CHARS,
+        max_length=validation.MAX_QUESTION_CHARS,
         description="The question to answer from the indexed documents",
     )
 
     @field_validator("question")
     @classmethod
     def _visible_text(cls, value: str) -> str:
-        return queries.question_of(value)
+        return validation.question_of(value)
 
 
 # --------------------------------------------------------------------------------------------
@@ -116,11 +117,6 @@ def cache_directory() -> Path:
     """``RAG_FUSION_CACHE_DIR``, else :data:`DEFAULT_CACHE_DIR`."""
     configured = os.environ.get(CACHE_DIR_ENV)
     return Path(configured).expanduser() if configured else DEFAULT_CACHE_DIR
-
-
-def embedding_name() -> str:
-    """The embeddings :func:`models.embeddings` resolves to with no argument."""
-    return os.environ.get(models.EMBEDDING_ENV) or models.DEFAULT_EMBEDDING
 
 
 @dataclass(frozen=True)
@@ -400,7 +396,7 @@ def served_chain(
     """
     source = source or IndexSource.from_environment()
     opened = _cached_source(source, os.environ.get(models.EMBEDDING_ENV) or None)
-    return offline.chain_for(
+    return chains.chain_for(
         strategy,
         [opened.bm25, opened.vectors],
         models.chat_model(),
@@ -427,31 +423,29 @@ def _bounded(upper: int) -> Any:
     return type(f"CountUpTo{upper}", (), {"__get_pydantic_core_schema__": classmethod(schema)})
 
 
-PER_CALL_SETTINGS = (
-    ConfigurableFieldSpec(
-        id="n",
-        annotation=_bounded(queries.MAX_QUERIES),
-        name="n",
-        description=f"Number of generated queries (1 to {queries.MAX_QUERIES})",
-        default=4,
-    ),
-    ConfigurableFieldSpec(
-        id="k",
-        annotation=_bounded(MAX_K),
-        name="k",
-        description=f"Documents per retriever call (1 to {MAX_K})",
-        default=None,
-    ),
-    ConfigurableFieldSpec(
-        id="top_n",
-        annotation=_bounded(MAX_TOP_N),
-        name="top_n",
-        description=f"Fused documents kept (1 to {MAX_TOP_N})",
-        default=chains.DEFAULT_TOP_N,
-    ),
-)
-"""``n``, ``k`` and ``top_n`` as a served chain declares them, bounded: LangServe answers 422
-to a request outside the bounds, before anything runs."""
+BOUNDS = {N_FIELD.id: validation.MAX_QUERIES, K_FIELD.id: MAX_K, TOP_N_FIELD.id: MAX_TOP_N}
+"""Upper bounds of the per-call settings a served chain accepts (the lower bound is 1)."""
+
+
+def per_call_settings(strategy: str) -> list[ConfigurableFieldSpec]:
+    """``n`` (where the strategy counts queries), ``k`` and ``top_n``, bounded by :data:`BOUNDS`.
+
+    Known before the chain is built (LangServe reads them when the routes are added); LangServe
+    answers 422 to a request outside the bounds, before anything runs.
+    """
+    record = strategies.get(strategy)
+    fields = [(N_FIELD, record.default_n)] if record.counted else []
+    fields += [(K_FIELD, None), (TOP_N_FIELD, record.default_top_n)]
+    return [
+        ConfigurableFieldSpec(
+            id=field.id,
+            name=field.name,
+            description=f"{field.description} (1 to {BOUNDS[field.id]})",
+            default=default,
+            annotation=_bounded(BOUNDS[field.id]),
+        )
+        for field, default in fields
+    ]
 
 
 class ServedChain(RunnableSerializable[QuestionInput, Any]):
@@ -459,7 +453,7 @@ class ServedChain(RunnableSerializable[QuestionInput, Any]):
 
     Calls pass the caller's config through unchanged, so this wrapper adds no run of its own: a
     trace starts with the strategy's run (``rag-fusion``, ``hyde``, ...). Its configurable
-    fields are the bounded :data:`PER_CALL_SETTINGS`.
+    fields are the bounded :func:`per_call_settings`.
     """
 
     strategy: str
@@ -470,14 +464,11 @@ class ServedChain(RunnableSerializable[QuestionInput, Any]):
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
     def model_post_init(self, context: Any) -> None:
-        if self.strategy not in offline.STRATEGIES:
-            raise ValueError(
-                f"strategy must be one of {', '.join(offline.STRATEGIES)}; got {self.strategy!r}"
-            )
+        strategies.get(self.strategy)  # a ValueError naming the strategies for an unknown one
 
     @property
     def config_specs(self) -> list[ConfigurableFieldSpec]:
-        return list(PER_CALL_SETTINGS)
+        return per_call_settings(self.strategy)
 
     def chain(self) -> Runnable[QuestionInput, Any]:
         """The built chain (opening the index the first time)."""
@@ -577,7 +568,7 @@ __all__ = [
     "INDEX_ENV",
     "MAX_K",
     "MAX_TOP_N",
-    "PER_CALL_SETTINGS",
+    "BOUNDS",
     "VECTOR_STORES",
     "VECTOR_STORE_ENV",
     "ServedChain",
@@ -589,9 +580,9 @@ __all__ = [
     "cache_directory",
     "chroma_address",
     "chroma_server_index",
-    "embedding_name",
     "index_directory",
     "open_source",
+    "per_call_settings",
     "sample_index",
     "served_chain",
     "vector_store_kind",

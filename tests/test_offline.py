@@ -14,13 +14,15 @@ from langchain_core.documents import Document
 from langchain_core.language_models import FakeListChatModel
 from langchain_core.retrievers import BaseRetriever
 
-from rag_fusion_chain import chains, offline
+from rag_fusion_chain import chains, offline, strategies
 from rag_fusion_chain.offline import (
     OFFLINE_LABEL,
     ExtractiveAnswer,
     FeedbackPassage,
     PseudoRelevanceFeedback,
 )
+from rag_fusion_chain.offline_steps import OfflineSubQuestions
+from rag_fusion_chain.pipeline import retrieval_pipeline
 from rag_fusion_chain.retrievers.bm25 import BM25Retriever, tokenize
 from rag_fusion_chain.retrievers.hybrid import hybrid_retriever
 
@@ -269,27 +271,27 @@ def test_extractive_answer_streams_line_by_line_under_the_answer_run_name() -> N
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("strategy", offline.STRATEGIES)
+@pytest.mark.parametrize("strategy", strategies.STRATEGIES)
 def test_offline_chain_runs_every_strategy(bm25: BM25Retriever, strategy: str) -> None:
     names = RunNames()
-    chain = offline.offline_chain(strategy, [bm25], top_n=3, return_sources=True)
+    chain = chains.chain_for(strategy, [bm25], top_n=3, return_sources=True)
     result = chain.invoke({"question": QUESTION}, {"callbacks": [names]})
     assert set(result) == {"answer", "queries", "documents", "failures"}
     assert result["answer"].startswith(OFFLINE_LABEL)
-    assert 1 <= len(result["documents"]) <= 3
-    assert {document.id for document in result["documents"]} <= {"heat-1", "heat-2", "heat-3"}
+    # decomposition quotes each sub-question's 3 passages and the question's, each once
+    assert 1 <= len(result["documents"]) <= (len(CORPUS) if strategy == "decomposition" else 6)
     assert all("fusion_score" in document.metadata for document in result["documents"])
     assert result["failures"] == []
     if strategy == chains.HYDE:
         assert len(result["queries"]) == 1 and result["queries"][0] != QUESTION
-    else:
+    elif strategy != chains.DECOMPOSITION:
         assert result["queries"][0] == QUESTION
     assert names.root == strategy
-    assert {"generate_queries", "retrieve", "fuse", "answer"} <= set(names.names)
+    assert {"generate_queries", "retrieve", "fuse", "format_context", "answer"} <= set(names.names)
 
 
 def test_offline_chain_streams_the_answer_as_the_plain_chain_output(bm25: BM25Retriever) -> None:
-    chain = offline.offline_chain(chains.RAG_FUSION, [bm25])
+    chain = chains.rag_fusion_chain([bm25])
     chunks = list(chain.stream(QUESTION))
     assert len(chunks) > 1
     assert "".join(chunks) == chain.invoke(QUESTION)
@@ -305,16 +307,16 @@ def test_feedback_retriever_is_found_inside_a_hybrid_retriever(bm25: BM25Retriev
     with pytest.raises(ValueError, match="BM25Retriever"):
         offline.feedback_retriever([Nothing()])
     with pytest.raises(ValueError, match="strategy must be one of"):
-        offline.offline_chain("telepathy", [bm25])
+        chains.chain_for("telepathy", [bm25])
 
 
-def test_query_step_with_a_model_uses_the_model(bm25: BM25Retriever) -> None:
-    step_back = offline.query_step(
-        chains.STEP_BACK, FakeListChatModel(responses=["How do heating systems work?"])
-    )
+def test_the_step_back_query_step_leads_with_the_question() -> None:
+    record = strategies.get(chains.STEP_BACK)
+    step_back = record.query_step(FakeListChatModel(responses=["How do heating systems work?"]))
     assert step_back.invoke(QUESTION) == [QUESTION, "How do heating systems work?"]
-    fusion = offline.query_step(
-        chains.RAG_FUSION, FakeListChatModel(responses=["compressor\nrefrigerant"]), n=2
+    assert list(step_back.stream(QUESTION))[0] == [QUESTION]  # searched before the model answers
+    fusion = strategies.get(chains.RAG_FUSION).query_step(
+        FakeListChatModel(responses=["compressor\nrefrigerant"]), n=2, include_original=False
     )
     assert fusion.invoke(QUESTION) == ["compressor", "refrigerant"]
 
@@ -323,18 +325,69 @@ def test_chain_for_picks_the_model_chain_or_the_offline_chain(bm25: BM25Retrieve
     llm = FakeListChatModel(responses=["refrigerant cycle", "A model answer [1]"])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        with_model = offline.chain_for(chains.RAG_FUSION, [bm25], llm, n=1, return_sources=True)
+        with_model = chains.chain_for(chains.RAG_FUSION, [bm25], llm, n=1, return_sources=True)
         result = with_model.invoke(QUESTION)
     assert result["answer"] == "A model answer [1]"
-    assert result["queries"] == ["refrigerant cycle"]
-    without = offline.chain_for(chains.RAG_FUSION, [bm25], None, feedback=bm25)
+    assert result["queries"] == [QUESTION, "refrigerant cycle"]
+    without = chains.chain_for(chains.RAG_FUSION, [bm25], None, feedback=bm25)
     assert without.invoke(QUESTION).startswith(OFFLINE_LABEL)
 
 
-def test_retrieval_chain_keeps_the_ranked_lists(bm25: BM25Retriever) -> None:
-    state = offline.retrieval_chain(chains.MULTI_QUERY, [bm25], n=2, top_n=4).invoke(QUESTION)
+def test_retrieval_pipeline_keeps_the_ranked_lists(bm25: BM25Retriever) -> None:
+    state = retrieval_pipeline(chains.MULTI_QUERY, [bm25], n=2, top_n=4).invoke(QUESTION)
     assert len(state["retrieved"]) == len(state["queries"]) == 3
     assert [ranked.query for ranked in state["retrieved"]] == state["queries"]
     assert len(state["documents"]) <= 4
     # multi-query fuses by unique union: the score counts the lists holding the document
     assert all(document.metadata["fusion_score"] >= 1 for document in state["documents"])
+
+
+# --------------------------------------------------------------------------------------------
+# The same pipeline as with a model: per-call settings, schema, step names
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("strategy", strategies.STRATEGIES)
+def test_offline_chains_honour_per_call_settings_and_publish_them(
+    bm25: BM25Retriever, strategy: str
+) -> None:
+    chain = chains.chain_for(strategy, [bm25], return_sources=True)
+    with_model = chains.chain_for(strategy, [bm25], FakeListChatModel(responses=["x"]))
+    fields = set(chain.config_schema().model_json_schema()["$defs"]["Configurable"]["properties"])
+    assert fields == {spec.id for spec in with_model.config_specs}
+    assert fields == ({"n", "k", "top_n"} if strategies.get(strategy).counted else {"k", "top_n"})
+    one = chain.invoke(QUESTION, config={"configurable": {"top_n": 1}})
+    if strategy != chains.DECOMPOSITION:  # one passage per sub-question there
+        assert len(one["documents"]) == 1
+    assert len(one["documents"]) < len(chain.invoke(QUESTION)["documents"]) or strategy == "hyde"
+
+
+def test_offline_n_is_configurable_per_call(bm25: BM25Retriever) -> None:
+    chain = chains.rag_fusion_chain([bm25], n=3, return_sources=True)
+    assert len(chain.invoke(QUESTION, config={"configurable": {"n": 1}})["queries"]) == 2
+
+
+def test_offline_answers_show_the_strategy(bm25: BM25Retriever) -> None:
+    question = "How do heat pumps work and what do solar panels make?"
+    answers = {
+        strategy: chains.chain_for(strategy, [bm25], return_sources=True).invoke(question)
+        for strategy in strategies.STRATEGIES
+    }
+    shown = (chains.RAG_FUSION, chains.DECOMPOSITION, chains.STEP_BACK, chains.HYDE)
+    texts = [answers[strategy]["answer"] for strategy in shown]
+    assert len(set(texts)) == len(texts), "two strategies gave the same offline answer"
+    decomposition = answers[chains.DECOMPOSITION]
+    assert decomposition["queries"] == ["How do heat pumps work?", "what do solar panels make?"]
+    assert "Sub-question 1: How do heat pumps work?" in decomposition["answer"]
+    assert "Sub-question 2: what do solar panels make?" in decomposition["answer"]
+    step_back = answers[chains.STEP_BACK]
+    broader = step_back["queries"][1]
+    assert f"Broader question searched: {broader}" in step_back["answer"]
+    hyde = answers[chains.HYDE]
+    assert f"Hypothetical passage searched: {hyde['queries'][0]}" in hyde["answer"]
+
+
+def test_offline_sub_questions_fall_back_to_feedback_aspects(bm25: BM25Retriever) -> None:
+    sub_questions = OfflineSubQuestions(retriever=bm25, n=2).invoke(QUESTION)
+    assert 1 <= len(sub_questions) <= 2
+    assert all(query.startswith(QUESTION) and query != QUESTION for query in sub_questions)

@@ -41,7 +41,7 @@ from langchain_core.tracers.langchain import LangChainTracer
 from langsmith import Client
 from packaging.requirements import Requirement
 
-from rag_fusion_chain import data, offline, serving
+from rag_fusion_chain import data, offline, serving, strategies
 from rag_fusion_chain.retrievers.index_directory import INDEX_FILE
 from tests.conftest import MODEL_ENVIRONMENT_VARIABLES
 from tests.langsmith_recorder import LangSmithRecorder, Run
@@ -92,17 +92,17 @@ def template_imports(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyP
     before = set(sys.modules)
     yield monkeypatch
     for name in set(sys.modules) - before:
-        if name.split(".")[0] in {module_name(strategy) for strategy in offline.STRATEGIES}:
+        if name.split(".")[0] in {module_name(strategy) for strategy in strategies.STRATEGIES}:
             del sys.modules[name]
 
 
 def test_there_is_one_template_per_strategy() -> None:
     assert sorted(path.name for path in TEMPLATES.iterdir() if path.is_dir()) == sorted(
-        offline.STRATEGIES
+        strategies.STRATEGIES
     )
 
 
-@pytest.mark.parametrize("strategy", offline.STRATEGIES)
+@pytest.mark.parametrize("strategy", strategies.STRATEGIES)
 def test_template_exports_a_chain_typed_question_to_answer(
     strategy: str, template_imports: pytest.MonkeyPatch
 ) -> None:
@@ -124,7 +124,7 @@ def test_template_exports_a_chain_typed_question_to_answer(
     assert chain.bound.strategy == strategy
 
 
-@pytest.mark.parametrize("strategy", offline.STRATEGIES)
+@pytest.mark.parametrize("strategy", strategies.STRATEGIES)
 def test_template_dependencies_and_dev_group_resolve_here(strategy: str) -> None:
     """This environment satisfies the template and its dev group, extras included.
 
@@ -161,7 +161,7 @@ def _requirements(distribution: str, extra: str) -> list[Requirement]:
     ]
 
 
-@pytest.mark.parametrize("strategy", offline.STRATEGIES)
+@pytest.mark.parametrize("strategy", strategies.STRATEGIES)
 def test_template_readme_has_the_usual_sections(strategy: str) -> None:
     readme = (TEMPLATES / strategy / "README.md").read_text("utf-8")
     module = module_name(strategy)
@@ -194,7 +194,7 @@ def test_template_readme_has_the_usual_sections(strategy: str) -> None:
         assert expected in readme, expected
 
 
-@pytest.mark.parametrize("strategy", offline.STRATEGIES)
+@pytest.mark.parametrize("strategy", strategies.STRATEGIES)
 def test_template_readme_asks_questions_the_sample_answers(strategy: str) -> None:
     """Every question in a README has a relevant abstract in the sample, found by BM25 alone."""
     from rag_fusion_chain import ingest
@@ -267,10 +267,10 @@ def test_template_without_the_kit_stops_with_one_line(tmp_path: Path) -> None:
         "install",
         "--quiet",
         "--no-deps",
-        *(str(TEMPLATES / name) for name in offline.STRATEGIES),
+        *(str(TEMPLATES / name) for name in strategies.STRATEGIES),
     )
 
-    for strategy in offline.STRATEGIES:
+    for strategy in strategies.STRATEGIES:
         started = time.monotonic()
         imported = subprocess.run(
             [str(venv / "bin" / "python"), "-c", f"import {module_name(strategy)}"],

@@ -82,18 +82,13 @@ def load_sample_vectors(directory: Path | None = None) -> SampleVectors:
 def vectors_fit(record: dict[str, Any], embeddings: Embeddings) -> bool:
     """Whether vectors recorded in ``record`` may be searched with query vectors of ``embeddings``.
 
-    The rule, in one place: the same embeddings identity (model, version, normalisation).
+    The rule, in one place: the kit's rule for mixing embeddings (:func:`models.backends_agree`:
+    the same identity, or another backend of the same model whose vectors agree).
     """
     from rag_fusion_chain import models
 
-    return bool(record.get("embedding_identity") == models.embedding_identity(embeddings))
-
-
-def embedding_backend(embeddings: Embeddings) -> str | None:
-    """The sentence-transformers backend computing ``embeddings`` (``torch``, ``onnx``...), if any."""
-    client = getattr(embeddings, "_client", None)
-    backend = getattr(client, "backend", None)
-    return str(backend) if backend else None
+    built = record.get("embedding_identity")
+    return isinstance(built, str) and models.backends_agree(built, embeddings)
 
 
 class PrecomputedEmbeddings(Embeddings):
@@ -141,7 +136,7 @@ def write_sample_vectors(embedding: str | None = None, directory: Path | None = 
         "format_version": RECORD_FORMAT_VERSION,
         "embedding": embedding or models.DEFAULT_EMBEDDING,
         "embedding_identity": models.embedding_identity(embeddings),
-        "backend": embedding_backend(embeddings),
+        "backend": models.split_backend(models.embedding_identity(embeddings))[1],
         "dimension": int(matrix.shape[1]),
         "corpus_sha256": file_sha256(sample_corpus_path()),
         "document_ids": [document.metadata["doc_id"] for document in documents],
@@ -156,7 +151,6 @@ __all__ = [
     "VECTORS_FILE",
     "PrecomputedEmbeddings",
     "SampleVectors",
-    "embedding_backend",
     "load_sample_vectors",
     "vectors_fit",
     "write_sample_vectors",

@@ -8,7 +8,7 @@ dataset's queries in batches and collects one run per setup.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -78,6 +78,17 @@ class Indexes:
         """The kit's VectorRetriever over a FAISS index of the corpus, ``depth`` documents."""
         return self._once("dense", self._build_dense)
 
+    def settings(self) -> dict[str, Any]:
+        """What the indexes built so far were built with (depth, embedding identity).
+
+        >>> Indexes([]).settings()
+        {'depth': 100}
+        """
+        described: dict[str, Any] = {"depth": self.depth}
+        if "embedding_identity" in self.built:
+            described["embedding"] = self.built["embedding_identity"]
+        return described
+
     def _build_bm25(self) -> BM25Retriever:
         from rag_fusion_chain.retrievers.bm25 import BM25Retriever
 
@@ -95,6 +106,7 @@ class Indexes:
             if isinstance(self.embeddings, Embeddings)
             else models.embeddings(self.embeddings)
         )
+        self.built["embedding_identity"] = models.embedding_identity(embeddings)
         task = "embedding corpus"
         self.progress(task, 0, len(self.corpus))
         if self.cache_dir is None:
@@ -119,6 +131,8 @@ class Setup:
     name: str
     build: Callable[[Indexes], Runnable[str, list[Document]]]
     description: str = ""
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    """What the setup retrieves with (retrievers, fusion and its parameters), for the JSON."""
 
 
 def hybrid_setup(
@@ -155,7 +169,20 @@ def hybrid_setup(
         name or f"hybrid-{label}",
         build,
         f"bm25 + dense, {label} fusion, weights {tuple(weights)}",
+        {
+            "retrievers": ["bm25", "dense"],
+            **_fusion_settings(fusion_object),
+            "weights": list(weights),
+        },
     )
+
+
+def _fusion_settings(fusion: BaseFusion) -> dict[str, Any]:
+    """The fusion's class and its scalar parameters (RRF's k, ...)."""
+    settings: dict[str, Any] = {"fusion": type(fusion).__name__}
+    if isinstance(fusion, ReciprocalRankFusion):
+        settings["rrf_k"] = fusion.k
+    return settings
 
 
 def _fusion(fusion: str | BaseFusion, rrf_k: float) -> BaseFusion:
@@ -172,38 +199,49 @@ def _fusion(fusion: str | BaseFusion, rrf_k: float) -> BaseFusion:
 def strategy_setup(
     strategy: str, llm: Runnable[Any, Any] | None = None, *, query_count: int = 4
 ) -> Setup:
-    """A query strategy (``offline.STRATEGIES``) over BM25 and dense, as the kit retrieves it.
+    """A query strategy (``strategies.STRATEGIES``) over BM25 and dense, as its ready chain
+    retrieves.
 
-    The kit's ``offline.retrieval_chain``: queries from ``llm`` or, with ``llm=None``, from
-    pseudo-relevance feedback on the BM25 index; every query searched with both retrievers; the
-    lists fused by the strategy's fusion (RRF; the unique union for multi-query).
+    The ready chain's own pipeline (:func:`pipeline.retrieval_pipeline`, the builder every ready
+    chain runs) up to its answer, whose cost (a model call over ``depth`` passages) would measure
+    nothing here: queries from ``llm`` or, with ``llm=None``, the strategy's offline query step on
+    the BM25 index; the question searched too; every query searched with both retrievers; the
+    passages the answer would quote, ``depth`` of them per fused list.
 
     >>> strategy_setup("rag-fusion").name
     'rag-fusion-offline'
     """
-    from rag_fusion_chain import offline
+    from rag_fusion_chain import strategies
 
-    if strategy not in offline.STRATEGIES:
-        raise ValueError(f"strategy must be one of {offline.STRATEGIES}, got {strategy!r}")
+    record = strategies.get(strategy)
 
     def build(indexes: Indexes) -> Runnable[str, list[Document]]:
         from langchain_core.runnables import RunnablePick
 
-        retrieval = offline.retrieval_chain(
-            strategy,
+        from rag_fusion_chain.pipeline import retrieval_pipeline
+
+        retrieval = retrieval_pipeline(
+            record,
             [indexes.bm25(), indexes.dense()],
             llm,
-            n=query_count,
+            n=query_count if record.counted else None,
             k=indexes.depth,
             top_n=indexes.depth,
+            question_last=record.shape == "sub-questions",
         )
         return retrieval | RunnablePick("documents")
 
-    source = "pseudo-relevance feedback" if llm is None else "the chat model"
+    source = "the offline query step" if llm is None else "the chat model"
     return Setup(
         strategy if llm is not None else f"{strategy}{OFFLINE_SUFFIX}",
         build,
         f"{strategy}, queries from {source}, over bm25 + dense",
+        {
+            "retrievers": ["bm25", "dense"],
+            "strategy": strategy,
+            "queries_from": "offline" if llm is None else "chat model",
+            "query_count": query_count,
+        },
     )
 
 
@@ -225,19 +263,24 @@ def setup_by_name(
     >>> setup_by_name("bm25").description
     'BM25 (bm25s, English stemmer and stopwords)'
     """
-    from rag_fusion_chain import offline
+    from rag_fusion_chain.strategies import STRATEGIES
 
     if name == "bm25":
-        return Setup(name, Indexes.bm25, "BM25 (bm25s, English stemmer and stopwords)")
+        return Setup(
+            name,
+            Indexes.bm25,
+            "BM25 (bm25s, English stemmer and stopwords)",
+            {"retrievers": ["bm25"]},
+        )
     if name == "dense":
-        return Setup(name, Indexes.dense, "dense (FAISS, cosine)")
+        return Setup(name, Indexes.dense, "dense (FAISS, cosine)", {"retrievers": ["dense"]})
     if name == "hybrid":
         return hybrid_setup(DEFAULT_HYBRID_FUSION, name=name, rrf_k=rrf_k)
     if name.startswith("hybrid-") and name.removeprefix("hybrid-") in FUSIONS:
         return hybrid_setup(name.removeprefix("hybrid-"), rrf_k=rrf_k)
-    if name.endswith(OFFLINE_SUFFIX) and name.removesuffix(OFFLINE_SUFFIX) in offline.STRATEGIES:
+    if name.endswith(OFFLINE_SUFFIX) and name.removesuffix(OFFLINE_SUFFIX) in STRATEGIES:
         return strategy_setup(name.removesuffix(OFFLINE_SUFFIX), query_count=query_count)
-    if name in offline.STRATEGIES:
+    if name in STRATEGIES:
         if llm is None:
             raise ValueError(
                 f"setups: {name!r} needs a chat model (configure one, e.g. --model), "
@@ -247,7 +290,7 @@ def setup_by_name(
     known = [
         *DEFAULT_SETUPS,
         "hybrid",
-        *(strategy + OFFLINE_SUFFIX for strategy in offline.STRATEGIES),
+        *(strategy + OFFLINE_SUFFIX for strategy in STRATEGIES),
     ]
     raise ValueError(f"setups: unknown setup {name!r}; known: {', '.join(known)}")
 
