@@ -67,3 +67,14 @@ def test_indexing_memory_baseline_runs_in_process(capsys: pytest.CaptureFixture[
     assert figures["path"] == "raw"
     assert figures["vectors"] == figures["chunks"] >= 2
     assert '"path": "raw"' in capsys.readouterr().out
+
+
+def test_indexing_backends_compares_torch_and_the_default(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    bench = load_script("bench_indexing")
+    arguments = ["--backends", "--corpus", str(sample_corpus_path()), "--chunks", "4"]
+    figures = bench.main([*arguments, "--rounds", "2"])
+    assert figures["passages"] == 4 and figures["rounds"] == 2
+    assert figures["min_cosine"] >= 0.999 and figures["ratio"] > 0
+    assert "min cosine" in capsys.readouterr().out
