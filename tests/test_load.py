@@ -236,7 +236,10 @@ def load_chain(
         timeout=30,
         http_async_client=http_async_client,
     )
-    return chains.rag_fusion_chain(retriever, llm, n=QUERIES_PER_QUESTION, top_n=TOP_N)
+    # only the generated queries: their passages carry the question's tag, which the answer counts
+    return chains.rag_fusion_chain(
+        retriever, llm, n=QUERIES_PER_QUESTION, top_n=TOP_N, include_original=False
+    )
 
 
 def async_http_client() -> Any:
