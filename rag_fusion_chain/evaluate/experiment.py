@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +13,7 @@ from langchain_core.runnables import Runnable
 from rag_fusion_chain.evaluate.beir import BeirDataset, load_beir
 from rag_fusion_chain.evaluate.cache import DEFAULT_CACHE_DIR
 from rag_fusion_chain.evaluate.metrics import DEFAULT_METRICS, Comparison, Run, compare_runs
+from rag_fusion_chain.evaluate.report import Summary
 from rag_fusion_chain.evaluate.setups import (
     DEFAULT_DEPTH,
     DEFAULT_RRF_K,
@@ -35,11 +36,30 @@ class Experiment:
     query_count: int
     runs: dict[str, Run]
     comparison: Comparison
+    settings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Each setup's settings (:attr:`Setup.settings`)."""
+    indexes: dict[str, Any] = field(default_factory=dict)
+    """What the shared indexes were built with (:meth:`Indexes.settings`)."""
+    queries_limit: int | None = None
 
     @property
     def scores(self) -> dict[str, dict[str, float]]:
         """``{setup: {metric: mean}}``, as written to ``--json``."""
         return self.comparison.scores
+
+    @property
+    def summary(self) -> Summary:
+        """Everything the JSON, the table title and the chart show."""
+        return Summary(
+            self.dataset,
+            self.scores,
+            split=self.split,
+            query_count=self.query_count,
+            queries_limit=self.queries_limit,
+            settings=self.settings,
+            indexes=self.indexes,
+            comparison=self.comparison,
+        )
 
 
 def prepare_evaluation(
@@ -119,4 +139,13 @@ def run_experiment(
     )
     runs = run_setups(dataset, resolved, indexes, progress=progress)
     comparison = compare_runs(runs, dataset.qrels, metrics, stat_test=stat_test, max_p=max_p)
-    return Experiment(dataset.name, dataset.split, len(dataset.queries), runs, comparison)
+    return Experiment(
+        dataset.name,
+        dataset.split,
+        len(dataset.queries),
+        runs,
+        comparison,
+        settings={setup.name: dict(setup.settings) for setup in resolved},
+        indexes=indexes.settings(),
+        queries_limit=queries_limit,
+    )

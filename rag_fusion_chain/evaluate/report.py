@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -13,40 +15,129 @@ Scores = Mapping[str, Mapping[str, float]]
 """``{setup_name: {metric: value}}``."""
 
 
-def results_json(dataset: str, scores: Scores) -> dict[str, Any]:
-    """The ``--json`` document: ``{"dataset": ..., "setups": {name: {metric: value}}}``.
+@dataclass(frozen=True)
+class Summary:
+    """What an evaluation's outputs describe: the data it ran on, the scores and how they compare.
 
-    >>> results_json("scifact", {"bm25": {"ndcg@10": 0.6863}})
-    {'dataset': 'scifact', 'setups': {'bm25': {'ndcg@10': 0.6863}}}
+    ``comparison`` (absent for LangSmith experiments) supplies the p-values and significance
+    marks; ``settings`` holds each setup's settings, ``indexes`` those of the shared indexes.
     """
-    return {
-        "dataset": dataset,
+
+    dataset: str
+    scores: Scores
+    split: str = "test"
+    query_count: int | None = None
+    queries_limit: int | None = None
+    settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    indexes: Mapping[str, Any] = field(default_factory=dict)
+    comparison: Comparison | None = None
+
+    @property
+    def title(self) -> str:
+        """``dataset (split, N queries)``, naming ``--queries-limit`` when the queries were cut.
+
+        >>> Summary("scifact", {}, query_count=50, queries_limit=50).title
+        'scifact (test, 50 queries, --queries-limit 50)'
+        """
+        parts = [self.split]
+        if self.query_count is not None:
+            parts.append(f"{self.query_count} queries")
+        if self.queries_limit is not None:
+            parts.append(f"--queries-limit {self.queries_limit}")
+        return f"{self.dataset} ({', '.join(parts)})"
+
+    def is_significant(self, setup: str, metric: str) -> bool:
+        """Whether ``setup`` differs from the baseline on ``metric`` (False without a comparison)."""
+        return self.comparison is not None and self.comparison.is_significant(setup, metric)
+
+
+def results_json(summary: Summary) -> dict[str, Any]:
+    """The ``--json`` document: the data evaluated, the scores, each setup's settings and p-values.
+
+    ``setups`` maps each setup to ``{metric: mean}``; ``p_values`` to ``{metric: p}`` against
+    ``test.baseline`` (empty for the baseline; absent without a comparison).
+
+    >>> results_json(Summary("scifact", {"bm25": {"ndcg@10": 0.6863}}, query_count=300))["setups"]
+    {'bm25': {'ndcg@10': 0.6863}}
+    """
+    document: dict[str, Any] = {
+        "dataset": summary.dataset,
+        "split": summary.split,
+        "query_count": summary.query_count,
+        "queries_limit": summary.queries_limit,
         "setups": {
             name: {metric: float(value) for metric, value in values.items()}
-            for name, values in scores.items()
+            for name, values in summary.scores.items()
         },
+        "settings": {name: dict(summary.settings.get(name, {})) for name in summary.scores},
+        "indexes": dict(summary.indexes),
     }
+    comparison = summary.comparison
+    if comparison is not None:
+        document["test"] = {
+            "baseline": comparison.baseline,
+            "stat_test": comparison.stat_test,
+            "max_p": comparison.max_p,
+        }
+        document["p_values"] = {
+            name: {metric: float(p) for metric, p in comparison.p_values.get(name, {}).items()}
+            for name in summary.scores
+        }
+    return document
 
 
-def write_json(path: str | Path, dataset: str, scores: Scores) -> Path:
+def write_json(path: str | Path, summary: Summary) -> Path:
     """Write :func:`results_json` to ``path`` (parents created), indented, and return the path."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(results_json(dataset, scores), indent=2) + "\n", encoding="utf-8")
+    target.write_text(json.dumps(results_json(summary), indent=2) + "\n", encoding="utf-8")
     return target
 
 
-def write_plot(path: str | Path, dataset: str, scores: Scores) -> Path:
+def y_limits(values: Sequence[float]) -> tuple[float, float]:
+    """The y-axis range of the chart: the data's range with room for the value labels.
+
+    Zoomed to the data (differences of a few hundredths stay visible) but never below 0 or above
+    what the labels need.
+
+    >>> y_limits([0.64, 0.73])
+    (0.6, 0.79)
+    """
+    if not values:
+        raise ValueError("values must hold at least one score")
+    low, high = min(values), max(values)
+    spread = max(high - low, 0.05)
+    bottom = max(0.0, math.floor((low - 0.4 * spread) * 100) / 100)
+    top = math.ceil((high + 0.6 * spread) * 100) / 100
+    return bottom, top
+
+
+def value_labels(summary: Summary, metric: str) -> list[str]:
+    """The chart's label of each setup's bar for ``metric``: the value, ``*`` when significant.
+
+    >>> value_labels(Summary("d", {"bm25": {"map": 0.5}}), "map")
+    ['0.500']
+    """
+    return [
+        f"{values.get(metric, 0.0):.3f}{'*' if summary.is_significant(setup, metric) else ''}"
+        for setup, values in summary.scores.items()
+    ]
+
+
+def write_plot(path: str | Path, summary: Summary) -> Path:
     """Draw one group of bars per setup, one bar per metric, values printed on the bars.
 
-    Uses a bare :class:`matplotlib.figure.Figure` (Agg canvas), so it never opens a window and
-    leaves pyplot's global state alone.
+    The y-axis is zoomed to the scores (:func:`y_limits`); a value that differs significantly from
+    the baseline's is marked ``*`` and its bar hatched. Uses a bare
+    :class:`matplotlib.figure.Figure` (Agg canvas), so it never opens a window and leaves pyplot's
+    global state alone.
     """
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError as error:
         raise ImportError('plots need matplotlib: pip install "rag-fusion-chain[eval]"') from error
+    scores = summary.scores
     setups = list(scores)
     if not setups:
         raise ValueError("scores must hold at least one setup to plot")
@@ -63,16 +154,28 @@ def write_plot(path: str | Path, dataset: str, scores: Scores) -> Path:
         ]
         values = [scores[setup].get(metric, 0.0) for setup in setups]
         bars = axes.bar(offsets, values, bar_width, label=metric)
-        axes.bar_label(
-            bars, labels=[f"{value:.3f}" for value in values], fontsize=7, rotation=90, padding=2
-        )
+        labels = value_labels(summary, metric)
+        for bar, label in zip(bars, labels, strict=True):
+            if label.endswith("*"):
+                bar.set_hatch("//")
+        axes.bar_label(bars, labels=labels, fontsize=7, rotation=90, padding=2)
+    every_value = [value for values in scores.values() for value in values.values()]
+    axes.set_ylim(*y_limits(every_value))
     axes.set_xticks(range(len(setups)), setups, rotation=20, ha="right")
-    axes.set_ylim(0, 1.18)
-    axes.set_ylabel("score")
-    axes.set_title(f"Retrieval quality on {dataset}")
+    axes.set_ylabel("score (axis zoomed to the data)")
+    axes.set_title(f"Retrieval quality on {summary.title}")
+    if summary.comparison is not None:
+        comparison = summary.comparison
+        figure.text(
+            0.01,
+            0.01,
+            f"* hatched: p < {comparison.max_p} against {comparison.baseline} "
+            f"(paired {comparison.stat_test} test)",
+            fontsize=7,
+        )
     axes.legend(loc="upper center", ncols=len(metrics), fontsize=8, frameon=False)
     axes.grid(axis="y", alpha=0.3)
-    figure.tight_layout()
+    figure.tight_layout(rect=(0, 0.03, 1, 1))
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(target, format="png", dpi=120)

@@ -8,7 +8,7 @@ dataset's queries in batches and collects one run per setup.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -78,6 +78,17 @@ class Indexes:
         """The kit's VectorRetriever over a FAISS index of the corpus, ``depth`` documents."""
         return self._once("dense", self._build_dense)
 
+    def settings(self) -> dict[str, Any]:
+        """What the indexes built so far were built with (depth, embedding identity).
+
+        >>> Indexes([]).settings()
+        {'depth': 100}
+        """
+        described: dict[str, Any] = {"depth": self.depth}
+        if "embedding_identity" in self.built:
+            described["embedding"] = self.built["embedding_identity"]
+        return described
+
     def _build_bm25(self) -> BM25Retriever:
         from rag_fusion_chain.retrievers.bm25 import BM25Retriever
 
@@ -95,6 +106,7 @@ class Indexes:
             if isinstance(self.embeddings, Embeddings)
             else models.embeddings(self.embeddings)
         )
+        self.built["embedding_identity"] = models.embedding_identity(embeddings)
         task = "embedding corpus"
         self.progress(task, 0, len(self.corpus))
         if self.cache_dir is None:
@@ -119,6 +131,8 @@ class Setup:
     name: str
     build: Callable[[Indexes], Runnable[str, list[Document]]]
     description: str = ""
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    """What the setup retrieves with (retrievers, fusion and its parameters), for the JSON."""
 
 
 def hybrid_setup(
@@ -155,7 +169,20 @@ def hybrid_setup(
         name or f"hybrid-{label}",
         build,
         f"bm25 + dense, {label} fusion, weights {tuple(weights)}",
+        {
+            "retrievers": ["bm25", "dense"],
+            **_fusion_settings(fusion_object),
+            "weights": list(weights),
+        },
     )
+
+
+def _fusion_settings(fusion: BaseFusion) -> dict[str, Any]:
+    """The fusion's class and its scalar parameters (RRF's k, ...)."""
+    settings: dict[str, Any] = {"fusion": type(fusion).__name__}
+    if isinstance(fusion, ReciprocalRankFusion):
+        settings["rrf_k"] = fusion.k
+    return settings
 
 
 def _fusion(fusion: str | BaseFusion, rrf_k: float) -> BaseFusion:
@@ -209,6 +236,12 @@ def strategy_setup(
         strategy if llm is not None else f"{strategy}{OFFLINE_SUFFIX}",
         build,
         f"{strategy}, queries from {source}, over bm25 + dense",
+        {
+            "retrievers": ["bm25", "dense"],
+            "strategy": strategy,
+            "queries_from": "offline" if llm is None else "chat model",
+            "query_count": query_count,
+        },
     )
 
 
@@ -233,9 +266,14 @@ def setup_by_name(
     from rag_fusion_chain.strategies import STRATEGIES
 
     if name == "bm25":
-        return Setup(name, Indexes.bm25, "BM25 (bm25s, English stemmer and stopwords)")
+        return Setup(
+            name,
+            Indexes.bm25,
+            "BM25 (bm25s, English stemmer and stopwords)",
+            {"retrievers": ["bm25"]},
+        )
     if name == "dense":
-        return Setup(name, Indexes.dense, "dense (FAISS, cosine)")
+        return Setup(name, Indexes.dense, "dense (FAISS, cosine)", {"retrievers": ["dense"]})
     if name == "hybrid":
         return hybrid_setup(DEFAULT_HYBRID_FUSION, name=name, rrf_k=rrf_k)
     if name.startswith("hybrid-") and name.removeprefix("hybrid-") in FUSIONS:

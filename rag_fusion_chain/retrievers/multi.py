@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
+import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Any, Literal, cast
@@ -32,17 +34,17 @@ from langchain_core.runnables import (
     RunnableConfig,
     RunnableSerializable,
 )
-from langchain_core.runnables.config import ContextThreadPoolExecutor, patch_config
+from langchain_core.runnables.config import patch_config
 from pydantic import ConfigDict, model_validator
 
 from rag_fusion_chain.fusion import RankedList, validate_weights
 from rag_fusion_chain.retrievers.calls import (
     DEFAULT_TIMEOUT,
     QueriesInput,
+    TimedCall,
     acall_with_timeout,
     accepts_k,
     as_retriever_list,
-    call_with_timeout,
     check_timeout,
     source_names,
 )
@@ -59,9 +61,6 @@ from rag_fusion_chain.retrievers.streams import QueryStream, aadd_up, add_up, on
 from rag_fusion_chain.validation import validate_count
 
 OnError = Literal["warn", "raise"]
-
-CALLS_IN_FLIGHT = 32
-"""Retriever calls one fan-out runs at once when the config sets no ``max_concurrency``."""
 
 Call = tuple[int, range]
 """One retriever call: the retriever's index and the positions of the queries it searches."""
@@ -159,17 +158,20 @@ class MultiRetriever(RunnableSerializable[QueriesInput, list[list[Document]]]):
 
     # ---- one call ----------------------------------------------------------------------------
 
-    def _outcomes(self, index: int, queries: list[str], config: RunnableConfig) -> list[Outcome]:
+    def _search(self, index: int, queries: list[str], config: RunnableConfig) -> list[Outcome]:
+        """One retriever call (in its own thread: see :meth:`_retrieve_stream`)."""
         retriever = self.retrievers[index]
-        keywords = self._search_keywords(retriever)
-        try:
-            results = call_with_timeout(
-                lambda: retriever.batch(queries, config, return_exceptions=True, **keywords),
-                self.timeout,
-            )
-        except Exception as error:  # recorded per query by _collect
-            return [error] * len(queries)
+        results = retriever.batch(
+            queries, config, return_exceptions=True, **self._search_keywords(retriever)
+        )
         return [checked_documents(result) for result in results]
+
+    def _outcomes(self, call: TimedCall[list[Outcome]], count: int) -> list[Outcome]:
+        """What a call gave, once it ends or is late; its error for each of its ``count`` queries."""
+        try:
+            return call.result(self.timeout)
+        except Exception as error:  # recorded per query by _collect
+            return [error] * count
 
     async def _aoutcomes(
         self, index: int, queries: list[str], config: RunnableConfig
@@ -243,29 +245,34 @@ class MultiRetriever(RunnableSerializable[QueriesInput, list[list[Document]]]):
         run_manager: CallbackManagerForChainRun,
         config: RunnableConfig,
     ) -> Iterator[RetrievalResults]:
-        """Dispatch each chunk's queries on arrival; yield the results once the input has ended."""
+        """Dispatch each chunk's queries on arrival; yield the results once the input has ended.
+
+        Every call runs in a thread of its own (:class:`TimedCall`), started at once; with
+        ``max_concurrency`` it first waits for one of that many slots.
+        """
         at_once, child = self._child_config(run_manager, config)
+        slots = None if at_once is None else threading.Semaphore(at_once)
         reader, queries = QueryStream(), cast(list[str], [])
-        pending: list[tuple[Call, concurrent.futures.Future[list[Outcome]]]] = []
-        with ContextThreadPoolExecutor(max_workers=at_once or CALLS_IN_FLIGHT) as executor:
+        pending: list[tuple[Call, TimedCall[list[Outcome]]]] = []
 
-            def dispatch(new_queries: list[str]) -> None:
-                first = len(queries)
-                queries.extend(new_queries)
-                for call in self._calls(first, len(new_queries)):
-                    index, positions = call
-                    searched = [queries[position] for position in positions]
-                    pending.append((call, executor.submit(self._outcomes, index, searched, child)))
+        def dispatch(new_queries: list[str]) -> None:
+            first = len(queries)
+            queries.extend(new_queries)
+            for call in self._calls(first, len(new_queries)):
+                index, positions = call
+                searched = [queries[position] for position in positions]
+                search = functools.partial(self._search, index, searched, child)
+                pending.append((call, TimedCall(search, slots)))
 
-            try:
-                for chunk in chunks:
-                    dispatch(reader.feed(chunk))
-                dispatch(reader.finish())
-            except BaseException:
-                for _, future in pending:
-                    future.cancel()  # those not started; the running ones end first
-                raise
-            finished = [(call, future.result()) for call, future in pending]
+        try:
+            for chunk in chunks:
+                dispatch(reader.feed(chunk))
+            dispatch(reader.finish())
+        except BaseException:
+            for _, timed_call in pending:  # the calls in flight end (or are late) first
+                concurrent.futures.wait([timed_call.future], timeout=self.timeout)
+            raise
+        finished = [(call, self._outcomes(timed, len(call[1]))) for call, timed in pending]
         yield self._collect(queries, finished)
 
     async def _aretrieve_stream(
@@ -362,4 +369,4 @@ class MultiRetriever(RunnableSerializable[QueriesInput, list[list[Document]]]):
             yield results
 
 
-__all__ = ["CALLS_IN_FLIGHT", "MultiRetriever", "batches_natively"]
+__all__ = ["MultiRetriever", "batches_natively"]

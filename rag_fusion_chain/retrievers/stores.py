@@ -51,7 +51,7 @@ from langchain_core.runnables.config import run_in_executor
 from langchain_core.vectorstores import VectorStore
 from pydantic import model_validator
 
-from rag_fusion_chain.models import embedding_identity
+from rag_fusion_chain.models import backends_agree, embedding_identity
 from rag_fusion_chain.retrievers.base import BatchedRetriever, scored_copy, with_identity
 from rag_fusion_chain.retrievers.docstore_pickle import load_docstore
 from rag_fusion_chain.retrievers.signing import (
@@ -326,7 +326,7 @@ def _warn_on_embedding_change(
 ) -> None:
     built_with = (manifest or {}).get("embedding")
     loading_with = embedding_identity(embeddings)
-    if built_with and built_with != loading_with:
+    if built_with and built_with != loading_with and not backends_agree(built_with, embeddings):
         warnings.warn(
             f"{where} was built with embeddings {built_with!r} but is loaded with "
             f"{loading_with!r}; query vectors may not be comparable with the stored ones",
@@ -368,7 +368,12 @@ def _chroma_client(
     if host is not None:
         return chromadb.HttpClient(host=host, port=port or 8000, settings=settings)
     if persist_directory is None:
-        return chromadb.EphemeralClient(settings=settings)
+        try:
+            return chromadb.EphemeralClient(settings=settings)
+        except ValueError:
+            # Chroma keeps one in-memory system per process: when the user's own code made it first
+            # (``Chroma.from_documents`` with default settings), share theirs rather than fail.
+            return chromadb.EphemeralClient()
     if must_exist and not Path(persist_directory).is_dir():
         raise FileNotFoundError(f"Chroma persist directory not found: {persist_directory}")
     return chromadb.PersistentClient(path=str(persist_directory), settings=settings)
