@@ -5,6 +5,7 @@ and clean, bounded generated queries."""
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import pickle
 import uuid
@@ -17,7 +18,7 @@ import pytest
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
 
-from rag_fusion_chain.retrievers import stores
+from rag_fusion_chain.retrievers import faiss_files, stores
 from rag_fusion_chain.retrievers.signing import signature_of, signing_key
 from rag_fusion_chain.retrievers.stores import (
     MANIFEST_FILE,
@@ -63,7 +64,7 @@ def test_a_pickle_swapped_right_after_the_check_is_never_read(
 ) -> None:
     build_faiss(DOCUMENTS, EMBEDDINGS, path=tmp_path)
     marker = tmp_path / "payload-ran"
-    verify_files = stores._verify_files
+    verify_files = faiss_files._verify_files
     swaps: list[str] = []
 
     def verify_then_swap(*args: Any) -> None:
@@ -71,7 +72,7 @@ def test_a_pickle_swapped_right_after_the_check_is_never_read(
         (tmp_path / "index.pkl").write_bytes(malicious_docstore(marker))  # the race's winner
         swaps.append("index.pkl")
 
-    monkeypatch.setattr(stores, "_verify_files", verify_then_swap)
+    monkeypatch.setattr(faiss_files, "_verify_files", verify_then_swap)
     store = load_faiss(tmp_path, EMBEDDINGS)
     assert swaps == ["index.pkl"], "the swap did not happen between check and load"
     assert not marker.exists()
@@ -101,7 +102,7 @@ def test_a_validly_signed_pickle_naming_code_is_still_refused(tmp_path: Path) ->
     payload = malicious_docstore(marker)
     (tmp_path / "index.pkl").write_bytes(payload)
     manifest = json.loads((tmp_path / MANIFEST_FILE).read_text())
-    manifest["files"]["index.pkl"] = stores.hashlib.sha256(payload).hexdigest()
+    manifest["files"]["index.pkl"] = hashlib.sha256(payload).hexdigest()
     manifest["signature"] = signature_of(manifest, signing_key())
     (tmp_path / MANIFEST_FILE).write_text(json.dumps(manifest))
     with pytest.raises(UntrustedIndexError, match="not loaded"):
