@@ -1,99 +1,218 @@
-"""Question to fused documents: the tutorials' sequential RAG-Fusion against the kit's streamed one.
+"""Question to fused documents: the ready chain and FusionRetriever against LangChain's plain
+``generator | retriever.map() | fusion``, over a grid of retriever latency and model speed.
 
-Set-up, all on 127.0.0.1, with delays injected where a real deployment spends its time:
+Everything is in-process and deterministic; delays are injected where a deployment spends its time:
 
-* the chat model: the stub OpenAI-compatible server of ``tests/stub_openai.py`` streaming its reply
-  one word at a time, ``--token-ms`` apart; it lists ``--n`` queries of ``--words`` words each;
-* the embeddings: a second stub server answering every ``/v1/embeddings`` request after
-  ``--embedding-ms``;
-* the store: the sample corpus (300 SciFact abstracts) in FAISS, whose index answers every search
-  call after ``--search-ms`` (:class:`LatentIndex`; searches run concurrently, as on a server).
+* the chat model (:class:`SleepyChat`) streams its reply token by token, sleeping ``--token-ms``
+  before each (0: instant); asked for queries it writes ``--n`` lines of ``--words`` words, asked
+  for an answer it writes one token;
+* a retriever call waits ``latency`` seconds, like a remote store: the plain ``BaseRetriever``
+  (:class:`RemoteRetriever`) on every call, the kit's ``VectorRetriever`` on every embedding request
+  (:class:`RemoteEmbeddings`; a batch of queries is one request).
 
-Compositions, timed from the question to the fused documents:
+Compositions, each searching the question plus the ``n`` generated queries:
 
-* ``tutorial``: ``prompt | llm | StrOutputParser() | split lines | store.as_retriever().map() |
-  reciprocal_rank_fusion``, every step waiting for the whole output of the one before;
-* ``kit``: ``StreamingInvoke(queries.rag_fusion(llm, n, include_original=True) |
-  MultiRetriever(VectorRetriever(store)) | reciprocal_rank_fusion)``: the question is searched at
-  once, each generated query as soon as its line is complete, embeddings micro-batched;
-* the reference, measured in the same run: generation alone (``prompt | llm |
-  StrOutputParser()``) plus one retrieval round (the kit's fan-out over all the queries at once).
+* ``map``: ``generator | retriever.map() | reciprocal_rank_fusion`` (two retrievers: both ``.map()``
+  in a ``RunnableParallel``), LangChain's own parts, the baseline;
+* ``chain``: ``rag_fusion_chain(retrievers, llm, include_original=True)``, timed to the end of its
+  ``fuse`` step (a callback), so its one-token answer is not counted; the total is shown too;
+* ``FusionRetriever(retrievers=..., query_generator=generator)``;
+* the reference: generation alone (``generator.invoke``) plus one retrieval round (the ``.map()``
+  part over all the queries at once), medians measured in the same run.
 
-Both use the same ``ChatOpenAI(streaming=True)``: the stub only spaces out tokens when it streams,
-and a real model takes as long to write its reply either way. ``--max-concurrency 1`` passes that
-config to both, as one would for a rate-limited API. Every combination of the ``--token-ms`` and
-``--max-concurrency`` values given is measured; medians over ``--runs`` questions per call style.
+Times are medians over ``--runs`` questions per cell, compositions interleaved within a question;
+ratios are medians of per-question ratios (both sides timed on the same question, moments apart).
 
-    python benchmarks/bench_latency.py
-    python benchmarks/bench_latency.py --token-ms 20 5 --max-concurrency 0 1 \\
-        --output benchmarks/results/latency.md
+    python benchmarks/bench_latency.py                      # the whole grid, 7 runs per cell
+    python benchmarks/bench_latency.py --latency-ms 100 --token-ms 5 --retrievers 2 --runs 3
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import datetime
 import itertools
+import math
+import re
 import shlex
 import statistics
 import sys
+import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
+from uuid import UUID
 
-from langchain_core.output_parsers import StrOutputParser
-from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
+from langchain_core.callbacks import BaseCallbackHandler, CallbackManagerForLLMRun
+from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables import Runnable, RunnableLambda, RunnableParallel
+from langchain_core.vectorstores import InMemoryVectorStore
+from pydantic import ConfigDict, Field
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # the stub server lives in tests/
-    sys.path.insert(0, str(ROOT))
-
-from rag_fusion_chain import fusion, ingest, models, prompts, queries  # noqa: E402
-from rag_fusion_chain.data import sample_corpus_path, sample_queries  # noqa: E402
-from rag_fusion_chain.retrievers.fanout import MultiRetriever, StreamingInvoke  # noqa: E402
-from rag_fusion_chain.retrievers.stores import VectorRetriever, build_faiss  # noqa: E402
-from tests.stub_openai import StubOpenAI  # noqa: E402
+from rag_fusion_chain import chains, fusion, queries
+from rag_fusion_chain.retrievers import FusionRetriever
+from rag_fusion_chain.retrievers.stores import VectorRetriever
 
 K = 4
 """Documents per search."""
-TUTORIAL = "tutorial: prompt | llm | parser | split | retriever.map() | rrf"
-KIT = "kit: StreamingInvoke(generator | MultiRetriever | rrf)"
-GENERATION = "generation alone"
-ROUND = "one retrieval round"
+WORDS = [
+    "heat",
+    "pump",
+    "efficiency",
+    "winter",
+    "air",
+    "source",
+    "ground",
+    "solar",
+    "panel",
+    "battery",
+    "storage",
+    "wind",
+    "turbine",
+    "insulation",
+    "refrigerant",
+    "compressor",
+    "coil",
+    "thermostat",
+    "tidal",
+    "geothermal",
+    "grid",
+    "electricity",
+    "cost",
+]
+CORPUS = [
+    Document(" ".join(WORDS[(start + step * 3) % len(WORDS)] for step in range(12)), id=f"d{start}")
+    for start in range(len(WORDS))
+]
+QUESTIONS = [
+    f"How does {WORDS[index]} affect {WORDS[(index + 5) % len(WORDS)]}?" for index in range(12)
+]
 
 
-class LatentIndex:
-    """A FAISS index whose every ``search`` call first waits ``latency`` seconds, like a remote
-    store; everything else is the wrapped index's."""
-
-    def __init__(self, index: Any, latency: float) -> None:
-        self.index = index
-        self.latency = latency
-
-    def search(self, *arguments: Any, **keywords: Any) -> Any:
-        time.sleep(self.latency)
-        return self.index.search(*arguments, **keywords)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.index, name)
+# --------------------------------------------------------------------------------------------
+# Fakes with injected delays
+# --------------------------------------------------------------------------------------------
 
 
-@dataclass
-class Results:
-    """Timings (seconds) per (composition, call style) and embedding requests per composition,
-    one entry per question, at one token delay and one ``max_concurrency``."""
+class SleepyChat(BaseChatModel):
+    """Streams a scripted reply one token at a time, sleeping ``token_seconds`` before each."""
 
-    token_ms: float
-    max_concurrency: int | None
-    timings: dict[tuple[str, str], list[float]] = field(default_factory=dict)
-    embedding_requests: dict[str, list[int]] = field(default_factory=dict)
+    token_seconds: float = 0.0
+    query_lines: list[str] = Field(default_factory=list)
 
     @property
-    def config(self) -> RunnableConfig:
-        return {"max_concurrency": self.max_concurrency} if self.max_concurrency else {}
+    def _llm_type(self) -> str:
+        return "sleepy-fake-chat"
+
+    def _reply(self, messages: list[BaseMessage]) -> str:
+        prompt = "\n".join(str(message.content) for message in messages)
+        return "ok" if "<passage" in prompt or "passages" in prompt else "\n".join(self.query_lines)
+
+    def _tokens(self, messages: list[BaseMessage]) -> list[str]:
+        return re.findall(r"\S+[ \n]?", self._reply(messages))
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        text = "".join(chunk.message.content for chunk in self._stream(messages))  # type: ignore[misc]
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(text))])
+
+    def _stream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Iterator[ChatGenerationChunk]:
+        for token in self._tokens(messages):
+            if self.token_seconds:  # instant: not even sleep(0), which yields the GIL
+                time.sleep(self.token_seconds)
+            yield ChatGenerationChunk(message=AIMessageChunk(content=token))
+
+
+def overlap_ranking(query: str, k: int) -> list[Document]:
+    """The ``k`` corpus documents sharing most words with ``query`` (ties by corpus order)."""
+    words = set(query.lower().replace("?", "").split())
+    scored = sorted(CORPUS, key=lambda d: -len(words & set(d.page_content.split())))
+    return scored[:k]
+
+
+class Counter:
+    """Requests made, across threads."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.count = 0
+
+    def add(self) -> None:
+        with self.lock:
+            self.count += 1
+
+
+class RemoteRetriever(BaseRetriever):
+    """A plain LangChain retriever whose every call waits ``latency`` seconds."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    latency: float
+    requests: Counter
+
+    def _get_relevant_documents(self, query: str, *, run_manager: Any) -> list[Document]:
+        self.requests.add()
+        time.sleep(self.latency)
+        return overlap_ranking(query, K)
+
+
+class WordEmbeddings(Embeddings):
+    """Deterministic bag of words over :data:`WORDS`, instant."""
+
+    def _vector(self, text: str) -> list[float]:
+        words = text.lower().replace("?", "").split()
+        vector = [float(words.count(word)) for word in WORDS]
+        norm = math.sqrt(sum(value * value for value in vector)) or 1.0
+        return [value / norm for value in vector]
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return [self._vector(text) for text in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self._vector(text)
+
+
+class RemoteEmbeddings(WordEmbeddings):
+    """:class:`WordEmbeddings` behind a remote API: every request waits ``latency`` seconds."""
+
+    def __init__(self, latency: float, requests: Counter) -> None:
+        self.latency = latency
+        self.requests = requests
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.requests.add()
+        time.sleep(self.latency)
+        return super().embed_documents(texts)
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.embed_documents([text])[0]
+
+
+def make_retrievers(kind: str, count: int, latency: float, requests: Counter) -> list[Any]:
+    if kind == "plain":
+        return [RemoteRetriever(latency=latency, requests=requests) for _ in range(count)]
+    store = InMemoryVectorStore.from_documents(CORPUS, WordEmbeddings())
+    return [
+        VectorRetriever(vectorstore=store, embeddings=RemoteEmbeddings(latency, requests), k=K)
+        for _ in range(count)
+    ]
 
 
 # --------------------------------------------------------------------------------------------
@@ -101,41 +220,43 @@ class Results:
 # --------------------------------------------------------------------------------------------
 
 
-def query_lines(question: str, count: int, words: int) -> list[str]:
-    """``count`` distinct queries of ``words`` words, drawn from the question's own words."""
-    vocabulary = question.rstrip("?.").split() * (words + count)
-    return [" ".join(vocabulary[start : start + words]) for start in range(count)]
-
-
-def split_lines(text: str) -> list[str]:
-    """The tutorials' parser: one query per line."""
-    return [line for line in text.split("\n") if line.strip()]
-
-
-def tutorial(llm: Runnable[Any, Any], store: Any, n: int) -> Runnable[Any, Any]:
-    prompt = prompts.RAG_FUSION_PROMPT.partial(n=str(n))
-    return (
-        prompt
-        | llm
-        | StrOutputParser()
-        | RunnableLambda(split_lines)
-        | store.as_retriever(search_kwargs={"k": K}).map()
-        | fusion.reciprocal_rank_fusion
+def mapped(retrievers: Sequence[Any]) -> Runnable[Any, Any]:
+    """``retriever.map()`` for one retriever; for several, all maps side by side, lists joined."""
+    if len(retrievers) == 1:
+        return retrievers[0].map()
+    parallel = RunnableParallel({f"r{i}": r.map() for i, r in enumerate(retrievers)})
+    return parallel | RunnableLambda(
+        lambda out: [ranked for lists in out.values() for ranked in lists]
     )
 
 
-def kit(llm: Runnable[Any, Any], retriever: VectorRetriever, n: int) -> Runnable[Any, Any]:
-    generator = queries.rag_fusion(llm, n, include_original=True)
-    return StreamingInvoke(generator | MultiRetriever(retriever) | fusion.reciprocal_rank_fusion)
+class FuseClock(BaseCallbackHandler):
+    """Records when a run named ``fuse`` ends: the moment a chain's fused documents exist."""
+
+    def __init__(self) -> None:
+        self.fuse_runs: set[UUID] = set()
+        self.ended_at: float | None = None
+
+    def on_chain_start(self, serialized: Any, inputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        if kwargs.get("name") == "fuse":
+            self.fuse_runs.add(run_id)
+
+    def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        if run_id in self.fuse_runs:
+            self.ended_at = time.perf_counter()
 
 
-def generation(llm: Runnable[Any, Any], n: int) -> Runnable[Any, Any]:
-    return prompts.RAG_FUSION_PROMPT.partial(n=str(n)) | llm | StrOutputParser()
+@dataclass
+class Cell:
+    kind: str
+    retrievers: int
+    latency_ms: float
+    token_ms: float
+    timings: dict[str, list[float]] = field(default_factory=dict)
+    requests: dict[str, list[int]] = field(default_factory=dict)
 
-
-# --------------------------------------------------------------------------------------------
-# Timing
-# --------------------------------------------------------------------------------------------
+    def median_ms(self, name: str) -> float:
+        return statistics.median(self.timings[name]) * 1000
 
 
 def timed(function: Callable[[], Any]) -> float:
@@ -144,67 +265,53 @@ def timed(function: Callable[[], Any]) -> float:
     return time.perf_counter() - started
 
 
-async def atimed(function: Callable[[], Awaitable[Any]]) -> float:
-    started = time.perf_counter()
-    await function()
-    return time.perf_counter() - started
+def measure_cell(cell: Cell, n: int, words: int, runs: int) -> Cell:
+    requests = Counter()
+    retrievers = make_retrievers(cell.kind, cell.retrievers, cell.latency_ms / 1000, requests)
+    llm = SleepyChat(token_seconds=cell.token_ms / 1000)
+    generator = queries.rag_fusion(llm, n, include_original=True)
+    search = mapped(retrievers)
+    compositions: dict[str, Callable[[str, list[str]], Any]] = {}
+    map_chain = generator | search | fusion.reciprocal_rank_fusion
+    ready = chains.rag_fusion_chain(retrievers, llm, n=n, include_original=True)
+    fusion_retriever = FusionRetriever(retrievers=retrievers, query_generator=generator)
+    clock = FuseClock()
 
+    def chain_to_documents(question: str, _: list[str]) -> None:
+        clock.ended_at = None
+        started = time.perf_counter()
+        ready.invoke({"question": question}, {"callbacks": [clock]})
+        total = time.perf_counter() - started
+        assert clock.ended_at is not None, "the chain ran no 'fuse' step"
+        cell.timings.setdefault("chain total", []).append(total)
+        return clock.ended_at - started  # type: ignore[return-value]
 
-async def measure_question(
-    results: Results,
-    runnables: dict[str, Runnable[Any, Any]],
-    inputs: dict[str, Any],
-    embedding_stub: StubOpenAI,
-) -> None:
-    """Time every composition once per call style; count its embedding requests (invoke)."""
-    for name, runnable in runnables.items():
-        value = inputs[name]
-        before = embedding_stub.counts["embeddings"]
-        seconds = timed(lambda: runnable.invoke(value, results.config))  # noqa: B023 - run at once
-        requests = embedding_stub.counts["embeddings"] - before
-        results.embedding_requests.setdefault(name, []).append(requests)
-        results.timings.setdefault((name, "invoke"), []).append(seconds)
-        seconds = await atimed(lambda: runnable.ainvoke(value, results.config))  # noqa: B023
-        results.timings.setdefault((name, "ainvoke"), []).append(seconds)
+    compositions["map"] = lambda question, _: map_chain.invoke(question)
+    compositions["chain"] = chain_to_documents
+    compositions["FusionRetriever"] = lambda question, _: fusion_retriever.invoke(question)
+    compositions["generation"] = lambda question, _: generator.invoke(question)
+    compositions["round"] = lambda _, searched: search.invoke(searched)
 
-
-async def measure(
-    arguments: argparse.Namespace,
-    llm: Runnable[Any, Any],
-    store: Any,
-    chat_stub: StubOpenAI,
-    embedding_stub: StubOpenAI,
-) -> list[Results]:
-    """For each token delay and ``max_concurrency``: one warm-up question, then ``runs``.
-
-    A coroutine so that every ``ainvoke`` runs in one event loop (the OpenAI async client is
-    bound to the loop that first used it).
-    """
-    retriever = VectorRetriever(vectorstore=store, k=K)
-    runnables = {
-        TUTORIAL: tutorial(llm, store, arguments.n),
-        KIT: kit(llm, retriever, arguments.n),
-        GENERATION: generation(llm, arguments.n),
-        ROUND: MultiRetriever(retriever),
-    }
-    questions = [record["text"] for record in sample_queries()]
-    measured = []
-    for token_ms, bound in itertools.product(arguments.token_ms, arguments.max_concurrency):
-        chat_stub.set_delay(token=token_ms / 1000)
-        warm_up, results = Results(token_ms, bound or None), Results(token_ms, bound or None)
-        for run in range(arguments.runs + 1):
-            question = questions[run % len(questions)]
-            generated = query_lines(question, arguments.n, arguments.words)
-            chat_stub.script(lambda messages: "\n".join(generated))  # noqa: B023 - this question's
-            inputs = {
-                TUTORIAL: {"question": question},
-                KIT: question,
-                GENERATION: {"question": question},
-                ROUND: [question, *generated],
-            }
-            await measure_question(results if run else warm_up, runnables, inputs, embedding_stub)
-        measured.append(results)
-    return measured
+    for run in range(runs + 1):  # the first question warms up
+        question = QUESTIONS[run % len(QUESTIONS)]
+        lines = [
+            " ".join(WORDS[(run + line * 7 + word) % len(WORDS)] for word in range(words))
+            for line in range(n)
+        ]
+        llm.query_lines = lines
+        searched = [question, *lines]
+        for name, composition in compositions.items():
+            before = requests.count
+            if name == "chain":
+                seconds = composition(question, searched)
+            else:
+                seconds = timed(lambda: composition(question, searched))  # noqa: B023
+            if run:
+                cell.timings.setdefault(name, []).append(seconds)
+                cell.requests.setdefault(name, []).append(requests.count - before)
+        if not run:
+            cell.timings.pop("chain total", None)
+    return cell
 
 
 # --------------------------------------------------------------------------------------------
@@ -212,115 +319,78 @@ async def measure(
 # --------------------------------------------------------------------------------------------
 
 
-def median_ms(values: Sequence[float]) -> float:
-    return statistics.median(values) * 1000
+def paired_ratio(cell: Cell, name: str, *against: str) -> float:
+    """Median over questions of ``name``'s time over the sum of ``against`` times for the same
+    question: slow moments of a shared machine hit both sides of a pair alike."""
+    runs = range(len(cell.timings[name]))
+    return statistics.median(
+        cell.timings[name][run] / sum(cell.timings[other][run] for other in against) for run in runs
+    )
 
 
-def table(results: Results) -> str:
-    """Medians per composition and call style, and each against generation + one round."""
-    lines = [
-        "| composition | call | median ms | / (generation + one round) "
-        "| embedding requests / question |",
-        "|---|---|---|---|---|",
-    ]
-    for style in ("invoke", "ainvoke"):
-        reference = median_ms(results.timings[(GENERATION, style)]) + median_ms(
-            results.timings[(ROUND, style)]
-        )
-        for name in (TUTORIAL, KIT, GENERATION, ROUND):
-            median = median_ms(results.timings[(name, style)])
-            requests = statistics.median(results.embedding_requests[name])
-            lines.append(
-                f"| {escaped(name)} | {style} | {median:.0f} | {median / reference:.2f} "
-                f"| {requests:g} |"
-            )
-        lines.append(f"| generation + one round | {style} | {reference:.0f} | 1.00 | |")
-    return "\n".join(lines)
+def row(cell: Cell) -> str:
+    def ratio(name: str, target: float, *against: str) -> str:
+        value = paired_ratio(cell, name, *against)
+        return f"{value:.2f}" if value <= target else f"**{value:.2f}**"
 
-
-def escaped(text: str) -> str:
-    """A Markdown table cell: pipes escaped."""
-    return text.replace("|", "\\|")
-
-
-def heading(arguments: argparse.Namespace, results: Results) -> str:
+    requests = "/".join(
+        f"{statistics.median(cell.requests[name]):g}"
+        for name in ("map", "chain", "FusionRetriever")
+    )
     return (
-        f"{results.token_ms:g} ms per token, max_concurrency "
-        f"{results.max_concurrency or 'unbounded'}: {arguments.n} generated "
-        f"queries of {arguments.words} words, "
-        f"{arguments.embedding_ms:g} ms per embedding request, {arguments.search_ms:g} ms per "
-        f"search call, medians over {arguments.runs} questions"
+        f"| {cell.latency_ms:g} | {cell.token_ms:g} | {cell.retrievers} "
+        f"| {cell.median_ms('generation'):.0f} | {cell.median_ms('round'):.0f} "
+        f"| {cell.median_ms('map'):.0f} "
+        f"| {cell.median_ms('chain'):.0f} ({cell.median_ms('chain total'):.0f}) "
+        f"| {cell.median_ms('FusionRetriever'):.0f} "
+        f"| {ratio('chain', 1.05, 'map')} | {ratio('FusionRetriever', 1.05, 'map')} "
+        f"| {ratio('chain', 1.2, 'generation', 'round')} "
+        f"| {ratio('FusionRetriever', 1.2, 'generation', 'round')} | {requests} |"
     )
 
 
-# --------------------------------------------------------------------------------------------
-# Main
-# --------------------------------------------------------------------------------------------
+HEADER = (
+    "| retrieval ms/call | model ms/token | retrievers | generation | one round | map "
+    "| chain to documents (total) | FusionRetriever | chain / map | FR / map "
+    "| chain / (gen + round) | FR / (gen + round) | requests / question: map/chain/FR |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+)
 
 
-def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
+def parse_arguments(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--latency-ms", type=float, nargs="+", default=[10.0, 100.0, 500.0])
+    parser.add_argument("--token-ms", type=float, nargs="+", default=[0.0, 5.0, 20.0])
+    parser.add_argument("--retrievers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--kinds", nargs="+", default=["plain", "vector"])
     parser.add_argument("--n", type=int, default=4, help="generated queries")
-    parser.add_argument("--words", type=int, default=8, help="words per generated query")
-    parser.add_argument(
-        "--token-ms", type=float, nargs="+", default=[20.0], help="delays per streamed token"
-    )
-    parser.add_argument("--embedding-ms", type=float, default=50.0, help="per embedding request")
-    parser.add_argument("--search-ms", type=float, default=50.0, help="per store search call")
-    parser.add_argument(
-        "--max-concurrency", type=int, nargs="+", default=[0], help="bounds run; 0: unbounded"
-    )
-    parser.add_argument("--runs", type=int, default=7, help="questions timed per bound")
-    parser.add_argument("--docs", type=int, default=None, help="first N sample documents only")
-    parser.add_argument("--output", type=Path, default=None, help="also write the report here")
+    parser.add_argument("--words", type=int, default=6, help="words per generated query")
+    parser.add_argument("--runs", type=int, default=7, help="questions timed per cell")
     return parser.parse_args(argv)
 
 
-def build_store(documents: Sequence[Any], embedding_stub: StubOpenAI, search_delay: float) -> Any:
-    """FAISS over ``documents`` embedded by the stub (before its delay is set), searched slowly."""
-    embeddings = models.openai_embeddings(
-        "stub-embedding", base_url=embedding_stub.base_url, api_key="sk-bench"
-    )
-    store = build_faiss(documents, embeddings)
-    store.index = LatentIndex(store.index, search_delay)
-    return store
-
-
-def report(measured: Sequence[Results], arguments: argparse.Namespace, argv: Sequence[str]) -> str:
-    command = shlex.join(["python", "benchmarks/bench_latency.py", *argv])
-    sections = [
-        "# Question to fused documents: latency",
-        f"`{command}` on {datetime.date.today().isoformat()}, stub servers on 127.0.0.1 (see the "
-        "script's docstring). Ratios are against generation alone plus one retrieval round, both "
-        "measured in the same run; the target for the kit is at most 1.2.",
-        "How to read it: the tutorials' composition searches only once the model has finished, "
-        "its `.map()` running the searches side by side as far as `max_concurrency` allows; the "
-        "kit searches the question at once and each query as soon as its line is complete, so "
-        "only the last query's search is left when the model finishes. Embedding requests: the "
-        "tutorial makes one per query; the kit one per micro-batch (queries that arrive while "
-        "an embedding call is in flight share the next), its question included.",
-    ]
-    for results in measured:
-        sections += [f"## {heading(arguments, results)}", table(results)]
-    return "\n\n".join(sections) + "\n"
-
-
-def main(argv: Sequence[str] | None = None) -> list[Results]:
+def main(argv: Sequence[str] | None = None) -> list[Cell]:
     argv = list(sys.argv[1:] if argv is None else argv)
     arguments = parse_arguments(argv)
-    documents = ingest.load([sample_corpus_path()])[: arguments.docs]
-    with StubOpenAI() as chat_stub, StubOpenAI() as embedding_stub:
-        store = build_store(documents, embedding_stub, arguments.search_ms / 1000)
-        embedding_stub.set_delay(request=arguments.embedding_ms / 1000)
-        llm = models.chat_model(
-            "stub-chat", base_url=chat_stub.base_url, api_key="sk-bench", streaming=True
-        )
-        measured = asyncio.run(measure(arguments, llm, store, chat_stub, embedding_stub))
-    text = report(measured, arguments, argv)
-    print(text)
-    if arguments.output is not None:
-        arguments.output.write_text(text, encoding="utf-8")
-    return measured
+    print(
+        f"`{shlex.join(['python', 'benchmarks/bench_latency.py', *argv])}`, "
+        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, medians of "
+        f"{arguments.runs}; ms; ratios: medians of per-question ratios; bold: over target "
+        "(1.05 x map, 1.2 x gen + round)\n"
+    )
+    cells = []
+    for kind in arguments.kinds:
+        label = "plain BaseRetriever" if kind == "plain" else "the kit's VectorRetriever"
+        print(f"\n### {label}\n\n{HEADER}", flush=True)
+        for latency, token, count in itertools.product(
+            arguments.latency_ms, arguments.token_ms, arguments.retrievers
+        ):
+            cell = measure_cell(
+                Cell(kind, count, latency, token), arguments.n, arguments.words, arguments.runs
+            )
+            cells.append(cell)
+            print(row(cell), flush=True)
+    return cells
 
 
 if __name__ == "__main__":

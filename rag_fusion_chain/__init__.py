@@ -1,12 +1,22 @@
 """rag_fusion_chain: LangChain runnables for query transformation and result fusion.
 
->>> from rag_fusion_chain import queries, fusion
+>>> from rag_fusion_chain import queries, fusion, rag_fusion_chain
 >>> # retrieval = queries.rag_fusion(llm, n=4) | retriever.map() | fusion.reciprocal_rank_fusion
+>>> # chain = rag_fusion_chain([bm25, vectors], llm)  # or llm=None: offline
 
 Importing the package needs only langchain-core; integrations load lazily where they are used.
 """
 
-from rag_fusion_chain import chains, fusion, prompts, queries
+from rag_fusion_chain import chains, fusion, prompts, queries, strategies
+from rag_fusion_chain._version import __version__
+from rag_fusion_chain.chains import (
+    chain_for,
+    decomposition_chain,
+    hyde_chain,
+    multi_query_chain,
+    rag_fusion_chain,
+    step_back_chain,
+)
 from rag_fusion_chain.fusion import (
     DistBasedScoreFusion,
     RankedList,
@@ -21,8 +31,6 @@ from rag_fusion_chain.fusion import (
 from rag_fusion_chain.queries import QueryListParser
 from rag_fusion_chain.retrievers import FusionRetriever, MultiRetriever
 
-__version__ = "0.1.0"
-
 __all__ = [
     "DistBasedScoreFusion",
     "FusionRetriever",
@@ -33,12 +41,19 @@ __all__ = [
     "RelativeScoreFusion",
     "UniqueUnion",
     "__version__",
+    "chain_for",
     "chains",
+    "decomposition_chain",
     "dist_based_score_fusion",
     "fusion",
+    "hyde_chain",
+    "multi_query_chain",
     "prompts",
     "queries",
+    "rag_fusion_chain",
     "reciprocal_rank_fusion",
     "relative_score_fusion",
+    "step_back_chain",
+    "strategies",
     "unique_union",
 ]

@@ -15,26 +15,36 @@ without its key) end with one ``error:`` line on stderr and exit code 1.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import sys
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import typer
-from langchain_core.documents import Document
-from pydantic import BaseModel
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
-from rag_fusion_chain import __version__, chains, ingest, models, offline
+from rag_fusion_chain import chains, ingest, models, offline, serving, strategies
+from rag_fusion_chain._version import __version__
 from rag_fusion_chain.data import SAMPLE_QUESTION, sample_corpus_path
-from rag_fusion_chain.fusion import FUSION_SCORE_KEY, SCORE_KEY, document_id
+from rag_fusion_chain.fusion import UniqueUnion
+from rag_fusion_chain.pipeline import retrieval_pipeline
+from rag_fusion_chain.rendering import (
+    RetrievedLists,
+    answer_record,
+    json_text,
+    output,
+    print_line,
+    print_queries,
+    progress_bars,
+    progress_display,
+    render_answer,
+    reported_errors,
+    retrieval_record,
+    sources_table,
+)
 from rag_fusion_chain.retrievers.index_directory import (
     INDEX_FILE,
     OpenedIndex,
@@ -53,56 +63,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain click help: flags read "--hybrid / --no-hybrid", not "<bool>"
 )
-output = Console(highlight=False)
-errors = Console(stderr=True, highlight=False)
-
-
-# --------------------------------------------------------------------------------------------
-# Errors and warnings: one line each, on stderr, secrets redacted
-# --------------------------------------------------------------------------------------------
-
-
-def one_line(message: str) -> str:
-    """``message`` on one line, with the API key from the environment (if any) redacted.
-
-    >>> one_line("bad\\n  request")
-    'bad request'
-    """
-    text = " ".join(str(message).split())
-    secret = os.environ.get(models.API_KEY_ENV)
-    return text.replace(secret, "***") if secret else text
-
-
-def _print_line(label: str, style: str, message: str) -> None:
-    errors.print(Text(f"{label}: ", style=style) + Text(one_line(message)), soft_wrap=True)
-
-
-def _show_warning(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:
-    _print_line("warning", "yellow", str(message))
-
-
-def _describe(error: BaseException) -> str:
-    """The message for the user: the text of the usual errors, the type name for the others."""
-    message = str(error) or type(error).__name__
-    usual = (OSError, ValueError, TypeError, ImportError, KeyError, ConnectionError, TimeoutError)
-    return message if isinstance(error, usual) else f"{type(error).__name__}: {message}"
-
-
-@contextlib.contextmanager
-def reported_errors() -> Iterator[None]:
-    """Turn any error into one ``error:`` line on stderr and exit code 1 (no traceback)."""
-    try:
-        with warnings.catch_warnings():
-            warnings.showwarning = _show_warning
-            yield
-    except (typer.Exit, typer.Abort):
-        raise
-    except KeyboardInterrupt:
-        raise typer.Exit(130) from None
-    except Exception as error:  # noqa: BLE001 - reported on one line, as the CLI promises
-        _print_line("error", "bold red", _describe(error))
-        raise typer.Exit(1) from None
 
 
 def _choice(name: str, value: str, choices: Sequence[str]) -> str:
@@ -111,38 +73,18 @@ def _choice(name: str, value: str, choices: Sequence[str]) -> str:
     return value
 
 
-# --------------------------------------------------------------------------------------------
-# Progress (the index directories themselves are rag_fusion_chain.retrievers.index_directory)
-# --------------------------------------------------------------------------------------------
+def _check_question(question: str) -> None:
+    """An empty question is refused before anything loads."""
+    if not question.strip():
+        raise ValueError("QUESTION is empty: give the question to search for, in quotes")
 
 
-def _progress() -> Progress:
-    return Progress(
-        TextColumn("{task.description:<10}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=errors,
-        transient=False,
-    )
-
-
-def _progress_bars(
-    progress: Progress, counts: Literal["advance", "completed"] = "advance"
-) -> Callable[[str, int, int], None]:
-    """A progress callback ``(task, count, total)`` drawing one bar per task; ``count`` is a step
-    (``build_index``) or, with ``counts="completed"``, the total done so far (evaluation)."""
-    tasks: dict[str, Any] = {}
-
-    def report(task: str, count: int, total: int) -> None:
-        if task not in tasks:
-            tasks[task] = progress.add_task(task, total=total)
-        if counts == "advance":
-            progress.update(tasks[task], total=total, advance=count)
-        else:
-            progress.update(tasks[task], total=total, completed=count)
-
-    return report
+def _check_index(directory: Path) -> None:
+    """A missing index is refused before any model loads, in the command line's words."""
+    if not (directory / INDEX_FILE).is_file():
+        raise FileNotFoundError(
+            f"no index in {directory}: build one with `rag-fusion index SOURCE... --out {directory}`"
+        )
 
 
 def _write_scores(json_path: Path | None, plot: Path | None, summary: Any) -> None:
@@ -158,138 +100,8 @@ def _write_scores(json_path: Path | None, plot: Path | None, summary: Any) -> No
 
 def _build_index(sources: Sequence[str], out: Path, **options: Any) -> dict[str, Any]:
     """:func:`build_index` with progress bars on stderr."""
-    with _progress() as progress:
-        return build_index(sources, out, on_progress=_progress_bars(progress), **options)
-
-
-# --------------------------------------------------------------------------------------------
-# Rendering
-# --------------------------------------------------------------------------------------------
-
-
-def _label(document: Document) -> str:
-    title = document.metadata.get("title") or document.metadata.get("source") or ""
-    return str(title)
-
-
-def _one_line_cell(text: str) -> Text:
-    return Text(text, no_wrap=True, overflow="ellipsis")
-
-
-def _number(value: Any) -> str:
-    return f"{value:.4f}" if isinstance(value, (int, float)) else "–"
-
-
-def sources_table(documents: Sequence[Document]) -> Table:
-    """The fused documents, numbered as the answer cites them, one line each, with their scores.
-
-    ``fusion`` is the fused score; ``score`` the retriever's own score where the document was
-    first found (BM25 and cosine scores are not on one scale).
-    """
-    table = Table(title="Fused sources", title_justify="left")
-    table.add_column("#", justify="right")
-    table.add_column("id", max_width=24)
-    table.add_column("fusion", justify="right")
-    table.add_column("score", justify="right")
-    table.add_column("title / source", max_width=40)
-    table.add_column("excerpt")
-    for number, document in enumerate(documents, 1):
-        table.add_row(
-            str(number),
-            _one_line_cell(str(document.id or "")),
-            _number(document.metadata.get(FUSION_SCORE_KEY)),
-            _number(document.metadata.get(SCORE_KEY)),
-            _one_line_cell(_label(document)),
-            _one_line_cell(" ".join(document.page_content.split())),
-        )
-    return table
-
-
-def _print_queries(queries: Sequence[str]) -> None:
-    output.print(Text("Queries", style="bold"))
-    for number, query in enumerate(queries, 1):
-        output.print(Text(f"  {number}. ") + Text(query), soft_wrap=True)
-
-
-def render_answer(chain: Any, question: str) -> None:
-    """Stream a chain built with ``return_sources=True``: queries, the sources table, the answer.
-
-    The chain streams dict chunks whose keys arrive in any order (queries one by one or at once,
-    the documents at once, the answer token by token, concurrently); the queries and sources are
-    shown once the answer has started and both have arrived (retrieval is then complete), and the
-    answer is streamed after them.
-    """
-    queries: list[str] = []
-    documents: list[Document] | None = None
-    failures: list[Any] = []
-    held: list[str] = []
-    started = False
-    for chunk in chain.stream({"question": question}):
-        queries.extend(chunk.get("queries", []))
-        documents = chunk.get("documents", documents)
-        failures.extend(chunk.get("failures", []))
-        held.append(chunk.get("answer", ""))
-        if not started and documents is not None and queries and any(held):
-            _print_sources(queries, documents, failures)
-            started = True
-        if started:
-            output.print("".join(held), end="", markup=False, soft_wrap=True)
-            held.clear()
-    if not started:
-        _print_sources(queries, documents or [], failures)
-    output.print("".join(held), markup=False, soft_wrap=True)
-
-
-def _print_sources(queries: Sequence[str], documents: Sequence[Document], failures: Any) -> None:
-    _print_queries(queries)
-    for failure in failures:
-        _print_line(
-            "warning", "yellow", f"{failure.source} failed for {failure.query!r}: {failure.error}"
-        )
-    output.print(sources_table(documents))
-    output.print(Text("Answer", style="bold"))
-
-
-def _hits(document: Document, retrieved: Sequence[Any]) -> list[dict[str, Any]]:
-    """Where the document was found: one entry per ranked list holding it."""
-    key = document_id(document)
-    return [
-        {
-            "query": ranked.query,
-            "retriever": ranked.source,
-            "rank": rank,
-            "score": hit.metadata.get(SCORE_KEY),
-        }
-        for ranked in retrieved
-        for rank, hit in enumerate(ranked, 1)
-        if document_id(hit) == key
-    ]
-
-
-def retrieval_record(state: dict[str, Any], strategy: str) -> dict[str, Any]:
-    """The ``retrieve --json`` output: queries, fused documents with ids and scores, failures."""
-    return {
-        "question": state["question"],
-        "strategy": strategy,
-        "queries": list(state["queries"]),
-        "documents": [
-            {
-                "rank": rank,
-                "id": document.id,
-                "fusion_score": document.metadata.get(FUSION_SCORE_KEY),
-                "score": document.metadata.get(SCORE_KEY),
-                "metadata": {
-                    key: value
-                    for key, value in document.metadata.items()
-                    if key not in (FUSION_SCORE_KEY, SCORE_KEY)
-                },
-                "text": document.page_content,
-                "hits": _hits(document, state["retrieved"]),
-            }
-            for rank, document in enumerate(state["documents"], 1)
-        ],
-        "failures": [vars(failure) for failure in state["failures"]],
-    }
+    with progress_display() as progress:
+        return build_index(sources, out, on_progress=progress_bars(progress), **options)
 
 
 # --------------------------------------------------------------------------------------------
@@ -304,11 +116,12 @@ StrategyOption = Annotated[
     typer.Option(
         "--strategy",
         "-s",
-        help=f"Query strategy: {', '.join(offline.STRATEGIES)}.",
+        help=f"Query strategy: {', '.join(strategies.STRATEGIES)}.",
     ),
 ]
 HybridOption = Annotated[
-    bool, typer.Option("--hybrid", help="Fuse BM25 keyword search with the vector store.")
+    bool,
+    typer.Option("--hybrid/--no-hybrid", help="Fuse BM25 keyword search with the vector store."),
 ]
 ModelOption = Annotated[
     str | None,
@@ -325,18 +138,40 @@ BaseUrlOption = Annotated[
         "--base-url", help=f"OpenAI-compatible endpoint. Default: ${models.BASE_URL_ENV}."
     ),
 ]
+_EMBEDDING_NAMES = "minilm, openai:<model>, sentence-transformers:<dir>, modelscope:<dir>"
 EmbeddingOption = Annotated[
     str | None,
     typer.Option(
         "--embedding",
         "-e",
-        help="Embeddings: minilm, openai:<model>, sentence-transformers:<dir>, modelscope:<dir>. "
-        "Default: the index's own.",
+        help=f"Embeddings for the queries: {_EMBEDDING_NAMES}. Default: the ones the index "
+        "was built with.",
     ),
 ]
-CountOption = Annotated[int, typer.Option("--queries", "-n", help="Queries to generate.")]
-KOption = Annotated[int, typer.Option("--k", "-k", help="Documents per retriever call.")]
-TopOption = Annotated[int, typer.Option("--top-n", help="Fused documents kept.")]
+NewEmbeddingOption = Annotated[
+    str | None,
+    typer.Option(
+        "--embedding",
+        "-e",
+        help=f"Embeddings: {_EMBEDDING_NAMES}. Default: ${models.EMBEDDING_ENV}, else "
+        f"{models.DEFAULT_EMBEDDING}.",
+    ),
+]
+CountOption = Annotated[int, typer.Option("--queries", "-n", min=1, help="Queries to generate.")]
+KOption = Annotated[int, typer.Option("--k", "-k", min=1, help="Documents per retriever call.")]
+TopOption = Annotated[int, typer.Option("--top-n", min=1, help="Fused documents kept.")]
+VerboseOption = Annotated[
+    bool,
+    typer.Option(
+        "--verbose",
+        "-v",
+        help="Show each source's id and every ranked list that found it (query, retriever, "
+        "rank, the retriever's own score).",
+    ),
+]
+JsonOption = Annotated[
+    bool, typer.Option("--json", help="Print one JSON object on stdout instead of tables.")
+]
 TrustOption = Annotated[
     bool,
     typer.Option(
@@ -360,15 +195,50 @@ def index(
     ],
     out: Annotated[Path, typer.Option("--out", "-o", help="Index directory to write.")],
     store: Annotated[str, typer.Option("--store", help="Vector store: faiss or chroma.")] = "faiss",
-    embedding: EmbeddingOption = None,
+    embedding: NewEmbeddingOption = None,
     chunk_size: Annotated[int, typer.Option(help="Tokens per chunk.")] = ingest.DEFAULT_CHUNK_SIZE,
     chunk_overlap: Annotated[
         int, typer.Option(help="Tokens shared by neighbouring chunks.")
     ] = ingest.DEFAULT_CHUNK_OVERLAP,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing index.")] = False,
+    strict: Annotated[
+        bool,
+        typer.Option(
+            "--strict/--no-strict",
+            help="Fail on the first file or URL that cannot be used, instead of skipping it.",
+        ),
+    ] = False,
+    follow_symlinks: Annotated[
+        bool,
+        typer.Option(
+            "--follow-symlinks/--no-follow-symlinks",
+            help="Follow links that point out of a folder (by default they are skipped).",
+        ),
+    ] = False,
+    max_file_size: Annotated[
+        float,
+        typer.Option(
+            "--max-file-size", min=0.001, help="Skip files larger than this, in megabytes."
+        ),
+    ] = ingest.DEFAULT_MAX_FILE_SIZE / 1_000_000,
+    deny_private: Annotated[
+        bool | None,
+        typer.Option(
+            "--deny-private/--allow-private",
+            help="Refuse URLs on private or local addresses, or allow them. Default: allowed, "
+            f"unless {ingest.DENY_PRIVATE_ENV}=1.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
-    """Load, split and embed SOURCES into a vector store, with a BM25 index beside it."""
+    """Load, split and embed SOURCES into a vector store, with a BM25 index beside it.
+
+    Files and URLs that cannot be read are skipped and listed at the end.
+    """
     with reported_errors():
+        warnings.filterwarnings("ignore", category=ingest.SkippedSourceWarning)  # summarised
+        if (out / INDEX_FILE).exists() and not force:
+            raise FileExistsError(f"an index exists in {out}: add --force to replace it")
         settings = _build_index(
             sources,
             out,
@@ -377,13 +247,37 @@ def index(
             chunk_size=chunk_size,
             chunk_overlap=chunk_overlap,
             force=force,
+            load_options={
+                "strict": strict,
+                "follow_symlinks": follow_symlinks,
+                "max_file_size": max(1, round(max_file_size * 1_000_000)),
+                "deny_private": deny_private,
+            },
         )
         output.print(
-            f"Indexed {settings['documents']} documents as {settings['chunks']} chunks "
-            f"({settings['store']}, embeddings {settings['embedding']}) in {out}",
+            f"Indexed {settings['files']} files as {settings['documents']} documents, "
+            f"{settings['chunks']} chunks ({settings['store']}, embeddings "
+            f"{settings['embedding']}) in {out}",
             markup=False,
             soft_wrap=True,
         )
+        if settings["skipped"]:
+            skipped = [ingest.Skipped(**entry) for entry in settings["skipped"]]
+            output.print(
+                f"Skipped {len(skipped)}: {ingest.describe_skipped(skipped)}",
+                markup=False,
+                soft_wrap=True,
+            )
+
+
+def _print_json(record: dict[str, Any]) -> None:
+    """One JSON object on stdout, nothing else (notes and warnings go to stderr)."""
+    sys.stdout.write(json_text(record) + "\n")
+
+
+def _fusion_shown(strategy: str) -> str:
+    """How the strategy's fused score reads: a count of lists (unique union) or an RRF score."""
+    return "union" if isinstance(strategies.get(strategy).default_fusion, UniqueUnion) else "rrf"
 
 
 def _models_and_index(
@@ -397,9 +291,7 @@ def _models_and_index(
     llm = models.chat_model(model, base_url=base_url, streaming=True)
     opened = open_index(directory, embedding, trust=trust)
     if llm is None:
-        _print_line(
-            "note", "cyan", f"no chat model configured: answers are {offline.OFFLINE_LABEL}"
-        )
+        print_line("note", "cyan", f"no chat model configured: answers are {offline.OFFLINE_LABEL}")
     return llm, opened
 
 
@@ -415,13 +307,17 @@ def ask(
     n: CountOption = 4,
     k: KOption = DEFAULT_K,
     top_n: TopOption = chains.DEFAULT_TOP_N,
+    json_output: JsonOption = False,
+    verbose: VerboseOption = False,
     trust_index: TrustOption = False,
 ) -> None:
     """Answer QUESTION: show the queries, the fused sources with scores, then the answer."""
     with reported_errors():
-        _choice("strategy", strategy, offline.STRATEGIES)
+        _check_question(question)
+        _choice("strategy", strategy, strategies.STRATEGIES)
+        _check_index(index_directory)
         llm, opened = _models_and_index(model, base_url, index_directory, embedding, trust_index)
-        chain = offline.chain_for(
+        chain = chains.chain_for(
             strategy,
             opened.retrievers(hybrid, k),
             llm,
@@ -430,7 +326,12 @@ def ask(
             top_n=top_n,
             return_sources=True,
         )
-        render_answer(chain, question)
+        if json_output:
+            retrieved = RetrievedLists()
+            result = chain.invoke({"question": question}, {"callbacks": [retrieved]})
+            _print_json(answer_record(result, question, strategy, retrieved.lists))
+            return
+        render_answer(chain, question, fusion=_fusion_shown(strategy), verbose=verbose)
 
 
 @app.command()
@@ -445,86 +346,130 @@ def retrieve(
     n: CountOption = 4,
     k: KOption = DEFAULT_K,
     top_n: TopOption = chains.DEFAULT_TOP_N,
-    json_output: Annotated[bool, typer.Option("--json", help="Print plain JSON.")] = False,
+    json_output: JsonOption = False,
+    verbose: VerboseOption = False,
     trust_index: TrustOption = False,
 ) -> None:
     """Retrieve for QUESTION without answering: the queries and the fused documents."""
     with reported_errors():
-        _choice("strategy", strategy, offline.STRATEGIES)
+        _check_question(question)
+        _choice("strategy", strategy, strategies.STRATEGIES)
+        _check_index(index_directory)
         llm = models.chat_model(model, base_url=base_url)
         opened = open_index(index_directory, embedding, trust=trust_index)
-        chain = offline.retrieval_chain(
+        chain = retrieval_pipeline(
             strategy, opened.retrievers(hybrid, k), llm, feedback=opened.bm25, n=n, top_n=top_n
         )
         state = chain.invoke({"question": question})
         if json_output:
-            record = retrieval_record(state, strategy)
-            sys.stdout.write(json.dumps(record, ensure_ascii=False, indent=2, default=str) + "\n")
+            _print_json(retrieval_record(state, strategy))
             return
-        _print_queries(state["queries"])
-        output.print(sources_table(state["documents"]))
+        print_queries(state["queries"])
+        table = sources_table(
+            state["documents"],
+            lists=state["retrieved"],
+            queries=state["queries"],
+            fusion=_fusion_shown(strategy),
+            verbose=verbose,
+        )
+        output.print(table)
 
 
 def demo_directory() -> Path:
-    """Where ``demo`` keeps its index: ``$XDG_CACHE_HOME`` (else ``~/.cache``)/rag-fusion-chain."""
+    """Where ``demo --index`` suggests keeping an index: ``$XDG_CACHE_HOME`` (else ``~/.cache``)."""
     cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(cache) / "rag-fusion-chain" / f"demo-{__version__}"
 
 
 def _index_sample(directory: Path) -> None:
+    """Index the sample into ``directory``, from the shipped vectors when they fit MiniLM."""
     output.print(f"Indexing the SciFact sample into {directory}", markup=False)
+    shipped = serving.with_shipped_vectors(models.embeddings(models.DEFAULT_EMBEDDING))
     _build_index(
         [str(sample_corpus_path())],
         directory,
         store="faiss",
-        embedding=models.DEFAULT_EMBEDDING,
+        embedding=shipped or models.DEFAULT_EMBEDDING,
         chunk_size=DEMO_CHUNK_SIZE,
         chunk_overlap=0,
         force=True,
     )
 
 
+def _demo_index(directory: Path | None, rebuild: bool) -> OpenedIndex:
+    """The sample in memory from its shipped vectors, or kept in ``directory`` (built once)."""
+    if directory is None:
+        return serving.open_source(serving.IndexSource(), models.DEFAULT_EMBEDDING)
+    if rebuild or not (directory / INDEX_FILE).is_file():
+        _index_sample(directory)
+    try:
+        return open_index(directory, models.DEFAULT_EMBEDDING)
+    except UntrustedIndexError:  # made by an older kit, another user, or changed: not loaded
+        print_line("note", "cyan", f"the demo index in {directory} cannot be verified")
+        _index_sample(directory)
+        return open_index(directory, models.DEFAULT_EMBEDDING)
+
+
 @app.command()
 def demo(
     index_directory: Annotated[
         Path | None,
-        typer.Option("--index", "-i", help="Where to keep the demo index. Default: a cache dir."),
+        typer.Option(
+            "--index",
+            "-i",
+            help="Keep the demo index in this directory. Default: in memory, from the sample's "
+            "shipped vectors.",
+        ),
     ] = None,
     question: Annotated[str, typer.Option(help="The question to answer.")] = SAMPLE_QUESTION,
     strategy: StrategyOption = chains.RAG_FUSION,
-    rebuild: Annotated[bool, typer.Option("--rebuild", help="Index the sample again.")] = False,
+    rebuild: Annotated[
+        bool, typer.Option("--rebuild", help="Index the sample again (with --index).")
+    ] = False,
 ) -> None:
-    """Index the bundled SciFact sample (once) and answer a question offline, hybrid search."""
+    """Answer a question offline over the bundled SciFact sample, hybrid search."""
     with reported_errors():
-        _choice("strategy", strategy, offline.STRATEGIES)
-        directory = index_directory or demo_directory()
-        if rebuild or not (directory / INDEX_FILE).is_file():
-            _index_sample(directory)
-        try:
-            opened = open_index(directory)
-        except UntrustedIndexError:  # made by an older kit, another user, or changed: not loaded
-            _print_line("note", "cyan", f"the demo index in {directory} cannot be verified")
-            _index_sample(directory)
-            opened = open_index(directory)
+        _check_question(question)
+        _choice("strategy", strategy, strategies.STRATEGIES)
+        opened = _demo_index(index_directory, rebuild)
         output.print(Text("Question: ", style="bold") + Text(question), soft_wrap=True)
-        chain = offline.offline_chain(
+        chain = chains.chain_for(
             strategy,
             opened.retrievers(hybrid=True, k=DEFAULT_K),
+            None,
             feedback=opened.bm25,
             return_sources=True,
         )
-        render_answer(chain, question)
-
-
-class Question(BaseModel):
-    """The input of the served chains."""
-
-    question: str
+        render_answer(chain, question, fusion=_fusion_shown(strategy))
 
 
 @app.command()
 def serve(
-    index_directory: IndexOption,
+    index_directory: Annotated[
+        Path | None,
+        typer.Option(
+            "--index",
+            "-i",
+            help=f"Index directory written by `rag-fusion index`. Default: ${serving.INDEX_ENV}, "
+            "else the bundled sample.",
+        ),
+    ] = None,
+    chroma_url: Annotated[
+        str | None,
+        typer.Option(
+            "--chroma-url",
+            help=f"Search a Chroma server (http://host:port) instead. Default: "
+            f"${serving.CHROMA_URL_ENV}.",
+        ),
+    ] = None,
+    chroma_collection: Annotated[
+        str | None,
+        typer.Option(
+            "--chroma-collection",
+            help=f"The collection on the Chroma server. Default: ${serving.CHROMA_COLLECTION_ENV}, "
+            f"else {serving.DEFAULT_COLLECTION}.",
+        ),
+    ] = None,
     strategy: StrategyOption = chains.RAG_FUSION,
     hybrid: HybridOption = False,
     model: ModelOption = None,
@@ -535,33 +480,46 @@ def serve(
     top_n: TopOption = chains.DEFAULT_TOP_N,
     trust_index: TrustOption = False,
 ) -> None:
-    """Serve the strategy's chain with LangServe on 127.0.0.1 (routes under /STRATEGY)."""
+    """Serve the strategy's chain with LangServe on 127.0.0.1 (/STRATEGY and /STRATEGY/sources)."""
     with reported_errors():
-        _choice("strategy", strategy, offline.STRATEGIES)
+        _choice("strategy", strategy, strategies.STRATEGIES)
         try:
             import uvicorn
-            from fastapi import FastAPI
-            from langserve import add_routes
         except ImportError as error:
             raise ImportError(
-                f'serving needs {error.name}: pip install "rag-fusion-chain[serve]"'
+                'serving needs uvicorn: pip install "rag-fusion-chain[serve]"'
             ) from error
-        llm, opened = _models_and_index(model, base_url, index_directory, embedding, trust_index)
-        retrievers = opened.retrievers(hybrid, k)
-        server = FastAPI(title="rag-fusion-chain", version=__version__)
-        for path, return_sources in ((strategy, False), (f"{strategy}/sources", True)):
-            chain = offline.chain_for(
-                strategy,
-                retrievers,
-                llm,
-                feedback=opened.bm25,
-                top_n=top_n,
-                return_sources=return_sources,
+        source = serving.IndexSource.from_environment(
+            index=index_directory, chroma_url=chroma_url, chroma_collection=chroma_collection
+        )
+        if source.index is not None:
+            _check_index(source.index)
+        llm = models.chat_model(model, base_url=base_url, streaming=True)
+        opened = serving.open_source(source, embedding, trust=trust_index)
+        if llm is None:
+            print_line(
+                "note", "cyan", f"no chat model configured: answers are {offline.OFFLINE_LABEL}"
             )
-            add_routes(server, chain, path=f"/{path}", input_type=Question)
+        retrievers = opened.retrievers(hybrid, k)
+        routes = {
+            path: serving.build_chain(
+                strategy,
+                return_sources=return_sources,
+                chain=chains.chain_for(
+                    strategy,
+                    retrievers,
+                    llm,
+                    feedback=opened.bm25,
+                    top_n=top_n,
+                    return_sources=return_sources,
+                ),
+            )
+            for path, return_sources in ((strategy, False), (f"{strategy}/sources", True))
+        }
+        server = serving.create_app(routes)
         output.print(
-            f"Serving {strategy} on http://127.0.0.1:{port}/{strategy} "
-            f"(playground: /{strategy}/playground/)",
+            f"Serving {strategy} over {source.describe()} on http://127.0.0.1:{port}/{strategy} "
+            f"(playground: /{strategy}/playground/, with sources: /{strategy}/sources)",
             markup=False,
             soft_wrap=True,
         )
@@ -583,7 +541,8 @@ def eval_dataset(
     ] = "bm25,dense,hybrid-rrf,hybrid-relative,hybrid-dist",
     split: Annotated[str, typer.Option(help="Qrels split: qrels/SPLIT.tsv.")] = "test",
     queries_limit: Annotated[
-        int | None, typer.Option("--queries-limit", help="Evaluate the first N queries only.")
+        int | None,
+        typer.Option("--queries-limit", min=1, help="Evaluate the first N queries only."),
     ] = None,
     json_path: Annotated[
         Path | None, typer.Option("--json", help="Write the scores as JSON.")
@@ -594,10 +553,10 @@ def eval_dataset(
     ] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not cache embeddings.")] = False,
     stat_test: Annotated[str, typer.Option(help="Paired test: student or fisher.")] = "student",
-    max_p: Annotated[float, typer.Option(help="Significance level.")] = 0.05,
+    max_p: Annotated[float, typer.Option(min=0.0, max=1.0, help="Significance level.")] = 0.05,
     model: ModelOption = None,
     base_url: BaseUrlOption = None,
-    embedding: EmbeddingOption = None,
+    embedding: NewEmbeddingOption = None,
     n: CountOption = 4,
     langsmith: Annotated[
         bool,
@@ -612,11 +571,15 @@ def eval_dataset(
     with reported_errors():
         from rag_fusion_chain import evaluate
 
+        _choice("--stat-test", stat_test, evaluate.STAT_TESTS)
+
         names = [name.strip() for name in setups.split(",") if name.strip()]
+        if not names:
+            raise ValueError("--setups is empty: name at least one setup, e.g. bm25")
         llm = models.chat_model(model, base_url=base_url)
         cache = None if no_cache else (cache_dir or evaluate.DEFAULT_CACHE_DIR)
         if langsmith and evaluate.langsmith_configured():
-            with _progress() as progress:
+            with progress_display() as progress:
                 dataset, experiments = evaluate.run_langsmith_experiments(
                     dataset_dir,
                     names,
@@ -626,7 +589,7 @@ def eval_dataset(
                     embeddings=embedding,
                     cache_dir=cache,
                     query_count=n,
-                    progress=_progress_bars(progress, "completed"),
+                    progress=progress_bars(progress, "completed"),
                 )
             summary = evaluate.Summary(
                 dataset.name,
@@ -660,7 +623,7 @@ def eval_dataset(
             output.print(
                 "LangSmith is not configured (LANGSMITH_API_KEY); evaluated locally", markup=False
             )
-        with _progress() as progress:
+        with progress_display() as progress:
             evaluation = evaluate.run_experiment(
                 dataset_dir,
                 names,
@@ -672,7 +635,7 @@ def eval_dataset(
                 query_count=n,
                 stat_test=stat_test,
                 max_p=max_p,
-                progress=_progress_bars(progress, "completed"),
+                progress=progress_bars(progress, "completed"),
             )
         headers, rows = evaluate.comparison_table(evaluation.comparison)
         table = Table(

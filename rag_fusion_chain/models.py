@@ -21,7 +21,11 @@ Backends of one model: an embedding identity (:func:`embedding_identity`) names 
 ``|backend=`` (none: PyTorch). Vectors built by one backend may be queried with another only
 when :func:`backends_agree` says their vectors agree on a fixed probe set (:func:`vectors_agree`).
 
-API keys are kept as ``SecretStr`` by the clients and never logged.
+API keys are kept as ``SecretStr`` by the clients and never logged. A user name and password in
+a base URL (``http://user:secret@host/v1``) are taken out of the URL and sent as HTTP Basic
+authentication, as httpx would have sent them, so the model's traced parameters, the embedding
+identity stored in indexes and httpx's request logs show only ``http://host/v1``;
+:func:`redact_credentials` masks them in any other text.
 """
 
 from __future__ import annotations
@@ -30,12 +34,13 @@ import functools
 import ipaddress
 import math
 import os
+import re
 import warnings
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings
@@ -119,6 +124,7 @@ def chat_model(
             )
         model = DEFAULT_OPENAI_CHAT_MODEL
     ChatOpenAI = _import_openai("ChatOpenAI")  # noqa: N806 - a class
+    base_url = _move_credentials_to_clients(base_url, kwargs)
     return ChatOpenAI(
         model=model,
         base_url=base_url,
@@ -232,6 +238,7 @@ def openai_embeddings(
     api_key = api_key or os.environ.get(API_KEY_ENV) or None
     OpenAIEmbeddings = _import_openai("OpenAIEmbeddings")  # noqa: N806 - a class
     kwargs.setdefault("check_embedding_ctx_length", False)
+    base_url = _move_credentials_to_clients(base_url, kwargs)
     return OpenAIEmbeddings(
         model=model,
         base_url=base_url,
@@ -414,7 +421,7 @@ def _sentence_transformer_identity(embeddings: Any) -> str:
 def _openai_identity(embeddings: Any) -> str:
     identity = f"openai:{embeddings.model}"
     if embeddings.openai_api_base:
-        identity += f"@{embeddings.openai_api_base.rstrip('/')}"
+        identity += f"@{redact_credentials(embeddings.openai_api_base.rstrip('/'))}"
     if embeddings.dimensions:
         identity += f"|dimensions={embeddings.dimensions}"
     return identity
@@ -432,7 +439,46 @@ def _generic_identity(embeddings: Any) -> str:
         and not any(word in key.lower() for word in ("key", "secret", "token", "password"))
     }
     arguments = ", ".join(f"{key}={value!r}" for key, value in scalars.items())
-    return f"{kind.__module__}.{kind.__qualname__}({arguments})"
+    return redact_credentials(f"{kind.__module__}.{kind.__qualname__}({arguments})")
+
+
+_URL_CREDENTIALS = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/?#\s]*@")
+"""A URL's ``user:password@`` (up to its last ``@`` before the path)."""
+
+
+def redact_credentials(text: str) -> str:
+    """``text`` with the user name and password of every URL in it replaced by ``***``.
+
+    >>> redact_credentials("http://user:secret@localhost:8000/v1")
+    'http://***@localhost:8000/v1'
+    >>> redact_credentials("https://api.openai.com/v1")
+    'https://api.openai.com/v1'
+    """
+    return _URL_CREDENTIALS.sub(r"\g<scheme>***@", text)
+
+
+def _move_credentials_to_clients(base_url: str | None, kwargs: dict[str, Any]) -> str | None:
+    """``base_url`` without ``user:password@``; those go to HTTP clients set in ``kwargs``.
+
+    httpx turns URL credentials into Basic authentication; the clients made here do the same,
+    while the URL the model keeps (and traces, and logs) no longer holds them.
+    """
+    if base_url is None:
+        return None
+    parts = urlsplit(base_url)
+    if "@" not in parts.netloc:
+        return base_url
+    if "http_client" in kwargs or "http_async_client" in kwargs:
+        raise ValueError(
+            "base_url: credentials in the URL cannot be combined with http_client or "
+            "http_async_client; give those clients auth=(user, password) instead"
+        )
+    import openai
+
+    credentials = (unquote(parts.username or ""), unquote(parts.password or ""))
+    kwargs["http_client"] = openai.DefaultHttpxClient(auth=credentials)
+    kwargs["http_async_client"] = openai.DefaultAsyncHttpxClient(auth=credentials)
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 def _required_api_key(api_key: str | None, base_url: str | None, *, what: str) -> str:

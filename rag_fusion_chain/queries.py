@@ -17,7 +17,7 @@ import json
 import re
 import unicodedata
 import warnings
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator
 from typing import Any, Literal
 
 from langchain_core.callbacks import (
@@ -33,62 +33,15 @@ from langchain_core.runnables.config import patch_config
 from pydantic import ConfigDict, Field
 
 from rag_fusion_chain import prompts
+from rag_fusion_chain.validation import (
+    MAX_QUERIES,
+    MAX_QUESTION_CHARS,
+    QuestionInput,
+    question_of,
+    validate_count,
+)
 
-QuestionInput = str | Mapping[str, Any]
 OnFailure = Literal["warn", "raise"]
-
-MAX_QUESTION_CHARS = 20_000
-"""Longer questions are refused: they would overflow the prompt of most chat models."""
-MAX_QUERIES = 50
-"""Upper bound for ``n``: more queries than this cost much and add little to fusion."""
-
-
-# --------------------------------------------------------------------------------------------
-# Input
-# --------------------------------------------------------------------------------------------
-
-
-def question_of(value: QuestionInput) -> str:
-    """Extract and validate the question from ``str`` or ``{"question": str}`` input.
-
-    >>> question_of({"question": "  What is RRF? "})
-    'What is RRF?'
-    """
-    if isinstance(value, Mapping):
-        if "question" not in value:
-            raise ValueError(
-                f"input dict needs a 'question' key, got keys {sorted(map(str, value))}"
-            )
-        value = value["question"]
-    if not isinstance(value, str):
-        raise TypeError(f"question must be a str, got {type(value).__name__}")
-    question = value.strip()
-    if not any(unicodedata.category(character)[0] not in "CZ" for character in question):
-        # nothing visible: empty, whitespace, or only control and zero-width format characters
-        raise ValueError("question must not be empty or whitespace")
-    try:
-        question.encode("utf-8")
-    except UnicodeEncodeError as error:  # a lone surrogate: no model or index can take it
-        raise ValueError(
-            f"question is not valid Unicode text ({error.reason} at position {error.start})"
-        ) from None
-    if len(question) > MAX_QUESTION_CHARS:
-        raise ValueError(
-            f"question is {len(question)} characters long; the limit is {MAX_QUESTION_CHARS}. "
-            "Summarise it first, or pass a shorter question"
-        )
-    return question
-
-
-def validate_count(name: str, value: int, upper: int | None = None) -> int:
-    """Raise unless ``value`` is a positive int (and at most ``upper``)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value <= 0:
-        raise ValueError(f"{name} must be positive, got {value}")
-    if upper is not None and value > upper:
-        raise ValueError(f"{name} must be at most {upper}, got {value}")
-    return value
 
 
 # --------------------------------------------------------------------------------------------
@@ -122,17 +75,64 @@ _WRAPPERS = [
 ]
 _PREAMBLE_END = (":", "：")
 _INLINE_EMPHASIS = re.compile(r"(\*\*|__)(.+?)\1")
+_TERMINAL_ESCAPE = re.compile(
+    r"""\x1b\[[0-?]*[ -/]*[@-~]               # CSI: colours, cursor moves (ESC [ ... m)
+      | \x9b[0-?]*[ -/]*[@-~]                 # CSI, 8-bit form
+      | \x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?   # OSC: window titles, hyperlinks
+      | \x1b[ -/]*[0-~]                        # other escape sequences
+    """,
+    re.VERBOSE,
+)
+
+
+def searchable_text(text: str, *, single_line: bool = True) -> str:
+    """``text`` without terminal escape sequences and control or format characters.
+
+    Models can emit NUL, ANSI colour codes, bidirectional overrides (U+202E) and zero-width
+    characters; none of them helps a search, and they hide or disguise text wherever queries
+    are shown. Tabs and other control whitespace become spaces, and line breaks too when
+    ``single_line``. Applied to every generated query and passage before it is searched.
+
+    >>> searchable_text("\\x1b[31msolar\\x1b[0m\\u202e power\\u200b\\x00")
+    'solar power'
+    """
+    if text.isprintable():
+        return text
+    kept = []
+    for character in _TERMINAL_ESCAPE.sub("", text):
+        if character == "\n" and not single_line:
+            kept.append(character)
+        elif character.isspace():
+            kept.append(" ")
+        elif character.isprintable() or unicodedata.category(character) not in ("Cc", "Cf", "Cs"):
+            kept.append(character)  # printable, or private-use / unassigned: text, not control
+    return "".join(kept)
+
+
+def _within_query_limit(text: str) -> str:
+    """``text``, cut to :data:`MAX_QUESTION_CHARS` with a warning when longer: a generated
+    query is searched under the same bound as a question."""
+    if len(text) <= MAX_QUESTION_CHARS:
+        return text
+    warnings.warn(
+        f"a generated query of {len(text)} characters was cut to its first "
+        f"{MAX_QUESTION_CHARS} (the question length limit) before searching",
+        stacklevel=2,
+    )
+    return text[:MAX_QUESTION_CHARS].rstrip()
 
 
 def clean_query_line(line: str) -> str:
-    """Strip list markers, markdown emphasis and surrounding quotes from one line.
+    """Strip control characters (:func:`searchable_text`), list markers, markdown emphasis and
+    surrounding quotes from one line.
 
     >>> clean_query_line('2) **"How do vaccines work?"**')
     'How do vaccines work?'
     >>> clean_query_line("一、光伏发电的效率")
     '光伏发电的效率'
     """
-    text = _INLINE_EMPHASIS.sub(r"\2", unicodedata.normalize("NFC", line)).strip()
+    text = unicodedata.normalize("NFC", searchable_text(line))
+    text = _INLINE_EMPHASIS.sub(r"\2", text).strip()
     previous = None
     while text != previous:
         previous = text
@@ -194,9 +194,11 @@ class _QueryCollector:
         """Add one raw line; return the cleaned query if it is new and usable."""
         if self.full:
             return None
-        query = clean_query_line(raw_line)
-        if not _is_usable(query, raw_line if check_preamble else query):
+        line = searchable_text(raw_line)
+        query = clean_query_line(line)
+        if not _is_usable(query, line if check_preamble else query):
             return None
+        query = _within_query_limit(query)
         key = dedupe_key(query)
         if key in self.seen:
             return None
@@ -265,37 +267,47 @@ _JSON_START = re.compile(r"\s*(?:\[|\{|```)")
 
 
 class _IncrementalQueries:
-    """Feeds streamed text to a collector and returns each query once its line is complete."""
+    """Feeds streamed text to a collector and returns each query once its line is complete.
+
+    Text of an unfinished line is kept as a list of pieces and joined once the line ends, so a
+    long line streamed in many small chunks costs time in proportion to its length.
+    """
 
     def __init__(self, parser: QueryListParser) -> None:
         self.parser = parser
         self.collector = _QueryCollector(parser.n)
-        self.buffer = ""
+        self.pending: list[str] = []
+        self.waiting_for_json = False
 
     def feed(self, text: str) -> list[str]:
         """Queries of the lines completed by ``text``; from a line opening JSON on, wait.
 
         Lines are taken one at a time, so the result does not depend on how text is chunked.
         """
-        self.buffer += text
+        if self.waiting_for_json or "\n" not in text:
+            self.pending.append(text)
+            return []
+        buffer = "".join([*self.pending, text])
         queries: list[str] = []
         start = 0
-        while not _JSON_START.match(self.buffer, start):  # JSON is parsed once complete
-            end = self.buffer.find("\n", start)
+        while not (json_starts := bool(_JSON_START.match(buffer, start))):
+            end = buffer.find("\n", start)
             if end < 0:
                 break
-            query = self.collector.add(self.buffer[start:end])
+            query = self.collector.add(buffer[start:end])
             if query is not None:
                 queries.append(query)
             start = end + 1
-        self.buffer = self.buffer[start:]
+        self.waiting_for_json = json_starts  # JSON is parsed once complete
+        self.pending = [buffer[start:]]
         return queries
 
     def finish(self) -> list[str]:
-        if _JSON_START.match(self.buffer):
-            candidates = self.parser._parse_block(self.buffer)
+        rest = "".join(self.pending)
+        if _JSON_START.match(rest):
+            candidates = self.parser._parse_block(rest)
             return [q for q in candidates if self.collector.add(q, check_preamble=False)]
-        query = self.collector.add(self.buffer)
+        query = self.collector.add(rest)
         return [query] if query is not None else []
 
 
@@ -518,7 +530,7 @@ class TextGenerator(RunnableSerializable[QuestionInput, str]):
         if self.single_line:
             lines = QueryListParser(n=1).parse(text)
             text = lines[0] if lines else ""
-        text = text.strip()
+        text = _within_query_limit(searchable_text(text, single_line=False).strip())
         if not text:
             if self.on_failure == "raise":
                 raise ValueError("generation failed: the model returned no usable text")
@@ -636,6 +648,7 @@ __all__ = [
     "multi_query",
     "question_of",
     "rag_fusion",
+    "searchable_text",
     "step_back",
     "validate_count",
 ]

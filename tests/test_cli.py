@@ -18,7 +18,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from rag_fusion_chain import offline
+from rag_fusion_chain import strategies
 from rag_fusion_chain.cli import app
 from rag_fusion_chain.data import SAMPLE_QUESTION, sample_corpus_path, sample_queries
 from rag_fusion_chain.offline import OFFLINE_LABEL
@@ -151,7 +151,7 @@ def test_index_refuses_to_overwrite_without_force(corpus: Path, tmp_path: Path) 
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("strategy", offline.STRATEGIES)
+@pytest.mark.parametrize("strategy", strategies.STRATEGIES)
 def test_ask_offline_with_every_strategy(faiss_index: Path, strategy: str) -> None:
     result = invoke("ask", QUESTION, "--index", faiss_index, "--strategy", strategy, "--top-n", 3)
     assert result.exit_code == 0, result.output
@@ -216,7 +216,12 @@ def test_demo_indexes_the_sample_and_answers_offline(tmp_path: Path, minilm: Any
     assert OFFLINE_LABEL in result.stdout
     assert cited_numbers(result.stdout)
     relevant = next(query for query in sample_queries() if query["_id"] == "179")["relevant"]
-    assert any(document_id in result.stdout for document_id in relevant)
+    titles = {
+        record["_id"]: record["title"]
+        for record in map(json.loads, sample_corpus_path().read_text("utf-8").splitlines())
+    }
+    shown = cells_of_column(result.stdout, 2)
+    assert any(titles[document_id][:40] in shown for document_id in relevant), shown
     assert json.loads((tmp_path / "demo" / INDEX_FILE).read_text("utf-8"))["documents"] == 300
     first_run = time.monotonic() - started
     again = invoke("demo", "--index", tmp_path / "demo")  # reuses the index
@@ -284,7 +289,7 @@ def test_missing_and_unreadable_files(tmp_path: Path) -> None:
     )
     binary = tmp_path / "binary.txt"
     binary.write_bytes(b"\xff\xfe\x00\x81 not text")
-    assert_one_line_error(invoke("index", binary, "--out", tmp_path / "index"), "is not UTF-8 text")
+    assert_one_line_error(invoke("index", binary, "--out", tmp_path / "index"), "(not UTF-8)")
     assert not (tmp_path / "index" / INDEX_FILE).exists()
 
 
@@ -382,8 +387,9 @@ def test_ask_with_a_configured_model(faiss_index: Path, openai_env: Any) -> None
     )
     result = invoke("ask", QUESTION, "--index", faiss_index, "-n", 2)
     assert result.exit_code == 0, result.output
-    assert "1. heat pump refrigerant cycle" in result.stdout
-    assert "2. air source heat pump in cold weather" in result.stdout
+    assert f"1. {QUESTION}" in result.stdout  # the ready chains search the question too
+    assert "2. heat pump refrigerant cycle" in result.stdout
+    assert "3. air source heat pump in cold weather" in result.stdout
     assert result.stdout.rstrip().endswith("Heat pumps move heat with a refrigerant [1].")
     assert OFFLINE_LABEL not in result.output
     assert openai_env.counts["chat"] == 2
@@ -443,7 +449,7 @@ def test_render_answer_shows_queries_even_when_the_answer_streams_first(
     from langchain_core.runnables import RunnableGenerator
     from rich.console import Console
 
-    from rag_fusion_chain import cli
+    from rag_fusion_chain import rendering
 
     def chunks(_: Iterator[Any]) -> Iterator[dict[str, Any]]:
         yield {"documents": [Document("passage text", id="d1")]}
@@ -452,24 +458,241 @@ def test_render_answer_shows_queries_even_when_the_answer_streams_first(
         yield {"answer": "continues."}
 
     console = Console(record=True, width=120)
-    monkeypatch.setattr(cli, "output", console)
-    cli.render_answer(RunnableGenerator(chunks), "question?")
+    monkeypatch.setattr(rendering, "output", console)
+    rendering.render_answer(RunnableGenerator(chunks), "question?")
     text = console.export_text()
     assert "first query" in text and "second query" in text
     assert text.index("second query") < text.index("The answer continues.")
 
 
 def test_progress_bars_count_steps_or_totals() -> None:
-    from rag_fusion_chain.cli import _progress, _progress_bars
+    from rag_fusion_chain.rendering import progress_bars, progress_display
 
-    with _progress() as progress:
-        steps = _progress_bars(progress)
+    with progress_display() as progress:
+        steps = progress_bars(progress)
         steps("embed", 3, 10)
         steps("embed", 4, 10)
-        totals = _progress_bars(progress, "completed")
+        totals = progress_bars(progress, "completed")
         totals("evaluate", 3, 10)
         totals("evaluate", 4, 10)
     assert [(task.description, task.completed, task.total) for task in progress.tasks] == [
         ("embed", 7, 10),
         ("evaluate", 4, 10),
     ]
+
+
+# --------------------------------------------------------------------------------------------
+# Arguments: checked before any model loads, in the command line's words
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def no_model_loads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Records every attempt to load a chat model, embeddings or an index."""
+    from rag_fusion_chain import cli
+
+    calls: list[str] = []
+
+    def refuse(name: str) -> Any:
+        def record(*_: Any, **__: Any) -> Any:
+            calls.append(name)
+            raise AssertionError(f"{name} was called")
+
+        return record
+
+    monkeypatch.setattr(cli.models, "chat_model", refuse("chat_model"))
+    monkeypatch.setattr(cli.models, "embeddings", refuse("embeddings"))
+    monkeypatch.setattr(cli, "open_index", refuse("open_index"))
+    monkeypatch.setattr(cli, "_build_index", refuse("build_index"))
+    return calls
+
+
+def test_an_empty_question_is_refused_before_any_model_loads(
+    faiss_index: Path, no_model_loads: list[str]
+) -> None:
+    for command in ("ask", "retrieve"):
+        for question in ("", "   "):
+            result = invoke(command, question, "--index", faiss_index)
+            assert_one_line_error(result, "QUESTION is empty")
+    assert_one_line_error(invoke("demo", "--question", " "), "QUESTION is empty")
+    assert no_model_loads == []
+
+
+def test_a_missing_index_is_refused_before_any_model_loads(
+    tmp_path: Path, no_model_loads: list[str]
+) -> None:
+    for command in ("ask", "retrieve"):
+        error = assert_one_line_error(
+            invoke(command, QUESTION, "--index", tmp_path), "no index in", "rag-fusion index"
+        )
+        assert "build_index()" not in error
+    assert no_model_loads == []
+
+
+@pytest.mark.parametrize(
+    ("arguments", "flag"),
+    [(["-n", "-1"], "--queries"), (["-k", "0"], "--k"), (["--top-n", "0"], "--top-n")],
+)
+def test_counts_below_one_are_refused_with_the_flag_name(
+    faiss_index: Path, no_model_loads: list[str], arguments: list[str], flag: str
+) -> None:
+    result = invoke("ask", QUESTION, "--index", faiss_index, *arguments)
+    assert result.exit_code == 2, result.output
+    assert flag in result.output and "Traceback" not in result.output
+    assert "validation error" not in result.output.lower()
+    assert "errors.pydantic.dev" not in result.output
+    assert no_model_loads == []
+
+
+def test_boolean_options_are_flags_in_help_and_parsing(
+    faiss_index: Path, no_model_loads: list[str]
+) -> None:
+    help_text = invoke("ask", "--help").stdout
+    assert "--hybrid / --no-hybrid" in help_text
+    assert "<bool>" not in help_text
+    assert re.search(r"--trust-index\s+Load", help_text), help_text
+    refused = invoke("ask", QUESTION, "--index", faiss_index, "--hybrid", "false")
+    assert refused.exit_code == 2 and "false" in refused.output
+    assert no_model_loads == []
+
+
+def test_help_texts_say_what_each_command_does_with_embeddings() -> None:
+    asked = " ".join(invoke("ask", "--help").stdout.split())
+    assert "Default: the ones the index was built with" in asked
+    for command in ("eval", "index"):
+        text = " ".join(invoke(command, "--help").stdout.split())
+        assert "index's own" not in text and "the index was built with" not in text
+        assert "Default: $RAG_FUSION_EMBEDDING, else minilm" in text
+
+
+def test_library_words_become_command_line_words() -> None:
+    from rag_fusion_chain.rendering import command_line_words, describe
+    from rag_fusion_chain.retrievers.stores import TRUST_ADVICE, UntrustedIndexError
+
+    untrusted = describe(UntrustedIndexError(f"the index was changed. {TRUST_ADVICE}"))
+    assert "--trust-index" in untrusted and "trust=True" not in untrusted
+    assert command_line_words(
+        "an index exists in x; pass force=True (rag-fusion index --force)"
+    ) == ("an index exists in x; add --force")
+    assert command_line_words("setups: unknown setup 'x'") == "--setups: unknown setup 'x'"
+
+
+def test_an_existing_index_is_refused_before_loading_anything(
+    faiss_index: Path, corpus: Path, no_model_loads: list[str]
+) -> None:
+    error = assert_one_line_error(
+        invoke("index", corpus / "solar.txt", "--out", faiss_index), "--force"
+    )
+    assert "force=True" not in error
+    assert no_model_loads == []
+
+
+def test_ask_json_has_the_answer_queries_scored_documents_and_failures(
+    faiss_index: Path,
+) -> None:
+    result = invoke("ask", QUESTION, "--index", faiss_index, "--json", "--hybrid", "-n", 2)
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.stdout)
+    assert record["answer"].startswith(OFFLINE_LABEL)
+    assert record["question"] == QUESTION and record["strategy"] == "rag-fusion"
+    assert record["queries"][0] == QUESTION and len(record["queries"]) == 3
+    documents = record["documents"]
+    assert documents and [document["rank"] for document in documents] == list(
+        range(1, len(documents) + 1)
+    )
+    fusion_scores = [document["fusion_score"] for document in documents]
+    assert fusion_scores == sorted(fusion_scores, reverse=True)
+    for document in documents:
+        assert document["hits"], document
+        assert {hit["query"] for hit in document["hits"]} <= set(record["queries"])
+    assert record["failures"] == []
+    assert "no chat model configured" in result.stderr  # notes stay off stdout
+
+
+# --------------------------------------------------------------------------------------------
+# The sources table
+# --------------------------------------------------------------------------------------------
+
+
+def table_text(table: Any, width: int = 80) -> str:
+    from rich.console import Console
+
+    console = Console(record=True, width=width)
+    console.print(table)
+    return console.export_text()
+
+
+def cells_of_column(text: str, column: int) -> str:
+    """The text of one table column, its wrapped lines joined."""
+    rows = [line.split("│") for line in text.splitlines() if line.startswith("│")]
+    return " ".join(row[column].strip() for row in rows if len(row) > column)
+
+
+def test_the_sources_table_at_80_columns_shows_title_and_excerpt_once() -> None:
+    from langchain_core.documents import Document
+
+    from rag_fusion_chain.rendering import sources_table
+
+    title = "Microstructural development of human newborn cerebral white matter"
+    documents = [
+        Document(
+            f"{title}\nAlterations of the architecture of cerebral white matter in the "
+            "developing human brain can affect cortical development.",
+            id="4983",
+            metadata={"title": title, "fusion_score": 0.0325},
+        ),
+        Document(
+            "# Heat pumps\n\nHeat pumps move heat with a compressor.",
+            metadata={"source": "/home/someone/notes/heat.md", "fusion_score": 0.0161},
+        ),
+    ]
+    text = table_text(sources_table(documents))
+    assert all(len(line) <= 80 for line in text.splitlines())
+    titles, excerpts = cells_of_column(text, 2), cells_of_column(text, 3)
+    assert title in titles and "Heat pumps (notes/heat.md)" in titles
+    assert "Alterations of the architecture of cerebral white matter" in excerpts
+    assert "Microstructural" not in excerpts and "# Heat" not in excerpts
+    assert excerpts.index("Alterations") < excerpts.index("Heat pumps move heat")
+    assert "0.0325" in text and "reciprocal rank fusion" in text
+
+
+def test_retrieve_shows_one_explained_score_column_in_fused_order(faiss_index: Path) -> None:
+    result = invoke("retrieve", QUESTION, "--index", faiss_index, "--hybrid", "-n", 2)
+    assert result.exit_code == 0, result.output
+    scores = [float(score) for score in re.findall(r"│ (0\.\d{4}) │", result.stdout)]
+    assert scores and scores == sorted(scores, reverse=True)
+    assert "over the 3 ranked lists" in " ".join(result.stdout.split())
+    union = invoke("retrieve", QUESTION, "--index", faiss_index, "-s", "multi-query", "-v")
+    assert union.exit_code == 0, union.output
+    counts = re.findall(r"│ +(\d+)/(\d+) │", union.stdout)
+    assert counts and all(1 <= int(found) <= int(lists) for found, lists in counts)
+    assert "fusion=" not in union.stdout and "found in" in union.stdout
+    found_by = cells_of_column(union.stdout, 5)  # --verbose: where each source was found
+    assert re.search(r"q1 VectorRetriever #1 0\.\d+", found_by), found_by
+
+
+def test_escape_sequences_in_documents_and_answers_are_neutralised(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from langchain_core.documents import Document
+    from langchain_core.runnables import RunnableGenerator
+    from rich.console import Console
+
+    from rag_fusion_chain import rendering
+
+    hostile = "Normal text \x1b[2J\x1b]0;owned\x07 then \u202eesrever and a bell\x07."
+    document = Document(hostile, id="d1", metadata={"title": "Title \x1b[31mred"})
+
+    def chunks(_: Iterator[Any]) -> Iterator[dict[str, Any]]:
+        yield {"queries": ["query \x1b[1mbold"], "documents": [document]}
+        yield {"answer": f"Quoted: {hostile} [1]"}
+
+    console = Console(record=True, width=100, force_terminal=False)
+    monkeypatch.setattr(rendering, "output", console)
+    rendering.render_answer(RunnableGenerator(chunks), "question?")
+    text = console.export_text()
+    for raw in ("\x1b", "\x07", "\u202e"):
+        assert raw not in text
+    assert "\\u202eesrever" in text and "Title red" in text and "query bold" in text
+    assert "\\u202e" in rendering.json_text({"text": hostile})
+    assert json.loads(rendering.json_text({"text": hostile})) == {"text": hostile}

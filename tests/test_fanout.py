@@ -502,3 +502,74 @@ def test_k_of_the_fan_out_is_configurable_per_call() -> None:
     config: RunnableConfig = {"configurable": {"k": 2}}
     assert [len(ranked) for ranked in fan_out.invoke("q", config)] == [2]
     assert sized.received_k == [2]
+
+
+def test_fusion_retriever_k_is_configurable_per_call_and_published() -> None:
+    # Issue 10: with_config(configurable={"k": 1}) used to be ignored (5 documents came back).
+    retriever = FusionRetriever(retrievers=[TagRetriever(tag="a", count=4)], k=3)
+    assert len(retriever.with_config(configurable={"k": 1}).invoke("q")) == 1
+    assert len(retriever.invoke("q", {"configurable": {"k": 2}})) == 2
+    assert len(retriever.invoke("q", {"configurable": {"k": 2}}, k=4)) == 4  # keyword wins
+    assert len(retriever.invoke("q")) == 3
+    schema = retriever.config_schema().model_json_schema()
+    assert schema["$defs"]["Configurable"]["properties"]["k"]["default"] == 3
+    assert [spec.id for spec in retriever.config_specs] == ["k"]
+    with pytest.raises(ValueError, match="k must be positive"):
+        retriever.invoke("q", {"configurable": {"k": 0}})
+
+
+class HungRetriever(BaseRetriever):
+    """Never answers until ``release`` is set (the test sets it, so no thread is left behind)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    release: threading.Event = Field(default_factory=threading.Event)
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun
+    ) -> list[Document]:
+        self.release.wait(30)
+        return [Document("too late")]
+
+
+def test_every_retrieval_call_is_bounded_by_default() -> None:
+    # Issue 13: nothing set a timeout, so a hung retriever hung chains, ask and serve forever.
+    from rag_fusion_chain.retrievers import DEFAULT_TIMEOUT
+
+    assert DEFAULT_TIMEOUT == 30
+    assert MultiRetriever(TagRetriever(tag="a")).timeout == DEFAULT_TIMEOUT
+    assert FusionRetriever(retrievers=[TagRetriever(tag="a")]).retrievers.timeout == 30
+    assert MultiRetriever(TagRetriever(tag="a"), timeout=None).timeout is None
+
+
+@pytest.mark.parametrize("call", ["invoke", "ainvoke"])
+async def test_a_hung_retriever_times_out_and_the_others_are_still_fused(call: str) -> None:
+    hung = HungRetriever(name="hung")
+    fan_out = MultiRetriever([hung, TagRetriever(tag="a", count=2)], timeout=0.2)
+    retriever = FusionRetriever(retrievers=fan_out, query_generator=fake_generator())
+    try:
+        with pytest.warns(UserWarning, match="'hung' failed for 3 of 3 queries.*TimeoutError"):
+            if call == "invoke":
+                documents = retriever.invoke("question")
+            else:
+                documents = await retriever.ainvoke("question")
+    finally:
+        hung.release.set()
+    assert {document.page_content.split(":")[0] for document in documents} == {"a"}
+    assert len(documents) == 5
+
+
+def test_a_ready_chain_over_a_hung_retriever_answers_from_the_others() -> None:
+    from rag_fusion_chain import chains
+
+    hung = HungRetriever(name="hung")
+    llm = FakeListChatModel(responses=["alpha\nbeta", "the answer"])
+    fan_out = MultiRetriever([hung, TagRetriever(tag="a", count=2)], timeout=0.2)
+    chain = chains.rag_fusion_chain(fan_out, llm, n=2, return_sources=True)
+    try:
+        with pytest.warns(UserWarning, match="'hung' failed"):
+            result = chain.invoke("question")
+    finally:
+        hung.release.set()
+    assert result["answer"] == "the answer"
+    assert result["documents"] and all(d.page_content.startswith("a:") for d in result["documents"])

@@ -83,6 +83,32 @@ def test_top_n_cuts_and_is_configurable_per_call() -> None:
     assert len(configurable.invoke(lists, config={"configurable": {"top_n": 4}})) == 4
 
 
+@pytest.mark.filterwarnings("ignore:ranked list")
+def test_settings_given_per_call_are_honoured_or_refused_by_name() -> None:
+    # Issue 10: .bind(top_n=3) used to return every document.
+    lists = [[doc(str(index)) for index in range(11)], [doc("10"), doc("9")]]
+    for runnable in (
+        fusion.reciprocal_rank_fusion,
+        fusion.relative_score_fusion,
+        fusion.dist_based_score_fusion,
+        fusion.unique_union,
+    ):
+        assert len(runnable.bind(top_n=3).invoke(lists)) == 3
+        assert len(runnable.invoke(lists, top_n=2)) == 2
+        assert len(asyncio.run(runnable.ainvoke(lists, top_n=4))) == 4
+        assert [len(result) for result in runnable.batch([lists, lists], top_n=1)] == [1, 1]
+        with pytest.raises(TypeError, match="'top_k'"):
+            runnable.invoke(lists, top_k=3)
+        with pytest.raises(ValueError, match="top_n"):
+            runnable.invoke(lists, top_n=0)
+    weighted = fusion.reciprocal_rank_fusion.bind(weights=[0.0, 1.0]).invoke(lists)
+    assert texts(weighted)[:2] == ["10", "9"]
+    scores_k1 = ReciprocalRankFusion(with_scores=True).bind(k=1).invoke([[doc("A")]])
+    assert scores_k1[0][1] == pytest.approx(1 / 2)
+    with pytest.raises(TypeError, match="'k'"):
+        fusion.relative_score_fusion.invoke(lists, k=1)
+
+
 def test_duplicates_inside_a_list_count_once_at_best_rank() -> None:
     a, b = doc("A"), doc("B")
     fused = ReciprocalRankFusion(with_scores=True).invoke([[a, b, a]])
@@ -102,20 +128,25 @@ def test_same_chunk_from_two_retrievers_merges_despite_different_scores() -> Non
     assert len(fused) == 1
 
 
-def test_equal_text_from_different_sources_does_not_merge() -> None:
-    fused = fusion.reciprocal_rank_fusion.invoke(
-        [[doc("same", source="a")], [doc("same", source="b")]]
-    )
-    assert len(fused) == 2
+def test_equal_text_from_two_stores_merges_keeping_the_first_appearance() -> None:
+    # Identity contract (issue 10): the passage text, whatever ids or metadata each store gives it.
+    # Before, equal text with other metadata (or another Document.id) stayed apart: the defect.
+    first = Document("same", id="uuid-from-store-a", metadata={"source": "a"})
+    second = Document("same", metadata={"source": "b", "score": 0.3})
+    fused = fusion.reciprocal_rank_fusion.invoke([[first], [second]])
+    assert len(fused) == 1
+    assert fused[0].id == "uuid-from-store-a" and fused[0].metadata["source"] == "a"
 
 
-def test_document_id_wins_then_id_key_then_content() -> None:
-    first = Document("text one", id="x")
-    second = Document("text two", id="x")
-    assert len(fusion.reciprocal_rank_fusion.invoke([[first], [second]])) == 1
-    keyed = [[doc("v1", chunk="c1")], [doc("v2", chunk="c1")]]
-    assert len(ReciprocalRankFusion(id_key="chunk").invoke(keyed)) == 1
-    assert len(ReciprocalRankFusion().invoke(keyed)) == 2
+def test_id_key_identifies_by_metadata_or_document_id_and_falls_back_to_text() -> None:
+    by_id = [[Document("text one", id="x")], [Document("text two", id="x")]]
+    assert len(fusion.reciprocal_rank_fusion.invoke(by_id)) == 2  # default: by text
+    assert len(ReciprocalRankFusion(id_key="id").invoke(by_id)) == 1
+    keyed = [[doc("v1", chunk="c1")], [doc("v2", chunk="c1")], [doc("v1")], [doc("c1")]]
+    # "v1" and "v2" share chunk c1; the key-less "v1" is identified by its text, and the text
+    # "c1" never equals the key value "c1".
+    assert texts(ReciprocalRankFusion(id_key="chunk").invoke(keyed)) == ["v1", "v1", "c1"]
+    assert len(ReciprocalRankFusion().invoke(keyed)) == 3
     assert document_id(Document("t", id="x")) == "x"
     assert document_id(doc("t", 0.1, a=1)) == document_id(doc("t", 0.9, a=1))
 
@@ -149,6 +180,19 @@ def test_relative_score_fusion_weights_scale_each_list() -> None:
     assert scores == pytest.approx({"A": 0.2 / 2, "B": 0.8 / 2})
 
 
+@pytest.mark.parametrize("runnable", [RelativeScoreFusion, DistBasedScoreFusion])
+@pytest.mark.parametrize(("value", "count"), [(0.7, 7), (0.1, 3), (12.345, 10), (0.7, 3)])
+def test_a_constant_list_scores_one_whatever_its_value_and_length(
+    runnable: type[fusion.BaseFusion], value: float, count: int
+) -> None:
+    # Regression (issue 10): float noise made sigma tiny but not zero, so dist-based fusion gave
+    # 1/3, 2/3 or 1 depending on the value; the rule is now exact (min == max).
+    ranked = [doc(f"d{index}", value) for index in range(count)]
+    fused = runnable(with_scores=True).invoke([ranked])
+    assert [score for _, score in fused] == [1.0] * count
+    assert texts([document for document, _ in fused]) == [f"d{index}" for index in range(count)]
+
+
 def test_all_equal_scores_give_one_if_positive_else_zero() -> None:
     fused = RelativeScoreFusion(with_scores=True).invoke(
         [[doc("A", 3), doc("B", 3)], [doc("C", -1)]]
@@ -178,13 +222,29 @@ def test_list_without_scores_falls_back_to_ranks_with_warning() -> None:
     ]
 
 
-@pytest.mark.parametrize("bad", [None, float("nan"), float("inf"), "high"])
+@pytest.mark.parametrize("bad", [None, float("nan"), "high"])
 def test_bad_scores_never_crash_and_warn(bad: object) -> None:
     lists = [[doc("A", 0.9), Document("B", metadata={"score": bad}), doc("C", 0.1)]]
-    with pytest.warns(UserWarning, match="missing or non-finite"):
+    with pytest.warns(UserWarning, match="missing or non-numeric"):
         fused = DistBasedScoreFusion(with_scores=True).invoke(lists)
-    assert sorted(texts([document for document, _ in fused])) == ["A", "B", "C"]
+    assert texts([document for document, _ in fused]) == ["A", "B", "C"]
     assert all(math.isfinite(score) for _, score in fused)
+
+
+@pytest.mark.parametrize("runnable", [RelativeScoreFusion, DistBasedScoreFusion])
+@pytest.mark.parametrize("huge", [10**400, float("inf"), 1e308])
+def test_huge_scores_count_as_infinite_rank_first_and_warn(
+    runnable: type[fusion.BaseFusion], huge: float
+) -> None:
+    # Issue 13: a Python int of 10**400 raised OverflowError; it now ranks first, with a warning
+    # (1e308 is finite: no warning, same order).
+    ranked = [doc("A", 0.9), doc("B", huge), doc("C", -huge), doc("D", 0.1)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fused = runnable(with_scores=True).invoke([ranked])
+    assert texts([document for document, _ in fused]) == ["B", "A", "D", "C"]
+    assert all(math.isfinite(score) for _, score in fused)
+    assert any("infinite" in str(w.message) for w in caught) == (huge != 1e308)
 
 
 def test_configurable_score_key() -> None:
@@ -331,39 +391,79 @@ def test_property_list_order_irrelevant_when_unweighted(
 # ---------------------------------------------------------------- identity against an oracle
 
 documents_with_collisions = st.builds(
-    lambda text, source, score, stale_fusion_score: Document(
+    lambda text, source, document_id, score: Document(
         page_content=text,
+        id=document_id,
         metadata={
             **({"source": source} if source else {}),
             **({"score": score} if score is not None else {}),
-            **({"fusion_score": stale_fusion_score} if stale_fusion_score is not None else {}),
         },
     ),
-    st.sampled_from(["alpha", "beta", "gamma"]),
+    st.sampled_from(["alpha", "beta", "gamma", "a.pdf"]),
     st.sampled_from([None, "a.pdf", "b.pdf", "c.pdf"]),
+    st.sampled_from([None, "uuid-1", "uuid-2", "alpha"]),
     st.one_of(st.none(), st.floats(0, 1)),
-    st.one_of(st.none(), st.just(0.5)),
 )
 
 
+def oracle_identity(document: Document, id_key: str | None) -> tuple[str, object]:
+    """The identity contract written out plainly: text, or the key's value when it is set."""
+    if id_key is not None:
+        value = document.id if id_key == "id" else document.metadata.get(id_key)
+        if value:
+            return ("key", value)
+    return ("text", document.page_content)
+
+
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.lists(documents_with_collisions, max_size=10), min_size=1, max_size=6))
-def test_property_identity_matches_the_content_hash_oracle(lists: list[list[Document]]) -> None:
-    """Equal text with several metadata variants, repeated within and across lists: the fast
-    identity index must group exactly as ``document_id`` (text + metadata without score keys)."""
-    expected: dict[str, float] = {}
+@given(
+    st.lists(st.lists(documents_with_collisions, max_size=10), min_size=1, max_size=6),
+    st.sampled_from([None, "id", "source"]),
+)
+def test_property_identity_matches_the_oracle_and_outputs_are_distinct(
+    lists: list[list[Document]], id_key: str | None
+) -> None:
+    """Equal texts with other ids and metadata, keys that equal some text, repeats within and
+    across lists: no two outputs share an identity, each keeps its first appearance, and the
+    scores are those of an RRF computed over the oracle's identity (the contract of issue 10;
+    the former oracle, text plus metadata, described the old contract)."""
+    expected: dict[tuple[str, object], float] = {}
+    first: dict[tuple[str, object], Document] = {}
     for ranked in lists:
-        best_rank: dict[str, int] = {}
+        best_rank: dict[tuple[str, object], int] = {}
         for rank, document in enumerate(ranked, start=1):
-            best_rank.setdefault(document_id(document), rank)
-        for key, rank in best_rank.items():
-            expected[key] = expected.get(key, 0.0) + 1 / (60 + rank)
-    fused = ReciprocalRankFusion(with_scores=True).invoke(lists)
-    got = {document_id(document): score for document, score in fused}
+            identity = oracle_identity(document, id_key)
+            best_rank.setdefault(identity, rank)
+            first.setdefault(identity, document)
+        for identity, rank in best_rank.items():
+            expected[identity] = expected.get(identity, 0.0) + 1 / (60 + rank)
+    fused = ReciprocalRankFusion(with_scores=True, id_key=id_key).invoke(lists)
+    got = {oracle_identity(document, id_key): score for document, score in fused}
     assert len(got) == len(fused)
     assert got.keys() == expected.keys()
-    for key, score in expected.items():
-        assert got[key] == pytest.approx(score)
+    for identity, score in expected.items():
+        assert got[identity] == pytest.approx(score)
+    for document, _ in fused:
+        original = first[oracle_identity(document, id_key)]
+        assert document.id == original.id and document.page_content == original.page_content
+        assert {**original.metadata, "fusion_score": document.metadata["fusion_score"]} == (
+            document.metadata
+        )
+
+
+def test_the_kits_content_hash_ids_group_as_before() -> None:
+    """The kit's stores give each chunk its content hash as id, so grouping by text and by id
+    agree for them: the same chunk from BM25 and from vectors still merges once."""
+    chunks = [doc("alpha", source="a"), doc("beta", source="a"), doc("gamma", source="b")]
+    hashed = [chunk.model_copy(update={"id": document_id(chunk)}) for chunk in chunks]
+    keyword = [
+        hashed[0].model_copy(update={"metadata": {**hashed[0].metadata, "score": 9.0}}),
+        hashed[2],
+    ]
+    vectors = [hashed[1], hashed[0]]
+    by_text = texts(fusion.reciprocal_rank_fusion.invoke([keyword, vectors]))
+    by_id = texts(ReciprocalRankFusion(id_key="id").invoke([keyword, vectors]))
+    assert by_text == by_id == ["alpha", "beta", "gamma"]
 
 
 def test_plain_copies_equal_documents_built_from_scratch() -> None:

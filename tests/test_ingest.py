@@ -2,18 +2,27 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import socketserver
 import subprocess
 import sys
+import threading
+import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pymupdf
 import pytest
 from langchain_core.documents import Document
+from langchain_core.embeddings import DeterministicFakeEmbedding
 
-from rag_fusion_chain import ingest
-from rag_fusion_chain.ingest import count_tokens, split_documents
+from rag_fusion_chain import ingest, models
+from rag_fusion_chain.ingest import Skipped, SkippedSourceWarning, count_tokens, split_documents
+from rag_fusion_chain.ingest.folders import walk
 from tests.conftest import StaticSite
 
 BLOG_POST = """<!doctype html>
@@ -61,13 +70,15 @@ def test_web_page_keeps_only_the_chosen_classes(static_site: StaticSite):
     assert document.metadata["source"] == url
 
 
-def test_web_page_without_classes_keeps_everything(static_site: StaticSite):
+def test_web_page_keeps_its_main_text_and_title(static_site: StaticSite):
     url = static_site.add("/post.html", BLOG_POST)
 
     (document,) = ingest.load([url])
 
-    assert "Home | Archive" in document.page_content and "Copyright" in document.page_content
-    assert document.metadata["title"] == "Fusion notes"
+    assert document.page_content == (
+        "Reciprocal rank fusion\nRRF adds one over k plus rank for every list."
+    )
+    assert document.metadata == {"source": url, "title": "Fusion notes"}
 
 
 @pytest.mark.parametrize("declare_length", [True, False])
@@ -97,21 +108,6 @@ def test_slow_web_page_times_out(static_site: StaticSite):
 def test_missing_web_page_is_a_clear_error(static_site: StaticSite):
     with pytest.raises(ValueError, match="404"):
         ingest.load_web([static_site.url("/gone.html")])
-
-
-def test_http_error_without_a_response_is_a_clear_error(monkeypatch: pytest.MonkeyPatch):
-    import requests
-    from langchain_community.document_loaders import WebBaseLoader
-
-    def fail(loader: WebBaseLoader) -> list[Document]:
-        raise requests.HTTPError("proxy refused the tunnel")  # no response attached
-
-    monkeypatch.setattr(WebBaseLoader, "load", fail)
-    url = "https://example.org/post.html"
-
-    with pytest.raises(ValueError, match="proxy refused the tunnel") as raised:
-        ingest.load_web([url])
-    assert url in str(raised.value)
 
 
 def test_web_page_with_no_matching_text_warns_and_is_skipped(static_site: StaticSite):
@@ -195,7 +191,10 @@ def test_missing_and_unreadable_files_are_clear_errors(tmp_path: Path):
 
     with pytest.raises(FileNotFoundError, match="nowhere.txt"):
         ingest.load([str(tmp_path / "nowhere.txt")])
-    with pytest.raises(ValueError, match="latin1.txt is not UTF-8"):
+    with (
+        pytest.raises(ValueError, match=r"latin1.txt \(not UTF-8\)"),
+        pytest.warns(SkippedSourceWarning),
+    ):
         ingest.load([latin])
     with pytest.raises(ValueError, match="not a file"):
         ingest.load_text(tmp_path)
@@ -363,3 +362,396 @@ def test_empty_documents_give_no_chunks():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert split_documents([Document("", id="e"), Document("   \n", id="w")]) == []
+
+
+# ---------------------------------------------------------------- HTML: main text, one function
+
+NOISY_PAGE = """<!doctype html><html><head><title>Hive notes</title>
+<style>body { color: red }</style><script>var tracking = "abc";</script></head><body>
+<header class="site">Bee Blog</header><nav>Home | Archive</nav>
+<main><article><header><h1>How much honey</h1></header>
+<p>A strong colony stores <b>15-25 kg</b>
+   of honey.</p><ul><li>Spring</li><li>Summer</li></ul>
+<form><input name="q"><button>Search</button></form><aside>Related posts</aside>
+<noscript>Enable JavaScript</noscript><!-- a comment --><div hidden>Hidden</div></article></main>
+<footer>Copyright</footer></body></html>"""
+MAIN_TEXT = "How much honey\nA strong colony stores 15-25 kg of honey.\nSpring\nSummer"
+
+
+def test_html_to_text_keeps_the_main_text_and_the_title():
+    assert ingest.html_to_text(NOISY_PAGE) == ingest.HtmlText(text=MAIN_TEXT, title="Hive notes")
+
+
+def test_html_in_folders_alone_and_over_http_gives_the_same_text(
+    tmp_path: Path, static_site: StaticSite
+):
+    folder = tmp_path / "site"
+    folder.mkdir()
+    (folder / "a.html").write_text(NOISY_PAGE, "utf-8")
+    latin = '<html><head><meta charset="latin-1"><title>Menu</title></head><p>Café crème</p>'
+    (folder / "b.htm").write_bytes(latin.encode("latin-1"))
+    url = static_site.add("/a.html", NOISY_PAGE)
+
+    in_folder = ingest.load([folder])
+    alone = ingest.load([folder / "a.html"])
+    fetched = ingest.load([url])
+
+    assert [in_folder[0].page_content, alone[0].page_content, fetched[0].page_content] == [
+        MAIN_TEXT
+    ] * 3
+    assert in_folder[0].metadata == {"source": str(folder / "a.html"), "title": "Hive notes"}
+    assert fetched[0].metadata == {"source": url, "title": "Hive notes"}
+    assert (in_folder[1].page_content, in_folder[1].metadata["title"]) == ("Café crème", "Menu")
+
+
+# ---------------------------------------------------------------- skip and report
+
+
+def messy_folder(tmp_path: Path) -> Path:
+    """One good file and four that cannot be used (decoding, PDF, file name)."""
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "good.md").write_text("Bees make honey.", "utf-8")
+    (folder / "latin1.txt").write_bytes("café".encode("latin-1"))
+    (folder / "empty.pdf").write_bytes(b"")
+    (folder / "corrupt.pdf").write_bytes(b"%PDF-1.7 not really a PDF")
+    (folder / os.fsdecode(b"caf\xe9.md")).write_text("a name that is not UTF-8", "utf-8")
+    return folder
+
+
+MESSY_REASONS = {
+    "caf\\xe9.md": "file name is not UTF-8",
+    "corrupt.pdf": "corrupt PDF",
+    "empty.pdf": "empty PDF",
+    "latin1.txt": "not UTF-8",
+}
+
+
+def test_unusable_files_are_skipped_and_reported(tmp_path: Path):
+    folder = messy_folder(tmp_path)
+
+    with pytest.warns(SkippedSourceWarning) as warned:
+        result = ingest.load_with_report([folder])
+
+    assert [document.page_content for document in result.documents] == ["Bees make honey."]
+    assert result.loaded == [str(folder / "good.md")]
+    assert {Path(entry.source).name: entry.reason for entry in result.skipped} == MESSY_REASONS
+    assert len(warned) == 4
+    assert f"{folder / 'latin1.txt'} (not UTF-8)" in ingest.describe_skipped(result.skipped)
+
+
+def test_strict_loading_raises_the_problem(tmp_path: Path):
+    (tmp_path / "good.md").write_text("fine", "utf-8")
+    (tmp_path / "latin1.txt").write_bytes("café".encode("latin-1"))
+
+    with pytest.raises(ingest.UnreadableSourceError, match=r"latin1.txt: not UTF-8 \(byte 3"):
+        ingest.load_with_report([tmp_path], strict=True)
+
+
+def test_nothing_loaded_names_the_accepted_file_types(tmp_path: Path):
+    (tmp_path / "script.py").write_text("print('code')", "utf-8")
+
+    with pytest.raises(ValueError, match="no documents found in") as raised:
+        ingest.load([tmp_path])
+
+    message = str(raised.value)
+    assert all(kind in message for kind in (".txt", ".md", ".html", ".htm", ".pdf", ".jsonl"))
+    assert "URL" in message and "sources_or_documents" not in message
+
+
+@pytest.fixture
+def fake_embeddings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The index command embeds with a small fake model instead of loading MiniLM."""
+    monkeypatch.setattr(models, "minilm_embeddings", lambda **_: DeterministicFakeEmbedding(size=8))
+
+
+def index_command(*arguments: Any) -> Any:
+    from typer.testing import CliRunner
+
+    from rag_fusion_chain.cli import app
+
+    return CliRunner().invoke(app, ["index", *(str(argument) for argument in arguments)])
+
+
+def test_index_command_skips_and_summarises_or_fails_when_strict(
+    tmp_path: Path, fake_embeddings: None
+):
+    folder = messy_folder(tmp_path)
+    (folder / "big.txt").write_text("x" * 2_000, "utf-8")
+
+    result = index_command(folder, "--out", tmp_path / "index", "--max-file-size", "0.001")
+
+    assert result.exit_code == 0, result.output
+    assert "Indexed 1 files" in result.stdout
+    assert "Skipped 5: " in result.stdout
+    assert f"{folder / 'latin1.txt'} (not UTF-8)" in result.stdout
+    assert f"{folder / 'big.txt'} (larger than the 1 kB limit)" in result.stdout
+    assert "skipped" not in result.stderr  # said once, in the summary
+    settings = json.loads((tmp_path / "index" / "index.json").read_text("utf-8"))
+    assert settings["files"] == 1 and len(settings["skipped"]) == 5
+
+    strict = index_command(folder, "--out", tmp_path / "strict", "--strict")
+
+    assert strict.exit_code == 1
+    assert "error: " in strict.stderr and "file name is not UTF-8" in strict.stderr
+    assert not (tmp_path / "strict" / "index.json").exists()
+
+
+# ---------------------------------------------------------------- folders stay inside
+
+
+def folder_with_links_out(tmp_path: Path) -> tuple[Path, Path]:
+    """A folder with a link to a key file outside, a link to a folder outside, a link inside
+    and a link back to itself; returns (folder, key file)."""
+    key = tmp_path / "keys" / "signing.txt"
+    key.parent.mkdir()
+    key.write_text("SECRET-SIGNING-KEY", "utf-8")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "outside.md").write_text("outside notes", "utf-8")
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "real.md").write_text("inside text", "utf-8")
+    (folder / "alias.md").symlink_to(folder / "real.md")
+    (folder / "key.txt").symlink_to(key)
+    (folder / "more").symlink_to(elsewhere, target_is_directory=True)
+    (folder / "loop").symlink_to(folder, target_is_directory=True)
+    return folder, key
+
+
+def test_folder_walk_stays_inside_unless_links_are_followed(tmp_path: Path):
+    folder, _ = folder_with_links_out(tmp_path)
+
+    with pytest.warns(SkippedSourceWarning, match="link to outside the folder"):
+        result = ingest.load_with_report([folder])
+    followed = ingest.load_with_report([folder], follow_symlinks=True)
+
+    assert [document.page_content for document in result.documents] == ["inside text"] * 2
+    assert result.skipped == [
+        Skipped(str(folder / "key.txt"), "link to outside the folder"),
+        Skipped(str(folder / "more"), "link to outside the folder"),
+    ]
+    assert sorted(document.page_content for document in followed.documents) == [
+        "SECRET-SIGNING-KEY",
+        "inside text",
+        "inside text",
+        "outside notes",
+    ]
+
+
+def test_a_file_swapped_for_a_link_after_the_walk_is_not_read(tmp_path: Path):
+    folder, key = folder_with_links_out(tmp_path)
+    found = next(entry for entry in walk(folder, {".md"}) if getattr(entry, "path", None))
+    found.target.unlink()
+    found.target.symlink_to(key)  # the race: swapped between the check and the read
+
+    with pytest.raises(ingest.UnreadableSourceError, match="changed while being read"):
+        ingest.load_file(found.target, identity=found.identity)
+
+
+def test_index_command_keeps_a_linked_key_out_of_the_index(tmp_path: Path, fake_embeddings: None):
+    folder, _ = folder_with_links_out(tmp_path)
+
+    result = index_command(folder, "--out", tmp_path / "index")
+    followed = index_command(folder, "--out", tmp_path / "followed", "--follow-symlinks")
+
+    assert result.exit_code == 0 and followed.exit_code == 0, result.output + followed.output
+    assert f"{folder / 'key.txt'} (link to outside the folder)" in result.stdout
+    stored = "".join(
+        path.read_text("utf-8", "replace") for path in (tmp_path / "index").rglob("*.json")
+    )
+    assert "inside text" in stored and "SECRET-SIGNING-KEY" not in stored
+    stored = "".join(
+        path.read_text("utf-8", "replace") for path in (tmp_path / "followed").rglob("*.json")
+    )
+    assert "SECRET-SIGNING-KEY" in stored
+
+
+# ---------------------------------------------------------------- size cap
+
+
+def test_files_over_the_size_cap_are_skipped_without_being_read(tmp_path: Path):
+    (tmp_path / "small.txt").write_text("small", "utf-8")
+    (tmp_path / "big.txt").write_text("x" * 2_000, "utf-8")
+    with (tmp_path / "huge.md").open("wb") as sparse:
+        sparse.truncate(3 * 10**9)  # 3 GB on paper, no disk used: read whole it would not fit
+    os.mkfifo(tmp_path / "pipe.txt")  # reading would wait forever for a writer
+
+    with pytest.warns(SkippedSourceWarning):
+        capped = ingest.load_with_report([tmp_path], max_file_size=1_000)
+        default = ingest.load_with_report([tmp_path])
+
+    assert [Path(source).name for source in capped.loaded] == ["small.txt"]
+    assert {Path(entry.source).name: entry.reason for entry in capped.skipped} == {
+        "big.txt": "larger than the 1 kB limit",
+        "huge.md": "larger than the 1 kB limit",
+        "pipe.txt": "not a regular file",
+    }
+    assert [Path(source).name for source in default.loaded] == ["big.txt", "small.txt"]
+    assert {Path(entry.source).name: entry.reason for entry in default.skipped} == {
+        "huge.md": "larger than the 50 MB limit",
+        "pipe.txt": "not a regular file",
+    }
+
+
+def test_a_beir_corpus_over_the_cap_is_refused(tmp_path: Path):
+    path = write_jsonl(tmp_path / "corpus.jsonl", [json.dumps({"_id": str(n)}) for n in range(100)])
+
+    with pytest.raises(ingest.UnreadableSourceError, match="larger than the 100 bytes limit"):
+        ingest.load_beir_corpus(path, max_file_size=100)
+    assert len(ingest.load_beir_corpus(path)) == 100
+
+
+@pytest.mark.parametrize("size", [0, -1, 1.5, True])
+def test_the_size_cap_must_be_a_positive_int(tmp_path: Path, size: Any):
+    with pytest.raises(ValueError, match="max_file_size"):
+        ingest.load([tmp_path], max_file_size=size)
+
+
+# ---------------------------------------------------------------- URLs: wall clock, policy, types
+
+
+class RawSite:
+    """A server on 127.0.0.1 for what StaticSite cannot send: redirects, headers dripping."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        site = self
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self) -> None:
+                request_line = self.rfile.readline().decode()
+                while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                    pass
+                path = request_line.split()[1]
+                with contextlib.suppress(OSError):
+                    if path.startswith("/redirect?to="):
+                        location = path.removeprefix("/redirect?to=")
+                        self.wfile.write(
+                            f"HTTP/1.1 302 Found\r\nLocation: {location}\r\n"
+                            "Content-Length: 0\r\n\r\n".encode()
+                        )
+                    elif path == "/drip-headers":
+                        headers = b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nX-Pad: "
+                        for byte in headers + b"p" * 200:  # 1 byte per 0.2 s: about 50 s
+                            if site.stop.wait(0.2):
+                                return
+                            self.wfile.write(bytes([byte]))
+                            self.wfile.flush()
+                    else:
+                        body = BLOG_POST.encode()
+                        self.wfile.write(
+                            b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n"
+                            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                            + body
+                        )
+
+        socketserver.ThreadingTCPServer.daemon_threads = True
+        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+
+    def url(self, path: str, host: str = "127.0.0.1") -> str:
+        return f"http://{host}:{self.server.server_address[1]}{path}"
+
+
+@pytest.fixture
+def raw_site() -> Iterator[RawSite]:
+    site = RawSite()
+    site.thread.start()
+    try:
+        yield site
+    finally:
+        site.stop.set()
+        site.server.shutdown()
+        site.server.server_close()
+        site.thread.join(timeout=5)
+
+
+def test_headers_sent_a_byte_at_a_time_are_cut_off_at_the_timeout(raw_site: RawSite):
+    url = raw_site.url("/drip-headers")
+    started = time.monotonic()
+
+    with pytest.raises(TimeoutError, match="did not answer within 1 s"):
+        ingest.load_web([url], timeout=1)
+    with pytest.warns(SkippedSourceWarning):
+        result = ingest.load_with_report([url, raw_site.url("/page.html")], timeout=1)
+
+    assert time.monotonic() - started < 10  # a behaviour bound (two fetches), not a benchmark
+    assert result.skipped == [Skipped(url, "did not answer within 1 s")]
+    assert [document.metadata["title"] for document in result.documents] == ["Fusion notes"]
+
+
+def test_private_addresses_are_allowed_by_default_and_refused_when_denied(
+    raw_site: RawSite, monkeypatch: pytest.MonkeyPatch
+):
+    url = raw_site.url("/page.html")
+    monkeypatch.delenv(ingest.DENY_PRIVATE_ENV, raising=False)
+
+    assert ingest.load_web([url])[0].metadata["title"] == "Fusion notes"
+    with pytest.raises(ValueError, match="private address 127.0.0.1"):
+        ingest.load_web([url], deny_private=True)
+    with pytest.raises(ValueError, match="localhost is at the private address"):
+        ingest.load_web([raw_site.url("/page.html", host="localhost")], deny_private=True)
+    monkeypatch.setenv(ingest.DENY_PRIVATE_ENV, "1")
+    with (
+        pytest.raises(ValueError, match="private addresses are denied"),
+        pytest.warns(SkippedSourceWarning),
+    ):
+        ingest.load([url])
+    assert ingest.load_web([url], deny_private=False)
+
+
+def test_every_redirect_is_checked_against_the_address_policy(
+    raw_site: RawSite, monkeypatch: pytest.MonkeyPatch
+):
+    from rag_fusion_chain.ingest import web
+
+    monkeypatch.setattr(web, "is_public_address", lambda address: address == "127.0.0.1")
+    inside = raw_site.url("/page.html", host="127.0.0.2")
+    start = raw_site.url(f"/redirect?to={inside}")
+
+    with pytest.raises(ValueError, match="private address 127.0.0.2"):
+        ingest.load_web([start], deny_private=True)
+    assert ingest.load_web([raw_site.url("/redirect?to=/page.html")], deny_private=True)
+
+
+@pytest.mark.parametrize("content_type", ["image/png", "application/octet-stream"])
+def test_binary_content_types_are_skipped_with_a_report(static_site: StaticSite, content_type: str):
+    url = static_site.add("/file", b"\x89PNG\r\n\x1a\n\0\0binary", content_type=content_type)
+    page = static_site.add("/ok.html", BLOG_POST)
+
+    with pytest.raises(ValueError, match=f"content type {content_type} is not text"):
+        ingest.load_web([url])
+    with pytest.warns(SkippedSourceWarning):
+        result = ingest.load_with_report([url, page])
+
+    assert result.skipped == [Skipped(url, f"content type {content_type} is not text")]
+    assert result.loaded == [page]
+
+
+def test_pdf_and_plain_text_over_http_are_read(static_site: StaticSite, tmp_path: Path):
+    pdf = make_pdf(tmp_path / "paper.pdf", ["Fusion over HTTP."]).read_bytes()
+    pdf_url = static_site.add("/paper", pdf, content_type="application/pdf")
+    text_url = static_site.add("/notes", "plain notes", content_type="text/plain; charset=utf-8")
+
+    (page,) = ingest.load_web([pdf_url])
+    (text,) = ingest.load_web([text_url])
+
+    assert (page.page_content.strip(), page.id) == ("Fusion over HTTP.", f"{pdf_url}#page=1")
+    assert (text.page_content, text.metadata) == ("plain notes", {"source": text_url})
+
+
+def test_index_command_denies_private_urls_when_asked(
+    raw_site: RawSite, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_embeddings: None
+):
+    monkeypatch.delenv(ingest.DENY_PRIVATE_ENV, raising=False)
+    url = raw_site.url("/page.html")
+
+    denied = index_command(url, "--out", tmp_path / "denied", "--deny-private")
+    monkeypatch.setenv(ingest.DENY_PRIVATE_ENV, "1")
+    allowed = index_command(url, "--out", tmp_path / "allowed", "--allow-private")
+
+    assert denied.exit_code == 1 and "private addresses are denied" in denied.stderr
+    assert allowed.exit_code == 0, allowed.output

@@ -14,13 +14,15 @@ from langchain_core.documents import Document
 from langchain_core.language_models import FakeListChatModel
 from langchain_core.retrievers import BaseRetriever
 
-from rag_fusion_chain import chains, offline
+from rag_fusion_chain import chains, offline, strategies
 from rag_fusion_chain.offline import (
     OFFLINE_LABEL,
     ExtractiveAnswer,
     FeedbackPassage,
     PseudoRelevanceFeedback,
 )
+from rag_fusion_chain.offline_steps import OfflineSubQuestions
+from rag_fusion_chain.pipeline import retrieval_pipeline
 from rag_fusion_chain.retrievers.bm25 import BM25Retriever, tokenize
 from rag_fusion_chain.retrievers.hybrid import hybrid_retriever
 
@@ -99,19 +101,36 @@ def test_expansion_terms_skip_numbers_and_short_terms_and_break_ties_by_term() -
     assert terms == ["eta1", "zeta"]
 
 
-def test_surface_forms_map_stems_to_their_most_frequent_word() -> None:
-    forms = offline.surface_forms(
-        ["Pumps pumping pumps; the refrigerants", "Refrigerant"], tokenize
-    )
-    assert forms["pump"] == "pumps"
-    assert forms["refriger"] == "refrigerants"  # tie: first seen
-
-
-def test_expanded_queries_append_consecutive_groups() -> None:
-    assert offline.expanded_queries("q", ["a", "b", "c"], n=5, terms_per_query=2) == [
-        "q a b",
-        "q c",
+def test_keyword_phrases_are_adjacent_weighted_words_as_written_best_first() -> None:
+    texts = [
+        "Ground source heat pumps use boreholes. In winter the outside air is cold; "
+        "the MRI scanner, outside, air",
+        "Outside air heat pumps and ground source systems.",
     ]
+    weights = {"ground": 1.0, "sourc": 1.0, "outsid": 2.0, "air": 2.0, "boreh": 0.5, "mri": 0.1}
+    phrases = offline.keyword_phrases(texts, tokenize, weights)
+    assert phrases[:2] == [
+        ("outside air", ["outsid", "air"]),
+        ("ground source", ["ground", "sourc"]),
+    ]
+    assert ("boreholes", ["borehol"]) not in phrases  # "borehol" is not a weighted term
+    shown = [phrase for phrase, _ in phrases]
+    assert "MRI" in shown  # acronyms keep their case
+    used = [term for _, terms in phrases for term in terms]
+    assert len(used) == len(set(used))  # no term repeated across phrases
+    for phrase in shown:  # every phrase is written that way in a text (no punctuation inside)
+        assert any(phrase.casefold() in text.casefold() for text in texts), phrase
+    assert offline.keyword_phrases(texts, tokenize, {}) == []
+
+
+def test_expanded_queries_append_phrases_by_word_count() -> None:
+    phrases = ["outside air", "refrigerant", "boreholes", "ground source heat"]
+    assert offline.expanded_queries("q", phrases, n=5, terms_per_query=2) == [
+        "q outside air",
+        "q refrigerant, boreholes",
+        "q ground source heat",
+    ]
+    assert offline.expanded_queries("q", phrases, n=1, terms_per_query=2) == ["q outside air"]
     assert offline.expanded_queries("q", [], n=3, terms_per_query=2) == []
 
 
@@ -133,14 +152,69 @@ def test_split_sentences_joins_wrapped_lines() -> None:
     ]
 
 
-def test_best_sentences_rank_by_overlap_then_passage_order_with_a_per_passage_cap() -> None:
-    passages = ["Pumps move heat. Heat pumps use a compressor.", "Heat pumps heat houses."]
+def test_best_sentences_weigh_rare_terms_over_many_common_ones() -> None:
+    question = "How much honey does a bee colony produce each year?"
+    passages = [
+        "Honey bees make honey every year, and each bee colony eats its honey in winter. "
+        "A strong colony produces 15 to 25 kg of surplus honey.",
+        "Bees keep honey in the colony for the year; honey bees need it.",
+        "A bee colony grows every year in spring.",
+        "Each year the bees of a colony gather honey.",
+    ]
+    terms = set(tokenize(question))
+    shared = [
+        len(terms & set(tokenize(sentence))) for sentence in offline.split_sentences(passages[0])
+    ]
+    assert shared[0] > shared[1]  # raw overlap would quote the first sentence
+    chosen = offline.best_sentences(terms, passages, tokenize, count=1)
+    assert chosen == [(0, "A strong colony produces 15 to 25 kg of surplus honey.")]
+
+
+def test_best_sentences_cap_per_passage_skip_repeats_and_need_a_question_term() -> None:
+    passages = ["Pumps move heat. Heat pumps use a compressor.", "Heat pumps use a compressor."]
     terms = set(tokenize("heat pump compressor"))
     chosen = offline.best_sentences(terms, passages, tokenize, count=3)
-    assert chosen == [(0, "Heat pumps use a compressor."), (1, "Heat pumps heat houses.")]
-    two_per_passage = offline.best_sentences(terms, passages, tokenize, count=3, per_passage=2)
-    assert two_per_passage[:2] == [(0, "Heat pumps use a compressor."), (0, "Pumps move heat.")]
+    assert chosen == [(0, "Heat pumps use a compressor.")]  # the same sentence is quoted once
+    two = offline.best_sentences(terms, passages, tokenize, count=3, per_passage=2)
+    assert two == [(0, "Heat pumps use a compressor."), (0, "Pumps move heat.")]
     assert offline.best_sentences({"absent"}, passages, tokenize, count=3) == []
+    related = offline.best_sentences(
+        {"absent"}, passages, tokenize, count=3, related_terms={"compressor"}
+    )
+    assert related == []  # the generated queries' terms only weigh, they never qualify
+
+
+def test_related_terms_from_the_generated_queries_break_ties() -> None:
+    passages = ["Heat pumps use a compressor.", "Heat pumps use boreholes."]
+    terms = set(tokenize("heat pumps"))
+    plain = offline.best_sentences(terms, passages, tokenize, count=1)
+    assert plain == [(0, "Heat pumps use a compressor.")]  # the earlier passage on a tie
+    guided = offline.best_sentences(
+        terms, passages, tokenize, count=1, related_terms=set(tokenize("ground boreholes"))
+    )
+    assert guided == [(1, "Heat pumps use boreholes.")]
+
+
+def test_passage_sentences_skip_tables_markup_and_keep_titles_apart() -> None:
+    text = (
+        "# Beekeeping notes\n\n"
+        "Honey yield\n"
+        "A strong hive yields 15 to 25 kg of honey a year.\n\n"
+        "| month | kg |\n|---|---|\n| May | 5 |\n\n"
+        "<div class='ad'>\n"
+        "```\nprint('hive')\n```\n"
+        "- Wax is a by-product.\n"
+        "Weak colonies make less"
+    )
+    assert offline.passage_sentences(text) == [
+        "A strong hive yields 15 to 25 kg of honey a year.",
+        "Wax is a by-product.",
+        "Weak colonies make less",
+    ]
+    beir = "Microstructural development of white matter\nAlterations of the white matter."
+    assert offline.passage_sentences(beir, title="Microstructural development of white matter") == [
+        "Alterations of the white matter."
+    ]
 
 
 # --------------------------------------------------------------------------------------------
@@ -163,10 +237,14 @@ def test_feedback_queries_expand_with_terms_of_the_top_bm25_hits(bm25: BM25Retri
     other_words = set(re.findall(r"\w+", " ".join(d.page_content.lower() for d in CORPUS[3:])))
     for query in generated:
         assert query.startswith(QUESTION + " ")
-        added = query.removeprefix(QUESTION + " ").split()
+        added = re.findall(r"\w+", query.removeprefix(QUESTION + " "))
         assert len(added) == 2
         assert set(added) <= feedback_words
         assert not set(added) & set(tokenize(QUESTION))
+    feedback_text = " ".join(document.page_content.lower() for document in CORPUS[:3])
+    for query in generated:  # phrases as the passages write them, comma-separated
+        for phrase in query.removeprefix(QUESTION + " ").split(", "):
+            assert phrase.lower() in feedback_text, phrase
     all_added = {word for query in generated for word in query.split()[len(QUESTION.split()) :]}
     assert "refrigerant" in all_added  # in all three feedback documents
     assert not all_added & (other_words - feedback_words)
@@ -237,6 +315,30 @@ def test_extractive_answer_cites_the_passages_it_quotes() -> None:
     assert "[1]" not in answer  # the solar passage shares no term with the question
 
 
+def test_extractive_answer_keeps_titles_apart_skips_tables_and_uses_the_queries() -> None:
+    documents = [
+        Document(
+            "Honey production\nBees make honey from nectar. Beekeepers check the hives weekly.",
+            metadata={"title": "Honey production"},
+        ),
+        Document(
+            "# Yields\n\n| year | kg honey per hive |\n|---|---|\n| 2020 | 25 |\n\n"
+            "A strong hive yields 15 to 25 kg of honey per year."
+        ),
+    ]
+    state = {"question": "How much honey does a hive give?", "documents": documents}
+    lines = ExtractiveAnswer(sentences=2).lines(state)
+    assert lines[1] == "- A strong hive yields 15 to 25 kg of honey per year. [2]"
+    assert not any("|" in line or "Honey production" in line or "#" in line for line in lines)
+    tied = {
+        "question": "honey",
+        "documents": [Document("Honey is sweet."), Document("Honey is nectar.")],
+    }
+    assert ExtractiveAnswer(sentences=1).lines(tied)[1].endswith("[1]")
+    guided = ExtractiveAnswer(sentences=1).lines({**tied, "queries": ["honey", "honey nectar"]})
+    assert guided[1] == "- Honey is nectar. [2]"
+
+
 def test_extractive_answer_numbers_step_back_documents_after_the_question_documents() -> None:
     state = {
         "question": "refrigerant",
@@ -269,27 +371,27 @@ def test_extractive_answer_streams_line_by_line_under_the_answer_run_name() -> N
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("strategy", offline.STRATEGIES)
+@pytest.mark.parametrize("strategy", strategies.STRATEGIES)
 def test_offline_chain_runs_every_strategy(bm25: BM25Retriever, strategy: str) -> None:
     names = RunNames()
-    chain = offline.offline_chain(strategy, [bm25], top_n=3, return_sources=True)
+    chain = chains.chain_for(strategy, [bm25], top_n=3, return_sources=True)
     result = chain.invoke({"question": QUESTION}, {"callbacks": [names]})
     assert set(result) == {"answer", "queries", "documents", "failures"}
     assert result["answer"].startswith(OFFLINE_LABEL)
-    assert 1 <= len(result["documents"]) <= 3
-    assert {document.id for document in result["documents"]} <= {"heat-1", "heat-2", "heat-3"}
+    # decomposition quotes each sub-question's 3 passages and the question's, each once
+    assert 1 <= len(result["documents"]) <= (len(CORPUS) if strategy == "decomposition" else 6)
     assert all("fusion_score" in document.metadata for document in result["documents"])
     assert result["failures"] == []
     if strategy == chains.HYDE:
         assert len(result["queries"]) == 1 and result["queries"][0] != QUESTION
-    else:
+    elif strategy != chains.DECOMPOSITION:
         assert result["queries"][0] == QUESTION
     assert names.root == strategy
-    assert {"generate_queries", "retrieve", "fuse", "answer"} <= set(names.names)
+    assert {"generate_queries", "retrieve", "fuse", "format_context", "answer"} <= set(names.names)
 
 
 def test_offline_chain_streams_the_answer_as_the_plain_chain_output(bm25: BM25Retriever) -> None:
-    chain = offline.offline_chain(chains.RAG_FUSION, [bm25])
+    chain = chains.rag_fusion_chain([bm25])
     chunks = list(chain.stream(QUESTION))
     assert len(chunks) > 1
     assert "".join(chunks) == chain.invoke(QUESTION)
@@ -305,16 +407,16 @@ def test_feedback_retriever_is_found_inside_a_hybrid_retriever(bm25: BM25Retriev
     with pytest.raises(ValueError, match="BM25Retriever"):
         offline.feedback_retriever([Nothing()])
     with pytest.raises(ValueError, match="strategy must be one of"):
-        offline.offline_chain("telepathy", [bm25])
+        chains.chain_for("telepathy", [bm25])
 
 
-def test_query_step_with_a_model_uses_the_model(bm25: BM25Retriever) -> None:
-    step_back = offline.query_step(
-        chains.STEP_BACK, FakeListChatModel(responses=["How do heating systems work?"])
-    )
+def test_the_step_back_query_step_leads_with_the_question() -> None:
+    record = strategies.get(chains.STEP_BACK)
+    step_back = record.query_step(FakeListChatModel(responses=["How do heating systems work?"]))
     assert step_back.invoke(QUESTION) == [QUESTION, "How do heating systems work?"]
-    fusion = offline.query_step(
-        chains.RAG_FUSION, FakeListChatModel(responses=["compressor\nrefrigerant"]), n=2
+    assert list(step_back.stream(QUESTION))[0] == [QUESTION]  # searched before the model answers
+    fusion = strategies.get(chains.RAG_FUSION).query_step(
+        FakeListChatModel(responses=["compressor\nrefrigerant"]), n=2, include_original=False
     )
     assert fusion.invoke(QUESTION) == ["compressor", "refrigerant"]
 
@@ -323,18 +425,71 @@ def test_chain_for_picks_the_model_chain_or_the_offline_chain(bm25: BM25Retrieve
     llm = FakeListChatModel(responses=["refrigerant cycle", "A model answer [1]"])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        with_model = offline.chain_for(chains.RAG_FUSION, [bm25], llm, n=1, return_sources=True)
+        with_model = chains.chain_for(chains.RAG_FUSION, [bm25], llm, n=1, return_sources=True)
         result = with_model.invoke(QUESTION)
     assert result["answer"] == "A model answer [1]"
-    assert result["queries"] == ["refrigerant cycle"]
-    without = offline.chain_for(chains.RAG_FUSION, [bm25], None, feedback=bm25)
+    assert result["queries"] == [QUESTION, "refrigerant cycle"]
+    without = chains.chain_for(chains.RAG_FUSION, [bm25], None, feedback=bm25)
     assert without.invoke(QUESTION).startswith(OFFLINE_LABEL)
 
 
-def test_retrieval_chain_keeps_the_ranked_lists(bm25: BM25Retriever) -> None:
-    state = offline.retrieval_chain(chains.MULTI_QUERY, [bm25], n=2, top_n=4).invoke(QUESTION)
+def test_retrieval_pipeline_keeps_the_ranked_lists(bm25: BM25Retriever) -> None:
+    state = retrieval_pipeline(chains.MULTI_QUERY, [bm25], n=2, top_n=4).invoke(QUESTION)
     assert len(state["retrieved"]) == len(state["queries"]) == 3
     assert [ranked.query for ranked in state["retrieved"]] == state["queries"]
     assert len(state["documents"]) <= 4
     # multi-query fuses by unique union: the score counts the lists holding the document
     assert all(document.metadata["fusion_score"] >= 1 for document in state["documents"])
+
+
+# --------------------------------------------------------------------------------------------
+# The same pipeline as with a model: per-call settings, schema, step names
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("strategy", strategies.STRATEGIES)
+def test_offline_chains_honour_per_call_settings_and_publish_them(
+    bm25: BM25Retriever, strategy: str
+) -> None:
+    chain = chains.chain_for(strategy, [bm25], return_sources=True)
+    with_model = chains.chain_for(strategy, [bm25], FakeListChatModel(responses=["x"]))
+    fields = set(chain.config_schema().model_json_schema()["$defs"]["Configurable"]["properties"])
+    assert fields == {spec.id for spec in with_model.config_specs}
+    assert fields == ({"n", "k", "top_n"} if strategies.get(strategy).counted else {"k", "top_n"})
+    one = chain.invoke(QUESTION, config={"configurable": {"top_n": 1}})
+    if strategy != chains.DECOMPOSITION:  # one passage per sub-question there
+        assert len(one["documents"]) == 1
+    assert len(one["documents"]) < len(chain.invoke(QUESTION)["documents"]) or strategy == "hyde"
+
+
+def test_offline_n_is_configurable_per_call(bm25: BM25Retriever) -> None:
+    chain = chains.rag_fusion_chain([bm25], n=3, return_sources=True)
+    assert len(chain.invoke(QUESTION, config={"configurable": {"n": 1}})["queries"]) == 2
+
+
+def test_offline_answers_show_the_strategy(bm25: BM25Retriever) -> None:
+    question = "How do heat pumps work and what do solar panels make?"
+    answers = {
+        strategy: chains.chain_for(strategy, [bm25], return_sources=True).invoke(question)
+        for strategy in strategies.STRATEGIES
+    }
+    shown = (chains.RAG_FUSION, chains.DECOMPOSITION, chains.STEP_BACK, chains.HYDE)
+    texts = [answers[strategy]["answer"] for strategy in shown]
+    assert len(set(texts)) == len(texts), "two strategies gave the same offline answer"
+    decomposition = answers[chains.DECOMPOSITION]
+    assert decomposition["queries"] == ["How do heat pumps work?", "what do solar panels make?"]
+    assert "Sub-question 1: How do heat pumps work?" in decomposition["answer"]
+    assert "Sub-question 2: what do solar panels make?" in decomposition["answer"]
+    step_back = answers[chains.STEP_BACK]
+    broader = step_back["queries"][1]
+    heading = f"Broader question searched: {broader}"
+    assert heading in step_back["answer"]
+    assert step_back["answer"].split(heading)[1].strip().startswith("- ")  # what it retrieved
+    hyde = answers[chains.HYDE]
+    assert f"Hypothetical passage searched: {hyde['queries'][0]}" in hyde["answer"]
+
+
+def test_offline_sub_questions_fall_back_to_feedback_aspects(bm25: BM25Retriever) -> None:
+    sub_questions = OfflineSubQuestions(retriever=bm25, n=2).invoke(QUESTION)
+    assert 1 <= len(sub_questions) <= 2
+    assert all(query.startswith(QUESTION) and query != QUESTION for query in sub_questions)

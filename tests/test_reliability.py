@@ -277,13 +277,13 @@ def test_per_call_configuration_is_validated_too(field: str, value: int) -> None
 
 
 def test_chain_for_refuses_zero_counts_instead_of_using_defaults() -> None:
-    """``offline.chain_for`` used ``n or 4``: n=0 and top_n=0 silently became the defaults."""
+    """``chains.chain_for`` used ``n or 4``: n=0 and top_n=0 silently became the defaults."""
     with pytest.raises(ValueError, match="n must be positive"):
-        offline.chain_for("rag-fusion", [bm25()], None, n=0)
+        chains.chain_for("rag-fusion", [bm25()], None, n=0)
     with pytest.raises(ValueError, match="top_n must be positive"):
-        offline.chain_for("rag-fusion", [bm25()], None, top_n=0)
+        chains.chain_for("rag-fusion", [bm25()], None, top_n=0)
     with pytest.raises(ValueError, match="top_n must be positive"):
-        offline.chain_for("rag-fusion", [bm25()], fake_llm(), top_n=0)
+        chains.chain_for("rag-fusion", [bm25()], fake_llm(), top_n=0)
 
 
 @pytest.mark.parametrize("kind", MODEL_KINDS)
@@ -340,11 +340,9 @@ def test_documents_without_ids_and_with_unhashable_metadata_merge_by_content(nam
     chain = build_chain(name, "llm", retrievers, return_sources=True)
     result = chain.invoke(QUESTION)
     contents = [(d.page_content, d.metadata["source"]) for d in result["documents"]]
-    assert sorted(set(contents)) == sorted(contents), "one document per identity"
-    assert set(contents) == {
-        ("Heat pumps work in winter.", "notes.md"),
-        (same[0].page_content, "b"),
-    }
+    # Identity is the passage text (issue 10): the same passage from two stores is one document,
+    # with its first appearance's metadata (it used to stay apart when the metadata differed).
+    assert contents == [("Heat pumps work in winter.", "notes.md")]
     assert same[0].metadata == UNHASHABLE, "inputs are never mutated"
 
 
@@ -354,7 +352,7 @@ def test_the_same_chunk_from_every_query_adds_up_under_rrf() -> None:
         FixedRetriever(documents=[document]), fake_llm("a\nb\nc"), n=3, return_sources=True
     )
     (fused,) = chain.invoke(QUESTION)["documents"]
-    assert fused.metadata["fusion_score"] == pytest.approx(3 / 61)
+    assert fused.metadata["fusion_score"] == pytest.approx(4 / 61)  # the question and a, b, c
 
 
 # ---------------------------------------------------------------- fusion runnables
@@ -458,18 +456,32 @@ def test_score_fusion_stays_finite_and_ordered_for_huge_scores(
 
 
 @pytest.mark.parametrize("fusion_class", [RelativeScoreFusion, DistBasedScoreFusion])
-@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, None, "0.9", True])
-def test_bad_scores_rank_last_with_a_warning(
-    fusion_class: type[fusion.BaseFusion], bad: Any
+@pytest.mark.parametrize(
+    ("bad", "warning", "order"),
+    [
+        (math.nan, "missing or non-numeric", ["high", "bad", "low"]),
+        (None, "missing or non-numeric", ["high", "bad", "low"]),
+        ("0.9", "missing or non-numeric", ["high", "bad", "low"]),
+        (True, "missing or non-numeric", ["high", "bad", "low"]),
+        # Issue 13: infinite (and beyond-float) scores rank first, or last when negative; they
+        # used to count as missing.
+        (math.inf, "infinite", ["bad", "high", "low"]),
+        (-math.inf, "infinite", ["high", "low", "bad"]),
+    ],
+)
+def test_bad_scores_rank_with_a_warning(
+    fusion_class: type[fusion.BaseFusion], bad: Any, warning: str, order: list[str]
 ) -> None:
     documents = [
         Document("bad", metadata={"score": bad}),
         Document("high", metadata={"score": 3.0}),
         Document("low", metadata={"score": 1.0}),
     ]
-    with pytest.warns(UserWarning, match="missing or non-finite"):
+    with pytest.warns(UserWarning, match=warning):
         fused = fusion_class(with_scores=True).invoke([documents])
-    assert [document.page_content for document, _ in fused][0] == "high"
+    assert [document.page_content for document, _ in fused][0] == order[0]
+    if bad is not None and not isinstance(bad, (str, bool)) and not math.isnan(bad):
+        assert [document.page_content for document, _ in fused] == order
     assert all(math.isfinite(score) for _, score in fused)
 
 
@@ -700,7 +712,7 @@ def test_a_chain_still_answers_when_query_generation_fails(stub: StubOpenAI) -> 
     stub.script(["Heat pumps move heat [1]."])
     retriever = FixedRetriever(documents=[CORPUS[0]])
     chain = chains.rag_fusion_chain(retriever, stub_llm(stub), return_sources=True)
-    with pytest.warns(UserWarning, match="using the original question alone"):
+    with pytest.warns(UserWarning, match="query generation stopped early"):  # question searched
         result = chain.invoke(QUESTION)
     assert result["queries"] == [QUESTION] and retriever.queries == [QUESTION]
     assert result["answer"] == "Heat pumps move heat [1]."
@@ -1196,7 +1208,8 @@ _nested = st.lists(st.lists(st.lists(_documents, max_size=4), min_size=2, max_si
 
 
 def identity(document: Document) -> str:
-    return fusion.document_id(document)
+    """Fusion's identity contract (issue 10): the passage text."""
+    return document.page_content
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 import json
 import pickle
+import subprocess
+import sys
 import uuid
 import warnings
 from pathlib import Path
@@ -18,13 +20,12 @@ from langchain_core.vectorstores import InMemoryVectorStore
 
 from rag_fusion_chain.fusion import document_id
 from rag_fusion_chain.models import embedding_identity
+from rag_fusion_chain.retrievers.signing import signature_of, signing_key
 from rag_fusion_chain.retrievers.stores import (
     MANIFEST_FILE,
     SIGNING_KEY_ENV,
     UntrustedIndexError,
     VectorRetriever,
-    _manifest_signature,
-    _signing_key,
     build_chroma,
     build_faiss,
     file_sha256,
@@ -231,7 +232,7 @@ def test_manifest_listing_other_files_is_refused(
     (tmp_path / MANIFEST_FILE).write_text(json.dumps(manifest))
     with pytest.raises(UntrustedIndexError, match="signature .* does not verify"):
         load_faiss(tmp_path, embeddings)
-    signed = {**manifest, "signature": _manifest_signature(manifest, _signing_key())}
+    signed = {**manifest, "signature": signature_of(manifest, signing_key())}
     (tmp_path / MANIFEST_FILE).write_text(json.dumps(signed))  # as if the kit had written it
     with pytest.raises(UntrustedIndexError, match="must list exactly"):
         load_faiss(tmp_path, embeddings)
@@ -261,7 +262,7 @@ def test_rewritten_hashes_with_a_forged_manifest_are_refused(
         signature = original
     elif signature == "another key":
         manifest = json.loads((tmp_path / MANIFEST_FILE).read_text())
-        signature = _manifest_signature(manifest, b"k" * 32)  # right scheme, attacker's key
+        signature = signature_of(manifest, b"k" * 32)  # right scheme, attacker's key
     marker = tmp_path / "payload-ran"
     forge_manifest(tmp_path, marker, signature)
     expected = "not signed" if signature is None else "does not verify"
@@ -488,3 +489,23 @@ def test_chroma_server_roundtrip(chroma_server: Any, embeddings: CountingEmbeddi
         load_chroma(
             embeddings, host=chroma_server.host, port=chroma_server.port, collection_name="absent"
         )
+
+
+def test_build_chroma_shares_an_in_memory_chroma_the_user_made_first() -> None:
+    """Chroma allows one in-memory system per process: a user's ``Chroma.from_documents`` (default
+    settings) made before the kit's store must not make ``build_chroma`` fail. A fresh process, so
+    no other test's client is there first."""
+    script = (
+        "import chromadb\n"
+        "from langchain_core.documents import Document\n"
+        "from langchain_core.embeddings import DeterministicFakeEmbedding\n"
+        "from rag_fusion_chain.retrievers.stores import build_chroma\n"
+        "chromadb.EphemeralClient()\n"
+        "store = build_chroma([Document('a passage')], DeterministicFakeEmbedding(size=8))\n"
+        "print(store.similarity_search('a passage', k=1)[0].page_content)\n"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.strip() == "a passage"

@@ -1,4 +1,4 @@
-"""Streamed retrieval: queries searched while the model writes, micro-batched, same results.
+"""Streamed retrieval: queries searched while the model writes, on arrival, same results.
 
 The fake chat model sleeps between tokens and every fake records what it does on one shared
 timeline; the assertions are on the order of those events, never on durations.
@@ -302,11 +302,16 @@ async def test_async_transform_matches_invoke() -> None:
     ]
 
 
-# ---------------------------------------------------------------- micro-batching
+# ---------------------------------------------------------------- dispatch on arrival
+# Issue 10 changed the contract: a query that arrives while its retriever is busy is sent at once,
+# beside the call in flight (it used to wait and join that retriever's next batch). Queries share
+# one call only when they arrive together.
 
 
 @pytest.mark.parametrize("call", ["invoke", "ainvoke"])
-async def test_queries_that_arrive_during_an_embedding_call_share_the_next(call: str) -> None:
+async def test_each_query_is_embedded_at_once_even_while_an_embedding_call_is_in_flight(
+    call: str,
+) -> None:
     timeline = Timeline()
     # the question's embedding call lasts until the model has written every query
     embeddings = RecordingEmbeddings(size=16, timeline=timeline, first_call_waits_for=MODEL_END)
@@ -315,16 +320,16 @@ async def test_queries_that_arrive_during_an_embedding_call_share_the_next(call:
         | MultiRetriever(vector_retriever(embeddings))
     )
     results = retrieval.invoke(QUESTION) if call == "invoke" else await retrieval.ainvoke(QUESTION)
-    assert embeddings.calls == [[QUESTION], GENERATED]
-    assert len(embeddings.calls) < len(results.queries)
+    # one request per query, none waiting for the first (which lasts until the model has ended)
+    assert sorted(embeddings.calls) == sorted([[QUESTION], *([query] for query in GENERATED)])
+    assert results.queries == [QUESTION, *GENERATED]
 
 
 @pytest.mark.parametrize("call", ["transform", "atransform"])
-async def test_once_the_input_ends_waiting_queries_do_not_wait_for_the_batch_in_flight(
-    call: str,
-) -> None:
+async def test_a_query_never_waits_for_a_busy_call_to_the_same_retriever(call: str) -> None:
     timeline = Timeline()
-    # the first batch lasts until the queries that arrive behind it are being searched
+    # the first call lasts until the last query, which arrives after it started, is searched:
+    # under the old rule that query waited for the first call to end (a 5 s stall here)
     retriever = RecordingRetriever(timeline=timeline, first_batch_waits_for="search:r:z")
     fan_out = MultiRetriever(retriever)
 
@@ -344,9 +349,18 @@ async def test_once_the_input_ends_waiting_queries_do_not_wait_for_the_batch_in_
         (results,) = fan_out.transform(arrivals())
     else:
         (results,) = [chunk async for chunk in fan_out.atransform(async_arrivals())]
-    assert retriever.batches == [["x"], ["y", "z"]]
+    assert sorted(retriever.batches) == [["x"], ["y"], ["z"]]
     assert timeline.position("search:r:z") < timeline.position("done:r:x")
     assert results.queries == ["x", "y", "z"]
+
+
+def test_queries_arriving_together_share_one_embedding_request() -> None:
+    timeline = Timeline()
+    embeddings = RecordingEmbeddings(size=16, timeline=timeline)
+    fan_out = MultiRetriever(vector_retriever(embeddings))
+    (results,) = fan_out.transform(iter([["x", "y"], ["z"]]))
+    assert sorted(embeddings.calls) == [["x", "y"], ["z"]]  # the two calls run side by side
+    assert len(embeddings.calls) <= len(results.queries)
 
 
 def test_a_whole_list_is_one_batch_per_retriever_and_str_chunks_are_one_query() -> None:

@@ -31,6 +31,8 @@ LANGSMITH_KEY = "lsv2-fake-recorder-key"
 QUESTION = "How do heat pumps keep a house warm in winter?"
 QUERIES = ["heat pump winter performance", "air source heat pump cold climate", "heat pump COP"]
 ANSWER = "They move heat from the outside air into the house [1]."
+SEARCHED = [QUESTION, *QUERIES]
+"""The ready chains search the question itself first, then the generated queries."""
 STEPS = ("generate_queries", "retrieve", "fuse", "format_context", "answer")
 """The named steps of a query-fusion chain, in the order they run."""
 N, K, TOP_N = 3, 2, 4
@@ -135,17 +137,17 @@ def test_rag_fusion_trace_is_a_clean_named_tree(
 
     steps = {name: single(runs, name) for name in STEPS}
     for step in steps.values():
-        assert root in ancestors(runs, step), f"{step['name']} is not under {root['name']}"
+        assert step["parent_run_id"] == root["id"], f"{step['name']} is not a child of the root"
         assert chains.RAG_FUSION in step["tags"]
         assert metadata_of(step)["n"] == N
     started = [steps[name]["dotted_order"] for name in STEPS]
     assert started == sorted(started), "the steps did not run in order"
 
-    assert steps["generate_queries"]["outputs"] == {"output": QUERIES}
+    assert steps["generate_queries"]["outputs"] == {"output": SEARCHED}
     retrievals = [
         run for run in runs.values() if run.get("parent_run_id") == steps["retrieve"]["id"]
     ]
-    assert sorted(run["inputs"]["query"] for run in retrievals) == sorted(QUERIES)
+    assert sorted(run["inputs"]["query"] for run in retrievals) == sorted(SEARCHED)
     assert {run["run_type"] for run in retrievals} == {"retriever"}
     assert all(len(run["outputs"]["documents"]) == K for run in retrievals)
 
@@ -171,7 +173,7 @@ def test_streaming_records_one_tree_with_the_whole_answer(
     assert root["name"] == chains.RAG_FUSION
     assert root["outputs"] == {"output": ANSWER}
     assert single(runs, "answer")["outputs"] == {"output": ANSWER}
-    assert single(runs, "generate_queries")["outputs"] == {"output": QUERIES}
+    assert single(runs, "generate_queries")["outputs"] == {"output": SEARCHED}
 
 
 def test_runs_sent_one_at_a_time_are_recorded_too(
@@ -189,8 +191,8 @@ def test_runs_sent_one_at_a_time_are_recorded_too(
     assert any(method == "PATCH" and path.startswith("/runs/") for method, path in sent)
     (root,) = roots(runs)
     assert root["name"] == chains.RAG_FUSION
-    assert all(root in ancestors(runs, single(runs, name)) for name in STEPS)
-    assert single(runs, "generate_queries")["outputs"] == {"output": QUERIES}
+    assert all(single(runs, name)["parent_run_id"] == root["id"] for name in STEPS)
+    assert single(runs, "generate_queries")["outputs"] == {"output": SEARCHED}
 
 
 # ---------------------------------------------------------------- secrets
@@ -216,3 +218,59 @@ def test_the_chat_model_api_key_never_reaches_traces(
         + repr([request.headers for request in langsmith_recorder.requests]).encode()
     )
     assert STUB_API_KEY.encode() not in recorded
+
+
+# ---------------------------------------------------------------- a readable tree
+
+
+def depth(runs: dict[str, Run], run: Run) -> int:
+    return len(ancestors(runs, run))
+
+
+def test_a_question_with_three_queries_makes_at_most_twenty_runs(
+    tracer: LangChainTracer, langsmith_recorder: LangSmithRecorder
+) -> None:
+    """Root, the five steps, and inside them only the model calls and the retriever runs."""
+    chain = chains.rag_fusion_chain(heat_pump_retriever(), fake_llm(), n=N, k=K, top_n=TOP_N)
+    chain.invoke(QUESTION, config={"callbacks": [tracer]})
+    flush(tracer)
+    runs = langsmith_recorder.runs
+    assert len(runs) <= 20, sorted(str(run["name"]) for run in runs.values())
+    retrievals = [run for run in runs.values() if run["run_type"] == "retriever"]
+    assert len(retrievals) == len(SEARCHED)  # one run per query searched, no wrappers
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        pytest.param(
+            lambda llm: chains.rag_fusion_chain(heat_pump_retriever(), llm), id="rag-fusion"
+        ),
+        pytest.param(lambda llm: chains.hyde_chain(heat_pump_retriever(), llm), id="hyde"),
+        pytest.param(
+            lambda llm: chains.step_back_chain(heat_pump_retriever(), llm), id="step-back"
+        ),
+        pytest.param(
+            lambda llm: chains.decomposition_chain(heat_pump_retriever(), llm, n=2),
+            id="decomposition",
+        ),
+    ],
+)
+def test_named_steps_sit_right_under_the_root_or_under_another_named_step(
+    tracer: LangChainTracer, langsmith_recorder: LangSmithRecorder, build: Any
+) -> None:
+    llm = FakeListChatModel(responses=["\n".join(QUERIES[:2]), ANSWER, ANSWER, ANSWER, ANSWER])
+    build(llm).invoke(QUESTION, config={"callbacks": [tracer]})
+    flush(tracer)
+    runs = langsmith_recorder.runs
+    (root,) = roots(runs)
+    named_steps = [run for run in runs.values() if run["name"] in STEPS]
+    assert {run["name"] for run in named_steps} == set(STEPS)
+    for run in named_steps:
+        parent = runs[run["parent_run_id"]]
+        assert parent is root or (
+            depth(runs, run) == 2 and parent["name"] in STEPS
+        ), f"{run['name']} sits under {parent['name']} at depth {depth(runs, run)}"
+    assert {run["name"] for run in runs.values() if run.get("parent_run_id") == root["id"]} >= set(
+        STEPS
+    )

@@ -199,34 +199,39 @@ def _fusion(fusion: str | BaseFusion, rrf_k: float) -> BaseFusion:
 def strategy_setup(
     strategy: str, llm: Runnable[Any, Any] | None = None, *, query_count: int = 4
 ) -> Setup:
-    """A query strategy (``offline.STRATEGIES``) over BM25 and dense, as the kit retrieves it.
+    """A query strategy (``strategies.STRATEGIES``) over BM25 and dense, as its ready chain
+    retrieves.
 
-    The kit's ``offline.retrieval_chain``: queries from ``llm`` or, with ``llm=None``, from
-    pseudo-relevance feedback on the BM25 index; every query searched with both retrievers; the
-    lists fused by the strategy's fusion (RRF; the unique union for multi-query).
+    The ready chain's own pipeline (:func:`pipeline.retrieval_pipeline`, the builder every ready
+    chain runs) up to its answer, whose cost (a model call over ``depth`` passages) would measure
+    nothing here: queries from ``llm`` or, with ``llm=None``, the strategy's offline query step on
+    the BM25 index; the question searched too; every query searched with both retrievers; the
+    passages the answer would quote, ``depth`` of them per fused list.
 
     >>> strategy_setup("rag-fusion").name
     'rag-fusion-offline'
     """
-    from rag_fusion_chain import offline
+    from rag_fusion_chain import strategies
 
-    if strategy not in offline.STRATEGIES:
-        raise ValueError(f"strategy must be one of {offline.STRATEGIES}, got {strategy!r}")
+    record = strategies.get(strategy)
 
     def build(indexes: Indexes) -> Runnable[str, list[Document]]:
         from langchain_core.runnables import RunnablePick
 
-        retrieval = offline.retrieval_chain(
-            strategy,
+        from rag_fusion_chain.pipeline import retrieval_pipeline
+
+        retrieval = retrieval_pipeline(
+            record,
             [indexes.bm25(), indexes.dense()],
             llm,
-            n=query_count,
+            n=query_count if record.counted else None,
             k=indexes.depth,
             top_n=indexes.depth,
+            question_last=record.shape == "sub-questions",
         )
         return retrieval | RunnablePick("documents")
 
-    source = "pseudo-relevance feedback" if llm is None else "the chat model"
+    source = "the offline query step" if llm is None else "the chat model"
     return Setup(
         strategy if llm is not None else f"{strategy}{OFFLINE_SUFFIX}",
         build,
@@ -258,7 +263,7 @@ def setup_by_name(
     >>> setup_by_name("bm25").description
     'BM25 (bm25s, English stemmer and stopwords)'
     """
-    from rag_fusion_chain import offline
+    from rag_fusion_chain.strategies import STRATEGIES
 
     if name == "bm25":
         return Setup(
@@ -273,9 +278,9 @@ def setup_by_name(
         return hybrid_setup(DEFAULT_HYBRID_FUSION, name=name, rrf_k=rrf_k)
     if name.startswith("hybrid-") and name.removeprefix("hybrid-") in FUSIONS:
         return hybrid_setup(name.removeprefix("hybrid-"), rrf_k=rrf_k)
-    if name.endswith(OFFLINE_SUFFIX) and name.removesuffix(OFFLINE_SUFFIX) in offline.STRATEGIES:
+    if name.endswith(OFFLINE_SUFFIX) and name.removesuffix(OFFLINE_SUFFIX) in STRATEGIES:
         return strategy_setup(name.removesuffix(OFFLINE_SUFFIX), query_count=query_count)
-    if name in offline.STRATEGIES:
+    if name in STRATEGIES:
         if llm is None:
             raise ValueError(
                 f"setups: {name!r} needs a chat model (configure one, e.g. --model), "
@@ -285,7 +290,7 @@ def setup_by_name(
     known = [
         *DEFAULT_SETUPS,
         "hybrid",
-        *(strategy + OFFLINE_SUFFIX for strategy in offline.STRATEGIES),
+        *(strategy + OFFLINE_SUFFIX for strategy in STRATEGIES),
     ]
     raise ValueError(f"setups: unknown setup {name!r}; known: {', '.join(known)}")
 

@@ -11,14 +11,11 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
-from rag_fusion_chain.retrievers.fanout import (
-    DEFAULT_K,
-    FusionRetriever,
-    MultiRetriever,
-    RetrievalError,
-    RetrievalFailure,
-    RetrievalResults,
-)
+from rag_fusion_chain.retrievers.calls import DEFAULT_TIMEOUT
+from rag_fusion_chain.retrievers.fusion_retriever import DEFAULT_K, FusionRetriever
+from rag_fusion_chain.retrievers.multi import MultiRetriever
+from rag_fusion_chain.retrievers.results import RetrievalError, RetrievalFailure, RetrievalResults
+from rag_fusion_chain.retrievers.streams import StreamingInvoke
 
 _LAZY_NAMES = {
     "BM25Retriever": ".bm25",
@@ -50,12 +47,14 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "DEFAULT_K",
+    "DEFAULT_TIMEOUT",
     "BM25Retriever",
     "FusionRetriever",
     "MultiRetriever",
     "RetrievalError",
     "RetrievalFailure",
     "RetrievalResults",
+    "StreamingInvoke",
     "VectorRetriever",
     "build_chroma",
     "build_faiss",

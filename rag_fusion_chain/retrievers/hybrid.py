@@ -15,9 +15,9 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 
 from rag_fusion_chain.fusion import BaseFusion, DistBasedScoreFusion
-from rag_fusion_chain.queries import validate_count
 from rag_fusion_chain.retrievers.bm25 import BM25Retriever
 from rag_fusion_chain.retrievers.fanout import DEFAULT_K, FusionRetriever, MultiRetriever
+from rag_fusion_chain.validation import validate_count
 
 DEFAULT_FETCH_K = 100
 """Candidates per retriever before fusion: score normalisation needs a list deep enough to

@@ -8,6 +8,13 @@ A build happens in a staging directory beside ``out`` and is moved into place wh
 ``index.json`` last: a directory holding ``index.json`` always holds a whole index, and a failed
 or interrupted build leaves what was there before.
 
+``index.json`` is signed with this user's index signing key, like a FAISS manifest (see
+:mod:`~rag_fusion_chain.retrievers.signing`), because it decides what is loaded: which
+embeddings model, which store. :func:`open_index` refuses one that does not verify, unless
+``trust=True``. The BM25 and Chroma files are data (JSON, numpy arrays without pickle, SQLite)
+and are not signed: someone who can write the directory can change what is retrieved, not
+run code.
+
 Progress goes to an optional callback ``on_progress(stage, advance, total)``: each stage
 (``load``, ``embed``, ``bm25``) is announced with ``advance=0``, then advanced as work is done.
 Nothing here prints.
@@ -24,7 +31,7 @@ import os
 import secrets
 import shutil
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +43,7 @@ from langchain_core.vectorstores import VectorStore
 from rag_fusion_chain import ingest, models
 from rag_fusion_chain.retrievers.bm25 import BM25Retriever
 from rag_fusion_chain.retrievers.hybrid import hybrid_retriever
+from rag_fusion_chain.retrievers.signing import sign, verify_signature
 from rag_fusion_chain.retrievers.stores import (
     VectorRetriever,
     build_chroma,
@@ -115,6 +123,7 @@ def build_index(
     chunk_overlap: int = ingest.DEFAULT_CHUNK_OVERLAP,
     force: bool = False,
     on_progress: ProgressCallback | None = None,
+    load_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Load, split, embed and store into the index directory ``out``; return its settings.
 
@@ -124,6 +133,9 @@ def build_index(
     :func:`open_index` can resolve it again, or an Embeddings object (then pass it to
     :func:`open_index` too). ``chunk_size=None`` indexes the documents whole. An existing index
     raises FileExistsError unless ``force``; files in ``out`` that are not the index's are kept.
+    ``load_options``: keyword arguments for :func:`ingest.load_with_report` (``strict``,
+    ``follow_symlinks``, ``max_file_size``, ``deny_private``...); the files read and those
+    skipped (with the reason) are in the settings as ``files`` and ``skipped``.
     """
     if store not in STORES:
         raise ValueError(f"unknown store {store!r}: choose one of {', '.join(STORES)}")
@@ -131,31 +143,39 @@ def build_index(
     if (out / INDEX_FILE).exists() and not force:
         raise _exists_error(out)
     report = on_progress or _no_progress
+    sources, loaded = _load(sources_or_documents, report, load_options or {})
+    documents = loaded.documents
     if isinstance(embedding, Embeddings):
         embedding_name, embeddings = None, embedding
     else:
         embedding_name = embedding or os.environ.get(models.EMBEDDING_ENV)
         embedding_name = embedding_name or models.DEFAULT_EMBEDDING
         embeddings = models.embeddings(embedding_name)
-    sources, documents = _load(sources_or_documents, report)
     if chunk_size is None:
         chunks = documents
     else:
         chunks = ingest.split_documents(
             documents, chunk_size=chunk_size, chunk_overlap=chunk_overlap
         )
-    settings = {
+    chunks = [_without_url_credentials(chunk) for chunk in chunks]  # ids, sources: stored
+    settings = {  # signed with this user's key: open_index loads nothing it does not vouch for
         "format": INDEX_FORMAT,
         "kit_version": _kit_version(),
         "store": store,
         "embedding": embedding_name,
         "embedding_identity": models.embedding_identity(embeddings),
         "sources": sources,
+        "files": len(loaded.loaded),
+        "skipped": [
+            {name: models.redact_credentials(value) for name, value in asdict(skipped).items()}
+            for skipped in loaded.skipped
+        ],
         "documents": len(documents),
         "chunks": len(chunks),
         "chunk_size": chunk_size,
         "chunk_overlap": chunk_overlap if chunk_size is not None else None,
     }
+    settings = sign(settings)
     absolute = out.absolute()
     absolute.parent.mkdir(parents=True, exist_ok=True)
     staging = absolute.parent / f".{absolute.name}-building-{secrets.token_hex(8)}"
@@ -174,7 +194,7 @@ def _no_progress(stage: str, advance: int, total: int) -> None:
 
 
 def _kit_version() -> str:
-    from rag_fusion_chain import __version__
+    from rag_fusion_chain._version import __version__
 
     return __version__
 
@@ -186,24 +206,32 @@ def _exists_error(out: Path) -> FileExistsError:
 
 
 def _load(
-    sources_or_documents: Sequence[Any], report: ProgressCallback
-) -> tuple[list[str], list[Document]]:
-    """The source names and the loaded documents (given documents are taken as they are)."""
+    sources_or_documents: Sequence[Any], report: ProgressCallback, load_options: dict[str, Any]
+) -> tuple[list[str], ingest.LoadResult]:
+    """The source names and what loading them gave (given documents are taken as they are)."""
     if isinstance(sources_or_documents, (str, os.PathLike)):
         raise TypeError("sources_or_documents: pass a list of paths or URLs, not a single one")
     items = list(sources_or_documents)
     if items and all(isinstance(item, Document) for item in items):
-        return [], items
+        return [], ingest.LoadResult(documents=items)
     if any(isinstance(item, Document) for item in items):
         raise TypeError("sources_or_documents: give either sources or documents, not both")
     report("load", 0, len(items))
-    documents: list[Document] = []
-    for source in items:
-        documents.extend(ingest.load([source]))
-        report("load", 1, len(items))
-    if not documents:
-        raise ValueError("sources_or_documents: no documents were loaded")
-    return [os.fspath(source) for source in items], documents
+    loaded = ingest.load_with_report(
+        items, on_source=lambda _: report("load", 1, len(items)), **load_options
+    )
+    return [models.redact_credentials(os.fspath(source)) for source in items], loaded
+
+
+def _without_url_credentials(chunk: Document) -> Document:
+    """``chunk``, or a copy whose id and ``source`` no longer hold a URL's user and password."""
+    source = chunk.metadata.get("source")
+    clean_source = models.redact_credentials(source) if isinstance(source, str) else source
+    clean_id = models.redact_credentials(chunk.id) if chunk.id else chunk.id
+    if clean_source == source and clean_id == chunk.id:
+        return chunk
+    metadata = {**chunk.metadata, "source": clean_source}
+    return chunk.model_copy(update={"id": clean_id, "metadata": metadata})
 
 
 def _write_index(
@@ -266,12 +294,17 @@ def open_index(
 ) -> OpenedIndex:
     """Load an index directory written by :func:`build_index`.
 
+    ``index.json`` must be signed with this user's index signing key (it names the embeddings
+    and store to load), else :class:`~rag_fusion_chain.retrievers.signing.UntrustedIndexError`.
     ``embedding`` (a name or an Embeddings object) overrides the embeddings recorded in
-    ``index.json``. ``trust=True`` loads a FAISS store whose manifest cannot be verified (see
-    :func:`~rag_fusion_chain.retrievers.stores.load_faiss`): only for indexes you trust.
+    ``index.json``. ``trust=True`` skips the signatures of ``index.json`` and of a FAISS store's
+    manifest (see :func:`~rag_fusion_chain.retrievers.stores.load_faiss`; its pickle still
+    goes through the allow-list): only for indexes you trust.
     """
     directory = Path(directory)
     settings = read_settings(directory)
+    if not trust:
+        verify_signature(settings, directory / INDEX_FILE)
     embeddings = _embeddings(embedding, settings, directory)
     store_path = directory / settings["store"]
     store: VectorStore
@@ -287,7 +320,8 @@ def open_index(
 
 
 def read_settings(directory: str | os.PathLike[str]) -> dict[str, Any]:
-    """The ``index.json`` of an index directory, checked."""
+    """The ``index.json`` of an index directory, checked as data (:func:`open_index` also
+    verifies its signature)."""
     settings_path = Path(directory) / INDEX_FILE
     if not settings_path.is_file():
         raise FileNotFoundError(
@@ -305,6 +339,8 @@ def read_settings(directory: str | os.PathLike[str]) -> dict[str, Any]:
         raise ValueError(f"{settings_path} is not a rag-fusion index description")
     if settings.get("store") not in STORES:
         raise ValueError(f"{settings_path}: unknown store {settings.get('store')!r}")
+    if not isinstance(settings.get("embedding"), (str, type(None))):
+        raise ValueError(f"{settings_path}: 'embedding' must be a name or null")
     return settings
 
 

@@ -15,25 +15,24 @@ Ids: every document is stored under ``Document.id`` (its content hash when it ha
 id :class:`~rag_fusion_chain.retrievers.bm25.BM25Retriever` uses), so ids survive a round trip and
 fusion merges a chunk found by both keyword and vector search.
 
-Security: ``FAISS.load_local`` unpickles a file, and unpickling runs code. :func:`save_faiss`
-therefore writes ``manifest.json`` with the SHA-256 of every file, signed with HMAC-SHA256 under
-a per-user secret key that the kit creates on the first save (``$RAG_FUSION_INDEX_KEY_FILE``, else
-``$XDG_CONFIG_HOME`` or ``~/.config``, ``/rag-fusion-chain/index-signing.key``, mode 0600).
-:func:`load_faiss` refuses (:class:`UntrustedIndexError`) a directory whose manifest is unsigned or
-not signed with this key, or whose files do not match it, before anything is unpickled, unless
-``trust=True``. So only indexes saved by this user (with this key) load without ``trust``: someone
-who can write the directory but not read the key cannot forge a manifest for files of their own.
+Security: a FAISS store is saved as ``index.faiss`` and a pickle, ``index.pkl``, and unpickling
+can run code. :func:`save_faiss` writes ``manifest.json`` with the SHA-256 of both files, signed
+with this user's index signing key (:mod:`~rag_fusion_chain.retrievers.signing`).
+:func:`load_faiss` reads each file once, verifies the signature and the hashes over the bytes it
+read, and deserializes those same bytes, the pickle through an allow-list of classes
+(:mod:`~rag_fusion_chain.retrievers.docstore_pickle`). A directory whose manifest is unsigned,
+signed with another key or does not match is refused (:class:`UntrustedIndexError`) unless
+``trust=True``, which skips the signature but not the allow-list.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
-import hmac
 import json
 import math
 import os
+import pickle
 import secrets
 import sys
 import warnings
@@ -53,7 +52,17 @@ from langchain_core.vectorstores import VectorStore
 from pydantic import model_validator
 
 from rag_fusion_chain.models import backends_agree, embedding_identity
-from rag_fusion_chain.retrievers.bm25 import BatchedRetriever, scored_copy, with_identity
+from rag_fusion_chain.retrievers.base import BatchedRetriever, scored_copy, with_identity
+from rag_fusion_chain.retrievers.docstore_pickle import load_docstore
+from rag_fusion_chain.retrievers.signing import (
+    SIGNING_KEY_ENV,
+    TRUST_ADVICE,
+    UntrustedIndexError,
+    file_sha256,
+    sign,
+    signing_key_file,
+    verify_signature,
+)
 
 if TYPE_CHECKING:
     from chromadb.api.types import PyEmbedding
@@ -71,20 +80,6 @@ EMBEDDING_METADATA_KEY = "rag_fusion_chain:embedding"
 CHROMA_SPACE: Final = "cosine"
 
 Vector = list[float]
-
-
-SIGNING_KEY_ENV = "RAG_FUSION_INDEX_KEY_FILE"
-"""The file holding the secret key that signs FAISS manifests (for tests, CI, shared setups)."""
-SIGNATURE_FIELD = "signature"
-SIGNATURE_PREFIX = "hmac-sha256:"
-TRUST_ADVICE = (
-    "Rebuild the index on this machine, or pass trust=True (rag-fusion: --trust-index) if you "
-    "trust its origin."
-)
-
-
-class UntrustedIndexError(ValueError):
-    """A saved FAISS index cannot be verified against its manifest, so it is not unpickled."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -134,17 +129,8 @@ def _identified_documents(documents: Sequence[Document]) -> list[Document]:
     return identified
 
 
-def file_sha256(path: str | Path) -> str:
-    """The SHA-256 of a file's bytes, hex-encoded, read in blocks."""
-    digest = hashlib.sha256()
-    with Path(path).open("rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _kit_version() -> str:
-    from rag_fusion_chain import __version__
+    from rag_fusion_chain._version import __version__
 
     return __version__
 
@@ -176,44 +162,66 @@ def build_faiss(
 
 
 def save_faiss(store: FAISS, path: str | Path) -> Path:
-    """Save a FAISS store with ``FAISS.save_local`` and write ``manifest.json`` beside it.
+    """Save a FAISS store as ``FAISS.save_local`` does, with a signed ``manifest.json`` beside it.
 
     The manifest holds the kit version, each file's SHA-256, the embedding identity and the
     store's distance settings (which ``load_local`` does not restore by itself), signed with the
-    user's index signing key (created on first use; see the module docstring).
+    user's index signing key (created on first use; see the module docstring). The hashes are
+    of the bytes serialized in memory, and each file is written under a fresh name and renamed
+    into place: a file changed on disk meanwhile never gets signed.
 
     >>> save_faiss(store, "indexes/faiss")  # doctest: +SKIP
     PosixPath('indexes/faiss')
     """
+    import faiss
+
     directory = Path(path)
-    store.save_local(str(directory))
+    directory.mkdir(parents=True, exist_ok=True)
+    contents = {
+        "index.faiss": faiss.serialize_index(store.index).tobytes(),
+        "index.pkl": pickle.dumps((store.docstore, store.index_to_docstore_id)),
+    }
     embeddings = store.embeddings
     manifest = {
         "format": FAISS_FORMAT,
         "format_version": FAISS_FORMAT_VERSION,
         "kit_version": _kit_version(),
-        "files": {name: file_sha256(directory / name) for name in FAISS_FILES},
+        "files": {name: hashlib.sha256(data).hexdigest() for name, data in contents.items()},
         "embedding": embedding_identity(embeddings) if embeddings is not None else None,
         "distance_strategy": str(store.distance_strategy.value),
         "normalize_L2": bool(store._normalize_L2),
         "documents": int(store.index.ntotal),
     }
-    manifest[SIGNATURE_FIELD] = _manifest_signature(manifest, _signing_key())
-    temporary = directory / f"{MANIFEST_FILE}.tmp"
-    temporary.write_text(json.dumps(manifest, indent=2), "utf-8")
-    temporary.replace(directory / MANIFEST_FILE)
+    for name, data in contents.items():
+        _write_new_file(directory / name, data)
+    _write_new_file(directory / MANIFEST_FILE, json.dumps(sign(manifest), indent=2).encode())
     return directory
+
+
+def _write_new_file(path: Path, data: bytes) -> None:
+    """Write ``data`` to a new file beside ``path`` (never an existing one), then rename it."""
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(data)
+        temporary.replace(path)
+    finally:
+        temporary.unlink(missing_ok=True)
 
 
 def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False) -> FAISS:
     """Load a FAISS index saved by :func:`build_faiss`/:func:`save_faiss`, verifying it first.
 
-    Before the pickle is opened, ``manifest.json`` must carry a valid signature under this
-    user's index signing key and every file's SHA-256 must match it; otherwise
-    :class:`UntrustedIndexError`. ``trust=True`` skips the verification (for an index from
-    elsewhere whose origin you trust, or one without a manifest, e.g. plain
-    ``FAISS.save_local``, loaded with LangChain's default distance settings). A warning is issued when ``embeddings`` differ from those that
-    built the index.
+    Each file is read once; the bytes that were verified are the bytes that are deserialized,
+    so a file swapped after the check is never read. ``manifest.json`` must carry a valid
+    signature under this user's index signing key and each file's SHA-256 must match it;
+    otherwise :class:`UntrustedIndexError`. The pickle is then opened with an allow-list
+    (:mod:`~rag_fusion_chain.retrievers.docstore_pickle`): a docstore and documents, nothing
+    that runs code. ``trust=True`` skips the signature and hashes (an index from elsewhere
+    whose origin you trust, or plain ``FAISS.save_local`` output without a manifest, then
+    loaded with LangChain's default distance settings), never the allow-list. A warning is
+    issued when ``embeddings`` differ from those that built the index.
 
     >>> store = load_faiss("indexes/faiss", embeddings)  # doctest: +SKIP
     """
@@ -222,24 +230,41 @@ def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False)
     if not directory.is_dir():
         raise FileNotFoundError(f"FAISS index directory not found: {directory}")
     manifest = _read_manifest(directory, required=not trust)
+    contents = {name: _read_index_file(directory / name) for name in FAISS_FILES}
     if not trust:
-        _verify_signature(directory, manifest)
-        _verify_files(directory, manifest)
-    for name in FAISS_FILES:
-        if not (directory / name).is_file():
-            raise FileNotFoundError(f"FAISS index file missing: {directory / name}")
-    settings = _store_settings(manifest)
+        verify_signature(manifest or {}, directory / MANIFEST_FILE)
+        _verify_files(directory, manifest, contents)
+    index, docstore, index_to_docstore_id = _deserialize(directory, contents)
+    store = FAISS(embeddings, index, docstore, index_to_docstore_id, **_store_settings(manifest))
+    _warn_on_embedding_change(manifest, embeddings, directory)
+    return store
+
+
+def _read_index_file(path: Path) -> bytes:
     try:
-        store = FAISS.load_local(
-            str(directory), embeddings, allow_dangerous_deserialization=True, **settings
+        return path.read_bytes()
+    except (FileNotFoundError, IsADirectoryError):
+        raise FileNotFoundError(f"FAISS index file missing: {path}") from None
+
+
+def _deserialize(directory: Path, contents: dict[str, bytes]) -> tuple[Any, Any, dict[int, str]]:
+    """The FAISS index and the docstore from the bytes read (and verified) before."""
+    import faiss
+    import numpy as np
+
+    try:
+        index = faiss.deserialize_index(np.frombuffer(contents["index.faiss"], dtype=np.uint8))
+        docstore, index_to_docstore_id = load_docstore(
+            contents["index.pkl"], directory / "index.pkl"
         )
-    except Exception as error:
+    except UntrustedIndexError:
+        raise
+    except Exception as error:  # noqa: BLE001 - re-raised: a corrupt file, named
         raise ValueError(
             f"could not load the FAISS index in {directory}; its files are corrupt or not "
             f"a LangChain FAISS index ({type(error).__name__}: {error})"
         ) from error
-    _warn_on_embedding_change(manifest, embeddings, directory)
-    return store
+    return index, docstore, index_to_docstore_id
 
 
 def _read_manifest(directory: Path, *, required: bool) -> dict[str, Any] | None:
@@ -253,7 +278,7 @@ def _read_manifest(directory: Path, *, required: bool) -> dict[str, Any] | None:
             )
         return None
     try:
-        manifest = json.loads(manifest_path.read_text("utf-8"))
+        manifest = json.loads(manifest_path.read_bytes().decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise UntrustedIndexError(
             f"{manifest_path} is not valid JSON: {error}. {TRUST_ADVICE}"
@@ -265,7 +290,9 @@ def _read_manifest(directory: Path, *, required: bool) -> dict[str, Any] | None:
     return manifest
 
 
-def _verify_files(directory: Path, manifest: dict[str, Any] | None) -> None:
+def _verify_files(
+    directory: Path, manifest: dict[str, Any] | None, contents: dict[str, bytes]
+) -> None:
     """Raise unless the manifest lists exactly the FAISS files and every hash matches."""
     files = manifest.get("files") if manifest else None
     if not isinstance(files, dict) or sorted(files) != sorted(FAISS_FILES):
@@ -274,103 +301,12 @@ def _verify_files(directory: Path, manifest: dict[str, Any] | None) -> None:
             f"it lists {sorted(files) if isinstance(files, dict) else files!r}"
         )
     for name in FAISS_FILES:
-        file_path = directory / name
-        if not file_path.is_file():
-            raise FileNotFoundError(f"FAISS index file missing: {file_path}")
-        if file_sha256(file_path) != files[name]:
+        if hashlib.sha256(contents[name]).hexdigest() != files[name]:
             raise UntrustedIndexError(
-                f"{file_path} does not match the SHA-256 recorded in {MANIFEST_FILE}: it changed "
-                f"after the index was saved (corrupted or tampered with), so it will not be "
-                f"unpickled. {TRUST_ADVICE}"
+                f"{directory / name} does not match the SHA-256 recorded in {MANIFEST_FILE}: it "
+                f"changed after the index was saved (corrupted or tampered with), so it will not "
+                f"be unpickled. {TRUST_ADVICE}"
             )
-
-
-def signing_key_file() -> Path:
-    """Where the index signing key lives: ``$RAG_FUSION_INDEX_KEY_FILE``, else the user's config.
-
-    >>> signing_key_file().name  # doctest: +SKIP
-    'index-signing.key'
-    """
-    configured = os.environ.get(SIGNING_KEY_ENV)
-    if configured:
-        return Path(configured).expanduser()
-    config = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
-    return Path(config) / "rag-fusion-chain" / "index-signing.key"
-
-
-def _signing_key() -> bytes:
-    """This user's secret signing key, made on first use."""
-    path = signing_key_file()
-    if not path.exists():
-        _create_signing_key(path)
-    return _read_signing_key(path)
-
-
-def _existing_signing_key() -> bytes | None:
-    """This user's secret signing key, None when there is none (nothing was ever saved)."""
-    path = signing_key_file()
-    return _read_signing_key(path) if path.exists() else None
-
-
-def _read_signing_key(path: Path) -> bytes:
-    try:
-        key = bytes.fromhex(path.read_text("ascii").strip())
-    except (UnicodeDecodeError, ValueError):
-        key = b""
-    if len(key) < 32:
-        raise ValueError(
-            f"{path} is not an index signing key (64 hex digits); remove it to have a new one "
-            "made (indexes signed with the old key then need rebuilding or trust=True)"
-        )
-    return key
-
-
-def _create_signing_key(path: Path) -> None:
-    """Write a random key to ``path`` (mode 0600) in one step, unless a key appears meanwhile."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(descriptor, "w", encoding="ascii") as handle:
-            handle.write(secrets.token_hex(32) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        with contextlib.suppress(FileExistsError):  # another process made one first: use it
-            os.link(temporary, path)  # complete when it appears; never replaces a key
-    finally:
-        temporary.unlink(missing_ok=True)
-
-
-def _manifest_signature(manifest: dict[str, Any], key: bytes) -> str:
-    """HMAC-SHA256 of the manifest's canonical JSON, without its signature field."""
-    unsigned = {name: value for name, value in manifest.items() if name != SIGNATURE_FIELD}
-    message = json.dumps(unsigned, sort_keys=True, separators=(",", ":")).encode("utf-8")
-    return SIGNATURE_PREFIX + hmac.new(key, message, hashlib.sha256).hexdigest()
-
-
-def _verify_signature(directory: Path, manifest: dict[str, Any] | None) -> None:
-    """Raise unless the manifest is signed with this user's key (checked before any unpickling)."""
-    manifest_path = directory / MANIFEST_FILE
-    recorded = (manifest or {}).get(SIGNATURE_FIELD)
-    if not isinstance(recorded, str):
-        raise UntrustedIndexError(
-            f"{manifest_path} is not signed (saved by an older version of the kit, or edited), "
-            f"so nothing shows that this kit wrote the index. {TRUST_ADVICE}"
-        )
-    key = _existing_signing_key()
-    if key is None:
-        raise UntrustedIndexError(
-            f"{manifest_path} is signed, but this user has no index signing key "
-            f"({signing_key_file()}): the index was made by another user or machine. "
-            f"{TRUST_ADVICE}"
-        )
-    expected = _manifest_signature(manifest or {}, key)
-    if not hmac.compare_digest(recorded.encode("utf-8"), expected.encode("utf-8")):
-        raise UntrustedIndexError(
-            f"the signature of {manifest_path} does not verify with this user's index signing "
-            f"key ({signing_key_file()}): the index was made by another user or machine, or its "
-            f"manifest was rewritten. {TRUST_ADVICE}"
-        )
 
 
 def _store_settings(manifest: dict[str, Any] | None) -> dict[str, Any]:
@@ -432,7 +368,12 @@ def _chroma_client(
     if host is not None:
         return chromadb.HttpClient(host=host, port=port or 8000, settings=settings)
     if persist_directory is None:
-        return chromadb.EphemeralClient(settings=settings)
+        try:
+            return chromadb.EphemeralClient(settings=settings)
+        except ValueError:
+            # Chroma keeps one in-memory system per process: when the user's own code made it first
+            # (``Chroma.from_documents`` with default settings), share theirs rather than fail.
+            return chromadb.EphemeralClient()
     if must_exist and not Path(persist_directory).is_dir():
         raise FileNotFoundError(f"Chroma persist directory not found: {persist_directory}")
     return chromadb.PersistentClient(path=str(persist_directory), settings=settings)

@@ -1,0 +1,202 @@
+"""Signing what the kit saves, so that it loads back only what this user's kit wrote.
+
+Files the kit reads back with consequences (a FAISS store's ``manifest.json``, which vouches for
+the pickle beside it; an index directory's ``index.json``, which names the embeddings to load)
+carry an HMAC-SHA256 signature of their canonical JSON, under a per-user secret key made on
+first use: ``$RAG_FUSION_INDEX_KEY_FILE``, else ``$XDG_CONFIG_HOME`` or ``~/.config``, then
+``/rag-fusion-chain/index-signing.key`` (mode 0600). Someone who can write an index directory
+but cannot read the key cannot sign files of their own. A key file that group or others can
+read is still used, with a warning (once per file and process): whoever reads it can sign.
+
+>>> record = sign({"format": "example", "store": "faiss"})  # doctest: +SKIP
+>>> verify_signature(record, "index.json")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import stat
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+SIGNING_KEY_ENV = "RAG_FUSION_INDEX_KEY_FILE"
+"""The file holding the secret key that signs saved indexes (for tests, CI, shared setups)."""
+SIGNATURE_FIELD = "signature"
+SIGNATURE_PREFIX = "hmac-sha256:"
+TRUST_ADVICE = (
+    "Rebuild the index on this machine, or pass trust=True (rag-fusion: --trust-index) if you "
+    "trust its origin."
+)
+
+_warned_key_files: set[Path] = set()
+"""Key files already reported as readable by others in this process."""
+
+
+class UntrustedIndexError(ValueError):
+    """A saved index cannot be verified (unsigned, signed with another key, or changed)."""
+
+
+# --------------------------------------------------------------------------------------------
+# Hashes
+# --------------------------------------------------------------------------------------------
+
+
+def file_sha256(path: str | Path) -> str:
+    """The SHA-256 of a file's bytes, hex-encoded, read in blocks.
+
+    >>> file_sha256("README.md")  # doctest: +SKIP
+    '3f5a...'
+    """
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# --------------------------------------------------------------------------------------------
+# The key
+# --------------------------------------------------------------------------------------------
+
+
+def signing_key_file() -> Path:
+    """Where the index signing key lives: ``$RAG_FUSION_INDEX_KEY_FILE``, else the user's config.
+
+    >>> signing_key_file().name  # doctest: +SKIP
+    'index-signing.key'
+    """
+    configured = os.environ.get(SIGNING_KEY_ENV)
+    if configured:
+        return Path(configured).expanduser()
+    config = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
+    return Path(config) / "rag-fusion-chain" / "index-signing.key"
+
+
+def signing_key() -> bytes:
+    """This user's secret signing key, made on first use."""
+    path = signing_key_file()
+    if not path.exists():
+        _create_signing_key(path)
+    return _read_signing_key(path)
+
+
+def existing_signing_key() -> bytes | None:
+    """This user's secret signing key, None when there is none (nothing was ever saved)."""
+    path = signing_key_file()
+    return _read_signing_key(path) if path.exists() else None
+
+
+def _read_signing_key(path: Path) -> bytes:
+    with path.open("rb") as handle:  # mode and bytes of the same file
+        _warn_if_others_can_read(path, os.fstat(handle.fileno()).st_mode)
+        raw = handle.read(1024)
+    try:
+        key = bytes.fromhex(raw.decode("ascii").strip())
+    except (UnicodeDecodeError, ValueError):
+        key = b""
+    if len(key) < 32:
+        raise ValueError(
+            f"{path} is not an index signing key (64 hex digits); remove it to have a new one "
+            "made (indexes signed with the old key then need rebuilding or trust=True)"
+        )
+    return key
+
+
+def _warn_if_others_can_read(path: Path, mode: int) -> None:
+    """Warn once per key file (and process) when its mode lets group or others read it."""
+    if not mode & (stat.S_IRWXG | stat.S_IRWXO) or path in _warned_key_files:
+        return
+    _warned_key_files.add(path)
+    warnings.warn(
+        f"the index signing key {path} is accessible to group or others (mode "
+        f"{stat.filemode(mode)}): anyone who can read it can sign an index that this kit will "
+        f"load and unpickle. Restrict it: chmod 600 {path}",
+        stacklevel=4,
+    )
+
+
+def _create_signing_key(path: Path) -> None:
+    """Write a random key to ``path`` (mode 0600) in one step, unless a key appears meanwhile."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(descriptor, "w", encoding="ascii") as handle:
+            handle.write(secrets.token_hex(32) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        with contextlib.suppress(FileExistsError):  # another process made one first: use it
+            os.link(temporary, path)  # complete when it appears; never replaces a key
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+# --------------------------------------------------------------------------------------------
+# Signatures
+# --------------------------------------------------------------------------------------------
+
+
+def signature_of(record: Mapping[str, Any], key: bytes) -> str:
+    """HMAC-SHA256 of the record's canonical JSON, without its signature field."""
+    unsigned = {name: value for name, value in record.items() if name != SIGNATURE_FIELD}
+    message = json.dumps(unsigned, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    return SIGNATURE_PREFIX + hmac.new(key, message, hashlib.sha256).hexdigest()
+
+
+def sign(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``record`` with its signature under this user's key (made on first use).
+
+    >>> sign({"format": "example"})["signature"][:12]  # doctest: +SKIP
+    'hmac-sha256:'
+    """
+    unsigned = {name: value for name, value in record.items() if name != SIGNATURE_FIELD}
+    return {**unsigned, SIGNATURE_FIELD: signature_of(unsigned, signing_key())}
+
+
+def verify_signature(record: Mapping[str, Any], where: str | Path) -> None:
+    """Raise :class:`UntrustedIndexError` unless ``record`` is signed with this user's key.
+
+    ``where`` names the file the record was read from, for the message.
+    """
+    recorded = record.get(SIGNATURE_FIELD)
+    if not isinstance(recorded, str):
+        raise UntrustedIndexError(
+            f"{where} is not signed (saved by an older version of the kit, or edited), "
+            f"so nothing shows that this kit wrote the index. {TRUST_ADVICE}"
+        )
+    key = existing_signing_key()
+    if key is None:
+        raise UntrustedIndexError(
+            f"{where} is signed, but this user has no index signing key "
+            f"({signing_key_file()}): the index was made by another user or machine. "
+            f"{TRUST_ADVICE}"
+        )
+    expected = signature_of(record, key)
+    if not hmac.compare_digest(recorded.encode("utf-8"), expected.encode("utf-8")):
+        raise UntrustedIndexError(
+            f"the signature of {where} does not verify with this user's index signing "
+            f"key ({signing_key_file()}): the index was made by another user or machine, or it "
+            f"was rewritten. {TRUST_ADVICE}"
+        )
+
+
+__all__ = [
+    "SIGNATURE_FIELD",
+    "SIGNING_KEY_ENV",
+    "TRUST_ADVICE",
+    "UntrustedIndexError",
+    "existing_signing_key",
+    "file_sha256",
+    "sign",
+    "signature_of",
+    "signing_key",
+    "signing_key_file",
+    "verify_signature",
+]

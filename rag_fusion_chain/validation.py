@@ -1,0 +1,67 @@
+"""Input validation every layer of the kit shares: the question, and positive counts.
+
+It imports nothing from the kit, so queries, retrievers, offline, chains and the CLI can all use
+it without pulling each other in.
+
+>>> question_of({"question": "  What is RRF? "}), validate_count("k", 3)
+('What is RRF?', 3)
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Mapping
+from typing import Any
+
+QuestionInput = str | Mapping[str, Any]
+
+MAX_QUESTION_CHARS = 20_000
+"""Longer questions are refused: they would overflow the prompt of most chat models."""
+MAX_QUERIES = 50
+"""Upper bound for ``n``: more queries than this cost much and add little to fusion."""
+
+
+def question_of(value: QuestionInput) -> str:
+    """Extract and validate the question from ``str`` or ``{"question": str}`` input.
+
+    >>> question_of({"question": "  What is RRF? "})
+    'What is RRF?'
+    """
+    if isinstance(value, Mapping):
+        if "question" not in value:
+            raise ValueError(
+                f"input dict needs a 'question' key, got keys {sorted(map(str, value))}"
+            )
+        value = value["question"]
+    if not isinstance(value, str):
+        raise TypeError(f"question must be a str, got {type(value).__name__}")
+    question = value.strip()
+    if not any(unicodedata.category(character)[0] not in "CZ" for character in question):
+        # nothing visible: empty, whitespace, or only control and zero-width format characters
+        raise ValueError("question must not be empty or whitespace")
+    try:
+        question.encode("utf-8")
+    except UnicodeEncodeError as error:  # a lone surrogate: no model or index can take it
+        raise ValueError(
+            f"question is not valid Unicode text ({error.reason} at position {error.start})"
+        ) from None
+    if len(question) > MAX_QUESTION_CHARS:
+        raise ValueError(
+            f"question is {len(question)} characters long; the limit is {MAX_QUESTION_CHARS}. "
+            "Summarise it first, or pass a shorter question"
+        )
+    return question
+
+
+def validate_count(name: str, value: int, upper: int | None = None) -> int:
+    """Raise unless ``value`` is a positive int (and at most ``upper``)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value <= 0:
+        raise ValueError(f"{name} must be positive, got {value}")
+    if upper is not None and value > upper:
+        raise ValueError(f"{name} must be at most {upper}, got {value}")
+    return value
+
+
+__all__ = ["MAX_QUERIES", "MAX_QUESTION_CHARS", "QuestionInput", "question_of", "validate_count"]

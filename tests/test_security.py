@@ -1,0 +1,359 @@
+"""Security guarantees (issue 13): verified bytes are the bytes loaded, pickles hold only data,
+signed index settings, private signing keys, no credentials in stored files, logs or traces,
+and clean, bounded generated queries."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import pickle
+import uuid
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.documents import Document
+from langchain_core.embeddings import DeterministicFakeEmbedding
+
+from rag_fusion_chain.retrievers import stores
+from rag_fusion_chain.retrievers.signing import signature_of, signing_key
+from rag_fusion_chain.retrievers.stores import (
+    MANIFEST_FILE,
+    UntrustedIndexError,
+    build_faiss,
+    load_faiss,
+)
+
+DOCUMENTS = [
+    Document("Heat pumps move heat with a refrigerant.", id="heat", metadata={"page": 1}),
+    Document("Solar panels turn sunlight into electricity.", id="solar"),
+    Document("Wind turbines turn moving air into power.", id="wind"),
+]
+EMBEDDINGS = DeterministicFakeEmbedding(size=16)
+
+
+class Payload:
+    """A pickle whose loading creates ``marker``: proof that code in it ran."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Path.touch, (self.marker,))
+
+
+def malicious_docstore(marker: Path) -> bytes:
+    """A FAISS ``index.pkl`` look-alike whose loading would run code."""
+    return pickle.dumps((Payload(marker), {0: "heat"}))
+
+
+def stored_texts(store: Any) -> list[str]:
+    return sorted(document.page_content for document in store.docstore._dict.values())
+
+
+# ============================================================================================
+# 13.1 FAISS: the verified bytes are the bytes loaded; the pickle holds only data
+# ============================================================================================
+
+
+def test_a_pickle_swapped_right_after_the_check_is_never_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    build_faiss(DOCUMENTS, EMBEDDINGS, path=tmp_path)
+    marker = tmp_path / "payload-ran"
+    verify_files = stores._verify_files
+    swaps: list[str] = []
+
+    def verify_then_swap(*args: Any) -> None:
+        verify_files(*args)  # passes: the files on disk are the ones the manifest signs
+        (tmp_path / "index.pkl").write_bytes(malicious_docstore(marker))  # the race's winner
+        swaps.append("index.pkl")
+
+    monkeypatch.setattr(stores, "_verify_files", verify_then_swap)
+    store = load_faiss(tmp_path, EMBEDDINGS)
+    assert swaps == ["index.pkl"], "the swap did not happen between check and load"
+    assert not marker.exists()
+    assert stored_texts(store) == sorted(document.page_content for document in DOCUMENTS)
+    monkeypatch.undo()
+    with pytest.raises(UntrustedIndexError, match="index.pkl does not match"):
+        load_faiss(tmp_path, EMBEDDINGS)  # the swapped file, read now, fails the check
+    assert not marker.exists()
+
+
+def test_trust_skips_the_signature_but_never_runs_code(tmp_path: Path) -> None:
+    build_faiss(DOCUMENTS, EMBEDDINGS, path=tmp_path)
+    marker = tmp_path / "payload-ran"
+    (tmp_path / "index.pkl").write_bytes(malicious_docstore(marker))
+    with pytest.raises(UntrustedIndexError, match=r"names pathlib\.Path\.touch"):
+        load_faiss(tmp_path, EMBEDDINGS, trust=True)
+    (tmp_path / MANIFEST_FILE).unlink()
+    with pytest.raises(UntrustedIndexError, match="which a FAISS docstore does not hold"):
+        load_faiss(tmp_path, EMBEDDINGS, trust=True)
+    assert not marker.exists()
+
+
+def test_a_validly_signed_pickle_naming_code_is_still_refused(tmp_path: Path) -> None:
+    """Defence in depth: even a manifest signed with the user's key cannot vouch for code."""
+    build_faiss(DOCUMENTS, EMBEDDINGS, path=tmp_path)
+    marker = tmp_path / "payload-ran"
+    payload = malicious_docstore(marker)
+    (tmp_path / "index.pkl").write_bytes(payload)
+    manifest = json.loads((tmp_path / MANIFEST_FILE).read_text())
+    manifest["files"]["index.pkl"] = stores.hashlib.sha256(payload).hexdigest()
+    manifest["signature"] = signature_of(manifest, signing_key())
+    (tmp_path / MANIFEST_FILE).write_text(json.dumps(manifest))
+    with pytest.raises(UntrustedIndexError, match="not loaded"):
+        load_faiss(tmp_path, EMBEDDINGS)
+    assert not marker.exists()
+
+
+def test_plain_metadata_types_pass_the_allow_list(tmp_path: Path) -> None:
+    metadata = {
+        "when": datetime.datetime(2024, 5, 1, 12, tzinfo=datetime.timezone.utc),
+        "day": datetime.date(2024, 5, 1),
+        "uuid": uuid.UUID(int=7),
+        "tags": {"a", "b"},
+        "nested": {"list": [1, 2.5, None, True], "bytes": b"\x00"},
+    }
+    documents = [Document("Batteries store energy.", id="battery", metadata=metadata)]
+    build_faiss(documents, EMBEDDINGS, path=tmp_path)
+    loaded = load_faiss(tmp_path, EMBEDDINGS).docstore.search("battery")
+    assert isinstance(loaded, Document) and loaded.metadata == metadata
+
+
+def test_saved_files_stay_readable_by_langchain(tmp_path: Path) -> None:
+    from langchain_community.vectorstores import FAISS
+
+    build_faiss(DOCUMENTS, EMBEDDINGS, path=tmp_path)
+    store = FAISS.load_local(str(tmp_path), EMBEDDINGS, allow_dangerous_deserialization=True)
+    assert stored_texts(store) == sorted(document.page_content for document in DOCUMENTS)
+    assert sorted(path.name for path in tmp_path.iterdir()) == [
+        "index.faiss",
+        "index.pkl",
+        MANIFEST_FILE,
+    ]
+
+
+def test_a_docstore_of_another_shape_is_a_clear_error(tmp_path: Path) -> None:
+    build_faiss(DOCUMENTS, EMBEDDINGS, path=tmp_path)
+    (tmp_path / "index.pkl").write_bytes(pickle.dumps(({"heat": "not a docstore"}, {})))
+    with pytest.raises(ValueError, match="not a LangChain FAISS docstore pickle"):
+        load_faiss(tmp_path, EMBEDDINGS, trust=True)
+
+
+# ============================================================================================
+# 13.6 index.json is signed; a key file others can read is reported
+# ============================================================================================
+
+
+def test_index_json_is_signed_and_an_edited_one_is_refused(tmp_path: Path) -> None:
+    from rag_fusion_chain.retrievers.index_directory import INDEX_FILE, build_index, open_index
+
+    out = tmp_path / "index"
+    settings = build_index(DOCUMENTS, out, embedding=EMBEDDINGS, chunk_size=None)
+    assert settings["signature"].startswith("hmac-sha256:")
+    assert open_index(out, EMBEDDINGS).settings == settings
+    edited = {**settings, "embedding": "sentence-transformers:/tmp/someone-elses-model"}
+    (out / INDEX_FILE).write_text(json.dumps(edited))
+    with pytest.raises(UntrustedIndexError, match="index.json does not verify"):
+        open_index(out, EMBEDDINGS)
+    unsigned = {name: value for name, value in settings.items() if name != "signature"}
+    (out / INDEX_FILE).write_text(json.dumps(unsigned))
+    with pytest.raises(UntrustedIndexError, match="index.json is not signed"):
+        open_index(out, EMBEDDINGS)
+    assert open_index(out, EMBEDDINGS, trust=True).settings == unsigned
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604])
+def test_a_signing_key_others_can_read_is_reported_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: int
+) -> None:
+    key_file = tmp_path / f"key-{mode:o}"
+    monkeypatch.setenv(stores.SIGNING_KEY_ENV, str(key_file))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a fresh key (0600) is silent
+        build_faiss(DOCUMENTS, EMBEDDINGS, path=tmp_path / "index")
+        load_faiss(tmp_path / "index", EMBEDDINGS)
+    key_file.chmod(mode)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        load_faiss(tmp_path / "index", EMBEDDINGS)
+        load_faiss(tmp_path / "index", EMBEDDINGS)
+    reports = [str(warning.message) for warning in caught if "signing key" in str(warning.message)]
+    assert len(reports) == 1, reports
+    assert str(key_file) in reports[0] and f"chmod 600 {key_file}" in reports[0]
+
+
+# ============================================================================================
+# 13.4 generated queries: no control characters, no query longer than a question
+# ============================================================================================
+
+HIDDEN = (
+    "1. \x1b[1;31msolar\x1b[0m power\x00\n"  # ANSI colour and NUL
+    "2. \u202ednaw\u202c turbines\n"  # right-to-left override
+    "3. hea\u200bt pu\u2060mps\ufeff\n"  # zero-width space, word joiner, BOM
+    "4. \x1b]8;;http://evil.example\x07battery\x1b]8;;\x07 storage\tcost\n"  # OSC hyperlink
+)
+CLEAN = ["solar power", "dnaw turbines", "heat pumps", "battery storage cost"]
+
+
+def is_clean(text: str) -> bool:
+    return (
+        all(character.isprintable() or character == "\n" for character in text)
+        and "\x1b" not in text
+    )
+
+
+def test_control_and_format_characters_are_stripped_from_generated_queries() -> None:
+    from langchain_core.language_models import FakeListChatModel
+
+    from rag_fusion_chain import queries
+
+    reply = "\x1b[1mHere are four queries:\x1b[0m\n" + HIDDEN  # a preamble in colour is one too
+    generate = queries.rag_fusion(FakeListChatModel(responses=[reply] * 2), n=4)
+    assert generate.invoke("energy") == CLEAN
+    assert [query for chunk in generate.stream("energy") for query in chunk] == CLEAN
+    listed = queries.QueryListParser(n=4).parse(
+        json.dumps([line[3:] for line in HIDDEN.split("\n")])
+    )
+    assert listed == CLEAN  # a JSON list is cleaned the same way
+
+
+def test_a_chain_searches_only_clean_queries() -> None:
+    from langchain_core.language_models import FakeListChatModel
+    from langchain_core.retrievers import BaseRetriever
+
+    from rag_fusion_chain import chains
+
+    searched: list[str] = []
+
+    class Recording(BaseRetriever):
+        def _get_relevant_documents(self, query: str, *, run_manager: Any) -> list[Document]:
+            searched.append(query)
+            return [DOCUMENTS[0]]
+
+    llm = FakeListChatModel(responses=[HIDDEN, "Heat pumps move heat [1]."])
+    chains.rag_fusion_chain([Recording()], llm, n=4).invoke("energy")
+    assert all(is_clean(query) for query in searched)
+    assert sorted(set(searched) - {"energy"}) == sorted(CLEAN)  # the question may be searched too
+
+
+def test_a_generated_line_longer_than_a_question_is_cut_with_a_warning() -> None:
+    from langchain_core.runnables import RunnableGenerator
+
+    from rag_fusion_chain import queries
+
+    huge = "photovoltaic efficiency " * 50_000  # 1.2 million characters on one line
+    reply = f"1. solar power\n2. {huge}\n3. wind power"
+
+    def model(prompts: Iterator[Any]) -> Iterator[str]:
+        """Streams the reply in 1,000-character chunks (a stub chat model)."""
+        for _ in prompts:
+            yield from (reply[start : start + 1000] for start in range(0, len(reply), 1000))
+
+    generate = queries.rag_fusion(RunnableGenerator(model), n=3)
+    for run in (generate.invoke, lambda question: sum(generate.stream(question), [])):
+        with pytest.warns(UserWarning, match=r"query of 1199999 characters was cut .* 20000"):
+            generated = run("energy")
+        assert generated[0] == "solar power" and generated[2] == "wind power"
+        assert len(generated[1]) <= queries.MAX_QUESTION_CHARS
+        assert huge.startswith(generated[1])
+
+
+def test_a_hyde_passage_is_cleaned_keeps_its_lines_and_is_bounded() -> None:
+    from langchain_core.language_models import FakeListChatModel
+
+    from rag_fusion_chain import queries
+
+    passage = "Heat\u200b pumps \x1b[32mmove\x1b[0m heat.\nThey work\u202e in winter.\x00"
+    hyde = queries.hyde(FakeListChatModel(responses=[passage, "x" * 30_000]))
+    assert hyde.invoke("How do heat pumps work?") == "Heat pumps move heat.\nThey work in winter."
+    with pytest.warns(UserWarning, match="cut"):
+        assert len(hyde.invoke("How do heat pumps work?")) == queries.MAX_QUESTION_CHARS
+
+
+# ============================================================================================
+# 13.5 no credentials in index files, logs or traces
+# ============================================================================================
+
+CANARY = "canary-5e1f0c7d93"
+
+
+def every_file_byte(directory: Path) -> bytes:
+    return b"".join(path.read_bytes() for path in sorted(directory.rglob("*")) if path.is_file())
+
+
+def test_credentials_in_the_base_url_and_key_reach_no_file_log_or_trace(
+    tmp_path: Path,
+    clean_model_env: pytest.MonkeyPatch,
+    clean_openai_stub: Any,
+    langsmith_recorder: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A canary in the base URL's password and in the API key: used, and never written down."""
+    import base64
+    import logging
+
+    from langchain_core.tracers.langchain import LangChainTracer
+    from langsmith import Client
+
+    from rag_fusion_chain import chains, models
+    from rag_fusion_chain.retrievers.index_directory import build_index, open_index
+
+    caplog.set_level(logging.DEBUG)
+    base_url = clean_openai_stub.base_url.replace("http://", f"http://reader:{CANARY}-pw@")
+    clean_model_env.setenv("OPENAI_BASE_URL", base_url)
+    clean_model_env.setenv("OPENAI_API_KEY", f"sk-{CANARY}-key")
+    clean_model_env.setenv("RAG_FUSION_CHAT_MODEL", "stub-chat")
+    clean_openai_stub.script(["heat pump efficiency\nwinter heating", "They move heat [1]."])
+    source = tmp_path / "heat.txt"
+    source.write_text("Heat pumps move heat from outside air into the house, even in winter.")
+    client = Client(api_url=langsmith_recorder.url, api_key="lsv2-recorder")
+    tracer = LangChainTracer(client=client, project_name="security")
+
+    for store in ("faiss", "chroma"):
+        out = tmp_path / store
+        build_index([source], out, store=store, embedding="openai:stub-embed")
+        opened = open_index(out)
+        identity = f"openai:stub-embed@{clean_openai_stub.base_url}"  # credentials taken out
+        assert opened.settings["embedding_identity"] == identity
+        assert CANARY.encode() not in every_file_byte(out), f"the canary is in the {store} index"
+    chain = chains.rag_fusion_chain(opened.retrievers(hybrid=True, k=2), models.chat_model(), n=2)
+    assert chain.invoke("How do heat pumps work?", config={"callbacks": [tracer]})
+    tracer.wait_for_futures()
+    client.flush()
+
+    used = {request.headers.get("authorization") for request in clean_openai_stub.requests}
+    expected = base64.b64encode(f"reader:{CANARY}-pw".encode()).decode()
+    assert used == {f"Basic {expected}"}, "the URL credentials were not sent"
+    assert [run for run in langsmith_recorder.runs.values() if run["run_type"] == "llm"]
+    traced = (
+        langsmith_recorder.payload()
+        + repr([request.headers for request in langsmith_recorder.requests]).encode()
+    )
+    assert CANARY.encode() not in traced
+    assert any(record.levelno == logging.DEBUG for record in caplog.records)
+    for record in caplog.records:
+        shown = f"{record.getMessage()} {record.args!r} {record.exc_text or ''}"
+        assert CANARY not in shown, f"{record.name}: {shown[:300]}"
+
+
+def test_url_credentials_are_redacted_in_sources_ids_and_identities() -> None:
+    from rag_fusion_chain import models
+    from rag_fusion_chain.retrievers.index_directory import _without_url_credentials
+
+    assert models.redact_credentials("http://u:p@ss@host:8/v1?x=1") == "http://***@host:8/v1?x=1"
+    assert models.redact_credentials("see https://host/a@b") == "see https://host/a@b"
+    page = Document(
+        "text", id="https://u:secret@site/page#0", metadata={"source": "https://u:secret@site/page"}
+    )
+    clean = _without_url_credentials(page)
+    assert (clean.id, clean.metadata["source"]) == (
+        "https://***@site/page#0",
+        "https://***@site/page",
+    )
+    assert page.id == "https://u:secret@site/page#0"  # the input is not mutated
+    with pytest.raises(ValueError, match="base_url: credentials in the URL"):
+        models.chat_model("m", base_url="http://u:p@127.0.0.1/v1", http_client=object())
