@@ -84,3 +84,14 @@ def test_latency_grid_runs_one_tiny_cell_per_kind(capsys: pytest.CaptureFixture[
             assert 1 <= per_retriever["chain"] <= searched
             assert 1 <= per_retriever["FusionRetriever"] <= searched
     assert "chain / map" in capsys.readouterr().out
+
+
+def test_indexing_backends_compares_torch_and_the_default(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    bench = load_script("bench_indexing")
+    arguments = ["--backends", "--corpus", str(sample_corpus_path()), "--chunks", "4"]
+    figures = bench.main([*arguments, "--rounds", "2"])
+    assert figures["passages"] == 4 and figures["rounds"] == 2
+    assert figures["min_cosine"] >= 0.999 and figures["ratio"] > 0
+    assert "min cosine" in capsys.readouterr().out
