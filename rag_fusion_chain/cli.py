@@ -29,6 +29,7 @@ from rich.text import Text
 from rag_fusion_chain import chains, ingest, models, offline, serving, strategies
 from rag_fusion_chain._version import __version__
 from rag_fusion_chain.data import SAMPLE_QUESTION, sample_corpus_path
+from rag_fusion_chain.fusion import UniqueUnion
 from rag_fusion_chain.pipeline import retrieval_pipeline
 from rag_fusion_chain.rendering import (
     RetrievedLists,
@@ -175,9 +176,9 @@ TrustOption = Annotated[
     bool,
     typer.Option(
         "--trust-index",
-        help="Load a FAISS index whose signed manifest cannot be verified (made by another "
-        "user or machine, or changed since). Its pickle file can run code: only for indexes "
-        "you trust.",
+        help="Load an index whose signatures (index.json, the FAISS manifest) cannot be "
+        "verified (made by another user or machine, or changed since). Its FAISS pickle is "
+        "still read through the allow-list of data classes: only for indexes you trust.",
     ),
 ]
 
@@ -276,7 +277,7 @@ def _print_json(record: dict[str, Any]) -> None:
 
 def _fusion_shown(strategy: str) -> str:
     """How the strategy's fused score reads: a count of lists (unique union) or an RRF score."""
-    return "union" if strategy == strategies.MULTI_QUERY else "rrf"
+    return "union" if isinstance(strategies.get(strategy).default_fusion, UniqueUnion) else "rrf"
 
 
 def _models_and_index(
@@ -439,7 +440,7 @@ def demo(
             feedback=opened.bm25,
             return_sources=True,
         )
-        render_answer(chain, question)
+        render_answer(chain, question, fusion=_fusion_shown(strategy))
 
 
 @app.command()

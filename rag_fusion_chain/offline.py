@@ -2,10 +2,12 @@
 
 Nothing here imitates a language model. Queries come from **pseudo-relevance feedback**: the top
 BM25 hits for the question are taken as relevant, their highest-weighted terms that the question
-lacks (tf-idf, with the BM25 index's own tokenizer and document frequencies) are grouped, and each
-group is appended to the question. The answer is **extractive**: the sentences of the fused
-passages that share the most terms with the question, each cited by its passage number, under a
-label saying so (:data:`OFFLINE_LABEL`).
+lacks (tf-idf, with the BM25 index's own tokenizer and document frequencies) are read back as the
+phrases the passages write them in, and each group of phrases is appended to the question. The
+answer is **extractive**: the sentences of the fused passages best supported by the question's
+rarer terms (BM25 over the passages' sentences, the generated queries' terms at half weight),
+headings, titles and table rows left out, each cited by its passage number, under a label saying
+so (:data:`OFFLINE_LABEL`).
 
 * :class:`PseudoRelevanceFeedback` has the contract of :class:`queries.QueryGenerator`: ``str`` or
   ``{"question": str}`` to ``list[str]``, run name ``generate_queries``, never empty.
@@ -25,7 +27,7 @@ import math
 import re
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForChainRun
@@ -45,8 +47,8 @@ from rag_fusion_chain.validation import MAX_QUERIES, QuestionInput, question_of,
 OFFLINE_LABEL = "[offline extractive answer]"
 """How every offline answer starts, so nobody mistakes it for a generated one."""
 OFFLINE_NOTE = (
-    "No chat model is configured: these are the sentences of the retrieved passages that share "
-    "the most terms with the question, quoted as they are, not a generated answer."
+    "No chat model is configured: these are the sentences of the retrieved passages that best "
+    "match the question's distinctive terms, quoted as they are, not a generated answer."
 )
 Terms = Callable[[str], list[str]]
 """A tokenizer: text to index terms."""
@@ -54,6 +56,19 @@ Terms = Callable[[str], list[str]]
 _WORD = re.compile(r"[^\W_]+")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])|\n\s*\n")
 """Sentence ends and blank lines; a single line break (wrapped PDF text) does not end a sentence."""
+_SENTENCE_PUNCTUATION = (".", "!", "?", ":", ";", ",", "。", "！", "？", "；", "…", ")", '"')
+_HEADING_LINE = re.compile(r"#{1,6}\s|={3,}\s*$|-{3,}\s*$")
+_MARKUP_LINE = re.compile(r"(?:```|~~~|<[^>]*>\s*$|!\[|\[\^?\w*\]:|[-=*_~]{3,}\s*$)")
+_CODE_FENCES = ("```", "~~~")
+_LIST_MARKER = re.compile(r"^(?:[-*+•]|\d{1,3}[.)])\s+")
+_TITLE_WORDS = 8
+"""A first line of at most this many words, unpunctuated, before a capitalised line: a title."""
+_K1, _B = 1.2, 0.75
+"""BM25's saturation and length normalisation, for scoring sentences."""
+RELATED_TERM_WEIGHT = 0.5
+"""Weight of a generated query's term (the question's weigh 1) when choosing sentences."""
+PASSAGE_DISCOUNT = 0.3
+"""A sentence's score is divided by ``1 + PASSAGE_DISCOUNT * position`` of its passage (from 0)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -97,6 +112,22 @@ def expansion_terms(
     >>> expansion_terms({"liver"}, feedback, lambda term: 1, 10, 2)
     ['insulin', 'glucos']
     """
+    weights = expansion_weights(question_terms, feedback, document_frequency, document_count)
+    return sorted(weights, key=lambda term: (-weights[term], term))[:count]
+
+
+def expansion_weights(
+    question_terms: set[str],
+    feedback: Sequence[tuple[Sequence[str], float]],
+    document_frequency: Callable[[str], int],
+    document_count: int,
+) -> dict[str, float]:
+    """Every expansion candidate's weight, as :func:`expansion_terms` ranks them.
+
+    >>> weights = expansion_weights(set(), [(["insulin", "glucos"], 1.0)], lambda term: 1, 10)
+    >>> {term: round(weight, 3) for term, weight in weights.items()}
+    {'insulin': 0.996, 'glucos': 0.996}
+    """
     total = sum(max(score, 0.0) for _, score in feedback)
     weights: dict[str, float] = {}
     for terms, score in feedback:
@@ -107,48 +138,85 @@ def expansion_terms(
             if term in question_terms or not is_expansion_candidate(term):
                 continue
             weights[term] = weights.get(term, 0.0) + share * frequency / len(terms)
-    ranked = sorted(
-        (
-            (-weight * inverse_document_frequency(document_frequency(term), document_count), term)
-            for term, weight in weights.items()
-        )
-    )
-    return [term for _, term in ranked[:count]]
+    return {
+        term: weight * inverse_document_frequency(document_frequency(term), document_count)
+        for term, weight in weights.items()
+    }
 
 
-def surface_forms(texts: Sequence[str], terms_of: Terms) -> dict[str, str]:
-    """For each index term, its most frequent word in ``texts`` (lower case; first seen on ties).
+def _shown_word(word: str) -> str:
+    """A word as a query shows it: lower case, unless it is an acronym or a gene-like name."""
+    return word if any(character.isupper() for character in word[1:]) else word.lower()
 
-    Stemmed terms read badly in a query; the words they came from do not.
 
-    >>> surface_forms(["Running runs run"], lambda word: [word[:3]])
-    {'run': 'running'}
+def keyword_phrases(
+    texts: Sequence[str],
+    terms_of: Terms,
+    weights: Mapping[str, float],
+    *,
+    max_words: int = 3,
+) -> list[tuple[str, list[str]]]:
+    """Phrases of ``texts`` made of weighted terms, best first, as (phrase, its terms).
+
+    A phrase is a run of up to ``max_words`` adjacent words of the text (no punctuation between
+    them) whose every word is one term of ``weights``; it is worth the sum of its distinct
+    terms' weights. The phrases returned share no term (a lower phrase repeating a term of a
+    better one is dropped), so each adds something new; ties go to the phrase seen first.
+
+    >>> weights = {"outsid": 2.0, "air": 1.5, "boreh": 1.0}
+    >>> terms = lambda word: [word.casefold()[:6].rstrip("e")] if len(word) > 2 else []
+    >>> keyword_phrases(["Heat from the outside air, or boreholes."], terms, weights)
+    [('outside air', ['outsid', 'air'])]
     """
-    counts: dict[str, Counter[str]] = {}
-    term_of_word: dict[str, list[str]] = {}
+    candidates: dict[str, tuple[float, int, str, list[str]]] = {}
     for text in texts:
-        for match in _WORD.finditer(text.casefold()):
-            word = match.group()
-            if word not in term_of_word:
-                term_of_word[word] = terms_of(word)
-            word_terms = term_of_word[word]
-            if len(word_terms) == 1:
-                counts.setdefault(word_terms[0], Counter())[word] += 1
-    return {term: words.most_common(1)[0][0] for term, words in counts.items()}
+        run: list[tuple[str, str]] = []
+        previous_end = 0
+        for match in _WORD.finditer(text):
+            word_terms = terms_of(match.group())
+            if len(word_terms) != 1 or word_terms[0] not in weights:
+                run = []
+                continue
+            if text[previous_end : match.start()].strip():  # punctuation ends a phrase
+                run = []
+            run.append((match.group(), word_terms[0]))
+            previous_end = match.end()
+            for start in range(max(0, len(run) - max_words), len(run)):
+                window = run[start:]
+                terms = list(dict.fromkeys(term for _, term in window))
+                phrase = " ".join(_shown_word(word) for word, _ in window)
+                if len(terms) == len(window) and phrase.casefold() not in candidates:
+                    worth = sum(weights[term] for term in terms)
+                    candidates[phrase.casefold()] = (worth, len(candidates), phrase, terms)
+    chosen: list[tuple[str, list[str]]] = []
+    used: set[str] = set()
+    for _, _, phrase, terms in sorted(candidates.values(), key=lambda item: (-item[0], item[1])):
+        if used.isdisjoint(terms):
+            chosen.append((phrase, terms))
+            used.update(terms)
+    return chosen
 
 
 def expanded_queries(
-    question: str, terms: Sequence[str], n: int, terms_per_query: int
+    question: str, phrases: Sequence[str], n: int, terms_per_query: int
 ) -> list[str]:
-    """Up to ``n`` queries: the question followed by consecutive groups of ``terms``.
+    """Up to ``n`` queries: the question followed by consecutive ``phrases``, comma-separated,
+    each query taking phrases until it holds ``terms_per_query`` words.
 
-    >>> expanded_queries("q", ["a", "b", "c", "d", "e"], n=3, terms_per_query=2)
-    ['q a b', 'q c d', 'q e']
+    >>> expanded_queries("q", ["outside air", "refrigerant", "boreholes", "compressor"], 3, 2)
+    ['q outside air', 'q refrigerant, boreholes', 'q compressor']
     """
-    groups = [
-        terms[start : start + terms_per_query] for start in range(0, len(terms), terms_per_query)
-    ]
-    return [f"{question} {' '.join(group)}" for group in groups[:n] if group]
+    groups: list[list[str]] = []
+    words = terms_per_query
+    for phrase in phrases:
+        if words >= terms_per_query:
+            if len(groups) == n:
+                break
+            groups.append([])
+            words = 0
+        groups[-1].append(phrase)
+        words += len(phrase.split())
+    return [f"{question} {', '.join(group)}" for group in groups]
 
 
 def split_sentences(text: str) -> list[str]:
@@ -161,6 +229,81 @@ def split_sentences(text: str) -> list[str]:
     return [sentence for sentence in sentences if sentence]
 
 
+def _is_markup(line: str) -> bool:
+    """Table rows, rules, code fences, tags and images: text to skip, not sentences."""
+    return line.count("|") >= 2 or bool(_MARKUP_LINE.match(line))
+
+
+def _is_title(line: str, following: str) -> bool:
+    """A short unpunctuated first line followed by a capitalised one: a title, not a sentence."""
+    return (
+        len(line.split()) <= _TITLE_WORDS
+        and not line.endswith(_SENTENCE_PUNCTUATION)
+        and following[:1].isupper()
+    )
+
+
+def passage_sentences(text: str, title: str = "") -> list[str]:
+    r"""The sentences of a passage worth quoting, in order.
+
+    Headings, titles (``title``, or a short unpunctuated line opening a paragraph), table rows,
+    rules, fenced code and tags are left out and end the paragraph, so a title never runs into
+    the sentence after it; list markers are dropped. Then :func:`split_sentences`.
+
+    >>> passage_sentences("# Bees\n\n| kg | 20 |\n|---|---|\nA hive makes 20 kg a year.\n- Wax too.")
+    ['A hive makes 20 kg a year.', 'Wax too.']
+    >>> passage_sentences("Honey Bees\nA hive makes honey.", title="Honey Bees")
+    ['A hive makes honey.']
+    """
+    text = text.strip()
+    if title and text.casefold().startswith(title.strip().casefold()):
+        text = text[len(title.strip()) :]
+    lines = [line.strip() for line in text.splitlines()]
+    paragraphs: list[list[str]] = [[]]
+    in_code = False
+    for position, line in enumerate(lines):
+        if line.startswith(_CODE_FENCES):
+            in_code = not in_code
+        following = lines[position + 1] if position + 1 < len(lines) else ""
+        skipped = in_code or line.startswith(_CODE_FENCES) or _is_markup(line)
+        opens_as_title = not paragraphs[-1] and bool(following) and _is_title(line, following)
+        if not line or skipped or opens_as_title or _HEADING_LINE.match(line):
+            paragraphs.append([])
+        else:
+            paragraphs[-1].append(_LIST_MARKER.sub("", line))
+    return [
+        sentence
+        for paragraph in paragraphs
+        for sentence in split_sentences("\n".join(paragraph))
+        if any(character.isalpha() for character in sentence)
+    ]
+
+
+def _sentence_scores(
+    units: Sequence[tuple[int, str, list[str]]], query_weights: Mapping[str, float]
+) -> list[float]:
+    """BM25 of each sentence (its terms) against the weighted query terms, the sentences of
+    the passages being the collection: rare terms count most, long sentences are damped."""
+    frequency = Counter(term for _, _, terms in units for term in set(terms))
+    average_length = sum(len(terms) for _, _, terms in units) / len(units) or 1.0
+    scores = []
+    for _, _, terms in units:
+        counts = Counter(terms)
+        damping = _K1 * (1 - _B + _B * len(terms) / average_length)
+        scores.append(
+            sum(
+                weight
+                * inverse_document_frequency(frequency[term], len(units))
+                * counts[term]
+                * (_K1 + 1)
+                / (counts[term] + damping)
+                for term, weight in query_weights.items()
+                if term in counts
+            )
+        )
+    return scores
+
+
 def best_sentences(
     question_terms: set[str],
     passages: Sequence[str],
@@ -168,32 +311,61 @@ def best_sentences(
     *,
     count: int,
     per_passage: int = 1,
+    related_terms: Collection[str] = (),
 ) -> list[tuple[int, str]]:
-    """The ``count`` sentences sharing most distinct terms with the question, as (passage, text).
+    """The ``count`` best-supported sentences of ``passages``, best first, as (passage, text).
 
-    Passages are numbered from 0 in the order given. Ties go to the earlier passage, then the
-    earlier sentence; sentences sharing no term are never chosen; at most ``per_passage``
-    sentences come from one passage.
+    Candidates are the :func:`passage_sentences` of every passage (numbered from 0 in the order
+    given) that share a term with the question. Each is scored by BM25 against the question's
+    terms (weight 1) and ``related_terms`` such as the generated queries' (weight
+    :data:`RELATED_TERM_WEIGHT`), with document frequencies counted over all the candidate
+    sentences, so a term every passage repeats counts little and a rare one much; the score
+    is discounted by the passage's position (:data:`PASSAGE_DISCOUNT`), the fused order being
+    evidence too. At most ``per_passage`` sentences come from one passage; a sentence equal to
+    one already chosen is skipped; ties go to the earlier passage, then the earlier sentence.
 
-    >>> terms = lambda text: text.casefold().rstrip(".").split()
-    >>> best_sentences({"heat", "pump"}, ["Cold. Heat pump.", "Heat only."], terms, count=2)
-    [(0, 'Heat pump.'), (1, 'Heat only.')]
+    >>> terms = lambda text: text.casefold().replace(".", "").split()
+    >>> best_sentences({"hive", "honey"}, ["Bees fly. A hive makes honey.", "Honey is sweet."],
+    ...                terms, count=2)
+    [(0, 'A hive makes honey.'), (1, 'Honey is sweet.')]
     """
-    scored = []
-    for passage_index, passage in enumerate(passages):
-        for sentence_index, sentence in enumerate(split_sentences(passage)):
-            overlap = len(question_terms & set(terms_of(sentence)))
-            if overlap:
-                scored.append((-overlap, passage_index, sentence_index, sentence))
+    query_weights = {term: RELATED_TERM_WEIGHT for term in related_terms}
+    query_weights.update({term: 1.0 for term in question_terms})
+    units = [
+        (passage_index, sentence, terms_of(sentence))
+        for passage_index, passage in enumerate(passages)
+        for sentence in passage_sentences(passage)
+    ]
+    units = [unit for unit in units if question_terms.intersection(unit[2])]
+    if not units:
+        return []
+    scores = _sentence_scores(units, query_weights)
+    ranked = sorted(
+        range(len(units)),
+        key=lambda position: (
+            -scores[position] / (1 + PASSAGE_DISCOUNT * units[position][0]),
+            position,
+        ),
+    )
     chosen: list[tuple[int, str]] = []
     taken: Counter[int] = Counter()
-    for _, passage_index, _, sentence in sorted(scored):
+    quoted: set[str] = set()
+    for position in ranked:
+        passage_index, sentence, _ = units[position]
         if len(chosen) == count:
             break
-        if taken[passage_index] < per_passage:
+        if taken[passage_index] < per_passage and dedupe_key(sentence) not in quoted:
             taken[passage_index] += 1
+            quoted.add(dedupe_key(sentence))
             chosen.append((passage_index, sentence))
     return chosen
+
+
+def _body(document: Document) -> str:
+    """The document's text without the title it starts with (BEIR passages repeat theirs)."""
+    title = str(document.metadata.get("title") or "").strip()
+    text = document.page_content.lstrip()
+    return text[len(title) :] if title and text.startswith(title) else text
 
 
 def extractive_answer(
@@ -203,10 +375,13 @@ def extractive_answer(
     *,
     sentences: int = 3,
     per_passage: int = 1,
+    queries: Sequence[str] = (),
 ) -> list[str]:
     """The lines of an offline answer: the label and note, then quoted sentences with ``[i]``.
 
-    ``[i]`` is the document's 1-based position in ``documents``, the numbering of
+    The sentences are :func:`best_sentences` of the documents (without their ``title``
+    metadata), weighted by the question's terms and, at half weight, by the other ``queries``'
+    terms. ``[i]`` is the document's 1-based position in ``documents``, the numbering of
     :func:`context.format_context`, so citations point at the passages as the sources list them.
 
     >>> lines = extractive_answer("heat pumps", [Document("Heat pumps move heat.")], str.split)
@@ -215,12 +390,15 @@ def extractive_answer(
     """
     if not documents:
         return [f"{OFFLINE_LABEL} No passages were retrieved, so there is nothing to quote."]
+    question_terms = set(terms_of(question))
+    related = {term for query in queries for term in terms_of(query)} - question_terms
     picked = best_sentences(
-        set(terms_of(question)),
-        [document.page_content for document in documents],
+        question_terms,
+        [_body(document) for document in documents],
         terms_of,
         count=sentences,
         per_passage=per_passage,
+        related_terms=related,
     )
     if not picked:
         return [
@@ -297,18 +475,21 @@ class _FeedbackRunnable(RunnableSerializable[QuestionInput, Any]):
 
 
 class PseudoRelevanceFeedback(_FeedbackRunnable):
-    """Queries without a model: the question plus groups of expansion terms from its top BM25 hits.
+    """Queries without a model: the question plus key phrases of its top BM25 hits.
 
     Same contract as :class:`queries.QueryGenerator` (``str`` or ``{"question"}`` to
     ``list[str]``, never empty). The top ``feedback_documents`` hits are tokenized with the
-    retriever's tokenizer; the ``n * terms_per_query`` best terms absent from the question
-    (:func:`expansion_terms`, idf from the BM25 index) are shown as their most frequent word and
-    appended, ``terms_per_query`` at a time, to the question. ``include_original`` puts the
-    question itself first. With no feedback (no BM25 hit) the result is the question alone, with a
-    warning. Deterministic: the same index and question always give the same queries.
+    retriever's tokenizer and their terms absent from the question weighed
+    (:func:`expansion_weights`, idf from the BM25 index); the ``2 * n * terms_per_query``
+    strongest make up :func:`keyword_phrases`, runs of adjacent words as the passages write them
+    ("outside air", "ground source"), which are appended to the question, comma-separated,
+    about ``terms_per_query`` words per query (:func:`expanded_queries`). ``include_original``
+    puts the question itself first. With no feedback (no BM25 hit) the result is the question
+    alone, with a warning. Deterministic: the same index and question always give the same
+    queries.
 
     >>> # PseudoRelevanceFeedback(retriever=bm25, n=3).invoke("birth weight and breast cancer")
-    >>> # ['birth weight and breast cancer intrauterine size risk', ...]
+    >>> # ['birth weight and breast cancer intrauterine growth, premenopausal', ...]
     """
 
     n: int = 4
@@ -323,7 +504,7 @@ class PseudoRelevanceFeedback(_FeedbackRunnable):
     def _from_feedback(self, question: str, feedback: list[Document]) -> list[str]:
         terms_of = bm25_terms(self.retriever)
         texts = [document.page_content for document in feedback]
-        terms = expansion_terms(
+        weights = expansion_weights(
             set(terms_of(question)),
             [
                 (terms_of(text), float(document.metadata.get("score", 0.0)))
@@ -331,11 +512,13 @@ class PseudoRelevanceFeedback(_FeedbackRunnable):
             ],
             bm25_document_frequency(self.retriever),
             len(self.retriever.documents),
-            self.n * self.terms_per_query,
         )
-        words = surface_forms(texts, terms_of)
+        strongest = sorted(weights, key=lambda term: (-weights[term], term))[
+            : 2 * self.n * self.terms_per_query
+        ]
+        phrases = keyword_phrases(texts, terms_of, {term: weights[term] for term in strongest})
         expanded = expanded_queries(
-            question, [words.get(term, term) for term in terms], self.n, self.terms_per_query
+            question, [phrase for phrase, _ in phrases], self.n, self.terms_per_query
         )
         if not expanded:
             warnings.warn(
@@ -426,6 +609,7 @@ class ExtractiveAnswer(RunnableSerializable[Mapping[str, Any], str]):
             self.terms_of,
             sentences=self.sentences,
             per_passage=self.per_passage,
+            queries=state.get("queries", ()),
         )
 
     def _stream_lines(self, inputs: Iterator[Mapping[str, Any]]) -> Iterator[str]:
@@ -486,5 +670,7 @@ __all__ = [
     "inverse_document_frequency",
     "is_expansion_candidate",
     "split_sentences",
-    "surface_forms",
+    "keyword_phrases",
+    "passage_sentences",
+    "expansion_weights",
 ]

@@ -555,7 +555,7 @@ def create_app(routes: Mapping[str, Runnable[Any, Any]], *, title: str = "rag-fu
         raise ImportError(
             f'serving needs {error.name}: pip install "rag-fusion-chain[serve]"'
         ) from error
-    from rag_fusion_chain import __version__
+    from rag_fusion_chain._version import __version__
     from rag_fusion_chain.serving_limits import limit_requests
 
     app = limit_requests(FastAPI(title=title, version=__version__))

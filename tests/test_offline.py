@@ -101,19 +101,36 @@ def test_expansion_terms_skip_numbers_and_short_terms_and_break_ties_by_term() -
     assert terms == ["eta1", "zeta"]
 
 
-def test_surface_forms_map_stems_to_their_most_frequent_word() -> None:
-    forms = offline.surface_forms(
-        ["Pumps pumping pumps; the refrigerants", "Refrigerant"], tokenize
-    )
-    assert forms["pump"] == "pumps"
-    assert forms["refriger"] == "refrigerants"  # tie: first seen
-
-
-def test_expanded_queries_append_consecutive_groups() -> None:
-    assert offline.expanded_queries("q", ["a", "b", "c"], n=5, terms_per_query=2) == [
-        "q a b",
-        "q c",
+def test_keyword_phrases_are_adjacent_weighted_words_as_written_best_first() -> None:
+    texts = [
+        "Ground source heat pumps use boreholes. In winter the outside air is cold; "
+        "the MRI scanner, outside, air",
+        "Outside air heat pumps and ground source systems.",
     ]
+    weights = {"ground": 1.0, "sourc": 1.0, "outsid": 2.0, "air": 2.0, "boreh": 0.5, "mri": 0.1}
+    phrases = offline.keyword_phrases(texts, tokenize, weights)
+    assert phrases[:2] == [
+        ("outside air", ["outsid", "air"]),
+        ("ground source", ["ground", "sourc"]),
+    ]
+    assert ("boreholes", ["borehol"]) not in phrases  # "borehol" is not a weighted term
+    shown = [phrase for phrase, _ in phrases]
+    assert "MRI" in shown  # acronyms keep their case
+    used = [term for _, terms in phrases for term in terms]
+    assert len(used) == len(set(used))  # no term repeated across phrases
+    for phrase in shown:  # every phrase is written that way in a text (no punctuation inside)
+        assert any(phrase.casefold() in text.casefold() for text in texts), phrase
+    assert offline.keyword_phrases(texts, tokenize, {}) == []
+
+
+def test_expanded_queries_append_phrases_by_word_count() -> None:
+    phrases = ["outside air", "refrigerant", "boreholes", "ground source heat"]
+    assert offline.expanded_queries("q", phrases, n=5, terms_per_query=2) == [
+        "q outside air",
+        "q refrigerant, boreholes",
+        "q ground source heat",
+    ]
+    assert offline.expanded_queries("q", phrases, n=1, terms_per_query=2) == ["q outside air"]
     assert offline.expanded_queries("q", [], n=3, terms_per_query=2) == []
 
 
@@ -135,14 +152,69 @@ def test_split_sentences_joins_wrapped_lines() -> None:
     ]
 
 
-def test_best_sentences_rank_by_overlap_then_passage_order_with_a_per_passage_cap() -> None:
-    passages = ["Pumps move heat. Heat pumps use a compressor.", "Heat pumps heat houses."]
+def test_best_sentences_weigh_rare_terms_over_many_common_ones() -> None:
+    question = "How much honey does a bee colony produce each year?"
+    passages = [
+        "Honey bees make honey every year, and each bee colony eats its honey in winter. "
+        "A strong colony produces 15 to 25 kg of surplus honey.",
+        "Bees keep honey in the colony for the year; honey bees need it.",
+        "A bee colony grows every year in spring.",
+        "Each year the bees of a colony gather honey.",
+    ]
+    terms = set(tokenize(question))
+    shared = [
+        len(terms & set(tokenize(sentence))) for sentence in offline.split_sentences(passages[0])
+    ]
+    assert shared[0] > shared[1]  # raw overlap would quote the first sentence
+    chosen = offline.best_sentences(terms, passages, tokenize, count=1)
+    assert chosen == [(0, "A strong colony produces 15 to 25 kg of surplus honey.")]
+
+
+def test_best_sentences_cap_per_passage_skip_repeats_and_need_a_question_term() -> None:
+    passages = ["Pumps move heat. Heat pumps use a compressor.", "Heat pumps use a compressor."]
     terms = set(tokenize("heat pump compressor"))
     chosen = offline.best_sentences(terms, passages, tokenize, count=3)
-    assert chosen == [(0, "Heat pumps use a compressor."), (1, "Heat pumps heat houses.")]
-    two_per_passage = offline.best_sentences(terms, passages, tokenize, count=3, per_passage=2)
-    assert two_per_passage[:2] == [(0, "Heat pumps use a compressor."), (0, "Pumps move heat.")]
+    assert chosen == [(0, "Heat pumps use a compressor.")]  # the same sentence is quoted once
+    two = offline.best_sentences(terms, passages, tokenize, count=3, per_passage=2)
+    assert two == [(0, "Heat pumps use a compressor."), (0, "Pumps move heat.")]
     assert offline.best_sentences({"absent"}, passages, tokenize, count=3) == []
+    related = offline.best_sentences(
+        {"absent"}, passages, tokenize, count=3, related_terms={"compressor"}
+    )
+    assert related == []  # the generated queries' terms only weigh, they never qualify
+
+
+def test_related_terms_from_the_generated_queries_break_ties() -> None:
+    passages = ["Heat pumps use a compressor.", "Heat pumps use boreholes."]
+    terms = set(tokenize("heat pumps"))
+    plain = offline.best_sentences(terms, passages, tokenize, count=1)
+    assert plain == [(0, "Heat pumps use a compressor.")]  # the earlier passage on a tie
+    guided = offline.best_sentences(
+        terms, passages, tokenize, count=1, related_terms=set(tokenize("ground boreholes"))
+    )
+    assert guided == [(1, "Heat pumps use boreholes.")]
+
+
+def test_passage_sentences_skip_tables_markup_and_keep_titles_apart() -> None:
+    text = (
+        "# Beekeeping notes\n\n"
+        "Honey yield\n"
+        "A strong hive yields 15 to 25 kg of honey a year.\n\n"
+        "| month | kg |\n|---|---|\n| May | 5 |\n\n"
+        "<div class='ad'>\n"
+        "```\nprint('hive')\n```\n"
+        "- Wax is a by-product.\n"
+        "Weak colonies make less"
+    )
+    assert offline.passage_sentences(text) == [
+        "A strong hive yields 15 to 25 kg of honey a year.",
+        "Wax is a by-product.",
+        "Weak colonies make less",
+    ]
+    beir = "Microstructural development of white matter\nAlterations of the white matter."
+    assert offline.passage_sentences(beir, title="Microstructural development of white matter") == [
+        "Alterations of the white matter."
+    ]
 
 
 # --------------------------------------------------------------------------------------------
@@ -165,10 +237,14 @@ def test_feedback_queries_expand_with_terms_of_the_top_bm25_hits(bm25: BM25Retri
     other_words = set(re.findall(r"\w+", " ".join(d.page_content.lower() for d in CORPUS[3:])))
     for query in generated:
         assert query.startswith(QUESTION + " ")
-        added = query.removeprefix(QUESTION + " ").split()
+        added = re.findall(r"\w+", query.removeprefix(QUESTION + " "))
         assert len(added) == 2
         assert set(added) <= feedback_words
         assert not set(added) & set(tokenize(QUESTION))
+    feedback_text = " ".join(document.page_content.lower() for document in CORPUS[:3])
+    for query in generated:  # phrases as the passages write them, comma-separated
+        for phrase in query.removeprefix(QUESTION + " ").split(", "):
+            assert phrase.lower() in feedback_text, phrase
     all_added = {word for query in generated for word in query.split()[len(QUESTION.split()) :]}
     assert "refrigerant" in all_added  # in all three feedback documents
     assert not all_added & (other_words - feedback_words)
@@ -237,6 +313,30 @@ def test_extractive_answer_cites_the_passages_it_quotes() -> None:
         assert sentence in documents[number - 1].page_content
         assert set(tokenize(sentence)) & set(tokenize(QUESTION))
     assert "[1]" not in answer  # the solar passage shares no term with the question
+
+
+def test_extractive_answer_keeps_titles_apart_skips_tables_and_uses_the_queries() -> None:
+    documents = [
+        Document(
+            "Honey production\nBees make honey from nectar. Beekeepers check the hives weekly.",
+            metadata={"title": "Honey production"},
+        ),
+        Document(
+            "# Yields\n\n| year | kg honey per hive |\n|---|---|\n| 2020 | 25 |\n\n"
+            "A strong hive yields 15 to 25 kg of honey per year."
+        ),
+    ]
+    state = {"question": "How much honey does a hive give?", "documents": documents}
+    lines = ExtractiveAnswer(sentences=2).lines(state)
+    assert lines[1] == "- A strong hive yields 15 to 25 kg of honey per year. [2]"
+    assert not any("|" in line or "Honey production" in line or "#" in line for line in lines)
+    tied = {
+        "question": "honey",
+        "documents": [Document("Honey is sweet."), Document("Honey is nectar.")],
+    }
+    assert ExtractiveAnswer(sentences=1).lines(tied)[1].endswith("[1]")
+    guided = ExtractiveAnswer(sentences=1).lines({**tied, "queries": ["honey", "honey nectar"]})
+    assert guided[1] == "- Honey is nectar. [2]"
 
 
 def test_extractive_answer_numbers_step_back_documents_after_the_question_documents() -> None:
@@ -382,7 +482,9 @@ def test_offline_answers_show_the_strategy(bm25: BM25Retriever) -> None:
     assert "Sub-question 2: what do solar panels make?" in decomposition["answer"]
     step_back = answers[chains.STEP_BACK]
     broader = step_back["queries"][1]
-    assert f"Broader question searched: {broader}" in step_back["answer"]
+    heading = f"Broader question searched: {broader}"
+    assert heading in step_back["answer"]
+    assert step_back["answer"].split(heading)[1].strip().startswith("- ")  # what it retrieved
     hyde = answers[chains.HYDE]
     assert f"Hypothetical passage searched: {hyde['queries'][0]}" in hyde["answer"]
 
