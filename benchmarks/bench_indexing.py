@@ -1,12 +1,18 @@
-"""Indexing throughput and peak memory: the kit's FAISS indexing against raw SentenceTransformer.
+"""Indexing throughput and peak memory: the kit's FAISS indexing against the bare encoder.
+
+Backends (``--backends``). The same SciFact passages (title + text, whole abstracts as the
+evaluation embeds them) are encoded by plain PyTorch (``minilm-torch``: sentence-transformers) and
+by the default backend (``minilm``: OpenVINO), alternately, one slice of the passages per round;
+the table gives passages/s, the median of the per-round speed ratios and the least cosine between
+the two backends' vectors over all the passages.
 
 Throughput (the default). The same SciFact chunks are indexed, alternately, by
 
-* ``kit``: ``ingest.split_documents`` (tiktoken, 300/50) -> ``models.embeddings()`` (MiniLM through
-  ``langchain_huggingface.HuggingFaceEmbeddings``, batch 64, normalised) -> ``stores.build_faiss``
-  (embedding, FAISS add, docstore); splitting is inside the timed kit run, and also shown alone;
-* ``raw``: ``SentenceTransformer(<the same model dir>).encode(texts, batch_size=64,
-  normalize_embeddings=True)`` on CPU, nothing else.
+* ``kit``: ``ingest.split_documents`` (tiktoken, 300/50) -> ``models.embeddings(backend)``
+  (MiniLM, batch 64, normalised) -> ``stores.build_faiss`` (embedding, FAISS add, docstore);
+  splitting is inside the timed kit run, and also shown alone;
+* ``raw``: the bare encoder of the same backend on the chunk texts, nothing else
+  (``SentenceTransformer.encode`` for torch, the OpenVINO model's array encode for openvino).
 
 Both models are loaded and warmed up before timing; the order flips every round, so drift caused by
 other processes falls on both sides. The table shows medians over rounds and the median of the
@@ -19,7 +25,8 @@ model and at the end (the peak), plus the tracemalloc peak of Python allocations
 ``--tracemalloc`` (which slows the run). ``--raw`` runs the baseline instead (load -> split ->
 ``SentenceTransformer.encode`` -> ``faiss.IndexFlatL2.add`` of the array), for comparison.
 
-    python benchmarks/bench_indexing.py --chunks 1000 --rounds 3
+    python benchmarks/bench_indexing.py --backends --chunks 1000 --rounds 4
+    python benchmarks/bench_indexing.py --chunks 1000 --rounds 3 [--embedding minilm-torch]
     python benchmarks/bench_indexing.py --memory
     python benchmarks/bench_indexing.py --memory --raw
 """
@@ -27,6 +34,7 @@ model and at the end (the peak), plus the tracemalloc peak of Python allocations
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import resource
@@ -90,24 +98,90 @@ def timed(function: Callable[[], Any]) -> tuple[float, float, Any]:
     return time.perf_counter() - wall, time.process_time() - cpu, result
 
 
+def passages(corpus: Path, count: int) -> list[str]:
+    """The first ``count`` corpus records as the evaluation embeds them (title, newline, text)."""
+    documents = ingest.load([corpus])[:count]
+    return [document.page_content for document in documents]
+
+
+def backends(corpus: Path, count: int, rounds: int, batch_size: int) -> tuple[dict[str, Any], str]:
+    """Plain PyTorch against the default backend on the same passages, alternating per round."""
+    import numpy as np
+
+    texts = passages(corpus, count)
+    encoders = {
+        "torch": models.embeddings("minilm-torch", batch_size=batch_size),
+        "default": models.embeddings(batch_size=batch_size),
+    }
+    for encoder in encoders.values():
+        encoder.embed_documents(texts[:batch_size])  # warm up
+    size = -(-len(texts) // rounds)
+    seconds: dict[str, list[float]] = {"torch": [], "default": []}
+    vectors: dict[str, list[list[float]]] = {"torch": [], "default": []}
+    for round_index in range(rounds):
+        batch = texts[round_index * size : (round_index + 1) * size]
+        order = ("torch", "default") if round_index % 2 == 0 else ("default", "torch")
+        for name in order:
+            wall, _, result = timed(functools.partial(encoders[name].embed_documents, batch))
+            seconds[name].append(wall)
+            vectors[name].extend(result)
+            print(f"round {round_index + 1}: {name} {len(batch) / wall:.1f} passages/s", flush=True)
+    plain, fast = (np.asarray(vectors[name], dtype=np.float32) for name in ("torch", "default"))
+    cosines = (plain * fast).sum(axis=1) / (
+        np.linalg.norm(plain, axis=1) * np.linalg.norm(fast, axis=1)
+    )
+    figures = {
+        "passages": len(texts),
+        "rounds": rounds,
+        "default": models.embedding_identity(encoders["default"]),
+        "torch_per_s": len(texts) / sum(seconds["torch"]),
+        "default_per_s": len(texts) / sum(seconds["default"]),
+        "ratio": statistics.median(
+            t / d for t, d in zip(seconds["torch"], seconds["default"], strict=True)
+        ),
+        "min_cosine": float(cosines.min()),
+        "mean_cosine": float(cosines.mean()),
+    }
+    table = "\n".join(
+        [
+            "| passages | rounds | torch passages/s | default passages/s "
+            "| default/torch speed (median of rounds) | min cosine | mean cosine |",
+            "|---|---|---|---|---|---|---|",
+            f"| {figures['passages']} | {rounds} | {figures['torch_per_s']:.1f} "
+            f"| {figures['default_per_s']:.1f} | {figures['ratio']:.2f} "
+            f"| {figures['min_cosine']:.7f} | {figures['mean_cosine']:.7f} |",
+        ]
+    )
+    return figures, table + f"\ndefault: {figures['default']}"
+
+
+def bare_encoder(embeddings: Any, batch_size: int) -> Callable[[list[str]], Any]:
+    """The backend's own array encoder under ``embeddings`` (no lists, no store)."""
+    if hasattr(embeddings, "encode_array"):
+        return embeddings.encode_array  # type: ignore[no-any-return]
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(model_directory(), device="cpu", local_files_only=True)
+    return lambda texts: model.encode(texts, batch_size=batch_size, normalize_embeddings=True)
+
+
 def throughput(
-    corpus: Path, chunk_count: int, rounds: int, batch_size: int
+    corpus: Path, chunk_count: int, rounds: int, batch_size: int, embedding: str | None = None
 ) -> tuple[dict[str, Any], str]:
     """Alternate kit and raw indexing of the same chunks; return figures and the table."""
     import numpy as np
     import torch
-    from sentence_transformers import SentenceTransformer
 
     documents = documents_for(corpus, chunk_count)
     chunks = ingest.split_documents(documents)[:chunk_count]
     texts = [chunk.page_content for chunk in chunks]
     count = len(chunks)
 
-    kit_embeddings = models.embeddings(batch_size=batch_size)  # loads once (cached by the kit)
-    raw_model = SentenceTransformer(model_directory(), device="cpu", local_files_only=True)
+    kit_embeddings = models.embeddings(embedding, batch_size=batch_size)  # loaded once
+    raw_encode = bare_encoder(kit_embeddings, batch_size)
     warm_up = texts[: min(count, batch_size)]
     kit_embeddings.embed_documents(warm_up)
-    raw_model.encode(warm_up, batch_size=batch_size, normalize_embeddings=True)
+    raw_encode(warm_up)
 
     split_times: list[float] = []
 
@@ -115,10 +189,10 @@ def throughput(
         start = time.perf_counter()
         kit_chunks = ingest.split_documents(documents)[:chunk_count]
         split_times.append(time.perf_counter() - start)
-        return build_faiss(kit_chunks, models.embeddings(batch_size=batch_size))
+        return build_faiss(kit_chunks, models.embeddings(embedding, batch_size=batch_size))
 
     def raw() -> Any:
-        return raw_model.encode(texts, batch_size=batch_size, normalize_embeddings=True)
+        return raw_encode(texts)
 
     runs: dict[str, list[tuple[float, float]]] = {"kit": [], "raw": []}
     outputs: dict[str, Any] = {}
@@ -136,6 +210,7 @@ def throughput(
         "documents": len(documents),
         "rounds": rounds,
         "batch_size": batch_size,
+        "embedding": models.embedding_identity(kit_embeddings),
         "torch_threads": torch.get_num_threads(),
         "kit_wall": statistics.median(wall for wall, _ in runs["kit"]),
         "raw_wall": statistics.median(wall for wall, _ in runs["raw"]),
@@ -165,7 +240,7 @@ def throughput_table(figures: dict[str, Any]) -> str:
     ]
     notes = (
         f"\n{figures['documents']} documents, batch {figures['batch_size']}, "
-        f"torch threads {figures['torch_threads']}; "
+        f"torch threads {figures['torch_threads']}; {figures['embedding']}; "
         f"max |kit - raw| vector component: {figures['max_difference']:.2e}"
     )
     return "\n".join(lines) + notes
@@ -176,13 +251,11 @@ def throughput_table(figures: dict[str, Any]) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def raw_index(model: Any, chunks: Sequence[Document], batch_size: int) -> Any:
+def raw_index(encode: Callable[[list[str]], Any], chunks: Sequence[Document]) -> Any:
     """The baseline: encode the chunk texts and add the array to a flat FAISS index, nothing else."""
     import faiss
 
-    vectors = model.encode(
-        [chunk.page_content for chunk in chunks], batch_size=batch_size, normalize_embeddings=True
-    )
+    vectors = encode([chunk.page_content for chunk in chunks])
     index = faiss.IndexFlatL2(vectors.shape[1])
     index.add(vectors)
     return index
@@ -194,7 +267,6 @@ def memory_child(
     """Index the corpus in this process (the kit, or with ``raw`` the baseline) and report its
     memory high-water marks."""
     import torch  # noqa: F401 - counted in "after imports", as any user of the kit pays it
-    from sentence_transformers import SentenceTransformer
 
     if trace:
         import tracemalloc
@@ -202,17 +274,12 @@ def memory_child(
         tracemalloc.start()
     after_imports = max_rss_mib()
     start = time.perf_counter()
-    if raw:
-        model = SentenceTransformer(model_directory(), device="cpu", local_files_only=True)
-    else:
-        embeddings = models.embeddings()
+    embeddings = models.embeddings()
+    encode = bare_encoder(embeddings, models.DEFAULT_EMBEDDING_BATCH_SIZE) if raw else None
     after_model = max_rss_mib()
     documents = ingest.load([corpus])[:document_limit]
     chunks = ingest.split_documents(documents)
-    if raw:
-        index = raw_index(model, chunks, models.DEFAULT_EMBEDDING_BATCH_SIZE)
-    else:
-        index = build_faiss(chunks, embeddings).index
+    index = raw_index(encode, chunks) if encode else build_faiss(chunks, embeddings).index
     figures = {
         "path": "raw" if raw else "kit",
         "documents": len(documents),
@@ -275,6 +342,10 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--chunks", type=int, default=1000, help="chunks indexed per run")
     parser.add_argument("--rounds", type=int, default=3, help="kit/raw pairs, order alternating")
     parser.add_argument("--batch-size", type=int, default=models.DEFAULT_EMBEDDING_BATCH_SIZE)
+    parser.add_argument(
+        "--embedding", default=None, help="models.embeddings name (default: minilm)"
+    )
+    parser.add_argument("--backends", action="store_true", help="torch vs default backend")
     parser.add_argument("--memory", action="store_true", help="peak memory, whole corpus, child")
     parser.add_argument("--docs", type=int, default=None, help="--memory: first N documents only")
     parser.add_argument("--tracemalloc", action="store_true", help="--memory: also tracemalloc")
@@ -294,9 +365,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         return figures
     if arguments.memory:
         figures, table = memory(corpus, arguments.docs, arguments.tracemalloc, arguments.raw)
+    elif arguments.backends:
+        figures, table = backends(corpus, arguments.chunks, arguments.rounds, arguments.batch_size)
     else:
         figures, table = throughput(
-            corpus, arguments.chunks, arguments.rounds, arguments.batch_size
+            corpus, arguments.chunks, arguments.rounds, arguments.batch_size, arguments.embedding
         )
     print(table)
     return figures

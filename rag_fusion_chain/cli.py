@@ -23,11 +23,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from pydantic import BaseModel
 from rich.table import Table
 from rich.text import Text
 
-from rag_fusion_chain import chains, ingest, models, offline, strategies
+from rag_fusion_chain import chains, ingest, models, offline, serving, strategies
 from rag_fusion_chain._version import __version__
 from rag_fusion_chain.data import SAMPLE_QUESTION, sample_corpus_path
 from rag_fusion_chain.fusion import UniqueUnion
@@ -177,9 +176,9 @@ TrustOption = Annotated[
     bool,
     typer.Option(
         "--trust-index",
-        help="Load a FAISS index whose signed manifest cannot be verified (made by another "
-        "user or machine, or changed since). Its pickle file can run code: only for indexes "
-        "you trust.",
+        help="Load an index whose signatures (index.json, the FAISS manifest) cannot be "
+        "verified (made by another user or machine, or changed since). Its FAISS pickle is "
+        "still read through the allow-list of data classes: only for indexes you trust.",
     ),
 ]
 
@@ -377,47 +376,62 @@ def retrieve(
 
 
 def demo_directory() -> Path:
-    """Where ``demo`` keeps its index: ``$XDG_CACHE_HOME`` (else ``~/.cache``)/rag-fusion-chain."""
+    """Where ``demo --index`` suggests keeping an index: ``$XDG_CACHE_HOME`` (else ``~/.cache``)."""
     cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(cache) / "rag-fusion-chain" / f"demo-{__version__}"
 
 
 def _index_sample(directory: Path) -> None:
+    """Index the sample into ``directory``, from the shipped vectors when they fit MiniLM."""
     output.print(f"Indexing the SciFact sample into {directory}", markup=False)
+    shipped = serving.with_shipped_vectors(models.embeddings(models.DEFAULT_EMBEDDING))
     _build_index(
         [str(sample_corpus_path())],
         directory,
         store="faiss",
-        embedding=models.DEFAULT_EMBEDDING,
+        embedding=shipped or models.DEFAULT_EMBEDDING,
         chunk_size=DEMO_CHUNK_SIZE,
         chunk_overlap=0,
         force=True,
     )
 
 
+def _demo_index(directory: Path | None, rebuild: bool) -> OpenedIndex:
+    """The sample in memory from its shipped vectors, or kept in ``directory`` (built once)."""
+    if directory is None:
+        return serving.open_source(serving.IndexSource(), models.DEFAULT_EMBEDDING)
+    if rebuild or not (directory / INDEX_FILE).is_file():
+        _index_sample(directory)
+    try:
+        return open_index(directory, models.DEFAULT_EMBEDDING)
+    except UntrustedIndexError:  # made by an older kit, another user, or changed: not loaded
+        print_line("note", "cyan", f"the demo index in {directory} cannot be verified")
+        _index_sample(directory)
+        return open_index(directory, models.DEFAULT_EMBEDDING)
+
+
 @app.command()
 def demo(
     index_directory: Annotated[
         Path | None,
-        typer.Option("--index", "-i", help="Where to keep the demo index. Default: a cache dir."),
+        typer.Option(
+            "--index",
+            "-i",
+            help="Keep the demo index in this directory. Default: in memory, from the sample's "
+            "shipped vectors.",
+        ),
     ] = None,
     question: Annotated[str, typer.Option(help="The question to answer.")] = SAMPLE_QUESTION,
     strategy: StrategyOption = chains.RAG_FUSION,
-    rebuild: Annotated[bool, typer.Option("--rebuild", help="Index the sample again.")] = False,
+    rebuild: Annotated[
+        bool, typer.Option("--rebuild", help="Index the sample again (with --index).")
+    ] = False,
 ) -> None:
-    """Index the bundled SciFact sample (once) and answer a question offline, hybrid search."""
+    """Answer a question offline over the bundled SciFact sample, hybrid search."""
     with reported_errors():
         _check_question(question)
         _choice("strategy", strategy, strategies.STRATEGIES)
-        directory = index_directory or demo_directory()
-        if rebuild or not (directory / INDEX_FILE).is_file():
-            _index_sample(directory)
-        try:
-            opened = open_index(directory)
-        except UntrustedIndexError:  # made by an older kit, another user, or changed: not loaded
-            print_line("note", "cyan", f"the demo index in {directory} cannot be verified")
-            _index_sample(directory)
-            opened = open_index(directory)
+        opened = _demo_index(index_directory, rebuild)
         output.print(Text("Question: ", style="bold") + Text(question), soft_wrap=True)
         chain = chains.chain_for(
             strategy,
@@ -429,15 +443,33 @@ def demo(
         render_answer(chain, question, fusion=_fusion_shown(strategy))
 
 
-class Question(BaseModel):
-    """The input of the served chains."""
-
-    question: str
-
-
 @app.command()
 def serve(
-    index_directory: IndexOption,
+    index_directory: Annotated[
+        Path | None,
+        typer.Option(
+            "--index",
+            "-i",
+            help=f"Index directory written by `rag-fusion index`. Default: ${serving.INDEX_ENV}, "
+            "else the bundled sample.",
+        ),
+    ] = None,
+    chroma_url: Annotated[
+        str | None,
+        typer.Option(
+            "--chroma-url",
+            help=f"Search a Chroma server (http://host:port) instead. Default: "
+            f"${serving.CHROMA_URL_ENV}.",
+        ),
+    ] = None,
+    chroma_collection: Annotated[
+        str | None,
+        typer.Option(
+            "--chroma-collection",
+            help=f"The collection on the Chroma server. Default: ${serving.CHROMA_COLLECTION_ENV}, "
+            f"else {serving.DEFAULT_COLLECTION}.",
+        ),
+    ] = None,
     strategy: StrategyOption = chains.RAG_FUSION,
     hybrid: HybridOption = False,
     model: ModelOption = None,
@@ -448,34 +480,46 @@ def serve(
     top_n: TopOption = chains.DEFAULT_TOP_N,
     trust_index: TrustOption = False,
 ) -> None:
-    """Serve the strategy's chain with LangServe on 127.0.0.1 (routes under /STRATEGY)."""
+    """Serve the strategy's chain with LangServe on 127.0.0.1 (/STRATEGY and /STRATEGY/sources)."""
     with reported_errors():
         _choice("strategy", strategy, strategies.STRATEGIES)
         try:
             import uvicorn
-            from fastapi import FastAPI
-            from langserve import add_routes
         except ImportError as error:
             raise ImportError(
-                f'serving needs {error.name}: pip install "rag-fusion-chain[serve]"'
+                'serving needs uvicorn: pip install "rag-fusion-chain[serve]"'
             ) from error
-        _check_index(index_directory)
-        llm, opened = _models_and_index(model, base_url, index_directory, embedding, trust_index)
-        retrievers = opened.retrievers(hybrid, k)
-        server = FastAPI(title="rag-fusion-chain", version=__version__)
-        for path, return_sources in ((strategy, False), (f"{strategy}/sources", True)):
-            chain = chains.chain_for(
-                strategy,
-                retrievers,
-                llm,
-                feedback=opened.bm25,
-                top_n=top_n,
-                return_sources=return_sources,
+        source = serving.IndexSource.from_environment(
+            index=index_directory, chroma_url=chroma_url, chroma_collection=chroma_collection
+        )
+        if source.index is not None:
+            _check_index(source.index)
+        llm = models.chat_model(model, base_url=base_url, streaming=True)
+        opened = serving.open_source(source, embedding, trust=trust_index)
+        if llm is None:
+            print_line(
+                "note", "cyan", f"no chat model configured: answers are {offline.OFFLINE_LABEL}"
             )
-            add_routes(server, chain, path=f"/{path}", input_type=Question)
+        retrievers = opened.retrievers(hybrid, k)
+        routes = {
+            path: serving.build_chain(
+                strategy,
+                return_sources=return_sources,
+                chain=chains.chain_for(
+                    strategy,
+                    retrievers,
+                    llm,
+                    feedback=opened.bm25,
+                    top_n=top_n,
+                    return_sources=return_sources,
+                ),
+            )
+            for path, return_sources in ((strategy, False), (f"{strategy}/sources", True))
+        }
+        server = serving.create_app(routes)
         output.print(
-            f"Serving {strategy} on http://127.0.0.1:{port}/{strategy} "
-            f"(playground: /{strategy}/playground/)",
+            f"Serving {strategy} over {source.describe()} on http://127.0.0.1:{port}/{strategy} "
+            f"(playground: /{strategy}/playground/, with sources: /{strategy}/sources)",
             markup=False,
             soft_wrap=True,
         )

@@ -188,7 +188,8 @@ class OpenVINOEmbeddings(Embeddings):
         )
         self._inputs = {port.get_any_name() for port in self.model.inputs}
 
-    def _encode(self, texts: Sequence[str]) -> Any:
+    def encode_array(self, texts: Sequence[str]) -> Any:
+        """The vectors as one float32 numpy array (rows in input order), without Python lists."""
         import numpy
 
         encodings = self.tokenizer.encode_batch(list(texts))
@@ -221,7 +222,7 @@ class OpenVINOEmbeddings(Embeddings):
         """Embed texts (batched by length, vectors in input order)."""
         if not texts:
             return []
-        return self._encode(texts).tolist()  # type: ignore[no-any-return]
+        return self.encode_array(texts).tolist()  # type: ignore[no-any-return]
 
     def embed_query(self, text: str) -> list[float]:
         """Embed one query."""

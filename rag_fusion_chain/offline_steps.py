@@ -134,23 +134,28 @@ def _cited(
 
 class StepBackExtractiveAnswer(ExtractiveAnswer):
     """The offline step-back answer: the question's passages quoted as usual, then the broader
-    question and what it retrieved (``step_back_documents``, numbered on after ``documents``)."""
+    question and what it retrieved (``step_back_retrieved``), cited by the numbers the sources
+    give them: a passage the question found too keeps its number, the others (the
+    ``step_back_documents``) are numbered on after ``documents``."""
 
     def lines(self, state: Mapping[str, Any]) -> list[str]:
         documents = list(state["documents"])
         lines = super().lines({"question": state["question"], "documents": documents})
-        background = list(state.get("step_back_documents", []))
         broader = state.get("step_back_question")
         if not broader:
             return lines
+        numbers = {document_id(document): number for number, document in enumerate(documents, 1)}
+        for document in state.get("step_back_documents", []):
+            numbers.setdefault(document_id(document), len(numbers) + 1)
+        retrieved = list(state.get("step_back_retrieved", state.get("step_back_documents", [])))
         cited = _cited(
             set(self.terms_of(broader)) | set(self.terms_of(state["question"])),
-            background,
-            range(len(documents) + 1, len(documents) + len(background) + 1),
+            retrieved,
+            [numbers[document_id(document)] for document in retrieved],
             self,
         )
         heading = f"Broader question searched: {broader}"
-        return [*lines, heading, *(cited or ["- (nothing new came back for it)"])]
+        return [*lines, heading, *(cited or ["- (no passage came back for it)"])]
 
 
 class HydeExtractiveAnswer(ExtractiveAnswer):

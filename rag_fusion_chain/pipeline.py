@@ -69,6 +69,7 @@ _ANSWER_KEYS = (
     "step_back_question",
     "step_back_context",
     "step_back_documents",
+    "step_back_retrieved",
     "sub_answers",
     "previous_answers",
 )
@@ -230,6 +231,7 @@ class StrategyPipeline(RunnableSerializable[QuestionInput, Any]):
             else:
                 result[key] = [*result[key], *documents]
         if "step_back_documents" in keys:  # background passages not already quoted
+            result["step_back_retrieved"] = result["step_back_documents"]
             seen = {document_id(document) for document in result["documents"]}
             result["step_back_documents"] = _unique(
                 d for d in result["step_back_documents"] if document_id(d) not in seen

@@ -194,8 +194,9 @@ class _QueryCollector:
         """Add one raw line; return the cleaned query if it is new and usable."""
         if self.full:
             return None
-        query = clean_query_line(raw_line)
-        if not _is_usable(query, raw_line if check_preamble else query):
+        line = searchable_text(raw_line)
+        query = clean_query_line(line)
+        if not _is_usable(query, line if check_preamble else query):
             return None
         query = _within_query_limit(query)
         key = dedupe_key(query)

@@ -67,3 +67,31 @@ def test_indexing_memory_baseline_runs_in_process(capsys: pytest.CaptureFixture[
     assert figures["path"] == "raw"
     assert figures["vectors"] == figures["chunks"] >= 2
     assert '"path": "raw"' in capsys.readouterr().out
+
+
+def test_latency_grid_runs_one_tiny_cell_per_kind(capsys: pytest.CaptureFixture[str]) -> None:
+    bench = load_script("bench_latency")
+    arguments = ["--latency-ms", "1", "--token-ms", "0", "--retrievers", "2", "--runs", "1"]
+    cells = bench.main([*arguments, "--n", "2"])
+    assert [cell.kind for cell in cells] == ["plain", "vector"]
+    searched = 2 + 1  # the generated queries and the question
+    for cell in cells:
+        per_retriever = {name: requests[0] / 2 for name, requests in cell.requests.items()}
+        if cell.kind == "plain":  # one call per query and retriever, whatever the composition
+            assert per_retriever["map"] == per_retriever["chain"] == searched
+        else:  # embedding requests never exceed the queries searched; .map() batches them all
+            assert per_retriever["map"] == 1
+            assert 1 <= per_retriever["chain"] <= searched
+            assert 1 <= per_retriever["FusionRetriever"] <= searched
+    assert "chain / map" in capsys.readouterr().out
+
+
+def test_indexing_backends_compares_torch_and_the_default(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    bench = load_script("bench_indexing")
+    arguments = ["--backends", "--corpus", str(sample_corpus_path()), "--chunks", "4"]
+    figures = bench.main([*arguments, "--rounds", "2"])
+    assert figures["passages"] == 4 and figures["rounds"] == 2
+    assert figures["min_cosine"] >= 0.999 and figures["ratio"] > 0
+    assert "min cosine" in capsys.readouterr().out

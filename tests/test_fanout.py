@@ -557,3 +557,19 @@ async def test_a_hung_retriever_times_out_and_the_others_are_still_fused(call: s
         hung.release.set()
     assert {document.page_content.split(":")[0] for document in documents} == {"a"}
     assert len(documents) == 5
+
+
+def test_a_ready_chain_over_a_hung_retriever_answers_from_the_others() -> None:
+    from rag_fusion_chain import chains
+
+    hung = HungRetriever(name="hung")
+    llm = FakeListChatModel(responses=["alpha\nbeta", "the answer"])
+    fan_out = MultiRetriever([hung, TagRetriever(tag="a", count=2)], timeout=0.2)
+    chain = chains.rag_fusion_chain(fan_out, llm, n=2, return_sources=True)
+    try:
+        with pytest.warns(UserWarning, match="'hung' failed"):
+            result = chain.invoke("question")
+    finally:
+        hung.release.set()
+    assert result["answer"] == "the answer"
+    assert result["documents"] and all(d.page_content.startswith("a:") for d in result["documents"])

@@ -482,7 +482,9 @@ def test_offline_answers_show_the_strategy(bm25: BM25Retriever) -> None:
     assert "Sub-question 2: what do solar panels make?" in decomposition["answer"]
     step_back = answers[chains.STEP_BACK]
     broader = step_back["queries"][1]
-    assert f"Broader question searched: {broader}" in step_back["answer"]
+    heading = f"Broader question searched: {broader}"
+    assert heading in step_back["answer"]
+    assert step_back["answer"].split(heading)[1].strip().startswith("- ")  # what it retrieved
     hyde = answers[chains.HYDE]
     assert f"Hypothetical passage searched: {hyde['queries'][0]}" in hyde["answer"]
 

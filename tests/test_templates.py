@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.metadata
+import json
 import os
 import re
 import shutil
@@ -44,14 +45,13 @@ from rag_fusion_chain import data, offline, serving, strategies
 from rag_fusion_chain.retrievers.index_directory import INDEX_FILE
 from tests.conftest import MODEL_ENVIRONMENT_VARIABLES
 from tests.langsmith_recorder import LangSmithRecorder, Run
+from tests.serving_fixtures import SAMPLE_DOCUMENTS, STUB_EMBEDDING, embedded_texts
 from tests.stub_openai import StubOpenAI
+
+pytest_plugins = ["tests.serving_fixtures"]
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 TEMPLATES = REPOSITORY / "templates"
-STUB_EMBEDDING = "openai:stub-embedding"
-"""Embeddings from the stub server: the sample indexes in seconds, not MiniLM's minutes."""
-SAMPLE_DOCUMENTS = 300
-"""Abstracts in the sample corpus."""
 SERVED_STEPS = {"generate_queries", "retrieve", "fuse", "answer"}
 LANGSMITH_VARIABLES = (
     "LANGSMITH_TRACING",
@@ -125,29 +125,39 @@ def test_template_exports_a_chain_typed_question_to_answer(
 
 
 @pytest.mark.parametrize("strategy", strategies.STRATEGIES)
-def test_template_dependencies_are_installed_here(strategy: str) -> None:
-    """The kit (with the extras the template names) and langchain-core satisfy the template."""
-    dependencies = template_project(strategy)["tool"]["poetry"]["dependencies"]
-    assert "rag-fusion-chain" in dependencies
+def test_template_dependencies_and_dev_group_resolve_here(strategy: str) -> None:
+    """This environment satisfies the template and its dev group, extras included.
+
+    An installed environment meeting every constraint is a resolution: the dev group is
+    satisfiable (no ``sse-starlette>=2`` against langserve's ``<2``). The kit is not a pip
+    dependency (it is not on PyPI; see test_template_without_the_kit_stops_with_one_line).
+    """
+    poetry = template_project(strategy)["tool"]["poetry"]
+    dependencies = dict(poetry["dependencies"])
+    assert "rag-fusion-chain" not in dependencies
+    dependencies.update(poetry["group"]["dev"]["dependencies"])
     for name, constraint in dependencies.items():
         if name == "python":
             continue
         version = constraint["version"] if isinstance(constraint, dict) else constraint
         requirement = Requirement(f"{name}{version}")
         assert requirement.specifier.contains(importlib.metadata.version(name)), name
-        for extra in constraint.get("extras", []) if isinstance(constraint, dict) else []:
-            for needed in _extra_requirements(name, extra):
+        extras = constraint.get("extras", []) if isinstance(constraint, dict) else []
+        for extra in ["", *extras]:
+            for needed in _requirements(name, extra):
                 assert needed.specifier.contains(importlib.metadata.version(needed.name)), (
                     f"{name}[{extra}] needs {needed}"
                 )
 
 
-def _extra_requirements(distribution: str, extra: str) -> list[Requirement]:
+def _requirements(distribution: str, extra: str) -> list[Requirement]:
+    """What ``distribution[extra]`` requires (``extra=""``: its plain requirements)."""
     requirements = [Requirement(text) for text in importlib.metadata.requires(distribution) or []]
     return [
         requirement
         for requirement in requirements
-        if requirement.marker is not None and requirement.marker.evaluate({"extra": extra})
+        if (requirement.marker is None and not extra)
+        or (requirement.marker is not None and requirement.marker.evaluate({"extra": extra}))
     ]
 
 
@@ -169,41 +179,119 @@ def test_template_readme_has_the_usual_sections(strategy: str) -> None:
         "LANGSMITH_PROJECT=",
         "langchain serve",
         f'RemoteRunnable("http://localhost:8000/{strategy}")',
+        f'RemoteRunnable("http://localhost:8000/{strategy}/sources")',
+        f"from {module}.chain import sources_chain as {module}_sources_chain",
+        f'add_routes(app, {module}_sources_chain, path="/{strategy}/sources")',
+        "limit_requests(app)",
+        "http://127.0.0.1:8000/playground",
+        f"http://127.0.0.1:8000/{strategy}/playground",
+        serving.INDEX_ENV,
+        serving.CHROMA_URL_ENV,
+        serving.CHROMA_COLLECTION_ENV,
         serving.VECTOR_STORE_ENV,
         serving.CACHE_DIR_ENV,
     ):
         assert expected in readme, expected
 
 
+@pytest.mark.parametrize("strategy", strategies.STRATEGIES)
+def test_template_readme_asks_questions_the_sample_answers(strategy: str) -> None:
+    """Every question in a README has a relevant abstract in the sample, found by BM25 alone."""
+    from rag_fusion_chain import ingest
+    from rag_fusion_chain.retrievers.bm25 import BM25Retriever
+
+    readme = (TEMPLATES / strategy / "README.md").read_text("utf-8")
+    asked = set(re.findall(r'\{"question": "([^"]+)"\}', readme))
+    assert asked and asked <= set(data.SAMPLE_QUESTIONS), asked - set(data.SAMPLE_QUESTIONS)
+    bm25 = BM25Retriever.from_documents(ingest.load([data.sample_corpus_path()]), k=5)
+    claims = {query["_id"]: query["relevant"] for query in data.sample_queries()}
+    for question in asked:
+        relevant = set(claims[data.SAMPLE_QUESTIONS[question]])
+        found = {document.metadata["doc_id"] for document in bm25.invoke(question)}
+        assert relevant & found, (question, relevant, found)
+
+
+# ============================================================================================
+# Packaging: a fresh virtual environment, pip's resolver, no kit
+# ============================================================================================
+
+
+def isolated_environment() -> dict[str, str]:
+    """This process's environment without what would put the kit on a fresh venv's path."""
+    return {name: value for name, value in os.environ.items() if not name.startswith("PYTHON")}
+
+
+def pip(venv: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
+    """``pip`` of ``venv``; skips the test when the package registry cannot be reached."""
+    completed = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check", *arguments],
+        env=isolated_environment(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    output = completed.stdout + completed.stderr
+    if completed.returncode and re.search(
+        r"NewConnectionError|Network is unreachable|timed out", output
+    ):
+        pytest.skip(f"the package registry is not reachable: {output[-300:]}")
+    assert completed.returncode == 0, output
+    return completed
+
+
+@pytest.mark.timeout(400)
+def test_template_without_the_kit_stops_with_one_line(tmp_path: Path) -> None:
+    """In a fresh venv (no system packages) pip resolves a template; importing it names the fix.
+
+    The kit is not published, so the templates do not require it by name (pip would stop at "No
+    matching distribution"): pip's resolver accepts the template's requirements as they are, and
+    the template, imported without the kit, stops at once with one line saying how to install it.
+    """
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    report = tmp_path / "report.json"
+    pip(
+        venv,
+        "install",
+        "--quiet",
+        "--dry-run",
+        "--report",
+        str(report),
+        str(TEMPLATES / "rag-fusion"),
+    )
+    resolved = {item["metadata"]["name"] for item in json.loads(report.read_text())["install"]}
+    assert {"rag-fusion", "langchain-core"} <= resolved and "rag-fusion-chain" not in resolved
+    pip(
+        venv,
+        "install",
+        "--quiet",
+        "--no-deps",
+        *(str(TEMPLATES / name) for name in strategies.STRATEGIES),
+    )
+
+    for strategy in strategies.STRATEGIES:
+        started = time.monotonic()
+        imported = subprocess.run(
+            [str(venv / "bin" / "python"), "-c", f"import {module_name(strategy)}"],
+            env=isolated_environment(),
+            cwd=tmp_path,  # not the repository, whose rag_fusion_chain `-c` would find
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert imported.returncode == 1 and time.monotonic() - started < 30
+        last = imported.stderr.strip().splitlines()[-1]
+        assert last.startswith(
+            f"ImportError: the {strategy} template needs the rag-fusion-chain kit"
+        )
+        assert 'pip install "rag-fusion-chain[faiss,bm25,hf,openai,serve] @ git+https://' in last
+
+
 # ============================================================================================
 # rag_fusion_chain.serving
 # ============================================================================================
-
-
-@pytest.fixture
-def serving_env(
-    clean_model_env: pytest.MonkeyPatch, clean_openai_stub: StubOpenAI, tmp_path: Path
-) -> Iterator[StubOpenAI]:
-    """No key, the offline chat mode, the stub's embeddings, a fresh index cache."""
-    clean_model_env.setenv("OPENAI_BASE_URL", clean_openai_stub.base_url)
-    clean_model_env.setenv("RAG_FUSION_CHAT_MODEL", "offline")
-    clean_model_env.setenv("RAG_FUSION_EMBEDDING", STUB_EMBEDDING)
-    clean_model_env.setenv(serving.CACHE_DIR_ENV, str(tmp_path / "cache"))
-    clean_model_env.delenv(serving.VECTOR_STORE_ENV, raising=False)
-    serving.sample_retrievers.cache_clear()
-    yield clean_openai_stub
-    serving.sample_retrievers.cache_clear()
-
-
-@pytest.fixture(scope="session")
-def shared_index_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An index cache for tests that merely use the sample index: it is built once."""
-    return tmp_path_factory.mktemp("indexes")
-
-
-def embedded_texts(stub: StubOpenAI) -> int:
-    """How many texts the stub has embedded: the corpus when it is indexed, then the queries."""
-    return sum(stub.embedding_batch_sizes)
 
 
 def test_settings_default_to_faiss_and_reject_unknown_stores(
@@ -239,7 +327,7 @@ def test_faiss_index_is_built_once_then_loaded_from_the_cache(serving_env: StubO
     assert index.name.startswith("faiss-") and (index / INDEX_FILE).is_file()
     assert (index / "faiss" / "manifest.json").is_file() and (index / "bm25").is_dir()
 
-    serving.sample_retrievers.cache_clear()
+    serving.clear_cache()
     again = serving.build_chain("multi-query").invoke({"question": data.SAMPLE_QUESTION})
     assert again == answer
     assert embedded_texts(serving_env) - built < SAMPLE_DOCUMENTS, "the corpus was embedded again"
@@ -256,7 +344,7 @@ def test_chroma_is_chosen_by_the_setting_and_reused(
     assert index.name.startswith("chroma-")
     assert (index / INDEX_FILE).is_file() and (index / "chroma").is_dir()
 
-    serving.sample_retrievers.cache_clear()
+    serving.clear_cache()
     assert serving.build_chain("hyde").invoke({"question": data.SAMPLE_QUESTION}) == first
     assert embedded_texts(serving_env) - built < SAMPLE_DOCUMENTS, "the corpus was embedded again"
 

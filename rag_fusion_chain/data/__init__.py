@@ -18,6 +18,12 @@ SAMPLE_CORPUS_FILE = "scifact_sample.jsonl"
 SAMPLE_QUERIES_FILE = "scifact_sample_queries.jsonl"
 SAMPLE_QUESTION = "Is birth weight associated with the risk of breast cancer?"
 """The demo question; SciFact test claim 179 asks the same, with four relevant abstracts."""
+SAMPLE_QUESTIONS = {
+    SAMPLE_QUESTION: "179",
+    "Does a deficiency of vitamin B12 raise blood levels of homocysteine?": "36",
+}
+"""Questions the sample can answer, each with the SciFact claim it asks (its relevant abstracts
+are in the sample): what the READMEs and examples ask."""
 
 
 def data_path(name: str) -> Path:
@@ -38,6 +44,7 @@ def sample_queries() -> list[dict[str, Any]]:
 
 __all__ = [
     "SAMPLE_QUESTION",
+    "SAMPLE_QUESTIONS",
     "data_path",
     "sample_corpus_path",
     "sample_queries",

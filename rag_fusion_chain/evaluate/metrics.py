@@ -84,6 +84,22 @@ def evaluate_run(
     return {metric: float(scores[metric]) for metric in metrics}
 
 
+def per_query_scores(
+    run: Mapping[str, Mapping[str, float]], qrels: Mapping[str, Mapping[str, int]], metric: str
+) -> dict[str, float]:
+    """Each judged query's ``metric`` (0 when unanswered), for cross-validation over query subsets.
+
+    >>> per_query_scores({"q1": {"d1": 2.0, "d2": 1.0}}, {"q1": {"d2": 1}, "q2": {"d1": 1}}, "mrr@10")
+    {'q1': 0.5, 'q2': 0.0}
+    """
+    ranx_qrels, ranx_run = _ranx_inputs(run, qrels, "run")
+    if ranx_run is None:
+        return {query: 0.0 for query in qrels}
+    _ranx().evaluate(ranx_qrels, ranx_run, metric, make_comparable=True)
+    scores = ranx_run.scores[metric]
+    return {query: float(scores.get(query, 0.0)) for query in qrels}
+
+
 def _p_value(value: float) -> float:
     """ranx's p-value, with NaN (per-query scores identical to the baseline's) read as 1.0."""
     return 1.0 if math.isnan(value) else float(value)

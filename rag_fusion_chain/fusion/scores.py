@@ -234,16 +234,11 @@ def union_scores(
 def _copy_with_score(document: Document, score: float) -> Document:
     """A fresh copy carrying ``fusion_score`` (the input document is left untouched).
 
-    A plain Document is built with ``model_construct`` from fields that are already valid (what
-    ``Document(...)`` checks again, at about twice the cost); a subclass is copied with
-    ``model_copy`` so that its extra fields and type are kept.
+    ``model_copy`` (public pydantic API) copies fields that are already valid without validating
+    them again, keeps subclasses and their extra fields, and is the cheapest public way measured
+    (``model_construct`` and ``Document(...)`` cost more per copy).
     """
-    metadata = {**document.metadata, FUSION_SCORE_KEY: score}
-    if type(document) is Document:
-        return Document.model_construct(
-            page_content=document.page_content, metadata=metadata, id=document.id
-        )
-    return document.model_copy(update={"metadata": metadata})
+    return document.model_copy(update={"metadata": {**document.metadata, FUSION_SCORE_KEY: score}})
 
 
 def rank_fused(

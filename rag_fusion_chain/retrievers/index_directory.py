@@ -26,13 +26,12 @@ Nothing here prints.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import secrets
 import shutil
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -167,7 +166,10 @@ def build_index(
         "embedding_identity": models.embedding_identity(embeddings),
         "sources": sources,
         "files": len(loaded.loaded),
-        "skipped": [dataclasses.asdict(skipped) for skipped in loaded.skipped],
+        "skipped": [
+            {name: models.redact_credentials(value) for name, value in asdict(skipped).items()}
+            for skipped in loaded.skipped
+        ],
         "documents": len(documents),
         "chunks": len(chunks),
         "chunk_size": chunk_size,
@@ -296,7 +298,7 @@ def open_index(
     and store to load), else :class:`~rag_fusion_chain.retrievers.signing.UntrustedIndexError`.
     ``embedding`` (a name or an Embeddings object) overrides the embeddings recorded in
     ``index.json``. ``trust=True`` skips the signatures of ``index.json`` and of a FAISS store's
-    manifest (see :func:`~rag_fusion_chain.retrievers.stores.load_faiss`; its pickle still
+    manifest (see :func:`~rag_fusion_chain.retrievers.faiss_files.load_faiss`; its pickle still
     goes through the allow-list): only for indexes you trust.
     """
     directory = Path(directory)

@@ -1,5 +1,5 @@
 """LangChain template: RAG-Fusion with rag-fusion-chain."""
 
-from rag_fusion.chain import chain
+from rag_fusion.chain import chain, sources_chain
 
-__all__ = ["chain"]
+__all__ = ["chain", "sources_chain"]

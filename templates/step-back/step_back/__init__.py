@@ -1,5 +1,5 @@
 """LangChain template: step-back prompting with rag-fusion-chain."""
 
-from step_back.chain import chain
+from step_back.chain import chain, sources_chain
 
-__all__ = ["chain"]
+__all__ = ["chain", "sources_chain"]

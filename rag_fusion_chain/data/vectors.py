@@ -1,0 +1,160 @@
+"""The sample corpus's embeddings, shipped as plain arrays: serving and the demo start in seconds.
+
+Embedding the 300 sample abstracts takes a minute on two CPU cores; the package therefore ships
+their vectors (``scifact_sample_vectors.npy``, float32, one row per document in corpus order,
+read with ``allow_pickle=False``) and a record of what made them
+(``scifact_sample_vectors.json``: embeddings name and identity, backend, dimension, document ids
+and the SHA-256 of the corpus file). :class:`PrecomputedEmbeddings` hands those vectors to any
+index builder in place of the model; texts it does not know, and every query, go to the model.
+
+The vectors are used only when :func:`vectors_fit` accepts the configured embeddings; otherwise
+the caller embeds the corpus as usual. Regenerate them after changing the corpus or the model:
+``python -m rag_fusion_chain.data.vectors``.
+
+>>> shipped = load_sample_vectors()  # doctest: +SKIP
+>>> shipped.record["dimension"], shipped.matrix.shape  # doctest: +SKIP
+(384, (300, 384))
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.embeddings import Embeddings
+
+from rag_fusion_chain.data import data_path, sample_corpus_path
+
+if TYPE_CHECKING:
+    import numpy as np
+
+VECTORS_FILE = "scifact_sample_vectors.npy"
+RECORD_FILE = "scifact_sample_vectors.json"
+RECORD_FORMAT = "rag_fusion_chain.sample_vectors"
+RECORD_FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class SampleVectors:
+    """Shipped vectors (``matrix``, one row per document) and the record of what made them."""
+
+    matrix: np.ndarray
+    record: dict[str, Any]
+
+    def by_text(self, texts: Sequence[str]) -> dict[str, list[float]]:
+        """Each corpus text (in corpus order, as ``texts``) mapped to its vector."""
+        if len(texts) != len(self.matrix):
+            raise ValueError(
+                f"texts: {len(texts)} corpus texts for {len(self.matrix)} shipped vectors"
+            )
+        return {text: row.tolist() for text, row in zip(texts, self.matrix, strict=True)}
+
+
+def load_sample_vectors(directory: Path | None = None) -> SampleVectors:
+    """The shipped vectors, checked against their record and the corpus file they were made from.
+
+    ``directory`` defaults to this package. A missing or inconsistent file raises ValueError
+    (FileNotFoundError when absent): the caller then embeds the corpus itself.
+    """
+    import numpy as np
+
+    from rag_fusion_chain.retrievers.stores import file_sha256
+
+    folder = directory or data_path("")
+    record = json.loads((folder / RECORD_FILE).read_text("utf-8"))
+    if record.get("format") != RECORD_FORMAT or record.get("format_version") != 1:
+        raise ValueError(f"{folder / RECORD_FILE} is not a {RECORD_FORMAT} record (version 1)")
+    matrix = np.load(folder / VECTORS_FILE, allow_pickle=False)
+    expected = (len(record["document_ids"]), record["dimension"])
+    if matrix.dtype != np.float32 or matrix.shape != expected:
+        raise ValueError(
+            f"{folder / VECTORS_FILE}: {matrix.dtype} {matrix.shape}, the record says "
+            f"float32 {expected}"
+        )
+    if record["corpus_sha256"] != file_sha256(sample_corpus_path()):
+        raise ValueError("the shipped vectors were made from another version of the sample corpus")
+    return SampleVectors(matrix=matrix, record=record)
+
+
+def vectors_fit(record: dict[str, Any], embeddings: Embeddings) -> bool:
+    """Whether vectors recorded in ``record`` may be searched with query vectors of ``embeddings``.
+
+    The rule, in one place: the kit's rule for mixing embeddings (:func:`models.backends_agree`:
+    the same identity, or another backend of the same model whose vectors agree).
+    """
+    from rag_fusion_chain import models
+
+    built = record.get("embedding_identity")
+    return isinstance(built, str) and models.backends_agree(built, embeddings)
+
+
+class PrecomputedEmbeddings(Embeddings):
+    """``embeddings`` with some document vectors known in advance (same identity, same vectors).
+
+    ``embed_documents`` takes known texts' vectors from ``known`` and sends only the others to
+    ``embeddings``; queries always go to ``embeddings``.
+    """
+
+    def __init__(self, embeddings: Embeddings, known: dict[str, list[float]]) -> None:
+        from rag_fusion_chain import models
+
+        self.embeddings = embeddings
+        self.known = known
+        self.model_identity = models.embedding_identity(embeddings)
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        missing = [text for text in texts if text not in self.known]
+        computed = dict(zip(missing, self.embeddings.embed_documents(missing), strict=True))
+        return [self.known[text] if text in self.known else computed[text] for text in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.embeddings.embed_query(text)
+
+    async def aembed_query(self, text: str) -> list[float]:
+        return await self.embeddings.aembed_query(text)
+
+
+def write_sample_vectors(embedding: str | None = None, directory: Path | None = None) -> Path:
+    """Embed the sample corpus with ``embedding`` (default MiniLM) and write the shipped files."""
+    import numpy as np
+
+    from rag_fusion_chain import ingest, models
+    from rag_fusion_chain.retrievers.stores import file_sha256
+
+    folder = directory or data_path("")
+    documents = ingest.load([sample_corpus_path()])
+    embeddings = models.embeddings(embedding)
+    matrix = np.asarray(
+        embeddings.embed_documents([document.page_content for document in documents]),
+        dtype=np.float32,
+    )
+    record = {
+        "format": RECORD_FORMAT,
+        "format_version": RECORD_FORMAT_VERSION,
+        "embedding": embedding or models.DEFAULT_EMBEDDING,
+        "embedding_identity": models.embedding_identity(embeddings),
+        "backend": models.split_backend(models.embedding_identity(embeddings))[1],
+        "dimension": int(matrix.shape[1]),
+        "corpus_sha256": file_sha256(sample_corpus_path()),
+        "document_ids": [document.metadata["doc_id"] for document in documents],
+    }
+    np.save(folder / VECTORS_FILE, matrix, allow_pickle=False)
+    (folder / RECORD_FILE).write_text(json.dumps(record, indent=1) + "\n", "utf-8")
+    return folder / VECTORS_FILE
+
+
+__all__ = [
+    "RECORD_FILE",
+    "VECTORS_FILE",
+    "PrecomputedEmbeddings",
+    "SampleVectors",
+    "load_sample_vectors",
+    "vectors_fit",
+    "write_sample_vectors",
+]
+
+if __name__ == "__main__":
+    print(write_sample_vectors())

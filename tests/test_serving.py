@@ -1,0 +1,357 @@
+"""What the templates and ``rag-fusion serve`` serve: where they search, how fast, and over HTTP.
+
+* the shipped sample vectors (:mod:`rag_fusion_chain.data.vectors`): consistent with the corpus,
+  MiniLM's own, used only for the embeddings that made them, and the sample index built from
+  them without embedding a document;
+* the user's data: ``RAG_FUSION_INDEX`` (an index directory) and ``RAG_FUSION_CHROMA_URL`` (a real
+  ``chroma run`` server on 127.0.0.1), and ``rag-fusion serve``'s flags for the same;
+* over HTTP, through a real FastAPI app (:func:`serving.create_app`, TestClient): 422 for empty
+  or oversized questions and out-of-range settings, 413 / 422 for oversized bodies and batches,
+  no traceback text in any response, and the answer with its sources.
+
+Embeddings come from the stub OpenAI server (the sample indexes in seconds); one test checks the
+shipped vectors against the real MiniLM.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain_core.documents import Document
+from langchain_core.embeddings import Embeddings
+from typer.testing import CliRunner
+
+from rag_fusion_chain import data, ingest, models, offline, serving
+from rag_fusion_chain.data import vectors
+from rag_fusion_chain.retrievers.index_directory import build_index
+from rag_fusion_chain.serving_limits import MAX_BATCH_ENV, MAX_BODY_BYTES_ENV
+from tests.fixtures_chroma import ChromaServer
+from tests.serving_fixtures import SAMPLE_DOCUMENTS, STUB_EMBEDDING, embedded_texts
+from tests.stub_openai import StubOpenAI
+
+pytest_plugins = ["tests.fixtures_chroma", "tests.serving_fixtures"]
+pytestmark = pytest.mark.filterwarnings(
+    # langserve 0.3 reads model_fields from instances, once per request
+    "ignore:Accessing the 'model_fields' attribute on the instance:DeprecationWarning"
+)
+
+NOTES = {
+    "kelp": "Kelp forests grow fastest in cold, nutrient-rich water along rocky coasts.",
+    "lichen": "Lichens are a partnership of a fungus with algae or cyanobacteria.",
+    "basalt": "Basalt columns form when thick lava flows cool and contract slowly.",
+}
+"""A user's own documents, nothing like the SciFact sample."""
+
+
+def note_documents() -> list[Document]:
+    return [Document(text, metadata={"note": name}) for name, text in NOTES.items()]
+
+
+class CountingEmbeddings(Embeddings):
+    """Fixed 3-dimensional vectors; counts the texts embedded."""
+
+    model_identity = "tests:counting"
+
+    def __init__(self) -> None:
+        self.embedded: list[str] = []
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.embedded.extend(texts)
+        return [[float(len(text)), 1.0, 0.0] for text in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return [0.0, 0.0, 1.0]
+
+
+# ============================================================================================
+# Shipped sample vectors
+# ============================================================================================
+
+
+def test_shipped_vectors_are_plain_arrays_matching_the_corpus_and_their_record() -> None:
+    import numpy as np
+
+    shipped = vectors.load_sample_vectors()
+    record = shipped.record
+    corpus = ingest.load([data.sample_corpus_path()])
+    assert record["document_ids"] == [document.metadata["doc_id"] for document in corpus]
+    assert shipped.matrix.dtype == np.float32
+    assert shipped.matrix.shape == (SAMPLE_DOCUMENTS, record["dimension"])
+    assert record["embedding"] == models.DEFAULT_EMBEDDING and record["backend"]
+    assert np.allclose(np.linalg.norm(shipped.matrix, axis=1), 1.0, atol=1e-4)
+    raw = (data.data_path(vectors.VECTORS_FILE)).read_bytes()
+    assert b"pickle" not in raw[:128]  # a plain .npy header, loadable with allow_pickle=False
+
+
+def test_shipped_vectors_are_what_minilm_computes(minilm: Any) -> None:
+    shipped = vectors.load_sample_vectors()
+    assert vectors.vectors_fit(shipped.record, minilm)
+    texts = [document.page_content for document in ingest.load([data.sample_corpus_path()])]
+    for row in (0, 150, SAMPLE_DOCUMENTS - 1):
+        computed = minilm.embed_documents([texts[row]])[0]
+        cosine = sum(a * b for a, b in zip(computed, shipped.matrix[row].tolist(), strict=True))
+        assert cosine > 0.999, (row, cosine)
+
+
+def test_shipped_vectors_fit_only_the_embeddings_that_made_them() -> None:
+    record = {"embedding_identity": CountingEmbeddings.model_identity}
+    assert vectors.vectors_fit(record, CountingEmbeddings())
+    other = CountingEmbeddings()
+    other.model_identity = "tests:other-model"
+    assert not vectors.vectors_fit(record, other)
+    assert not vectors.vectors_fit({}, CountingEmbeddings())
+
+
+def test_precomputed_embeddings_send_only_unknown_texts_to_the_model() -> None:
+    model = CountingEmbeddings()
+    precomputed = vectors.PrecomputedEmbeddings(model, {"known": [9.0, 9.0, 9.0]})
+    assert precomputed.embed_documents(["known", "new", "known"]) == [
+        [9.0, 9.0, 9.0],
+        [3.0, 1.0, 0.0],
+        [9.0, 9.0, 9.0],
+    ]
+    assert model.embedded == ["new"]
+    assert precomputed.embed_query("known") == [0.0, 0.0, 1.0]
+    assert models.embedding_identity(precomputed) == CountingEmbeddings.model_identity
+
+
+@pytest.fixture
+def stub_shipped_vectors(
+    serving_env: StubOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    """Shipped vectors made with the stub's embeddings, in a directory of their own."""
+    directory = tmp_path / "shipped"
+    directory.mkdir()
+    vectors.write_sample_vectors(STUB_EMBEDDING, directory)
+    monkeypatch.setattr(vectors, "data_path", lambda name: directory / name)
+    serving_env.reset()
+    return directory
+
+
+def test_the_sample_index_is_built_from_shipped_vectors_without_embedding_a_document(
+    stub_shipped_vectors: Path,
+    serving_env: StubOpenAI,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cache = Path(serving.cache_directory())
+    with caplog.at_level(logging.INFO, logger=serving.__name__):
+        opened = serving.open_source(serving.IndexSource())
+    assert embedded_texts(serving_env) == 0, "the corpus was embedded"
+    assert not cache.exists(), "the in-memory index wrote to the cache"
+    (ready,) = [record.message for record in caplog.records if "ready" in record.message]
+    assert "SciFact sample" in ready and f"{SAMPLE_DOCUMENTS} documents" in ready
+
+    found = [document.id for document in opened.vectors.invoke(data.SAMPLE_QUESTION)]
+    assert embedded_texts(serving_env) == 1  # the question only
+
+    chroma = serving.sample_index("chroma", cache, STUB_EMBEDDING)  # cached, from the vectors
+    assert embedded_texts(serving_env) == 1, "the Chroma build embedded the corpus"
+    assert [document.id for document in chroma.vectors.invoke(data.SAMPLE_QUESTION)] == found
+    monkeypatch.setattr(serving, "with_shipped_vectors", lambda *arguments: None)
+    serving.clear_cache()
+    embedded = serving.sample_index("faiss", cache, STUB_EMBEDDING)  # the model embeds all
+    assert embedded_texts(serving_env) > SAMPLE_DOCUMENTS
+    assert [document.id for document in embedded.vectors.invoke(data.SAMPLE_QUESTION)] == found
+
+
+def test_shipped_vectors_of_another_model_or_corpus_are_not_used(
+    stub_shipped_vectors: Path, serving_env: StubOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    record_path = stub_shipped_vectors / vectors.RECORD_FILE
+    record = json.loads(record_path.read_text("utf-8"))
+    record_path.write_text(json.dumps({**record, "corpus_sha256": "0" * 64}), "utf-8")
+    with pytest.raises(ValueError, match="another version of the sample corpus"):
+        vectors.load_sample_vectors()
+    assert serving.with_shipped_vectors(models.embeddings(STUB_EMBEDDING)) is None
+
+    record_path.write_text(json.dumps({**record, "embedding_identity": "another"}), "utf-8")
+    assert serving.with_shipped_vectors(models.embeddings(STUB_EMBEDDING)) is None
+    serving.open_source(serving.IndexSource())
+    assert embedded_texts(serving_env) >= SAMPLE_DOCUMENTS  # embedded as before
+
+
+# ============================================================================================
+# The user's data: RAG_FUSION_INDEX, RAG_FUSION_CHROMA_URL, rag-fusion serve's flags
+# ============================================================================================
+
+
+def test_index_source_comes_from_the_environment_and_flags_win(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    for name in (serving.INDEX_ENV, serving.CHROMA_URL_ENV, serving.CHROMA_COLLECTION_ENV):
+        monkeypatch.delenv(name, raising=False)
+    assert serving.IndexSource.from_environment() == serving.IndexSource()
+    assert "sample" in serving.IndexSource().describe()
+    monkeypatch.setenv(serving.INDEX_ENV, str(tmp_path))
+    assert serving.IndexSource.from_environment().index == tmp_path
+    flagged = serving.IndexSource.from_environment(chroma_url="http://127.0.0.1:9")
+    assert flagged.index is None and flagged.chroma_url == "http://127.0.0.1:9"
+    monkeypatch.setenv(serving.CHROMA_URL_ENV, "http://127.0.0.1:9")
+    with pytest.raises(ValueError, match="not both"):
+        serving.IndexSource.from_environment()
+    monkeypatch.delenv(serving.INDEX_ENV)
+    monkeypatch.setenv(serving.CHROMA_COLLECTION_ENV, "notes")
+    assert serving.IndexSource.from_environment().chroma_collection == "notes"
+    for bad in ("127.0.0.1:8000", "ftp://host:1", "http://host:port"):
+        with pytest.raises(ValueError, match=serving.CHROMA_URL_ENV):
+            serving.IndexSource(chroma_url=bad)
+    secret = serving.IndexSource(chroma_url="http://user:secret@db.example:8001").describe()
+    assert "secret" not in secret and "db.example:8001" in secret
+
+
+def sourced(chain: Any, question: str) -> dict[str, Any]:
+    result = chain.invoke({"question": question})
+    assert set(result) == {"answer", "queries", "documents", "failures"}
+    return result
+
+
+def test_a_template_answers_from_the_index_named_by_RAG_FUSION_INDEX(
+    serving_env: StubOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    build_index(note_documents(), tmp_path / "notes", embedding=STUB_EMBEDDING, chunk_size=None)
+    monkeypatch.setenv(serving.INDEX_ENV, str(tmp_path / "notes"))
+    monkeypatch.delenv(models.EMBEDDING_ENV)  # the index's own embeddings are used
+
+    result = sourced(
+        serving.build_chain("hyde", return_sources=True), "How do basalt columns form?"
+    )
+    assert result["answer"].startswith(offline.OFFLINE_LABEL)
+    assert {document.metadata["note"] for document in result["documents"]} <= set(NOTES)
+    assert result["documents"][0].metadata["note"] == "basalt"
+
+
+def test_a_template_answers_from_a_chroma_server(
+    serving_env: StubOpenAI, chroma_server: ChromaServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rag_fusion_chain.retrievers.stores import build_chroma
+
+    embeddings = models.embeddings(STUB_EMBEDDING)
+    build_chroma(
+        note_documents(),
+        embeddings,
+        collection_name="notes",
+        host=chroma_server.host,
+        port=chroma_server.port,
+    )
+    monkeypatch.setenv(serving.CHROMA_URL_ENV, chroma_server.url)
+    monkeypatch.setenv(serving.CHROMA_COLLECTION_ENV, "notes")
+
+    import chromadb
+
+    original, clients = chromadb.HttpClient, []
+
+    def recording_client(*args: Any, **kwargs: Any) -> Any:
+        clients.append(original(*args, **kwargs))
+        return clients[-1]
+
+    monkeypatch.setattr(chromadb, "HttpClient", recording_client)
+
+    chain = serving.build_chain("rag-fusion", return_sources=True)
+    result = sourced(chain, "What is a lichen made of?")
+    assert result["documents"][0].metadata["note"] == "lichen"
+    assert {document.metadata["note"] for document in result["documents"]} <= set(NOTES)
+    (client,) = clients
+    assert client._server._session.timeout.read == serving.CHROMA_TIMEOUT_SECONDS  # bounded
+
+    monkeypatch.setenv(serving.CHROMA_COLLECTION_ENV, "missing")
+    serving.clear_cache()
+    with pytest.raises(ValueError, match="no Chroma collection 'missing'"):
+        serving.build_chain("rag-fusion").invoke({"question": "lichen"})
+
+
+def test_serve_takes_the_source_as_flags_and_refuses_two(tmp_path: Path) -> None:
+    from rag_fusion_chain.cli import app
+
+    result = CliRunner().invoke(
+        app, ["serve", "--index", str(tmp_path), "--chroma-url", "http://127.0.0.1:9"]
+    )
+    assert result.exit_code == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert "not both" in line and "Traceback" not in result.output
+    result = CliRunner().invoke(app, ["serve", "--chroma-url", "localhost:8000"])
+    assert result.exit_code == 1 and "--chroma-url" in result.stderr
+
+
+# ============================================================================================
+# Over HTTP: limits and sources (a real FastAPI app, TestClient)
+# ============================================================================================
+
+
+@pytest.fixture
+def client(
+    serving_env: StubOpenAI, shared_index_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Any]:
+    """``/rag-fusion`` and ``/rag-fusion/sources`` over the sample, as the templates serve."""
+    from fastapi.testclient import TestClient
+
+    monkeypatch.setenv(serving.CACHE_DIR_ENV, str(shared_index_cache))
+    monkeypatch.setenv(MAX_BODY_BYTES_ENV, "100000")
+    monkeypatch.setenv(MAX_BATCH_ENV, "4")
+    app = serving.create_app(
+        {
+            "rag-fusion": serving.build_chain("rag-fusion"),
+            "rag-fusion/sources": serving.build_chain("rag-fusion", return_sources=True),
+        }
+    )
+    with TestClient(app, raise_server_exceptions=False) as test_client:
+        yield test_client
+
+
+def detail(response: Any) -> str:
+    assert "Traceback" not in response.text and 'File "' not in response.text
+    return json.dumps(response.json()["detail"])
+
+
+def test_bad_requests_get_422_or_413_with_a_message_and_no_traceback(client: Any) -> None:
+    invoke = "/rag-fusion/invoke"
+    for question, message in (
+        ("", "at least 1 character"),
+        ("  \u200b ", "must not be empty"),
+        ("x" * 20_001, "at most 20000 characters"),
+    ):
+        response = client.post(invoke, json={"input": {"question": question}})
+        assert response.status_code == 422 and message in detail(response), response.text
+    for setting, value in (("n", 100_000), ("k", -1), ("top_n", 0), ("k", serving.MAX_K + 1)):
+        body = {"input": {"question": "vitamin"}, "config": {"configurable": {setting: value}}}
+        response = client.post(invoke, json=body)
+        assert response.status_code == 422 and setting in detail(response), response.text
+
+    response = client.post(invoke, content=b'{"input": {"question": "' + b"a" * 200_000 + b'"}}')
+    assert response.status_code == 413 and "RAG_FUSION_MAX_BODY_BYTES" in detail(response)
+    batch = {"inputs": [{"question": "vitamin"}] * 5}
+    response = client.post("/rag-fusion/batch", json=batch)
+    assert response.status_code == 422 and "a batch of 5 inputs" in detail(response)
+    batch = {"inputs": [{"question": "vitamin"}, {"question": ""}]}
+    response = client.post("/rag-fusion/batch", json=batch)
+    assert response.status_code == 422 and "at least 1 character" in detail(response)
+    response = client.post("/rag-fusion/stream", json={"input": {"question": ""}})
+    assert response.status_code == 422 and "Traceback" not in response.text
+
+
+def test_good_requests_answer_and_the_sources_route_shows_queries_and_documents(
+    client: Any,
+) -> None:
+    question = {"question": data.SAMPLE_QUESTION}
+    answer = client.post("/rag-fusion/invoke", json={"input": question})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["output"].startswith(offline.OFFLINE_LABEL)
+    batch = client.post("/rag-fusion/batch", json={"inputs": [question] * 4})
+    assert batch.status_code == 200 and batch.json()["output"] == [answer.json()["output"]] * 4
+
+    response = client.post("/rag-fusion/sources/invoke", json={"input": question})
+    assert response.status_code == 200
+    output = response.json()["output"]
+    assert output["answer"] == answer.json()["output"]
+    assert output["queries"][0] == data.SAMPLE_QUESTION and len(output["queries"]) > 1
+    documents = output["documents"]
+    assert 0 < len(documents) <= 5
+    assert all(math.isfinite(document["metadata"]["fusion_score"]) for document in documents)
+    relevant = set(next(q for q in data.sample_queries() if q["_id"] == "179")["relevant"])
+    assert relevant & {document["metadata"]["doc_id"] for document in documents}
