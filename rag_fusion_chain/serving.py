@@ -9,7 +9,7 @@ is read from the environment on first use (:meth:`IndexSource.from_environment`)
 * ``RAG_FUSION_CHROMA_URL`` (``http://host:port``) and ``RAG_FUSION_CHROMA_COLLECTION``: a
   collection on a running Chroma server (``chroma run``), client/server mode;
 * neither: the SciFact sample shipped in :mod:`rag_fusion_chain.data`, indexed in memory from
-  its shipped vectors (:mod:`rag_fusion_chain.data.vectors`) in about a second, or, with other
+  its shipped vectors (:mod:`rag_fusion_chain.data.vectors`) in seconds, or, with other
   embeddings or ``RAG_FUSION_VECTOR_STORE=chroma``, in a cache directory reused by later
   processes (``RAG_FUSION_CACHE_DIR``).
 
