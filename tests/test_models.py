@@ -524,3 +524,24 @@ def test_openvino_export_is_cached_and_bounded(
 
     monkeypatch.setattr(subprocess, "run", no_conversion)
     assert encoders.ensure_export(get_model_path()) == cached
+
+
+def test_an_index_built_with_torch_opens_with_openvino_silently(
+    minilm: Embeddings, tmp_path: Path
+) -> None:
+    import warnings
+
+    from langchain_core.documents import Document
+
+    from rag_fusion_chain.retrievers.stores import build_faiss, load_faiss
+
+    documents = [Document("Solar panels turn light into power."), Document("Wind turbines.")]
+    build_faiss(documents, models.embeddings("minilm-torch"), path=tmp_path / "torch")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # same vectors: no "built with embeddings" warning
+        store = load_faiss(tmp_path / "torch", minilm)
+    assert store.similarity_search("photovoltaic electricity", k=1)[0].page_content.startswith(
+        "Solar"
+    )
+    with pytest.warns(UserWarning, match="built with embeddings"):
+        load_faiss(tmp_path / "torch", DeterministicFakeEmbedding(size=384))
