@@ -240,10 +240,7 @@ def load_chain(
         timeout=30,
         http_async_client=http_async_client,
     )
-    # only the generated queries: their passages carry the question's tag, which the answer counts
-    return chains.rag_fusion_chain(
-        retriever, llm, n=QUERIES_PER_QUESTION, top_n=TOP_N, include_original=False
-    )
+    return chains.rag_fusion_chain(retriever, llm, n=QUERIES_PER_QUESTION, top_n=TOP_N)
 
 
 def async_http_client() -> Any:
