@@ -189,3 +189,17 @@ def index_signing_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(SIGNING_KEY_ENV, str(path))
         yield path
+
+
+@pytest.fixture(autouse=True)
+def fresh_langserve_schemas() -> Iterator[None]:
+    """LangServe keeps one registry of schema models per process, keyed by the runnable's name; a
+    second app serving another chain of the same name (another test's) gets a renamed model that
+    rejects valid output. Each test's apps start from an empty registry, as a served process does."""
+    import sys
+
+    handler = sys.modules.get("langserve.api_handler")
+    if handler is not None:
+        handler._SEEN_NAMES.clear()
+        handler._MODEL_REGISTRY.clear()
+    yield
