@@ -176,9 +176,9 @@ TrustOption = Annotated[
     bool,
     typer.Option(
         "--trust-index",
-        help="Load a FAISS index whose signed manifest cannot be verified (made by another "
-        "user or machine, or changed since). Its pickle file can run code: only for indexes "
-        "you trust.",
+        help="Load an index whose signatures (index.json, the FAISS manifest) cannot be "
+        "verified (made by another user or machine, or changed since). Its FAISS pickle is "
+        "still read through the allow-list of data classes: only for indexes you trust.",
     ),
 ]
 

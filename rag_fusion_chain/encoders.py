@@ -193,6 +193,9 @@ class OpenVINOEmbeddings(Embeddings):
         import numpy
 
         encodings = self.tokenizer.encode_batch(list(texts))
+        # One inference request per call: the compiled model's own request serves one caller at a
+        # time ("Infer Request is busy"), and the fan-out embeds queries from several threads.
+        request = self.model.create_infer_request()
         order = sorted(range(len(texts)), key=lambda position: len(encodings[position].ids))
         vectors = numpy.zeros(
             (len(texts), self.model.outputs[0].get_partial_shape()[2].get_length()),
@@ -210,7 +213,7 @@ class OpenVINOEmbeddings(Embeddings):
                 arrays["input_ids"][row, :length] = encoding.ids
                 arrays["attention_mask"][row, :length] = encoding.attention_mask
                 arrays["token_type_ids"][row, :length] = encoding.type_ids
-            hidden = self.model({name: arrays[name] for name in self._inputs})[0]
+            hidden = request.infer({name: arrays[name] for name in self._inputs})[0]
             mask = arrays["attention_mask"][:, :, None].astype(numpy.float32)
             pooled = (hidden * mask).sum(axis=1) / numpy.clip(mask.sum(axis=1), 1e-9, None)
             if self.normalize:

@@ -9,7 +9,7 @@ is read from the environment on first use (:meth:`IndexSource.from_environment`)
 * ``RAG_FUSION_CHROMA_URL`` (``http://host:port``) and ``RAG_FUSION_CHROMA_COLLECTION``: a
   collection on a running Chroma server (``chroma run``), client/server mode;
 * neither: the SciFact sample shipped in :mod:`rag_fusion_chain.data`, indexed in memory from
-  its shipped vectors (:mod:`rag_fusion_chain.data.vectors`) in about a second, or, with other
+  its shipped vectors (:mod:`rag_fusion_chain.data.vectors`) in seconds, or, with other
   embeddings or ``RAG_FUSION_VECTOR_STORE=chroma``, in a cache directory reused by later
   processes (``RAG_FUSION_CACHE_DIR``).
 
@@ -35,7 +35,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,6 +51,7 @@ from rag_fusion_chain.pipeline import K_FIELD, N_FIELD, TOP_N_FIELD
 from rag_fusion_chain.validation import QuestionInput
 
 if TYPE_CHECKING:
+    from langchain_core.documents import Document
     from langchain_core.embeddings import Embeddings
 
     from rag_fusion_chain.retrievers.index_directory import OpenedIndex
@@ -217,10 +218,13 @@ def index_directory(kind: str, corpus: Path, embeddings: Embeddings, cache_dir: 
     return cache_dir / f"{kind}-{digest[:16]}"
 
 
-def with_shipped_vectors(embeddings: Embeddings) -> Embeddings | None:
+def with_shipped_vectors(
+    embeddings: Embeddings, documents: Sequence[Document] | None = None
+) -> Embeddings | None:
     """``embeddings`` knowing the sample's shipped vectors, or None when those do not fit.
 
-    Why they do not fit (other embeddings, a changed corpus, missing files) is logged.
+    ``documents``: the sample corpus when already loaded. Why the vectors do not fit (other
+    embeddings, a changed corpus, missing files) is logged.
     """
     from rag_fusion_chain import ingest
     from rag_fusion_chain.data import vectors
@@ -237,7 +241,8 @@ def with_shipped_vectors(embeddings: Embeddings) -> Embeddings | None:
             models.embedding_identity(embeddings),
         )
         return None
-    texts = [document.page_content for document in ingest.load([data.sample_corpus_path()])]
+    documents = documents or ingest.load([data.sample_corpus_path()])
+    texts = [document.page_content for document in documents]
     return vectors.PrecomputedEmbeddings(embeddings, shipped.by_text(texts))
 
 
@@ -264,9 +269,9 @@ def sample_index(kind: str, cache_dir: Path, embedding: str) -> OpenedIndex:
 
     corpus = data.sample_corpus_path()
     embeddings = models.embeddings(embedding)
-    shipped = with_shipped_vectors(embeddings)
+    documents = ingest.load([corpus])
+    shipped = with_shipped_vectors(embeddings, documents)
     if kind == FAISS and shipped is not None:
-        documents = ingest.load([corpus])
         return OpenedIndex(
             settings={"store": FAISS, "embedding": embedding, "source": "shipped vectors"},
             vectors=VectorRetriever(vectorstore=build_faiss(documents, shipped)),
@@ -550,7 +555,7 @@ def create_app(routes: Mapping[str, Runnable[Any, Any]], *, title: str = "rag-fu
         raise ImportError(
             f'serving needs {error.name}: pip install "rag-fusion-chain[serve]"'
         ) from error
-    from rag_fusion_chain import __version__
+    from rag_fusion_chain._version import __version__
     from rag_fusion_chain.serving_limits import limit_requests
 
     app = limit_requests(FastAPI(title=title, version=__version__))

@@ -29,6 +29,6 @@ else
 fi
 
 step "Running: rag-fusion demo $*"
-echo "The first run embeds the 300 sample abstracts with MiniLM on the CPU (about a minute);"
-echo "later runs reuse the index from the cache and answer in seconds."
+echo "The sample's 300 abstracts come with their MiniLM vectors, so nothing is embedded but the"
+echo "question: loading the model and answering takes about 10 to 20 seconds on a laptop CPU."
 .venv/bin/rag-fusion demo "$@"

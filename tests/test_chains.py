@@ -630,14 +630,16 @@ def test_langserve_passes_per_call_n_and_top_n_to_the_offline_chain() -> None:
     from langserve import add_routes
 
     server = FastAPI()
-    chain = chains.rag_fusion_chain([bm25_retriever()], n=3, return_sources=True)
-    add_routes(server, chain, path="/rag-fusion")
+    # LangServe keeps one schema model per name for the whole process (and mis-renames a second
+    # one of the same name), so this dict-typed route takes a strategy no other test serves.
+    chain = chains.multi_query_chain([bm25_retriever()], n=3, return_sources=True)
+    add_routes(server, chain, path="/chains-test")
     client = TestClient(server)
-    schema = client.get("/rag-fusion/config_schema").json()
+    schema = client.get("/chains-test/config_schema").json()
     definitions = schema.get("$defs") or schema["definitions"]
     assert {"n", "k", "top_n"} <= set(definitions["Configurable"]["properties"])
     body = {"input": QUESTION, "config": {"configurable": {"n": 1, "top_n": 1}}}
-    output = client.post("/rag-fusion/invoke", json=body).json()["output"]
+    output = client.post("/chains-test/invoke", json=body).json()["output"]
     assert len(output["queries"]) == 2  # the question and one expanded query
     assert len(output["documents"]) == 1
 

@@ -300,9 +300,10 @@ def test_a_tampered_faiss_index_is_refused_without_trust_index(
     with (tampered / "faiss" / "index.faiss").open("ab") as handle:
         handle.write(b"\0")  # still a valid FAISS file, but not the one the kit signed
     for command in ("ask", "retrieve"):
-        assert_one_line_error(
+        error = assert_one_line_error(
             invoke(command, QUESTION, "--index", tampered), "tampered", "--trust-index"
         )
+        assert "trust=True" not in error  # the command line's words, not the library's
     result = invoke("ask", QUESTION, "--index", tampered, "--trust-index", "--top-n", 2)
     assert result.exit_code == 0, result.output
     assert OFFLINE_LABEL in result.stdout
@@ -567,7 +568,8 @@ def test_help_texts_say_what_each_command_does_with_embeddings() -> None:
 
 def test_library_words_become_command_line_words() -> None:
     from rag_fusion_chain.rendering import command_line_words, describe
-    from rag_fusion_chain.retrievers.stores import TRUST_ADVICE, UntrustedIndexError
+    from rag_fusion_chain.retrievers.signing import TRUST_ADVICE
+    from rag_fusion_chain.retrievers.stores import UntrustedIndexError
 
     untrusted = describe(UntrustedIndexError(f"the index was changed. {TRUST_ADVICE}"))
     assert "--trust-index" in untrusted and "trust=True" not in untrusted

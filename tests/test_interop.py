@@ -248,3 +248,28 @@ class TestKitFusionRetrieverStandard(TestKitBM25Standard):
     @property
     def retriever_constructor(self) -> type[BaseRetriever]:
         return kit_fusion  # type: ignore[return-value]
+
+
+# ---------------------------------------------------------------- the ready chains
+
+
+@pytest.mark.parametrize(
+    "strategy", ["rag-fusion", "multi-query", "decomposition", "step-back", "hyde"]
+)
+def test_every_ready_chain_over_community_retrievers_quotes_each_passage_once(
+    community_retrievers: dict[str, BaseRetriever], strategy: str
+) -> None:
+    from langchain_core.language_models import FakeListChatModel
+
+    from rag_fusion_chain import chains
+
+    llm = FakeListChatModel(responses=["heat pumps in winter\nsolar electricity at night"])
+    chain = chains.chain_for(
+        strategy, list(community_retrievers.values()), llm, top_n=50, return_sources=True
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # community retrievers carry no scores
+        result = chain.invoke(QUESTIONS[0])
+    quoted = result["documents"]
+    assert quoted, "the chain should find passages"
+    assert len(set(texts(quoted))) == len(quoted)

@@ -20,7 +20,6 @@ LAYERS: dict[str, int] = {
     "_version": 0,
     "validation": 0,
     "prompts": 0,
-    "data": 0,
     "encoders": 0,
     "context": 0,
     "fusion": 1,
@@ -30,6 +29,7 @@ LAYERS: dict[str, int] = {
     "queries": 2,
     "retrievers": 2,
     "offline": 3,
+    "data": 3,  # the shipped sample, and its vectors checked with the stores' digest
     "offline_steps": 4,
     "strategies": 5,
     # composition
@@ -38,6 +38,7 @@ LAYERS: dict[str, int] = {
     # the users of the chains
     "rendering": 8,
     "cli": 9,
+    "serving_limits": 7,
     "serving": 8,
     "evaluate": 8,
 }

@@ -57,6 +57,8 @@ MAX_CONCURRENCY = 8
 CLIENT_CONCURRENCY = 16
 """Requests the LangServe client keeps in flight."""
 QUERIES_PER_QUESTION = 4
+SEARCHES_PER_QUESTION = QUERIES_PER_QUESTION + 1
+"""The generated queries and the question itself, which a ready chain searches too."""
 PASSAGES_PER_QUERY = 2
 TOP_N = 5
 MODEL_DELAY = 0.005
@@ -129,8 +131,10 @@ def question_tag(question: str) -> str:
 
 
 def tag_of_query(query: str) -> str:
-    """The question tag a generated query starts with (the stub writes ``<tag> angle-<i>``)."""
-    return query.split()[0]
+    """The question tag of a retriever query or a passage: a generated query starts with it (the
+    stub writes ``<tag> angle-<i>``); the question itself, searched too, is tagged here."""
+    first = query.split()[0]
+    return first if re.fullmatch(r"t[0-9a-f]{12}", first) else question_tag(query)
 
 
 class ProbeRetriever(BaseRetriever):
@@ -159,7 +163,7 @@ class ProbeRetriever(BaseRetriever):
     @staticmethod
     def passages(query: str) -> list[Document]:
         return [
-            Document(f"{query} / passage {number}", id=f"{query}#{number}")
+            Document(f"{tag_of_query(query)} {query} / passage {number}", id=f"{query}#{number}")
             for number in range(PASSAGES_PER_QUERY)
         ]
 
@@ -472,10 +476,10 @@ def test_200_questions_through_abatch_stay_bounded_and_leak_nothing(
 
     assert_every_answer_matches(run)
     assert stub.counts["chat"] == 4 * 2 + QUESTION_COUNT * 2  # warm-up, then queries + answer
-    assert retriever.calls.total == QUESTION_COUNT * QUERIES_PER_QUESTION
+    assert retriever.calls.total == QUESTION_COUNT * SEARCHES_PER_QUESTION
     assert 1 < retriever.questions.peak <= MAX_CONCURRENCY
     assert model.probe.peak <= MAX_CONCURRENCY
-    assert retriever.calls.peak <= MAX_CONCURRENCY * min(MAX_CONCURRENCY, QUERIES_PER_QUESTION)
+    assert retriever.calls.peak <= MAX_CONCURRENCY * min(MAX_CONCURRENCY, SEARCHES_PER_QUESTION)
     after = baseline.settled_within(baseline, slack_sockets=2, grace=GRACE_SECONDS)
     assert after.threads <= baseline.threads, f"threads leaked: {baseline} -> {after}"
     assert after.sockets <= baseline.sockets + 2, f"sockets leaked: {baseline} -> {after}"
@@ -512,7 +516,7 @@ def test_200_questions_through_a_langserve_route_all_come_back_and_leak_nothing(
         run = asyncio.run(run_remote(url, questions, CLIENT_CONCURRENCY))
 
     assert_every_answer_matches(run)
-    assert retriever.calls.total == QUESTION_COUNT * QUERIES_PER_QUESTION
+    assert retriever.calls.total == QUESTION_COUNT * SEARCHES_PER_QUESTION
     assert 1 < retriever.questions.peak <= CLIENT_CONCURRENCY
     assert model.probe.peak <= CLIENT_CONCURRENCY
     after = baseline.settled_within(baseline, slack_sockets=2, grace=GRACE_SECONDS)

@@ -401,6 +401,18 @@ def test_minilm_vectors_are_normalised_and_semantic(minilm: Embeddings):
     assert minilm.embed_query("A cat is sleeping on the sofa.") == pytest.approx(cat, abs=1e-5)
 
 
+def test_minilm_embeds_from_several_threads_at_once(minilm: Embeddings):
+    """The fan-out embeds queries from several threads: each call gets its own inference."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    texts = [f"query number {number} about heat pumps" for number in range(16)]
+    alone = [minilm.embed_query(text) for text in texts]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        together = list(pool.map(minilm.embed_query, texts))
+    for one, other in zip(alone, together, strict=True):
+        assert max(abs(a - b) for a, b in zip(one, other, strict=True)) < 1e-5
+
+
 def test_minilm_batches_many_texts(minilm: Embeddings):
     texts = [f"document number {index}" for index in range(70)]
 

@@ -154,7 +154,7 @@ def test_the_sample_index_is_built_from_shipped_vectors_without_embedding_a_docu
     chroma = serving.sample_index("chroma", cache, STUB_EMBEDDING)  # cached, from the vectors
     assert embedded_texts(serving_env) == 1, "the Chroma build embedded the corpus"
     assert [document.id for document in chroma.vectors.invoke(data.SAMPLE_QUESTION)] == found
-    monkeypatch.setattr(serving, "with_shipped_vectors", lambda embeddings: None)
+    monkeypatch.setattr(serving, "with_shipped_vectors", lambda *arguments: None)
     serving.clear_cache()
     embedded = serving.sample_index("faiss", cache, STUB_EMBEDDING)  # the model embeds all
     assert embedded_texts(serving_env) > SAMPLE_DOCUMENTS

@@ -298,7 +298,7 @@ def open_index(
     and store to load), else :class:`~rag_fusion_chain.retrievers.signing.UntrustedIndexError`.
     ``embedding`` (a name or an Embeddings object) overrides the embeddings recorded in
     ``index.json``. ``trust=True`` skips the signatures of ``index.json`` and of a FAISS store's
-    manifest (see :func:`~rag_fusion_chain.retrievers.stores.load_faiss`; its pickle still
+    manifest (see :func:`~rag_fusion_chain.retrievers.faiss_files.load_faiss`; its pickle still
     goes through the allow-list): only for indexes you trust.
     """
     directory = Path(directory)
