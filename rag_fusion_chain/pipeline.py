@@ -46,7 +46,7 @@ from pydantic import ConfigDict
 
 from rag_fusion_chain import strategies
 from rag_fusion_chain.context import format_answered, format_context
-from rag_fusion_chain.fusion import BaseFusion, document_id
+from rag_fusion_chain.fusion import BaseFusion, IdentityIndex
 from rag_fusion_chain.offline import feedback_retriever
 from rag_fusion_chain.retrievers.bm25 import BM25Retriever
 from rag_fusion_chain.retrievers.fanout import MultiRetriever, aadd_up, add_up
@@ -119,11 +119,15 @@ FORMAT_CONTEXT = RunnableLambda(_format_step, name="format_context")
 """The ``format_context`` step: ``{"documents", "start"}`` to numbered ``<passage>`` blocks."""
 
 
+_passage_identity = IdentityIndex().key
+"""A passage's identity as fusion sees it by default: its text, whatever its ids or metadata."""
+
+
 def _unique(documents: Iterable[Document]) -> list[Document]:
-    seen: set[str] = set()
+    seen: set[Any] = set()
     unique = []
     for document in documents:
-        key = document_id(document)
+        key = _passage_identity(document)
         if key not in seen:
             seen.add(key)
             unique.append(document)
@@ -232,9 +236,9 @@ class StrategyPipeline(RunnableSerializable[QuestionInput, Any]):
                 result[key] = [*result[key], *documents]
         if "step_back_documents" in keys:  # background passages not already quoted
             result["step_back_retrieved"] = result["step_back_documents"]
-            seen = {document_id(document) for document in result["documents"]}
+            seen = {_passage_identity(document) for document in result["documents"]}
             result["step_back_documents"] = _unique(
-                d for d in result["step_back_documents"] if document_id(d) not in seen
+                d for d in result["step_back_documents"] if _passage_identity(d) not in seen
             )
         return {**result, "sub_documents": sub_documents}
 

@@ -486,6 +486,28 @@ def test_step_back_retrieves_for_both_questions_numbers_on_and_never_repeats() -
     ]
 
 
+class PerQueryIdRetriever(TopicRetriever):
+    """Returns the same background passage under a different id for every query (as two stores
+    with their own ids would)."""
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, k: int | None = None
+    ) -> list[Document]:
+        documents = super()._get_relevant_documents(query, run_manager=run_manager, k=k)
+        return [*documents, Document("shared background", id=f"shared-{query}")]
+
+
+def test_step_back_background_never_repeats_a_passage_under_another_id() -> None:
+    llm = ScriptedLLM()
+    retriever = PerQueryIdRetriever(count=1)
+    result = chains.step_back_chain(retriever, llm.runnable, return_sources=True).invoke(QUESTION)
+    (prompt,) = llm.prompts_of("answer")
+    about, background = prompt.split("Background passages:")
+    assert "shared background" in about and "shared background" not in background
+    texts = [d.page_content for d in result["documents"]]
+    assert texts.count("shared background") == 1
+
+
 def test_hyde_retrieves_with_the_generated_passage() -> None:
     retriever = TopicRetriever()
     result = chains.hyde_chain(retriever, ScriptedLLM().runnable, return_sources=True).invoke(
