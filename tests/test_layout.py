@@ -25,6 +25,7 @@ LAYERS: dict[str, int] = {
     "fusion": 1,
     "models": 1,
     "ingest": 1,
+    "query_parsing": 1,
     # the parts the strategies are made of
     "queries": 2,
     "retrievers": 2,
