@@ -52,7 +52,55 @@ OnFailure = Literal["warn", "raise"]
 # --------------------------------------------------------------------------------------------
 
 
-class QueryGenerator(RunnableSerializable[QuestionInput, list[str]]):
+class QueryStep(RunnableSerializable[QuestionInput, list[str]]):
+    """A ``generate_queries`` step: streams its queries as list chunks (each searched as it
+    arrives) and returns them all from ``invoke``. Subclasses write ``_stream_queries`` and
+    ``_astream_queries`` (the model is awaited natively, so the stream is never collapsed)."""
+
+    def _stream_queries(
+        self,
+        inputs: Iterator[QuestionInput],
+        run_manager: CallbackManagerForChainRun,
+        config: RunnableConfig,
+    ) -> Iterator[list[str]]:
+        raise NotImplementedError
+
+    def _astream_queries(
+        self,
+        inputs: AsyncIterator[QuestionInput],
+        run_manager: AsyncCallbackManagerForChainRun,
+        config: RunnableConfig,
+    ) -> AsyncIterator[list[str]]:
+        raise NotImplementedError
+
+    def stream(
+        self, input: QuestionInput, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> Iterator[list[str]]:
+        yield from self._transform_stream_with_config(iter([input]), self._stream_queries, config)
+
+    async def astream(
+        self, input: QuestionInput, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> AsyncIterator[list[str]]:
+        async def one() -> AsyncIterator[QuestionInput]:
+            yield input
+
+        async for chunk in self._atransform_stream_with_config(
+            one(), self._astream_queries, config
+        ):
+            yield chunk
+
+    def invoke(
+        self, input: QuestionInput, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> list[str]:
+        return [query for chunk in self.stream(input, config) for query in chunk]
+
+    async def ainvoke(
+        self, input: QuestionInput, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> list[str]:
+        return [query async for chunk in self.astream(input, config) for query in chunk]
+
+
+class QueryGenerator(QueryStep):
     """Prompt a chat model for ``n`` queries and parse them; never returns an empty list.
 
     ``include_original=True`` puts the question itself first (it is then streamed before the model
@@ -125,32 +173,6 @@ class QueryGenerator(RunnableSerializable[QuestionInput, list[str]]):
                 error = caught
             for queries in streamed.end(error):
                 yield queries
-
-    def stream(
-        self, input: QuestionInput, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> Iterator[list[str]]:
-        yield from self._transform_stream_with_config(iter([input]), self._stream_queries, config)
-
-    async def astream(
-        self, input: QuestionInput, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> AsyncIterator[list[str]]:
-        async def one() -> AsyncIterator[QuestionInput]:
-            yield input
-
-        async for chunk in self._atransform_stream_with_config(
-            one(), self._astream_queries, config
-        ):
-            yield chunk
-
-    def invoke(
-        self, input: QuestionInput, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> list[str]:
-        return [query for chunk in self.stream(input, config) for query in chunk]
-
-    async def ainvoke(
-        self, input: QuestionInput, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> list[str]:
-        return [query async for chunk in self.astream(input, config) for query in chunk]
 
 
 class _StreamedQueries:
@@ -376,6 +398,7 @@ __all__ = [
     "MAX_QUESTION_CHARS",
     "QueryGenerator",
     "QueryListParser",
+    "QueryStep",
     "TextGenerator",
     "clean_query_line",
     "decomposition",

@@ -28,7 +28,7 @@ from langchain_core.callbacks import (
     CallbackManagerForChainRun,
 )
 from langchain_core.prompts import BasePromptTemplate
-from langchain_core.runnables import Runnable, RunnableConfig, RunnableSerializable
+from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.runnables.config import patch_config
 from pydantic import ConfigDict
 
@@ -65,7 +65,7 @@ the broader question's; or sub-question by sub-question."""
 # --------------------------------------------------------------------------------------------
 
 
-class TextQueries(RunnableSerializable[QuestionInput, list[str]]):
+class TextQueries(queries.QueryStep):
     """The ``generate_queries`` step of a strategy that generates one text (a step-back question,
     a hypothetical passage): ``[question, text]`` with ``lead_with_question`` (``[question]`` when
     the text is the question again), else ``[text]``.
@@ -89,7 +89,7 @@ class TextQueries(RunnableSerializable[QuestionInput, list[str]]):
             return []
         return [[text]]
 
-    def _queries(
+    def _stream_queries(
         self,
         inputs: Iterator[QuestionInput],
         run_manager: CallbackManagerForChainRun,
@@ -102,7 +102,7 @@ class TextQueries(RunnableSerializable[QuestionInput, list[str]]):
             text = self.generator.invoke(question, self._child(run_manager, config))
             yield from self._after(question, text)
 
-    async def _aqueries(
+    async def _astream_queries(
         self,
         inputs: AsyncIterator[QuestionInput],
         run_manager: AsyncCallbackManagerForChainRun,
@@ -115,30 +115,6 @@ class TextQueries(RunnableSerializable[QuestionInput, list[str]]):
             text = await self.generator.ainvoke(question, self._child(run_manager, config))
             for chunk in self._after(question, text):
                 yield chunk
-
-    def stream(
-        self, input: QuestionInput, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> Iterator[list[str]]:
-        yield from self._transform_stream_with_config(iter([input]), self._queries, config)
-
-    async def astream(
-        self, input: QuestionInput, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> AsyncIterator[list[str]]:
-        async def one() -> AsyncIterator[QuestionInput]:
-            yield input
-
-        async for chunk in self._atransform_stream_with_config(one(), self._aqueries, config):
-            yield chunk
-
-    def invoke(
-        self, input: QuestionInput, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> list[str]:
-        return [query for chunk in self.stream(input, config) for query in chunk]
-
-    async def ainvoke(
-        self, input: QuestionInput, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> list[str]:
-        return [query async for chunk in self.astream(input, config) for query in chunk]
 
 
 # --------------------------------------------------------------------------------------------
