@@ -26,6 +26,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -187,15 +188,21 @@ class OpenVINOEmbeddings(Embeddings):
             {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"},
         )
         self._inputs = {port.get_any_name() for port in self.model.inputs}
+        # One caller at a time: the fan-out embeds queries from several threads, and concurrent
+        # calls into OpenVINO and the tokenizer were seen to deadlock (and a shared request raises
+        # "Infer Request is busy"); the model already uses every core for one call.
+        self._request = self.model.create_infer_request()
+        self._lock = threading.Lock()
 
     def encode_array(self, texts: Sequence[str]) -> Any:
         """The vectors as one float32 numpy array (rows in input order), without Python lists."""
+        with self._lock:
+            return self._encode(texts)
+
+    def _encode(self, texts: Sequence[str]) -> Any:
         import numpy
 
         encodings = self.tokenizer.encode_batch(list(texts))
-        # One inference request per call: the compiled model's own request serves one caller at a
-        # time ("Infer Request is busy"), and the fan-out embeds queries from several threads.
-        request = self.model.create_infer_request()
         order = sorted(range(len(texts)), key=lambda position: len(encodings[position].ids))
         vectors = numpy.zeros(
             (len(texts), self.model.outputs[0].get_partial_shape()[2].get_length()),
@@ -213,7 +220,7 @@ class OpenVINOEmbeddings(Embeddings):
                 arrays["input_ids"][row, :length] = encoding.ids
                 arrays["attention_mask"][row, :length] = encoding.attention_mask
                 arrays["token_type_ids"][row, :length] = encoding.type_ids
-            hidden = request.infer({name: arrays[name] for name in self._inputs})[0]
+            hidden = self._request.infer({name: arrays[name] for name in self._inputs})[0]
             mask = arrays["attention_mask"][:, :, None].astype(numpy.float32)
             pooled = (hidden * mask).sum(axis=1) / numpy.clip(mask.sum(axis=1), 1e-9, None)
             if self.normalize:
