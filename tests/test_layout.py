@@ -29,19 +29,20 @@ LAYERS: dict[str, int] = {
     # the parts the strategies are made of
     "queries": 2,
     "retrievers": 2,
-    "offline": 3,
+    "extractive": 3,
+    "offline": 4,
     "data": 3,  # the shipped sample, and its vectors checked with the stores' digest
-    "offline_steps": 4,
-    "strategies": 5,
+    "offline_steps": 5,
+    "strategies": 6,
     # composition
-    "pipeline": 6,
-    "chains": 7,
+    "pipeline": 7,
+    "chains": 8,
     # the users of the chains
-    "rendering": 8,
-    "cli": 9,
-    "serving_limits": 7,
-    "serving": 8,
-    "evaluate": 8,
+    "rendering": 9,
+    "cli": 10,
+    "serving_limits": 8,
+    "serving": 9,
+    "evaluate": 9,
 }
 """Layer of each top-level module or subpackage: a module imports only from lower layers, or
 from its own subpackage."""

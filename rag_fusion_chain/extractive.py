@@ -1,0 +1,327 @@
+"""The offline answer: quote the sentences of the retrieved passages best supported by the
+question's rarer terms (BM25 over the passages' sentences; the generated queries' terms at half
+weight), headings, titles, tables and markup left out, each cited by its passage number, under a
+label saying it is extractive (:data:`OFFLINE_LABEL`).
+
+>>> extractive_answer("heat pumps", [Document("Heat pumps move heat.")], str.split)[1]
+'- Heat pumps move heat. [1]'
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from typing import Any
+
+from langchain_core.documents import Document
+from langchain_core.runnables import RunnableConfig, RunnableSerializable
+from pydantic import ConfigDict
+
+from rag_fusion_chain.queries import dedupe_key
+from rag_fusion_chain.retrievers.bm25 import tokenize
+from rag_fusion_chain.validation import question_of, validate_count
+
+OFFLINE_LABEL = "[offline extractive answer]"
+"""How every offline answer starts, so nobody mistakes it for a generated one."""
+OFFLINE_NOTE = (
+    "No chat model is configured: these are the sentences of the retrieved passages that best "
+    "match the question's distinctive terms, quoted as they are, not a generated answer."
+)
+Terms = Callable[[str], list[str]]
+"""A tokenizer: text to index terms."""
+
+_WORD = re.compile(r"[^\W_]+")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])|\n\s*\n")
+"""Sentence ends and blank lines; a single line break (wrapped PDF text) does not end a sentence."""
+_SENTENCE_PUNCTUATION = (".", "!", "?", ":", ";", ",", "。", "！", "？", "；", "…", ")", '"')
+_HEADING_LINE = re.compile(r"#{1,6}\s|={3,}\s*$|-{3,}\s*$")
+_MARKUP_LINE = re.compile(r"(?:```|~~~|<[^>]*>\s*$|!\[|\[\^?\w*\]:|[-=*_~]{3,}\s*$)")
+_CODE_FENCES = ("```", "~~~")
+_LIST_MARKER = re.compile(r"^(?:[-*+•]|\d{1,3}[.)])\s+")
+_TITLE_WORDS = 8
+"""A first line of at most this many words, unpunctuated, before a capitalised line: a title."""
+_K1, _B = 1.2, 0.75
+"""BM25's saturation and length normalisation, for scoring sentences."""
+RELATED_TERM_WEIGHT = 0.5
+"""Weight of a generated query's term (the question's weigh 1) when choosing sentences."""
+PASSAGE_DISCOUNT = 0.3
+"""A sentence's score is divided by ``1 + PASSAGE_DISCOUNT * position`` of its passage (from 0)."""
+
+
+def inverse_document_frequency(document_frequency: int, document_count: int) -> float:
+    """BM25's (Lucene's) idf: ``log(1 + (N - df + 0.5) / (df + 0.5))``, always positive.
+
+    >>> round(inverse_document_frequency(1, 100), 3), round(inverse_document_frequency(99, 100), 3)
+    (4.21, 0.015)
+    """
+    return math.log(1 + (document_count - document_frequency + 0.5) / (document_frequency + 0.5))
+
+
+def split_sentences(text: str) -> list[str]:
+    """Sentences of ``text`` (Western and CJK sentence ends, blank lines), whitespace collapsed.
+
+    >>> split_sentences("Title\\n\\nFirst one,\\nwrapped. Second one? 第三句。第四句")
+    ['Title', 'First one, wrapped.', 'Second one?', '第三句。', '第四句']
+    """
+    sentences = (" ".join(sentence.split()) for sentence in _SENTENCE_END.split(text))
+    return [sentence for sentence in sentences if sentence]
+
+
+def _is_markup(line: str) -> bool:
+    """Table rows, rules, code fences, tags and images: text to skip, not sentences."""
+    return line.count("|") >= 2 or bool(_MARKUP_LINE.match(line))
+
+
+def _is_title(line: str, following: str) -> bool:
+    """A short unpunctuated first line followed by a capitalised one: a title, not a sentence."""
+    return (
+        len(line.split()) <= _TITLE_WORDS
+        and not line.endswith(_SENTENCE_PUNCTUATION)
+        and following[:1].isupper()
+    )
+
+
+def passage_sentences(text: str, title: str = "") -> list[str]:
+    r"""The sentences of a passage worth quoting, in order.
+
+    Headings, titles (``title``, or a short unpunctuated line opening a paragraph), table rows,
+    rules, fenced code and tags are left out and end the paragraph, so a title never runs into
+    the sentence after it; list markers are dropped. Then :func:`split_sentences`.
+
+    >>> passage_sentences("# Bees\n\n| kg | 20 |\n|---|---|\nA hive makes 20 kg a year.\n- Wax too.")
+    ['A hive makes 20 kg a year.', 'Wax too.']
+    >>> passage_sentences("Honey Bees\nA hive makes honey.", title="Honey Bees")
+    ['A hive makes honey.']
+    """
+    text = text.strip()
+    if title and text.casefold().startswith(title.strip().casefold()):
+        text = text[len(title.strip()) :]
+    lines = [line.strip() for line in text.splitlines()]
+    paragraphs: list[list[str]] = [[]]
+    in_code = False
+    for position, line in enumerate(lines):
+        if line.startswith(_CODE_FENCES):
+            in_code = not in_code
+        following = lines[position + 1] if position + 1 < len(lines) else ""
+        skipped = in_code or line.startswith(_CODE_FENCES) or _is_markup(line)
+        opens_as_title = not paragraphs[-1] and bool(following) and _is_title(line, following)
+        if not line or skipped or opens_as_title or _HEADING_LINE.match(line):
+            paragraphs.append([])
+        else:
+            paragraphs[-1].append(_LIST_MARKER.sub("", line))
+    return [
+        sentence
+        for paragraph in paragraphs
+        for sentence in split_sentences("\n".join(paragraph))
+        if any(character.isalpha() for character in sentence)
+    ]
+
+
+def _sentence_scores(
+    units: Sequence[tuple[int, str, list[str]]], query_weights: Mapping[str, float]
+) -> list[float]:
+    """BM25 of each sentence (its terms) against the weighted query terms, the sentences of
+    the passages being the collection: rare terms count most, long sentences are damped."""
+    frequency = Counter(term for _, _, terms in units for term in set(terms))
+    average_length = sum(len(terms) for _, _, terms in units) / len(units) or 1.0
+    scores = []
+    for _, _, terms in units:
+        counts = Counter(terms)
+        damping = _K1 * (1 - _B + _B * len(terms) / average_length)
+        scores.append(
+            sum(
+                weight
+                * inverse_document_frequency(frequency[term], len(units))
+                * counts[term]
+                * (_K1 + 1)
+                / (counts[term] + damping)
+                for term, weight in query_weights.items()
+                if term in counts
+            )
+        )
+    return scores
+
+
+def best_sentences(
+    question_terms: set[str],
+    passages: Sequence[str],
+    terms_of: Terms,
+    *,
+    count: int,
+    per_passage: int = 1,
+    related_terms: Collection[str] = (),
+) -> list[tuple[int, str]]:
+    """The ``count`` best-supported sentences of ``passages``, best first, as (passage, text).
+
+    Candidates are the :func:`passage_sentences` of every passage (numbered from 0 in the order
+    given) that share a term with the question. Each is scored by BM25 against the question's
+    terms (weight 1) and ``related_terms`` such as the generated queries' (weight
+    :data:`RELATED_TERM_WEIGHT`), with document frequencies counted over all the candidate
+    sentences, so a term every passage repeats counts little and a rare one much; the score
+    is discounted by the passage's position (:data:`PASSAGE_DISCOUNT`), the fused order being
+    evidence too. At most ``per_passage`` sentences come from one passage; a sentence equal to
+    one already chosen is skipped; ties go to the earlier passage, then the earlier sentence.
+
+    >>> terms = lambda text: text.casefold().replace(".", "").split()
+    >>> best_sentences({"hive", "honey"}, ["Bees fly. A hive makes honey.", "Honey is sweet."],
+    ...                terms, count=2)
+    [(0, 'A hive makes honey.'), (1, 'Honey is sweet.')]
+    """
+    query_weights = {term: RELATED_TERM_WEIGHT for term in related_terms}
+    query_weights.update({term: 1.0 for term in question_terms})
+    units = [
+        (passage_index, sentence, terms_of(sentence))
+        for passage_index, passage in enumerate(passages)
+        for sentence in passage_sentences(passage)
+    ]
+    units = [unit for unit in units if question_terms.intersection(unit[2])]
+    if not units:
+        return []
+    scores = _sentence_scores(units, query_weights)
+    ranked = sorted(
+        range(len(units)),
+        key=lambda position: (
+            -scores[position] / (1 + PASSAGE_DISCOUNT * units[position][0]),
+            position,
+        ),
+    )
+    chosen: list[tuple[int, str]] = []
+    taken: Counter[int] = Counter()
+    quoted: set[str] = set()
+    for position in ranked:
+        passage_index, sentence, _ = units[position]
+        if len(chosen) == count:
+            break
+        if taken[passage_index] < per_passage and dedupe_key(sentence) not in quoted:
+            taken[passage_index] += 1
+            quoted.add(dedupe_key(sentence))
+            chosen.append((passage_index, sentence))
+    return chosen
+
+
+def _body(document: Document) -> str:
+    """The document's text without the title it starts with (BEIR passages repeat theirs)."""
+    title = str(document.metadata.get("title") or "").strip()
+    text = document.page_content.lstrip()
+    return text[len(title) :] if title and text.startswith(title) else text
+
+
+def extractive_answer(
+    question: str,
+    documents: Sequence[Document],
+    terms_of: Terms,
+    *,
+    sentences: int = 3,
+    per_passage: int = 1,
+    queries: Sequence[str] = (),
+) -> list[str]:
+    """The lines of an offline answer: the label and note, then quoted sentences with ``[i]``.
+
+    The sentences are :func:`best_sentences` of the documents (without their ``title``
+    metadata), weighted by the question's terms and, at half weight, by the other ``queries``'
+    terms. ``[i]`` is the document's 1-based position in ``documents``, the numbering of
+    :func:`context.format_context`, so citations point at the passages as the sources list them.
+
+    >>> lines = extractive_answer("heat pumps", [Document("Heat pumps move heat.")], str.split)
+    >>> lines[0].startswith(OFFLINE_LABEL), lines[1:]
+    (True, ['- Heat pumps move heat. [1]'])
+    """
+    if not documents:
+        return [f"{OFFLINE_LABEL} No passages were retrieved, so there is nothing to quote."]
+    question_terms = set(terms_of(question))
+    related = {term for query in queries for term in terms_of(query)} - question_terms
+    picked = best_sentences(
+        question_terms,
+        [_body(document) for document in documents],
+        terms_of,
+        count=sentences,
+        per_passage=per_passage,
+        related_terms=related,
+    )
+    if not picked:
+        return [
+            f"{OFFLINE_LABEL} None of the {len(documents)} retrieved passages shares a term "
+            "with the question."
+        ]
+    return [f"{OFFLINE_LABEL} {OFFLINE_NOTE}"] + [
+        f"- {sentence} [{passage_index + 1}]" for passage_index, sentence in picked
+    ]
+
+
+class ExtractiveAnswer(RunnableSerializable[Mapping[str, Any], str]):
+    """The offline ``answer`` step: quote the fused passages' sentences closest to the question.
+
+    Input: the chains' state, a mapping with ``question`` and ``documents`` (the fused passages,
+    numbered from 1 as :func:`context.format_context` numbers them) and, for step-back, the
+    ``step_back_documents`` numbered on after them. Output: :func:`extractive_answer`'s lines,
+    starting with :data:`OFFLINE_LABEL`; ``stream`` yields them line by line.
+    Sentences are compared through ``terms_of`` (default: the BM25 tokenizer with stemming).
+
+    >>> print(ExtractiveAnswer().invoke(  # doctest: +ELLIPSIS
+    ...     {"question": "heat", "documents": [Document("Heat rises.")]}
+    ... ))
+    [offline extractive answer] No chat model ...
+    - Heat rises. [1]
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    name: str | None = "answer"
+    sentences: int = 3
+    """Sentences quoted at most."""
+    per_passage: int = 1
+    """Sentences quoted at most from one passage."""
+    terms_of: Terms = tokenize
+
+    def model_post_init(self, context: Any) -> None:
+        validate_count("sentences", self.sentences)
+        validate_count("per_passage", self.per_passage)
+
+    def lines(self, state: Mapping[str, Any]) -> list[str]:
+        """The answer's lines for one state (no callbacks)."""
+        if not isinstance(state, Mapping) or "documents" not in state:
+            raise TypeError(
+                "ExtractiveAnswer input must be a mapping with 'question' and 'documents', "
+                f"got {type(state).__name__}"
+            )
+        documents = [*state["documents"], *state.get("step_back_documents", [])]
+        return extractive_answer(
+            question_of(state),
+            documents,
+            self.terms_of,
+            sentences=self.sentences,
+            per_passage=self.per_passage,
+            queries=state.get("queries", ()),
+        )
+
+    def _stream_lines(self, inputs: Iterator[Mapping[str, Any]]) -> Iterator[str]:
+        for state in inputs:
+            for number, line in enumerate(self.lines(state)):
+                yield line if number == 0 else "\n" + line
+
+    def stream(
+        self, input: Mapping[str, Any], config: RunnableConfig | None = None, **kwargs: Any
+    ) -> Iterator[str]:
+        yield from self._transform_stream_with_config(iter([input]), self._stream_lines, config)
+
+    def invoke(
+        self, input: Mapping[str, Any], config: RunnableConfig | None = None, **kwargs: Any
+    ) -> str:
+        return "".join(self.stream(input, config))
+
+
+__all__ = [
+    "OFFLINE_LABEL",
+    "OFFLINE_NOTE",
+    "PASSAGE_DISCOUNT",
+    "RELATED_TERM_WEIGHT",
+    "ExtractiveAnswer",
+    "Terms",
+    "best_sentences",
+    "extractive_answer",
+    "inverse_document_frequency",
+    "passage_sentences",
+    "split_sentences",
+]
