@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 from rich.text import Text
 
 from rag_fusion_chain import chains, ingest, models, offline, serving, strategies
@@ -43,6 +42,7 @@ from rag_fusion_chain.rendering import (
     render_answer,
     reported_errors,
     retrieval_record,
+    scores_table,
     sources_table,
 )
 from rag_fusion_chain.retrievers.index_directory import (
@@ -598,18 +598,18 @@ def eval_dataset(
                 query_count=len(dataset.queries),
                 queries_limit=queries_limit,
             )
-            table = Table(title=f"{summary.title}, LangSmith experiments")
-            table.add_column("setup", justify="left")
-            for metric in evaluate.DEFAULT_METRICS:
-                table.add_column(metric, justify="right")
-            table.add_column("experiment", justify="left")
-            for experiment in experiments:
-                table.add_row(
+            rows = [
+                [
                     experiment.setup,
                     *(f"{experiment.scores[metric]:.4f}" for metric in evaluate.DEFAULT_METRICS),
                     experiment.experiment_name,
-                )
-            output.print(table)
+                ]
+                for experiment in experiments
+            ]
+            headers = ["setup", *evaluate.DEFAULT_METRICS, "experiment"]
+            output.print(
+                scores_table(headers, rows, title=f"{summary.title}, LangSmith experiments")
+            )
             for experiment in experiments:
                 where = experiment.url or f"dataset {experiment.dataset_name}"
                 output.print(
@@ -638,16 +638,10 @@ def eval_dataset(
                 progress=progress_bars(progress, "completed"),
             )
         headers, rows = evaluate.comparison_table(evaluation.comparison)
-        table = Table(
-            title=evaluation.summary.title,
-            caption=f"p: paired {stat_test} test against {evaluation.comparison.baseline}; "
-            f"* p < {max_p}",
+        caption = (
+            f"p: paired {stat_test} test against {evaluation.comparison.baseline}; * p < {max_p}"
         )
-        for header in headers:
-            table.add_column(header, justify="left" if header == "setup" else "right")
-        for row in rows:
-            table.add_row(*row)
-        output.print(table)
+        output.print(scores_table(headers, rows, title=evaluation.summary.title, caption=caption))
         _write_scores(json_path, plot, evaluation.summary)
 
 

@@ -474,3 +474,15 @@ def answer_record(
     """
     state = {**result, "question": question, "retrieved": lists}
     return {**retrieval_record(state, strategy), "answer": result["answer"]}
+
+
+def scores_table(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], *, title: str, caption: str | None = None
+) -> Table:
+    """An evaluation table: text columns (``setup``, ``experiment``) left, scores right."""
+    table = Table(title=title, caption=caption)
+    for header in headers:
+        table.add_column(header, justify="left" if header in ("setup", "experiment") else "right")
+    for row in rows:
+        table.add_row(*row)
+    return table
