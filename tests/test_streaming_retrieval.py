@@ -138,7 +138,8 @@ class RecordingRetriever(BatchedRetriever):
 
 
 class RecordingEmbeddings(DeterministicFakeEmbedding):
-    """Records each ``embed_documents`` call; the first one can wait until an event happened."""
+    """Records each ``embed_documents`` call, and ``embed:<text>`` / ``embedded:<text>`` on the
+    timeline as it starts and ends; the first call can wait until an event happened."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
@@ -148,9 +149,14 @@ class RecordingEmbeddings(DeterministicFakeEmbedding):
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         self.calls.append(list(texts))
+        for text in texts:
+            self.timeline.record(f"embed:{text}")
         if len(self.calls) == 1 and self.first_call_waits_for is not None:
             self.timeline.wait_for(self.first_call_waits_for)
-        return super().embed_documents(texts)
+        vectors = super().embed_documents(texts)
+        for text in texts:
+            self.timeline.record(f"embedded:{text}")
+        return vectors
 
 
 def slow_model(timeline: Timeline, *replies: str, token_delay: float = 0.01) -> SlowChatModel:
@@ -304,8 +310,14 @@ async def test_async_transform_matches_invoke() -> None:
 
 # ---------------------------------------------------------------- dispatch on arrival
 # Issue 10 changed the contract: a query that arrives while its retriever is busy is sent at once,
-# beside the call in flight (it used to wait and join that retriever's next batch). Queries share
-# one call only when they arrive together.
+# beside the call in flight (it used to wait for that call to end and join the next batch).
+# Queries share one call only when they are waiting together as it starts: one list, one chunk of
+# several lines, or lines that arrived while its thread (or task) was not yet running.
+
+
+def searched_once(calls: list[list[str]], expected: list[str]) -> bool:
+    """Every expected query in exactly one call."""
+    return sorted(query for call in calls for query in call) == sorted(expected)
 
 
 @pytest.mark.parametrize("call", ["invoke", "ainvoke"])
@@ -313,15 +325,20 @@ async def test_each_query_is_embedded_at_once_even_while_an_embedding_call_is_in
     call: str,
 ) -> None:
     timeline = Timeline()
-    # the question's embedding call lasts until the model has written every query
-    embeddings = RecordingEmbeddings(size=16, timeline=timeline, first_call_waits_for=MODEL_END)
+    # the first embedding call lasts until the last generated query is being embedded: a query
+    # that waited for a busy call to end would stall it for the timeline's 5 s instead
+    last = GENERATED[-1]
+    embeddings = RecordingEmbeddings(
+        size=16, timeline=timeline, first_call_waits_for=f"embed:{last}"
+    )
     retrieval = StreamingInvoke(
         generator(timeline, include_original=True, token_delay=0.0)
         | MultiRetriever(vector_retriever(embeddings))
     )
     results = retrieval.invoke(QUESTION) if call == "invoke" else await retrieval.ainvoke(QUESTION)
-    # one request per query, none waiting for the first (which lasts until the model has ended)
-    assert sorted(embeddings.calls) == sorted([[QUESTION], *([query] for query in GENERATED)])
+    assert embeddings.calls[0][0] == QUESTION
+    assert timeline.position(f"embed:{last}") < timeline.position(f"embedded:{QUESTION}")
+    assert searched_once(embeddings.calls, [QUESTION, *GENERATED])
     assert results.queries == [QUESTION, *GENERATED]
 
 
@@ -349,7 +366,8 @@ async def test_a_query_never_waits_for_a_busy_call_to_the_same_retriever(call: s
         (results,) = fan_out.transform(arrivals())
     else:
         (results,) = [chunk async for chunk in fan_out.atransform(async_arrivals())]
-    assert sorted(retriever.batches) == [["x"], ["y"], ["z"]]
+    assert retriever.batches[0] == ["x"]  # y and z: one call or two, beside it
+    assert searched_once(retriever.batches, ["x", "y", "z"])
     assert timeline.position("search:r:z") < timeline.position("done:r:x")
     assert results.queries == ["x", "y", "z"]
 
@@ -359,8 +377,60 @@ def test_queries_arriving_together_share_one_embedding_request() -> None:
     embeddings = RecordingEmbeddings(size=16, timeline=timeline)
     fan_out = MultiRetriever(vector_retriever(embeddings))
     (results,) = fan_out.transform(iter([["x", "y"], ["z"]]))
-    assert sorted(embeddings.calls) == [["x", "y"], ["z"]]  # the two calls run side by side
+    # z joins them if it came before their call's thread started, else has a call of its own
+    assert embeddings.calls in ([["x", "y"], ["z"]], [["z"], ["x", "y"]], [["x", "y", "z"]])
     assert len(embeddings.calls) <= len(results.queries)
+
+
+@pytest.mark.parametrize("call", ["transform", "atransform"])
+async def test_queries_waiting_for_a_free_slot_go_together(call: str) -> None:
+    # max_concurrency=1: the call for x holds the one slot until y and z have arrived; the call
+    # started for y waits for the slot, z joins it, and both are searched in one request
+    timeline = Timeline()
+    retriever = RecordingRetriever(timeline=timeline, first_batch_waits_for="z sent")
+    fan_out = MultiRetriever(retriever)
+    config: RunnableConfig = {"max_concurrency": 1}
+
+    def arrivals() -> Iterator[list[str]]:
+        yield ["x"]
+        timeline.wait_for("search:r:x")
+        yield ["y"]
+        yield ["z"]
+        timeline.record("z sent")
+
+    async def async_arrivals() -> AsyncIterator[list[str]]:
+        yield ["x"]
+        await asyncio.to_thread(timeline.wait_for, "search:r:x")
+        yield ["y"]
+        yield ["z"]
+        timeline.record("z sent")
+
+    if call == "transform":
+        (results,) = fan_out.transform(arrivals(), config)
+    else:
+        (results,) = [chunk async for chunk in fan_out.atransform(async_arrivals(), config)]
+    assert retriever.batches == [["x"], ["y", "z"]]
+    assert contents(results) == [["r:x:0", "r:x:1"], ["r:y:0", "r:y:1"], ["r:z:0", "r:z:1"]]
+
+
+@pytest.mark.parametrize("call", ["transform", "atransform"])
+async def test_a_late_call_is_recorded_for_every_query_it_took(call: str) -> None:
+    # x and y wait together for the one slot, held by w's call until after the time bound
+    timeline = Timeline()
+    retriever = RecordingRetriever(timeline=timeline, delay=0.3)
+    fan_out = MultiRetriever([retriever, TagRetriever(tag="a", count=1)], timeout=0.1)
+    config: RunnableConfig = {"max_concurrency": 1}
+    with pytest.warns(UserWarning, match="failed for 3 of 3 queries"):
+        if call == "transform":
+            (results,) = fan_out.transform(iter([["w"], ["x"], ["y"]]), config)
+        else:
+            (results,) = [
+                chunk async for chunk in fan_out.atransform(chunks_of(["w"], ["x"], ["y"]), config)
+            ]
+    assert [(failure.query, failure.error) for failure in results.failures] == [
+        (query, "TimeoutError: no answer within 0.1 s") for query in ["w", "x", "y"]
+    ]
+    assert contents(results) == [["a:w:0"], ["a:x:0"], ["a:y:0"]]
 
 
 def test_a_whole_list_is_one_batch_per_retriever_and_str_chunks_are_one_query() -> None:

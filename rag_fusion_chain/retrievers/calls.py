@@ -1,4 +1,5 @@
-"""Calling retrievers: accepted inputs, source names, concurrency split, and the time bound.
+"""Calling retrievers: accepted inputs, source names, concurrency split, which queries a call
+takes (:class:`Waiting`, :class:`Batch`), and the time bound.
 
 Every retrieval call of the fan-out is bounded in time: ``DEFAULT_TIMEOUT`` seconds unless the
 user sets ``MultiRetriever(timeout=...)`` (``None`` to wait without a bound). A late call is
@@ -123,6 +124,61 @@ def late(timeout: float) -> TimeoutError:
     return TimeoutError(f"no answer within {timeout} s")
 
 
+class Waiting:
+    """The queries (by position) waiting for one retriever's next call.
+
+    A query posted to an empty ``Waiting`` needs a new call; one posted while a call is started
+    but has not yet taken its queries simply joins that call. Nothing waits for a call in flight:
+    a call takes the waiting queries the moment it starts, and later ones start the next call.
+
+    >>> waiting = Waiting()
+    >>> waiting.post([0]), waiting.post([1, 2])  # a new call for 0; 1 and 2 join it
+    (True, False)
+    >>> batch = Batch(waiting)
+    >>> batch.positions(), waiting.post([3])  # the call took 0-2; 3 needs a new call
+    ([0, 1, 2], True)
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.positions: list[int] = []
+
+    def post(self, positions: Sequence[int]) -> bool:
+        """Add ``positions``; True when no started call will take them (start one)."""
+        with self.lock:
+            needs_call = not self.positions and bool(positions)
+            self.positions.extend(positions)
+            return needs_call
+
+
+class Batch:
+    """The queries one call searches: fixed ones, or those waiting when it first asks.
+
+    Asked again (by the collector, say, after the call was late), it answers the same positions.
+
+    >>> Batch([4]).positions()
+    [4]
+    """
+
+    def __init__(self, source: Waiting | Sequence[int]) -> None:
+        self._waiting: Waiting | None = None
+        self._positions: list[int] | None = None
+        if isinstance(source, Waiting):
+            self._waiting = source
+        else:
+            self._positions = list(source)
+
+    def positions(self) -> list[int]:
+        """The positions searched by this call, taken from its ``Waiting`` on the first ask."""
+        if self._waiting is None:
+            assert self._positions is not None
+            return self._positions
+        with self._waiting.lock:
+            if self._positions is None:
+                self._positions, self._waiting.positions = self._waiting.positions, []
+            return self._positions
+
+
 class TimedCall(Generic[T]):
     """``function()`` running in a thread of its own, started at once, awaited with a time bound.
 
@@ -199,8 +255,10 @@ async def acall_with_timeout(call: Awaitable[T], timeout: float | None) -> T:
 
 __all__ = [
     "DEFAULT_TIMEOUT",
+    "Batch",
     "QueriesInput",
     "TimedCall",
+    "Waiting",
     "accepts_k",
     "acall_with_timeout",
     "as_query_list",

@@ -1,11 +1,13 @@
 """MultiRetriever: search several queries over several retrievers at once; output ready for fusion.
 
 Dispatch rule: a query is sent to every retriever the moment it is known, whatever else is in
-flight for that retriever; nothing waits for a busy retriever to finish. Queries known at the same
-moment (a list given to ``invoke``, or one streamed chunk carrying several lines) go together, in
-one ``batch`` call, to a retriever that batches natively (one embedding request for all of them:
-the kit's ``VectorRetriever`` and ``BM25Retriever``, or any retriever overriding ``batch``); other
-retrievers get one call per query. ``max_concurrency`` (from the config) bounds the calls in flight.
+flight for that retriever; nothing waits for a busy retriever to finish. A retriever that batches
+natively (one embedding request for several queries: the kit's ``VectorRetriever`` and
+``BM25Retriever``, or any retriever overriding ``batch``) gets, in one call, the queries that are
+waiting together when that call starts: a list given to ``invoke``, one streamed chunk carrying
+several lines, or lines that arrived while the call's thread was still starting (an instant model
+writes them all in that time). Other retrievers get one call per query. ``max_concurrency`` (from
+the config) bounds the calls in flight; queries waiting for a free slot go together too.
 
 >>> from langchain_core.retrievers import BaseRetriever
 >>> class Echo(BaseRetriever):
@@ -40,8 +42,10 @@ from pydantic import ConfigDict, model_validator
 from rag_fusion_chain.fusion import RankedList, validate_weights
 from rag_fusion_chain.retrievers.calls import (
     DEFAULT_TIMEOUT,
+    Batch,
     QueriesInput,
     TimedCall,
+    Waiting,
     acall_with_timeout,
     accepts_k,
     as_retriever_list,
@@ -62,8 +66,8 @@ from rag_fusion_chain.validation import validate_count
 
 OnError = Literal["warn", "raise"]
 
-Call = tuple[int, range]
-"""One retriever call: the retriever's index and the positions of the queries it searches."""
+Call = tuple[int, Batch]
+"""One retriever call: the retriever's index and the queries (positions) it searches."""
 
 
 def batches_natively(retriever: Runnable[Any, Any]) -> bool:
@@ -139,52 +143,59 @@ class MultiRetriever(RunnableSerializable[QueriesInput, list[list[Document]]]):
 
     # ---- planning calls ----------------------------------------------------------------------
 
-    def _calls(self, first: int, count: int) -> list[Call]:
-        """The calls that search queries ``first`` .. ``first + count - 1``: per retriever, one
-        for all of them if it batches natively, else one per query."""
+    def _calls(self, waiting: list[Waiting | None], first: int, count: int) -> list[Call]:
+        """The calls to start for queries ``first`` .. ``first + count - 1``: for a retriever that
+        batches natively, one unless a started call will take them (``waiting[index]``); for
+        other retrievers (``None``), one per query."""
+        positions = range(first, first + count)
         calls: list[Call] = []
-        for index, retriever in enumerate(self.retrievers):
-            if batches_natively(retriever):
-                calls.append((index, range(first, first + count)))
-            else:
-                calls.extend(
-                    (index, range(position, position + 1))
-                    for position in range(first, first + count)
-                )
-        return calls if count else []
+        for index, waiting_queries in enumerate(waiting):
+            if waiting_queries is None:
+                calls.extend((index, Batch([position])) for position in positions)
+            elif waiting_queries.post(positions):
+                calls.append((index, Batch(waiting_queries)))
+        return calls
+
+    def _waiting(self) -> list[Waiting | None]:
+        """Per retriever, where queries wait for its next call; None if it takes one per call."""
+        return [Waiting() if batches_natively(retriever) else None for retriever in self.retrievers]
 
     def _search_keywords(self, retriever: Runnable[Any, Any]) -> dict[str, Any]:
         return {"k": self.k} if self.k is not None and accepts_k(retriever) else {}
 
     # ---- one call ----------------------------------------------------------------------------
 
-    def _search(self, index: int, queries: list[str], config: RunnableConfig) -> list[Outcome]:
+    def _search(
+        self, index: int, batch: Batch, queries: list[str], config: RunnableConfig
+    ) -> list[Outcome]:
         """One retriever call (in its own thread: see :meth:`_retrieve_stream`)."""
         retriever = self.retrievers[index]
+        searched = [queries[position] for position in batch.positions()]
         results = retriever.batch(
-            queries, config, return_exceptions=True, **self._search_keywords(retriever)
+            searched, config, return_exceptions=True, **self._search_keywords(retriever)
         )
         return [checked_documents(result) for result in results]
 
-    def _outcomes(self, call: TimedCall[list[Outcome]], count: int) -> list[Outcome]:
-        """What a call gave, once it ends or is late; its error for each of its ``count`` queries."""
+    def _outcomes(self, call: Call, timed_call: TimedCall[list[Outcome]]) -> list[Outcome]:
+        """What a call gave, once it ends or is late; its error for each of its queries."""
         try:
-            return call.result(self.timeout)
+            return timed_call.result(self.timeout)
         except Exception as error:  # recorded per query by _collect
-            return [error] * count
+            return [error] * len(call[1].positions())
 
     async def _aoutcomes(
-        self, index: int, queries: list[str], config: RunnableConfig
+        self, index: int, batch: Batch, queries: list[str], config: RunnableConfig
     ) -> list[Outcome]:
         retriever = self.retrievers[index]
+        searched = [queries[position] for position in batch.positions()]
         keywords = self._search_keywords(retriever)
         try:
             results = await acall_with_timeout(
-                retriever.abatch(queries, config, return_exceptions=True, **keywords),
+                retriever.abatch(searched, config, return_exceptions=True, **keywords),
                 self.timeout,
             )
         except Exception as error:  # recorded per query by _collect
-            return [error] * len(queries)
+            return [error] * len(searched)
         return [checked_documents(result) for result in results]
 
     # ---- all calls ---------------------------------------------------------------------------
@@ -194,8 +205,8 @@ class MultiRetriever(RunnableSerializable[QueriesInput, list[list[Document]]]):
     ) -> RetrievalResults:
         """Order outcomes query-major, then retriever; record, warn about or raise failures."""
         table: list[dict[int, Outcome]] = [{} for _ in self.retrievers]
-        for (index, positions), outcomes in finished:
-            table[index].update(zip(positions, outcomes, strict=True))
+        for (index, batch), outcomes in finished:
+            table[index].update(zip(batch.positions(), outcomes, strict=True))
         names = source_names(self.retrievers)
         weights = self.weights or [1.0] * len(self.retrievers)
         ranked_lists: list[RankedList] = []
@@ -253,15 +264,14 @@ class MultiRetriever(RunnableSerializable[QueriesInput, list[list[Document]]]):
         at_once, child = self._child_config(run_manager, config)
         slots = None if at_once is None else threading.Semaphore(at_once)
         reader, queries = QueryStream(), cast(list[str], [])
+        waiting = self._waiting()
         pending: list[tuple[Call, TimedCall[list[Outcome]]]] = []
 
         def dispatch(new_queries: list[str]) -> None:
             first = len(queries)
             queries.extend(new_queries)
-            for call in self._calls(first, len(new_queries)):
-                index, positions = call
-                searched = [queries[position] for position in positions]
-                search = functools.partial(self._search, index, searched, child)
+            for call in self._calls(waiting, first, len(new_queries)):
+                search = functools.partial(self._search, *call, queries, child)
                 pending.append((call, TimedCall(search, slots)))
 
         try:
@@ -272,7 +282,7 @@ class MultiRetriever(RunnableSerializable[QueriesInput, list[list[Document]]]):
             for _, timed_call in pending:  # the calls in flight end (or are late) first
                 concurrent.futures.wait([timed_call.future], timeout=self.timeout)
             raise
-        finished = [(call, self._outcomes(timed, len(call[1]))) for call, timed in pending]
+        finished = [(call, self._outcomes(call, timed_call)) for call, timed_call in pending]
         yield self._collect(queries, finished)
 
     async def _aretrieve_stream(
@@ -287,20 +297,18 @@ class MultiRetriever(RunnableSerializable[QueriesInput, list[list[Document]]]):
             nullcontext() if at_once is None else asyncio.Semaphore(at_once)
         )
         reader, queries = QueryStream(), cast(list[str], [])
+        waiting = self._waiting()
         pending: list[tuple[Call, asyncio.Task[list[Outcome]]]] = []
 
-        async def bounded(index: int, searched: list[str]) -> list[Outcome]:
+        async def bounded(index: int, batch: Batch) -> list[Outcome]:
             async with slots:
-                return await self._aoutcomes(index, searched, child)
+                return await self._aoutcomes(index, batch, queries, child)
 
         def dispatch(new_queries: list[str]) -> None:
             first = len(queries)
             queries.extend(new_queries)
-            for call in self._calls(first, len(new_queries)):
-                index, positions = call
-                searched = [queries[position] for position in positions]
-                task = asyncio.create_task(bounded(index, searched))
-                pending.append((call, task))
+            for call in self._calls(waiting, first, len(new_queries)):
+                pending.append((call, asyncio.create_task(bounded(*call))))
 
         try:
             async for chunk in chunks:
