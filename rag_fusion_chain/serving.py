@@ -310,7 +310,7 @@ def chroma_server_index(url: str, collection: str, embedding: str | None) -> Ope
         host=host,
         port=port,
         ssl=https,
-        settings=chromadb.config.Settings(anonymized_telemetry=False),
+        settings=chromadb.config.Settings(),  # the defaults, as langchain_chroma uses
     )
     # chromadb's HTTP session waits forever; bound every request (private attribute, guarded).
     session = getattr(getattr(client, "_server", None), "_session", None)

@@ -491,21 +491,33 @@ def test_chroma_server_roundtrip(chroma_server: Any, embeddings: CountingEmbeddi
         )
 
 
-def test_build_chroma_shares_an_in_memory_chroma_the_user_made_first() -> None:
-    """Chroma allows one in-memory system per process: a user's ``Chroma.from_documents`` (default
-    settings) made before the kit's store must not make ``build_chroma`` fail. A fresh process, so
-    no other test's client is there first."""
-    script = (
-        "import chromadb\n"
-        "from langchain_core.documents import Document\n"
-        "from langchain_core.embeddings import DeterministicFakeEmbedding\n"
-        "from rag_fusion_chain.retrievers.stores import build_chroma\n"
-        "chromadb.EphemeralClient()\n"
-        "store = build_chroma([Document('a passage')], DeterministicFakeEmbedding(size=8))\n"
-        "print(store.similarity_search('a passage', k=1)[0].page_content)\n"
+USER_CHROMA = (
+    "user = Chroma.from_documents([Document('their passage')], DeterministicFakeEmbedding(size=8))"
+)
+KIT_CHROMA = "kit = build_chroma([Document('a passage')], DeterministicFakeEmbedding(size=8))"
+
+
+@pytest.mark.parametrize("first, second", [(USER_CHROMA, KIT_CHROMA), (KIT_CHROMA, USER_CHROMA)])
+def test_the_kit_and_the_users_in_memory_chroma_work_in_either_order(
+    first: str, second: str
+) -> None:
+    """Chroma allows one in-memory system per process, and refuses a second client with other
+    settings: the kit's store and a user's ``Chroma.from_documents`` (default settings) must both
+    work, whichever comes first. A fresh process, so no other test's client is there first."""
+    script = "\n".join(
+        [
+            "from langchain_chroma import Chroma",
+            "from langchain_core.documents import Document",
+            "from langchain_core.embeddings import DeterministicFakeEmbedding",
+            "from rag_fusion_chain.retrievers.stores import build_chroma",
+            first,
+            second,
+            "print(kit.similarity_search('a passage', k=1)[0].page_content)",
+            "print(user.similarity_search('their passage', k=1)[0].page_content)",
+        ]
     )
     completed = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
     )
     assert completed.returncode == 0, completed.stderr
-    assert completed.stdout.strip() == "a passage"
+    assert completed.stdout.split() == ["a", "passage", "their", "passage"]

@@ -128,6 +128,26 @@ class BatchedRetriever(BaseRetriever):
             local_metadata=self.metadata,
         )
 
+    def _run_starts(
+        self,
+        config: RunnableConfig | list[RunnableConfig] | None,
+        count: int,
+        manager_class: type[CallbackManager | AsyncCallbackManager],
+    ) -> list[tuple[Any, str, Any]]:
+        """(callback manager, run name, run id) to start each query's run with.
+
+        One config for the whole batch is configured once (configuring is the costly part; the
+        queries' runs are siblings under the same parent either way); a list, once per query.
+        """
+        configs = get_config_list(config, count)
+        shared = None if isinstance(config, list) else self._configure(configs[0], manager_class)
+        starts = []
+        for query_config in configs:
+            manager = self._configure(query_config, manager_class) if shared is None else shared
+            name = query_config.get("run_name") or self.get_name()
+            starts.append((manager, name, query_config.pop("run_id", None)))
+        return starts
+
     def batch(
         self,
         inputs: list[str],
@@ -144,15 +164,11 @@ class BatchedRetriever(BaseRetriever):
             return []
         queries = list(inputs)
         k = self._batch_k(dict(kwargs))
-        configs = get_config_list(config, len(queries))
         run_managers = [
-            self._configure(query_config, CallbackManager).on_retriever_start(
-                None,
-                query,
-                name=query_config.get("run_name") or self.get_name(),
-                run_id=query_config.pop("run_id", None),
+            manager.on_retriever_start(None, query, name=name, run_id=run_id)
+            for query, (manager, name, run_id) in zip(
+                queries, self._run_starts(config, len(queries), CallbackManager), strict=True
             )
-            for query, query_config in zip(queries, configs, strict=True)
         ]
         try:
             results = self._retrieve_many(queries, k, run_managers)
@@ -179,15 +195,11 @@ class BatchedRetriever(BaseRetriever):
             return []
         queries = list(inputs)
         k = self._batch_k(dict(kwargs))
-        configs = get_config_list(config, len(queries))
         run_managers = [
-            await self._configure(query_config, AsyncCallbackManager).on_retriever_start(
-                None,
-                query,
-                name=query_config.get("run_name") or self.get_name(),
-                run_id=query_config.pop("run_id", None),
+            await manager.on_retriever_start(None, query, name=name, run_id=run_id)
+            for query, (manager, name, run_id) in zip(
+                queries, self._run_starts(config, len(queries), AsyncCallbackManager), strict=True
             )
-            for query, query_config in zip(queries, configs, strict=True)
         ]
         try:
             results = await self._aretrieve_many(queries, k, run_managers)

@@ -160,16 +160,14 @@ def _chroma_client(
     if client is not None:
         return client
     chromadb, _ = _chroma_modules()
-    settings = chromadb.config.Settings(anonymized_telemetry=False)
+    # langchain_chroma's default settings: Chroma keeps one system per process (in memory) or per
+    # directory and refuses a second client with other settings, so the kit's client and a user's
+    # own ``Chroma(...)`` / ``Chroma.from_documents`` must agree, whichever comes first.
+    settings = chromadb.config.Settings()
     if host is not None:
         return chromadb.HttpClient(host=host, port=port or 8000, settings=settings)
     if persist_directory is None:
-        try:
-            return chromadb.EphemeralClient(settings=settings)
-        except ValueError:
-            # Chroma keeps one in-memory system per process: when the user's own code made it first
-            # (``Chroma.from_documents`` with default settings), share theirs rather than fail.
-            return chromadb.EphemeralClient()
+        return chromadb.EphemeralClient(settings=settings)
     if must_exist and not Path(persist_directory).is_dir():
         raise FileNotFoundError(f"Chroma persist directory not found: {persist_directory}")
     return chromadb.PersistentClient(path=str(persist_directory), settings=settings)
