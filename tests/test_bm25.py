@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +165,46 @@ def test_batch_scores_all_queries_in_one_bm25s_call() -> None:
     assert batched == [*singles, []]
     assert counter.starts == ["solar", "光伏", "wind", "zzz"]
     assert counter.ends == 4
+
+
+class RunRecorder(BaseCallbackHandler):
+    """Records each retriever run's query, ids, tags and metadata."""
+
+    def __init__(self) -> None:
+        self.runs: list[dict[str, Any]] = []
+
+    def on_retriever_start(self, serialized: Any, query: str, **kwargs: Any) -> None:
+        self.runs.append({"query": query, **kwargs})
+
+
+def test_batch_reports_one_run_per_query_with_the_configs_tags_and_metadata() -> None:
+    # one config for the batch is configured once; every query still gets a run of its own
+    retriever = BM25Retriever.from_documents(ENGLISH, k=1)
+    recorder = RunRecorder()
+    first_run = uuid.uuid4()
+    config = {
+        "callbacks": [recorder],
+        "tags": ["mine"],
+        "metadata": {"user": "u1"},
+        "run_name": "keyword search",
+        "run_id": first_run,
+    }
+    with pytest.warns(RuntimeWarning, match="first element"):  # LangChain's rule for run_id
+        retriever.batch(["solar", "wind"], config)
+    assert [run["query"] for run in recorder.runs] == ["solar", "wind"]
+    assert recorder.runs[0]["run_id"] == first_run
+    assert len({run["run_id"] for run in recorder.runs}) == 2
+    assert all(run["name"] == "keyword search" for run in recorder.runs)
+    assert all("mine" in run["tags"] and run["metadata"]["user"] == "u1" for run in recorder.runs)
+    # a list of configs: each query's own
+    recorder.runs.clear()
+    retriever.batch(
+        ["solar", "wind"], [{"callbacks": [recorder], "tags": [tag]} for tag in ("a", "b")]
+    )
+    assert [("a" in run["tags"], "b" in run["tags"]) for run in recorder.runs] == [
+        (True, False),
+        (False, True),
+    ]
 
 
 def test_batch_honours_k_and_map_uses_batch() -> None:
