@@ -34,13 +34,14 @@ import functools
 import ipaddress
 import math
 import os
-import re
 import warnings
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit, urlunsplit
+
+from rag_fusion_chain.validation import redact_credentials
 
 if TYPE_CHECKING:
     from langchain_core.embeddings import Embeddings
@@ -440,21 +441,6 @@ def _generic_identity(embeddings: Any) -> str:
     }
     arguments = ", ".join(f"{key}={value!r}" for key, value in scalars.items())
     return redact_credentials(f"{kind.__module__}.{kind.__qualname__}({arguments})")
-
-
-_URL_CREDENTIALS = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/?#\s]*@")
-"""A URL's ``user:password@`` (up to its last ``@`` before the path)."""
-
-
-def redact_credentials(text: str) -> str:
-    """``text`` with the user name and password of every URL in it replaced by ``***``.
-
-    >>> redact_credentials("http://user:secret@localhost:8000/v1")
-    'http://***@localhost:8000/v1'
-    >>> redact_credentials("https://api.openai.com/v1")
-    'https://api.openai.com/v1'
-    """
-    return _URL_CREDENTIALS.sub(r"\g<scheme>***@", text)
 
 
 def _move_credentials_to_clients(base_url: str | None, kwargs: dict[str, Any]) -> str | None:

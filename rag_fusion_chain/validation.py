@@ -1,4 +1,5 @@
-"""Input validation every layer of the kit shares: the question, and positive counts.
+"""Input validation every layer of the kit shares: the question, positive counts, and URL
+credentials kept out of anything shown or stored.
 
 It imports nothing from the kit, so queries, retrievers, offline, chains and the CLI can all use
 it without pulling each other in.
@@ -9,6 +10,7 @@ it without pulling each other in.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Mapping
 from typing import Any
@@ -64,4 +66,26 @@ def validate_count(name: str, value: int, upper: int | None = None) -> int:
     return value
 
 
-__all__ = ["MAX_QUERIES", "MAX_QUESTION_CHARS", "QuestionInput", "question_of", "validate_count"]
+_URL_CREDENTIALS = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/?#\s]*@")
+"""A URL's ``user:password@`` (up to its last ``@`` before the path)."""
+
+
+def redact_credentials(text: str) -> str:
+    """``text`` with the user name and password of every URL in it replaced by ``***``.
+
+    >>> redact_credentials("http://user:secret@localhost:8000/v1")
+    'http://***@localhost:8000/v1'
+    >>> redact_credentials("https://api.openai.com/v1")
+    'https://api.openai.com/v1'
+    """
+    return _URL_CREDENTIALS.sub(r"\g<scheme>***@", text)
+
+
+__all__ = [
+    "MAX_QUERIES",
+    "MAX_QUESTION_CHARS",
+    "QuestionInput",
+    "question_of",
+    "redact_credentials",
+    "validate_count",
+]

@@ -117,6 +117,27 @@ def test_web_page_with_no_matching_text_warns_and_is_skipped(static_site: Static
         assert ingest.load_web([url], classes=["no-such-class"]) == []
 
 
+def test_url_credentials_reach_no_document_warning_or_error(static_site: StaticSite):
+    # the fetcher never sends them; ingest.load alone (not only build_index) keeps them out of
+    # the ids and sources it returns and of every message
+    secret = "canary-pw-0d9e"
+    with_credentials = static_site.add("/post.html", BLOG_POST).replace(
+        "http://", f"http://reader:{secret}@"
+    )
+    (document,) = ingest.load([with_credentials])
+    assert secret not in document.id and secret not in document.metadata["source"]
+    assert document.id == with_credentials.replace(f"reader:{secret}", "***")
+    with pytest.raises(ValueError, match="404") as missing:
+        ingest.load_web([static_site.url("/gone.html").replace("http://", f"http://u:{secret}@")])
+    assert secret not in str(missing.value) and secret not in missing.value.source
+    with pytest.warns(UserWarning) as caught:
+        ingest.load_web([with_credentials], classes=["no-such-class"])
+    assert all(secret not in str(warning.message) for warning in caught)
+    with pytest.raises(ValueError, match="only http") as refused:
+        ingest.load_web([f"ftp://u:{secret}@example.org/a.html"])
+    assert secret not in str(refused.value)
+
+
 def test_single_url_string_is_refused():
     with pytest.raises(TypeError, match="list"):
         ingest.load_web("http://127.0.0.1/page.html")

@@ -20,14 +20,21 @@ from dataclasses import dataclass, field
 
 from langchain_core.documents import Document
 
+from rag_fusion_chain.validation import redact_credentials
+
 
 class SourceProblem(Exception):
-    """A source that cannot be used; ``reason`` is short enough for a one-line summary."""
+    """A source that cannot be used; ``reason`` is short enough for a one-line summary.
+
+    A URL's ``user:password@`` never reaches the source, reason or message (they are shown and
+    stored: skip reports, warnings, index records).
+    """
 
     def __init__(self, source: str, reason: str, detail: str = "") -> None:
-        self.source = source
-        self.reason = reason
-        super().__init__(f"{source}: {reason}" + (f" ({detail})" if detail else ""))
+        self.source = redact_credentials(source)
+        self.reason = redact_credentials(reason)
+        shown_detail = f" ({redact_credentials(detail)})" if detail else ""
+        super().__init__(f"{self.source}: {self.reason}{shown_detail}")
 
 
 class UnreadableSourceError(SourceProblem, ValueError):

@@ -48,6 +48,7 @@ from rag_fusion_chain.ingest.problems import (
     SourceTimeoutError,
     UnreadableSourceError,
 )
+from rag_fusion_chain.validation import redact_credentials
 
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_MAX_BYTES = 10_000_000
@@ -122,9 +123,12 @@ def load_url(
     max_bytes: int = DEFAULT_MAX_BYTES,
     deny_private: bool | None = None,
 ) -> list[Document]:
-    """The documents of one URL; problems raise :class:`SourceProblem` subclasses."""
+    """The documents of one URL; problems raise :class:`SourceProblem` subclasses.
+
+    The documents' source and id are the URL without ``user:password@`` (never sent either).
+    """
     page = fetch(url, timeout=timeout, max_bytes=max_bytes, deny_private=deny_private)
-    return page_documents(page, url, classes)
+    return page_documents(page, redact_credentials(url), classes)
 
 
 def page_documents(page: Page, source: str, classes: Sequence[str] | None = None) -> list[Document]:
@@ -150,11 +154,11 @@ def check_web_url(url: str) -> None:
     """ValueError unless ``url`` is an http(s) URL with a host (and a valid port)."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"only http(s) URLs can be loaded, got {url!r}")
+        raise ValueError(f"only http(s) URLs can be loaded, got {redact_credentials(url)!r}")
     try:
         parts.port  # noqa: B018 - raises ValueError for a bad port
     except ValueError as error:
-        raise ValueError(f"invalid port in URL {url!r}") from error
+        raise ValueError(f"invalid port in URL {redact_credentials(url)!r}") from error
 
 
 def check_fetch_limits(timeout: float, max_bytes: int) -> None:
