@@ -390,6 +390,7 @@ def _index_sample(directory: Path) -> None:
         directory,
         store="faiss",
         embedding=shipped or models.DEFAULT_EMBEDDING,
+        embedding_name=models.DEFAULT_EMBEDDING if shipped else None,  # `ask` reopens it by name
         chunk_size=DEMO_CHUNK_SIZE,
         chunk_overlap=0,
         force=True,

@@ -222,8 +222,12 @@ def test_demo_indexes_the_sample_and_answers_offline(tmp_path: Path, minilm: Any
     }
     shown = cells_of_column(result.stdout, 2)
     assert any(titles[document_id][:40] in shown for document_id in relevant), shown
-    assert json.loads((tmp_path / "demo" / INDEX_FILE).read_text("utf-8"))["documents"] == 300
+    record = json.loads((tmp_path / "demo" / INDEX_FILE).read_text("utf-8"))
+    assert record["documents"] == 300
+    assert record["embedding"] == "minilm"  # so `ask --index` needs no --embedding
     first_run = time.monotonic() - started
+    asked = invoke("ask", SAMPLE_QUESTION, "--index", tmp_path / "demo", "--model", "offline")
+    assert asked.exit_code == 0, asked.output
     again = invoke("demo", "--index", tmp_path / "demo")  # reuses the index
     assert again.exit_code == 0 and "Indexing" not in again.stdout
     print(f"demo: {first_run:.1f} s with indexing")

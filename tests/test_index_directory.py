@@ -11,7 +11,7 @@ import pytest
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding, Embeddings
 
-from rag_fusion_chain import retrievers
+from rag_fusion_chain import models, retrievers
 from rag_fusion_chain.retrievers.bm25 import BM25Retriever
 from rag_fusion_chain.retrievers.index_directory import (
     BM25_DIRECTORY,
@@ -174,6 +174,33 @@ def test_the_embedding_name_is_recorded_and_resolved_again(
     build_index(corpus, tmp_path / "object", embedding=DeterministicFakeEmbedding(size=32))
     with pytest.raises(ValueError, match="pass the same embeddings"):
         open_index(tmp_path / "object")
+
+
+def test_an_embeddings_object_can_be_recorded_by_the_name_that_makes_it(
+    corpus: list[Path],
+    tmp_path: Path,
+    clean_model_env: pytest.MonkeyPatch,
+    clean_openai_stub: StubOpenAI,
+) -> None:
+    # `rag-fusion demo --index` builds from MiniLM with the sample's shipped vectors: an object,
+    # recorded as "minilm" so that `ask --index` reopens it by name
+    clean_model_env.setenv("OPENAI_BASE_URL", clean_openai_stub.base_url)
+    name = "openai:stub-embedding"
+    settings = build_index(
+        corpus, tmp_path / "named", embedding=models.embeddings(name), embedding_name=name
+    )
+    assert settings["embedding"] == name
+    assert open_index(tmp_path / "named").retrievers(hybrid=False, k=2)[0].invoke(QUESTION)
+    with pytest.raises(ValueError, match="embedding_name: 'openai:stub-embedding' makes"):
+        build_index(
+            corpus,
+            tmp_path / "other",
+            embedding=DeterministicFakeEmbedding(size=32),
+            embedding_name=name,
+        )
+    with pytest.raises(TypeError, match="embedding_name goes with an Embeddings object"):
+        build_index(corpus, tmp_path / "str", embedding=name, embedding_name=name)
+    assert not (tmp_path / "other").exists() and not (tmp_path / "str").exists()
 
 
 def test_names_are_exported_lazily_by_the_package() -> None:

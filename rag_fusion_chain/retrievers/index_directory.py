@@ -113,12 +113,21 @@ class OpenedIndex:
 # --------------------------------------------------------------------------------------------
 
 
+def _check_same_embeddings(name: str, embeddings: Embeddings) -> None:
+    """ValueError unless the embeddings ``name`` makes are ``embeddings`` (same identity)."""
+    named = models.embedding_identity(models.embeddings(name))
+    given = models.embedding_identity(embeddings)
+    if named != given:
+        raise ValueError(f"embedding_name: {name!r} makes {named}, not the given {given}")
+
+
 def build_index(
     sources_or_documents: Sequence[str | os.PathLike[str]] | Sequence[Document],
     out: str | os.PathLike[str],
     *,
     store: str = "faiss",
     embedding: str | Embeddings | None = None,
+    embedding_name: str | None = None,
     chunk_size: int | None = ingest.DEFAULT_CHUNK_SIZE,
     chunk_overlap: int = ingest.DEFAULT_CHUNK_OVERLAP,
     force: bool = False,
@@ -131,7 +140,8 @@ def build_index(
     :func:`ingest.load`), or documents already loaded. ``embedding``: a name for
     :func:`models.embeddings` (default ``$RAG_FUSION_EMBEDDING``, else MiniLM), recorded so
     :func:`open_index` can resolve it again, or an Embeddings object (then pass it to
-    :func:`open_index` too). ``chunk_size=None`` indexes the documents whole. An existing index
+    :func:`open_index` too, unless ``embedding_name`` names embeddings making the same vectors:
+    it is checked by identity and recorded instead). ``chunk_size=None`` indexes the documents whole. An existing index
     raises FileExistsError unless ``force``; files in ``out`` that are not the index's are kept.
     ``load_options``: keyword arguments for :func:`ingest.load_with_report` (``strict``,
     ``follow_symlinks``, ``max_file_size``, ``deny_private``...); the files read and those
@@ -146,7 +156,11 @@ def build_index(
     sources, loaded = _load(sources_or_documents, report, load_options or {})
     documents = loaded.documents
     if isinstance(embedding, Embeddings):
-        embedding_name, embeddings = None, embedding
+        embeddings = embedding
+        if embedding_name is not None:
+            _check_same_embeddings(embedding_name, embeddings)
+    elif embedding_name is not None:
+        raise TypeError("embedding_name goes with an Embeddings object; a name is recorded as is")
     else:
         embedding_name = embedding or os.environ.get(models.EMBEDDING_ENV)
         embedding_name = embedding_name or models.DEFAULT_EMBEDDING
