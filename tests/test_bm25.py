@@ -196,15 +196,17 @@ def test_batch_reports_one_run_per_query_with_the_configs_tags_and_metadata() ->
     assert len({run["run_id"] for run in recorder.runs}) == 2
     assert all(run["name"] == "keyword search" for run in recorder.runs)
     assert all("mine" in run["tags"] and run["metadata"]["user"] == "u1" for run in recorder.runs)
-    # a list of configs: each query's own
-    recorder.runs.clear()
-    retriever.batch(
-        ["solar", "wind"], [{"callbacks": [recorder], "tags": [tag]} for tag in ("a", "b")]
-    )
-    assert [("a" in run["tags"], "b" in run["tags"]) for run in recorder.runs] == [
-        (True, False),
-        (False, True),
-    ]
+    # a list (or any sequence) of configs: each query's own
+    for configs in (list, tuple):
+        recorder.runs.clear()
+        retriever.batch(
+            ["solar", "wind"],
+            configs({"callbacks": [recorder], "tags": [tag]} for tag in ("a", "b")),  # type: ignore[arg-type]
+        )
+        assert [("a" in run["tags"], "b" in run["tags"]) for run in recorder.runs] == [
+            (True, False),
+            (False, True),
+        ]
 
 
 def test_batch_honours_k_and_map_uses_batch() -> None:

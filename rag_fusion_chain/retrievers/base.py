@@ -137,10 +137,12 @@ class BatchedRetriever(BaseRetriever):
         """(callback manager, run name, run id) to start each query's run with.
 
         One config for the whole batch is configured once (configuring is the costly part; the
-        queries' runs are siblings under the same parent either way); a list, once per query.
+        queries' runs are siblings under the same parent either way); a sequence of configs (as
+        ``get_config_list`` reads one), once per query.
         """
         configs = get_config_list(config, count)
-        shared = None if isinstance(config, list) else self._configure(configs[0], manager_class)
+        one_config = not isinstance(config, Sequence)
+        shared = self._configure(configs[0], manager_class) if one_config else None
         starts = []
         for query_config in configs:
             manager = self._configure(query_config, manager_class) if shared is None else shared

@@ -141,14 +141,17 @@ def build_index(
     :func:`models.embeddings` (default ``$RAG_FUSION_EMBEDDING``, else MiniLM), recorded so
     :func:`open_index` can resolve it again, or an Embeddings object (then pass it to
     :func:`open_index` too, unless ``embedding_name`` names embeddings making the same vectors:
-    it is checked by identity and recorded instead). ``chunk_size=None`` indexes the documents whole. An existing index
-    raises FileExistsError unless ``force``; files in ``out`` that are not the index's are kept.
+    it is checked by identity and recorded instead). ``chunk_size=None`` indexes the documents
+    whole. An existing index raises FileExistsError unless ``force``; files in ``out`` that are
+    not the index's are kept.
     ``load_options``: keyword arguments for :func:`ingest.load_with_report` (``strict``,
     ``follow_symlinks``, ``max_file_size``, ``deny_private``...); the files read and those
     skipped (with the reason) are in the settings as ``files`` and ``skipped``.
     """
     if store not in STORES:
         raise ValueError(f"unknown store {store!r}: choose one of {', '.join(STORES)}")
+    if embedding_name is not None and not isinstance(embedding, Embeddings):
+        raise TypeError("embedding_name goes with an Embeddings object; a name is recorded as is")
     out = Path(out)
     if (out / INDEX_FILE).exists() and not force:
         raise _exists_error(out)
@@ -159,8 +162,6 @@ def build_index(
         embeddings = embedding
         if embedding_name is not None:
             _check_same_embeddings(embedding_name, embeddings)
-    elif embedding_name is not None:
-        raise TypeError("embedding_name goes with an Embeddings object; a name is recorded as is")
     else:
         embedding_name = embedding or os.environ.get(models.EMBEDDING_ENV)
         embedding_name = embedding_name or models.DEFAULT_EMBEDDING
