@@ -209,11 +209,105 @@ def test_passage_sentences_skip_tables_markup_and_keep_titles_apart() -> None:
     assert offline.passage_sentences(text) == [
         "A strong hive yields 15 to 25 kg of honey a year.",
         "Wax is a by-product.",
-        "Weak colonies make less",
-    ]
+    ]  # the unfinished last line is a fragment, not a sentence
     beir = "Microstructural development of white matter\nAlterations of the white matter."
     assert offline.passage_sentences(beir, title="Microstructural development of white matter") == [
         "Alterations of the white matter."
+    ]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Chain of thought (CoT; Wei et al. 2022) has become a standard technique.",
+        "Chain of thought (CoT; Wei et al. [1]) is a standard technique.",
+        "Many tools exist, e.g. search engines, i.e. programs that look things up.",
+        "See Fig. 3 and item No. 5 for details.",
+        "The value was 3.14 on average, up from 2.5 in 2020.",
+        "J. R. R. Tolkien wrote the book in 1937.",
+        "We used approx. 20 samples, as in Eq. (3).",
+        "Prices rose by 2.5% in 2020 [3].",
+    ],
+)
+def test_split_sentences_does_not_cut_at_abbreviations_numbers_initials_or_citations(
+    text: str,
+) -> None:
+    assert offline.split_sentences(f"{text} The next sentence follows.") == [
+        text,
+        "The next sentence follows.",
+    ]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "- “LLM-powered Autonomous Agents”.",
+        "arXiv preprint arXiv:2302.02676 (2023).",
+        "Author, A., & Author, B. (2020). Title of the work. Journal of Examples, 12(3), 4-9.",
+        "[1] Wei et al. “Chain of thought prompting elicits reasoning in large language models.” NeurIPS 2022",
+        "A. Hyvarinen and E. Oja, “Fast Independent Component Analysis”, Neural Networks, 13(4-5), 2000, pp. 411-430.",
+        "https://doi.org/10.1023/A:1010933404324",
+        "https://lilianweng.github.io/posts/2023-06-23-agent/",
+        "Weng, Lilian. (Jun 2023). “LLM-powered Autonomous Agents”. Lil’Log. https://lilianweng.github.io/posts/2023-06-23-agent/.",
+    ],
+)
+def test_reference_list_entries_are_never_quoted(line: str) -> None:
+    prose = "Agents plan their tasks with chain of thought prompting."
+    assert offline.passage_sentences(f"{prose}\n{line}") == [prose]
+    assert offline.passage_sentences(f"{prose}\n\n{line}") == [prose]
+
+
+@pytest.mark.parametrize(
+    "sentence",
+    [
+        "In their 2004 paper [1], O. Ledoit and M. Wolf propose a formula for the shrinkage.",
+        "Wei et al. (2022) showed that chain of thought prompting helps large models.",
+        "The Complement Naive Bayes classifier is described in Rennie et al. (2003).",
+        "See https://example.com/guide for the full list of options.",
+    ],
+)
+def test_prose_citing_a_work_is_still_quoted(sentence: str) -> None:
+    assert offline.passage_sentences(sentence) == [sentence]
+
+
+@pytest.mark.parametrize(
+    "fragment",
+    [
+        "and fed to a hasher with the tokens.",  # starts mid-sentence
+        "The refrigerant is then compressed by the",  # cut at a chunk boundary
+        "Wei, J., Wang, X., Schuurmans, D., and Zhou, D.",  # a list of authors
+        "Lil’Log.",
+        "def token_features(token, part_of_speech):",
+        "hasher = FeatureHasher(input_type='string') is built.",
+        "\x1b[31mRED TEXT\x1b[0m is printed here.",
+    ],
+)
+def test_fragments_that_are_not_sentences_are_not_quoted(fragment: str) -> None:
+    prose = "Heat pumps move heat with a refrigerant."
+    assert offline.passage_sentences(f"{prose}\n\n{fragment}") == [prose]
+
+
+def test_extractive_answer_on_a_blog_with_a_reference_list_quotes_only_prose() -> None:
+    post = (
+        "# Task Decomposition\n\n"
+        "Chain of thought (CoT; Wei et al. 2022) has become a standard prompting technique "
+        "for enhancing model performance on complex tasks.\n"
+        "Tree of Thoughts (Yao et al. 2023) extends CoT by exploring multiple reasoning "
+        "possibilities at each step.\n\n"
+        "# References\n\n"
+        "[1] Wei et al. “Chain of thought prompting elicits reasoning in large language models.” "
+        "NeurIPS 2022\n"
+        "[2] Yao et al. “Tree of Thoughts: Deliberate Problem Solving with Large Language Models.” "
+        "arXiv preprint arXiv:2305.10601 (2023).\n"
+    )
+    lines = offline.extractive_answer(
+        "chain of thought tree of thoughts", [Document(post)], tokenize, per_passage=3
+    )
+    assert lines[1:] == [
+        "- Tree of Thoughts (Yao et al. 2023) extends CoT by exploring multiple reasoning "
+        "possibilities at each step. [1]",
+        "- Chain of thought (CoT; Wei et al. 2022) has become a standard prompting technique "
+        "for enhancing model performance on complex tasks. [1]",
     ]
 
 
