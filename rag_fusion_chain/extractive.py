@@ -69,8 +69,8 @@ def inverse_document_frequency(document_frequency: int, document_count: int) -> 
 def split_sentences(text: str) -> list[str]:
     """Sentences of ``text``, whitespace collapsed: sentencex's rule-based segmenter (which
     knows "et al.", "e.g.", "Fig. 3", "3.14", initials, "[1]" and CJK ends) per paragraph, a
-    piece starting lowercase or with a closing bracket or following a never-final abbreviation
-    joined back to the one before. A single line break (wrapped PDF text) ends nothing.
+    piece starting lowercase or with a closing bracket, or following a never-final abbreviation
+    or an open parenthesis ("(Box 1) [2].") joined back to the one before. A single line break (wrapped PDF text) ends nothing.
 
     >>> split_sentences("Title\\n\\nFirst one,\\nwrapped. CoT (Wei et al. [1]) works. 第三句。第四句")
     ['Title', 'First one, wrapped.', 'CoT (Wei et al. [1]) works.', '第三句。', '第四句']
@@ -82,7 +82,9 @@ def split_sentences(text: str) -> list[str]:
             if not piece.strip():
                 continue
             if joined and (
-                _CANNOT_START.match(piece.lstrip()) or _NEVER_FINAL.search(pieces[-1].strip())
+                _CANNOT_START.match(piece.lstrip())
+                or _NEVER_FINAL.search(pieces[-1].strip())
+                or pieces[-1].count("(") > pieces[-1].count(")")
             ):
                 pieces[-1] += piece
             else:
@@ -103,7 +105,8 @@ _LEADING_AUTHOR = re.compile(
 _PUBLICATION_YEAR = re.compile(
     r"\((?:[A-Z][a-z]{2,8}\.?\s+)?(?:19|20)\d{2}[a-z]?\)[.,]\s*\S|,\s*(?:19|20)\d{2}[a-z]?[.,]"
 )
-_QUOTED_TITLE = re.compile(r"[“\"][^”\"]{3,}[”\"]")
+_QUOTED_TITLE = re.compile(r"[“\"][^”\"\s]+\s[^”\"]*\s[^”\"]*[”\"]")
+"""Three words or more in quotes: a title ("toll-access" in quotes is a term)."""
 _VENUE = re.compile(
     r"\b(?:Proc(?:eedings)?\b|Journal|Conference|Transactions|Vol\.|vol\.|pp\.|preprint|"
     r"NeurIPS|NIPS|ICML|ICLR|ACL|EMNLP|NAACL|CVPR|ICCV|AAAI|IJCAI|KDD|SIGIR)|\d+\(\d+(?:[-–]\d+)?\)"
@@ -117,10 +120,13 @@ _REFERENCE_SIGNALS = (
     _VENUE,
 )
 _SENTENCE_FINAL = re.compile(r"[.!?。！？；…][\"”’)\]]*(?:\s*\[\d+(?:[,–-]\s*\d+)*\])?$")
-_CODE_TOKEN = re.compile(r"[_=\\{}<>|`]|\(\)|\w\(|::|->|^>>>|\[\d+(?:;\d+)*m|^\W+$")
+CODE_TOKEN = re.compile(r"[_=\\{}<>|`]|\(\)|\w\(|::|->|^>>>|\[\d+(?:;\d+)*m|^\W+$")
+"""A token of code, not prose: identifiers, operators, calls, terminal colour codes."""
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]")
 MIN_SENTENCE_WORDS = 3
 """Fewer words than this make a fragment ("Weng, Lilian.", "NeurIPS 2022."), not a sentence."""
+MAX_REFERENCE_LENGTH = 400
+"""A longer line is a paragraph, judged sentence by sentence, not a reference entry."""
 
 
 def is_reference_entry(line: str) -> bool:
@@ -158,7 +164,7 @@ def is_quotable(sentence: str) -> bool:
         return False
     alphabetic = [word for word in words if word[:1].isalpha()]
     lowercase = sum(word[0].islower() for word in alphabetic)
-    code = sum(bool(_CODE_TOKEN.search(word)) for word in words)
+    code = sum(bool(CODE_TOKEN.search(word)) for word in words)
     return 4 * lowercase >= len(alphabetic) and 5 * code <= len(words)
 
 
@@ -181,7 +187,7 @@ def passage_sentences(text: str, title: str = "") -> list[str]:
 
     Headings, titles (``title``, or a short unpunctuated line opening a paragraph or following
     a finished sentence), table rows, rules, fenced code, tags, reference-list entries
-    (:func:`is_reference_entry`) and lines without a letter are left out and end the paragraph,
+    (:func:`is_reference_entry`, lines up to :data:`MAX_REFERENCE_LENGTH`) and lines without a letter are left out and end the paragraph,
     so a title never runs into the sentence after it; list markers are dropped. Then
     :func:`split_sentences`, keeping the :func:`is_quotable` sentences.
 
@@ -208,7 +214,7 @@ def passage_sentences(text: str, title: str = "") -> list[str]:
             or opens_as_title
             or _HEADING_LINE.match(line)
             or not any(character.isalpha() for character in line)
-            or is_reference_entry(line)
+            or (len(line) <= MAX_REFERENCE_LENGTH and is_reference_entry(line))
         ):
             paragraphs.append([])
         else:
@@ -419,6 +425,7 @@ __all__ = [
     "OFFLINE_NOTE",
     "PASSAGE_DISCOUNT",
     "RELATED_TERM_WEIGHT",
+    "CODE_TOKEN",
     "ExtractiveAnswer",
     "Terms",
     "best_sentences",

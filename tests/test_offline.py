@@ -123,6 +123,43 @@ def test_keyword_phrases_are_adjacent_weighted_words_as_written_best_first() -> 
     assert offline.keyword_phrases(texts, tokenize, {}) == []
 
 
+def test_keyword_phrases_skip_code_colour_codes_and_one_off_word_pairs() -> None:
+    texts = [
+        'Commands: "delete_file", args: "file". Tree of Thoughts extends CoT by search.',
+        "The planner prints \x1b[31mRED TEXT\x1b[0m on failure; task decomposition helps.",
+        "Task decomposition splits a goal. CoT prompting and tree search.",
+    ]
+    weights = {term: 1.0 for term in ("delet", "file", "arg", "extend", "cot", "red", "text")}
+    weights |= {"task": 1.0, "decomposit": 1.0}
+    phrases = [phrase for phrase, _ in offline.keyword_phrases(texts, tokenize, weights)]
+    assert phrases[0] == "task decomposition"  # a collocation, written twice
+    assert "extends CoT" not in phrases  # a verb next to a noun, once
+    assert not {"delete file", "31mRED", "31mRED TEXT", "red text"} & set(phrases)
+    assert "delete" not in phrases and "args" in phrases  # the identifier gives no word
+
+
+def test_feedback_queries_ignore_code_blocks_and_reference_lists() -> None:
+    corpus = [
+        Document(
+            "Task decomposition breaks a hard task into smaller steps for the agent.\n"
+            "```\ndelete_file(args) -> extends_cot\n```\n"
+            'Commands: "delete_file", args: "file": "<file>"\n'
+            "[1] Wei et al. “Chain of thought prompting elicits reasoning.” NeurIPS 2022",
+            id="agent-1",
+        ),
+        Document(
+            "Agents plan with task decomposition; each subgoal becomes smaller steps.", id="agent-2"
+        ),
+        Document("Heat pumps move heat with a compressor.", id="heat"),
+    ]
+    retriever = BM25Retriever.from_documents(corpus, k=2)
+    queries = PseudoRelevanceFeedback(retriever=retriever, n=3).invoke("How do agents plan?")
+    added = " ".join(query.removeprefix("How do agents plan? ") for query in queries)
+    assert "task decomposition" in added or "smaller steps" in added
+    for word in ("delete", "args", "file", "extends", "neurips", "wei"):
+        assert word not in added.casefold(), queries
+
+
 def test_expanded_queries_append_phrases_by_word_count() -> None:
     phrases = ["outside air", "refrigerant", "boreholes", "ground source heat"]
     assert offline.expanded_queries("q", phrases, n=5, terms_per_query=2) == [
@@ -264,6 +301,9 @@ def test_reference_list_entries_are_never_quoted(line: str) -> None:
         "Wei et al. (2022) showed that chain of thought prompting helps large models.",
         "The Complement Naive Bayes classifier is described in Rennie et al. (2003).",
         "See https://example.com/guide for the full list of options.",
+        "These diseases include leprosy and trachoma (Box 1) [2].",
+        "Eysenbach compared citations in the Proceedings of the National Academy of Sciences, "
+        "where articles face a six-month “toll-access” delay, and found more citations.",
     ],
 )
 def test_prose_citing_a_work_is_still_quoted(sentence: str) -> None:
@@ -339,7 +379,9 @@ def test_feedback_queries_expand_with_terms_of_the_top_bm25_hits(bm25: BM25Retri
     for query in generated:  # phrases as the passages write them, comma-separated
         for phrase in query.removeprefix(QUESTION + " ").split(", "):
             assert phrase.lower() in feedback_text, phrase
-    all_added = {word for query in generated for word in query.split()[len(QUESTION.split()) :]}
+    all_added = {
+        word.strip(",") for query in generated for word in query.split()[len(QUESTION.split()) :]
+    }
     assert "refrigerant" in all_added  # in all three feedback documents
     assert not all_added & (other_words - feedback_words)
 
