@@ -21,7 +21,7 @@ from rag_fusion_chain.offline import (
     FeedbackPassage,
     PseudoRelevanceFeedback,
 )
-from rag_fusion_chain.offline_steps import OfflineSubQuestions
+from rag_fusion_chain.offline_steps import SINGLE_CLAUSE_NOTE, OfflineSubQuestions
 from rag_fusion_chain.pipeline import retrieval_pipeline
 from rag_fusion_chain.retrievers.bm25 import BM25Retriever, tokenize
 from rag_fusion_chain.retrievers.hybrid import hybrid_retriever
@@ -613,9 +613,9 @@ def test_offline_answers_show_the_strategy(bm25: BM25Retriever) -> None:
     texts = [answers[strategy]["answer"] for strategy in shown]
     assert len(set(texts)) == len(texts), "two strategies gave the same offline answer"
     decomposition = answers[chains.DECOMPOSITION]
-    assert decomposition["queries"] == ["How do heat pumps work?", "what do solar panels make?"]
+    assert decomposition["queries"] == ["How do heat pumps work?", "What do solar panels make?"]
     assert "Sub-question 1: How do heat pumps work?" in decomposition["answer"]
-    assert "Sub-question 2: what do solar panels make?" in decomposition["answer"]
+    assert "Sub-question 2: What do solar panels make?" in decomposition["answer"]
     step_back = answers[chains.STEP_BACK]
     broader = step_back["queries"][1]
     heading = f"Broader question searched: {broader}"
@@ -625,7 +625,36 @@ def test_offline_answers_show_the_strategy(bm25: BM25Retriever) -> None:
     assert f"Hypothetical passage searched: {hyde['queries'][0]}" in hyde["answer"]
 
 
-def test_offline_sub_questions_fall_back_to_feedback_aspects(bm25: BM25Retriever) -> None:
-    sub_questions = OfflineSubQuestions(retriever=bm25, n=2).invoke(QUESTION)
-    assert 1 <= len(sub_questions) <= 2
-    assert all(query.startswith(QUESTION) and query != QUESTION for query in sub_questions)
+def test_offline_sub_questions_of_one_clause_are_the_question_alone(bm25: BM25Retriever) -> None:
+    assert OfflineSubQuestions(retriever=bm25, n=2).invoke(QUESTION) == [QUESTION]
+    chain = chains.chain_for(chains.DECOMPOSITION, [bm25], return_sources=True)
+    answer = chain.invoke(QUESTION)["answer"]
+    assert SINGLE_CLAUSE_NOTE in answer and "Sub-question" not in answer
+    assert answer.count(f"Question: {QUESTION}") == 1 and "\n- " in answer
+
+
+@pytest.mark.parametrize(
+    ("question", "parts"),
+    [
+        ("What is the difference between PCA and kernel PCA?", ["PCA", "kernel PCA"]),
+        ("How does BM25 compare to dense retrieval?", ["BM25", "dense retrieval"]),
+        ("Is ridge regression better than lasso?", ["ridge regression", "lasso"]),
+        ("heat pumps versus solar panels", ["heat pumps", "solar panels"]),
+    ],
+)
+def test_offline_sub_questions_split_a_comparison_into_its_sides(
+    bm25: BM25Retriever, question: str, parts: list[str]
+) -> None:
+    expected = [f"What is {part}?" for part in parts]
+    assert OfflineSubQuestions(retriever=bm25).invoke(question) == expected
+
+
+def test_offline_sub_questions_split_clauses_only_before_a_question_word(
+    bm25: BM25Retriever,
+) -> None:
+    clauses = OfflineSubQuestions(retriever=bm25).invoke(
+        "What is task decomposition, and how do agents plan?"
+    )
+    assert clauses == ["What is task decomposition?", "How do agents plan?"]
+    one = "Does birth weight and breast cancer risk correlate?"
+    assert OfflineSubQuestions(retriever=bm25).invoke(one) == [one]
