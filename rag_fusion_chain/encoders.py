@@ -29,7 +29,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,27 @@ DEFAULT_EXPORT_TIMEOUT = 600.0
 MODEL_FILE = "openvino_model.xml"
 EXPORT_RECORD = "export.json"
 """Written last into a finished export: what it was converted from."""
+
+
+PRECISIONS = ("f32", "bf16")
+"""Inference precisions MiniLM runs at: f32 anywhere, bf16 where the CPU computes it natively."""
+
+
+def native_precision(capabilities: Iterable[str] | None = None) -> str:
+    """The fastest precision this CPU computes natively: ``"bf16"`` when OpenVINO lists BF16.
+
+    ``capabilities`` defaults to OpenVINO's ``OPTIMIZATION_CAPABILITIES`` of the CPU, which holds
+    ``"BF16"`` on CPUs with AVX-512 BF16 or AMX and not on AVX2-only ones (bf16 is emulated
+    there, slower than f32). int8 is never chosen: NNCF int8 MiniLM fails the agreement rule.
+
+    >>> native_precision(["FP32", "INT8", "BIN", "EXPORT_IMPORT"])
+    'f32'
+    >>> native_precision(["FP32", "BF16", "INT8", "BIN", "EXPORT_IMPORT"])
+    'bf16'
+    """
+    if capabilities is None:
+        capabilities = _openvino().Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+    return "bf16" if "BF16" in capabilities else "f32"
 
 
 class ExportError(RuntimeError):
@@ -175,9 +196,11 @@ def _convert(model_dir: str, out_dir: str) -> None:
 
 
 class OpenVINOEmbeddings(Embeddings):
-    """A sentence-transformers mean-pooling model (MiniLM) run by OpenVINO on the CPU, fp32.
+    """A sentence-transformers mean-pooling model (MiniLM) run by OpenVINO on the CPU.
 
-    ``model_identity`` names the source model and the backend (cache keys, index records).
+    ``model_identity`` names the source model and the backend (cache keys, index records);
+    ``precision`` is OpenVINO's inference precision (:data:`PRECISIONS`) and ``threads`` the
+    threads of one call (0: OpenVINO's choice, every core).
     """
 
     def __init__(
@@ -189,9 +212,15 @@ class OpenVINOEmbeddings(Embeddings):
         batch_size: int = 64,
         normalize: bool = True,
         max_length: int | None = None,
+        precision: str = "f32",
+        threads: int = 0,
     ) -> None:
         if batch_size <= 0:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+        if threads < 0:
+            raise ValueError(f"threads must be 0 (OpenVINO's choice) or positive, got {threads}")
         from tokenizers import Tokenizer
 
         openvino = _openvino()
@@ -206,8 +235,17 @@ class OpenVINOEmbeddings(Embeddings):
         self.model = openvino.Core().compile_model(
             str(Path(export_dir) / MODEL_FILE),
             "CPU",
-            {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"},
+            {
+                "INFERENCE_PRECISION_HINT": precision,
+                "PERFORMANCE_HINT": "LATENCY",
+                "INFERENCE_NUM_THREADS": threads,
+            },
         )
+        self.embedding_precision: str = self.model.get_property(
+            "INFERENCE_PRECISION_HINT"
+        ).get_type_name()
+        """The precision OpenVINO computes in (it may refuse a hint the CPU cannot run)."""
+        self.threads: int = int(self.model.get_property("INFERENCE_NUM_THREADS"))
         self._inputs = {port.get_any_name() for port in self.model.inputs}
         # One caller at a time: the fan-out embeds queries from several threads, and concurrent
         # calls into OpenVINO and the tokenizer were seen to deadlock (and a shared request raises
@@ -215,7 +253,7 @@ class OpenVINOEmbeddings(Embeddings):
         self._request = self.model.create_infer_request()
         self._lock = threading.Lock()
 
-    def encode_array(self, texts: Sequence[str]) -> Any:
+    def embed_documents_array(self, texts: Sequence[str]) -> Any:
         """The vectors as one float32 numpy array (rows in input order), without Python lists."""
         with self._lock:
             return self._encode(texts)
@@ -253,7 +291,7 @@ class OpenVINOEmbeddings(Embeddings):
         """Embed texts (batched by length, vectors in input order)."""
         if not texts:
             return []
-        return self.encode_array(texts).tolist()  # type: ignore[no-any-return]
+        return self.embed_documents_array(texts).tolist()  # type: ignore[no-any-return]
 
     def embed_query(self, text: str) -> list[float]:
         """Embed one query."""
