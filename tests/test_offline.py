@@ -21,7 +21,7 @@ from rag_fusion_chain.offline import (
     FeedbackPassage,
     PseudoRelevanceFeedback,
 )
-from rag_fusion_chain.offline_steps import OfflineSubQuestions
+from rag_fusion_chain.offline_steps import SINGLE_CLAUSE_NOTE, OfflineSubQuestions
 from rag_fusion_chain.pipeline import retrieval_pipeline
 from rag_fusion_chain.retrievers.bm25 import BM25Retriever, tokenize
 from rag_fusion_chain.retrievers.hybrid import hybrid_retriever
@@ -123,6 +123,43 @@ def test_keyword_phrases_are_adjacent_weighted_words_as_written_best_first() -> 
     assert offline.keyword_phrases(texts, tokenize, {}) == []
 
 
+def test_keyword_phrases_skip_code_colour_codes_and_one_off_word_pairs() -> None:
+    texts = [
+        'Commands: "delete_file", args: "file". Tree of Thoughts extends CoT by search.',
+        "The planner prints \x1b[31mRED TEXT\x1b[0m on failure; task decomposition helps.",
+        "Task decomposition splits a goal. CoT prompting and tree search.",
+    ]
+    weights = {term: 1.0 for term in ("delet", "file", "arg", "extend", "cot", "red", "text")}
+    weights |= {"task": 1.0, "decomposit": 1.0}
+    phrases = [phrase for phrase, _ in offline.keyword_phrases(texts, tokenize, weights)]
+    assert phrases[0] == "task decomposition"  # a collocation, written twice
+    assert "extends CoT" not in phrases  # a verb next to a noun, once
+    assert not {"delete file", "31mRED", "31mRED TEXT", "red text"} & set(phrases)
+    assert "delete" not in phrases and "args" in phrases  # the identifier gives no word
+
+
+def test_feedback_queries_ignore_code_blocks_and_reference_lists() -> None:
+    corpus = [
+        Document(
+            "Task decomposition breaks a hard task into smaller steps for the agent.\n"
+            "```\ndelete_file(args) -> extends_cot\n```\n"
+            'Commands: "delete_file", args: "file": "<file>"\n'
+            "[1] Wei et al. “Chain of thought prompting elicits reasoning.” NeurIPS 2022",
+            id="agent-1",
+        ),
+        Document(
+            "Agents plan with task decomposition; each subgoal becomes smaller steps.", id="agent-2"
+        ),
+        Document("Heat pumps move heat with a compressor.", id="heat"),
+    ]
+    retriever = BM25Retriever.from_documents(corpus, k=2)
+    queries = PseudoRelevanceFeedback(retriever=retriever, n=3).invoke("How do agents plan?")
+    added = " ".join(query.removeprefix("How do agents plan? ") for query in queries)
+    assert "task decomposition" in added or "smaller steps" in added
+    for word in ("delete", "args", "file", "extends", "neurips", "wei"):
+        assert word not in added.casefold(), queries
+
+
 def test_expanded_queries_append_phrases_by_word_count() -> None:
     phrases = ["outside air", "refrigerant", "boreholes", "ground source heat"]
     assert offline.expanded_queries("q", phrases, n=5, terms_per_query=2) == [
@@ -209,11 +246,108 @@ def test_passage_sentences_skip_tables_markup_and_keep_titles_apart() -> None:
     assert offline.passage_sentences(text) == [
         "A strong hive yields 15 to 25 kg of honey a year.",
         "Wax is a by-product.",
-        "Weak colonies make less",
-    ]
+    ]  # the unfinished last line is a fragment, not a sentence
     beir = "Microstructural development of white matter\nAlterations of the white matter."
     assert offline.passage_sentences(beir, title="Microstructural development of white matter") == [
         "Alterations of the white matter."
+    ]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Chain of thought (CoT; Wei et al. 2022) has become a standard technique.",
+        "Chain of thought (CoT; Wei et al. [1]) is a standard technique.",
+        "Many tools exist, e.g. search engines, i.e. programs that look things up.",
+        "See Fig. 3 and item No. 5 for details.",
+        "The value was 3.14 on average, up from 2.5 in 2020.",
+        "J. R. R. Tolkien wrote the book in 1937.",
+        "We used approx. 20 samples, as in Eq. (3).",
+        "Prices rose by 2.5% in 2020 [3].",
+    ],
+)
+def test_split_sentences_does_not_cut_at_abbreviations_numbers_initials_or_citations(
+    text: str,
+) -> None:
+    assert offline.split_sentences(f"{text} The next sentence follows.") == [
+        text,
+        "The next sentence follows.",
+    ]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "- “LLM-powered Autonomous Agents”.",
+        "arXiv preprint arXiv:2302.02676 (2023).",
+        "Author, A., & Author, B. (2020). Title of the work. Journal of Examples, 12(3), 4-9.",
+        "[1] Wei et al. “Chain of thought prompting elicits reasoning in large language models.” NeurIPS 2022",
+        "A. Hyvarinen and E. Oja, “Fast Independent Component Analysis”, Neural Networks, 13(4-5), 2000, pp. 411-430.",
+        "https://doi.org/10.1023/A:1010933404324",
+        "https://lilianweng.github.io/posts/2023-06-23-agent/",
+        "Weng, Lilian. (Jun 2023). “LLM-powered Autonomous Agents”. Lil’Log. https://lilianweng.github.io/posts/2023-06-23-agent/.",
+    ],
+)
+def test_reference_list_entries_are_never_quoted(line: str) -> None:
+    prose = "Agents plan their tasks with chain of thought prompting."
+    assert offline.passage_sentences(f"{prose}\n{line}") == [prose]
+    assert offline.passage_sentences(f"{prose}\n\n{line}") == [prose]
+
+
+@pytest.mark.parametrize(
+    "sentence",
+    [
+        "In their 2004 paper [1], O. Ledoit and M. Wolf propose a formula for the shrinkage.",
+        "Wei et al. (2022) showed that chain of thought prompting helps large models.",
+        "The Complement Naive Bayes classifier is described in Rennie et al. (2003).",
+        "See https://example.com/guide for the full list of options.",
+        "These diseases include leprosy and trachoma (Box 1) [2].",
+        "Eysenbach compared citations in the Proceedings of the National Academy of Sciences, "
+        "where articles face a six-month “toll-access” delay, and found more citations.",
+    ],
+)
+def test_prose_citing_a_work_is_still_quoted(sentence: str) -> None:
+    assert offline.passage_sentences(sentence) == [sentence]
+
+
+@pytest.mark.parametrize(
+    "fragment",
+    [
+        "and fed to a hasher with the tokens.",  # starts mid-sentence
+        "The refrigerant is then compressed by the",  # cut at a chunk boundary
+        "Wei, J., Wang, X., Schuurmans, D., and Zhou, D.",  # a list of authors
+        "Lil’Log.",
+        "def token_features(token, part_of_speech):",
+        "hasher = FeatureHasher(input_type='string') is built.",
+        "\x1b[31mRED TEXT\x1b[0m is printed here.",
+    ],
+)
+def test_fragments_that_are_not_sentences_are_not_quoted(fragment: str) -> None:
+    prose = "Heat pumps move heat with a refrigerant."
+    assert offline.passage_sentences(f"{prose}\n\n{fragment}") == [prose]
+
+
+def test_extractive_answer_on_a_blog_with_a_reference_list_quotes_only_prose() -> None:
+    post = (
+        "# Task Decomposition\n\n"
+        "Chain of thought (CoT; Wei et al. 2022) has become a standard prompting technique "
+        "for enhancing model performance on complex tasks.\n"
+        "Tree of Thoughts (Yao et al. 2023) extends CoT by exploring multiple reasoning "
+        "possibilities at each step.\n\n"
+        "# References\n\n"
+        "[1] Wei et al. “Chain of thought prompting elicits reasoning in large language models.” "
+        "NeurIPS 2022\n"
+        "[2] Yao et al. “Tree of Thoughts: Deliberate Problem Solving with Large Language Models.” "
+        "arXiv preprint arXiv:2305.10601 (2023).\n"
+    )
+    lines = offline.extractive_answer(
+        "chain of thought tree of thoughts", [Document(post)], tokenize, per_passage=3
+    )
+    assert lines[1:] == [
+        "- Tree of Thoughts (Yao et al. 2023) extends CoT by exploring multiple reasoning "
+        "possibilities at each step. [1]",
+        "- Chain of thought (CoT; Wei et al. 2022) has become a standard prompting technique "
+        "for enhancing model performance on complex tasks. [1]",
     ]
 
 
@@ -245,7 +379,9 @@ def test_feedback_queries_expand_with_terms_of_the_top_bm25_hits(bm25: BM25Retri
     for query in generated:  # phrases as the passages write them, comma-separated
         for phrase in query.removeprefix(QUESTION + " ").split(", "):
             assert phrase.lower() in feedback_text, phrase
-    all_added = {word for query in generated for word in query.split()[len(QUESTION.split()) :]}
+    all_added = {
+        word.strip(",") for query in generated for word in query.split()[len(QUESTION.split()) :]
+    }
     assert "refrigerant" in all_added  # in all three feedback documents
     assert not all_added & (other_words - feedback_words)
 
@@ -477,9 +613,9 @@ def test_offline_answers_show_the_strategy(bm25: BM25Retriever) -> None:
     texts = [answers[strategy]["answer"] for strategy in shown]
     assert len(set(texts)) == len(texts), "two strategies gave the same offline answer"
     decomposition = answers[chains.DECOMPOSITION]
-    assert decomposition["queries"] == ["How do heat pumps work?", "what do solar panels make?"]
+    assert decomposition["queries"] == ["How do heat pumps work?", "What do solar panels make?"]
     assert "Sub-question 1: How do heat pumps work?" in decomposition["answer"]
-    assert "Sub-question 2: what do solar panels make?" in decomposition["answer"]
+    assert "Sub-question 2: What do solar panels make?" in decomposition["answer"]
     step_back = answers[chains.STEP_BACK]
     broader = step_back["queries"][1]
     heading = f"Broader question searched: {broader}"
@@ -489,7 +625,36 @@ def test_offline_answers_show_the_strategy(bm25: BM25Retriever) -> None:
     assert f"Hypothetical passage searched: {hyde['queries'][0]}" in hyde["answer"]
 
 
-def test_offline_sub_questions_fall_back_to_feedback_aspects(bm25: BM25Retriever) -> None:
-    sub_questions = OfflineSubQuestions(retriever=bm25, n=2).invoke(QUESTION)
-    assert 1 <= len(sub_questions) <= 2
-    assert all(query.startswith(QUESTION) and query != QUESTION for query in sub_questions)
+def test_offline_sub_questions_of_one_clause_are_the_question_alone(bm25: BM25Retriever) -> None:
+    assert OfflineSubQuestions(retriever=bm25, n=2).invoke(QUESTION) == [QUESTION]
+    chain = chains.chain_for(chains.DECOMPOSITION, [bm25], return_sources=True)
+    answer = chain.invoke(QUESTION)["answer"]
+    assert SINGLE_CLAUSE_NOTE in answer and "Sub-question" not in answer
+    assert answer.count(f"Question: {QUESTION}") == 1 and "\n- " in answer
+
+
+@pytest.mark.parametrize(
+    ("question", "parts"),
+    [
+        ("What is the difference between PCA and kernel PCA?", ["PCA", "kernel PCA"]),
+        ("How does BM25 compare to dense retrieval?", ["BM25", "dense retrieval"]),
+        ("Is ridge regression better than lasso?", ["ridge regression", "lasso"]),
+        ("heat pumps versus solar panels", ["heat pumps", "solar panels"]),
+    ],
+)
+def test_offline_sub_questions_split_a_comparison_into_its_sides(
+    bm25: BM25Retriever, question: str, parts: list[str]
+) -> None:
+    expected = [f"What is {part}?" for part in parts]
+    assert OfflineSubQuestions(retriever=bm25).invoke(question) == expected
+
+
+def test_offline_sub_questions_split_clauses_only_before_a_question_word(
+    bm25: BM25Retriever,
+) -> None:
+    clauses = OfflineSubQuestions(retriever=bm25).invoke(
+        "What is task decomposition, and how do agents plan?"
+    )
+    assert clauses == ["What is task decomposition?", "How do agents plan?"]
+    one = "Does birth weight and breast cancer risk correlate?"
+    assert OfflineSubQuestions(retriever=bm25).invoke(one) == [one]

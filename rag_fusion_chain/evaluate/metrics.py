@@ -8,6 +8,7 @@ output, not only the kit's.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -26,6 +27,16 @@ STAT_TESTS = ("student", "fisher")
 
 
 def _ranx():  # type: ignore[no-untyped-def]
+    """ranx, with the homes that its imports write to (ir_datasets, matplotlib) in the kit's cache.
+
+    Importing ranx imports ir_datasets, which makes 18 folders under ``~/.ir_datasets``, and
+    matplotlib, which writes a font list under ``~/.cache/matplotlib``; their documented
+    ``IR_DATASETS_HOME`` and ``MPLCONFIGDIR`` move them, unless the user has set them.
+    """
+    from rag_fusion_chain.evaluate.cache import DEFAULT_CACHE_DIR
+
+    os.environ.setdefault("IR_DATASETS_HOME", str(DEFAULT_CACHE_DIR.parent / "ir_datasets"))
+    os.environ.setdefault("MPLCONFIGDIR", str(DEFAULT_CACHE_DIR.parent / "matplotlib"))
     try:
         import ranx
     except ImportError as error:
