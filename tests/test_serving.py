@@ -300,8 +300,51 @@ def client(
             "rag-fusion/sources": serving.build_chain("rag-fusion", return_sources=True),
         }
     )
-    with TestClient(app, raise_server_exceptions=False) as test_client:
+    with TestClient(app, raise_server_exceptions=False, base_url="http://127.0.0.1") as test_client:
         yield test_client
+
+
+def test_a_foreign_host_is_refused_so_dns_rebinding_reads_nothing(client: Any) -> None:
+    body = {"input": {"question": "vitamin"}}
+    for host in ("attacker.example", "attacker.example:8000", "127.0.0.1.attacker.example"):
+        response = client.post("/rag-fusion/invoke", json=body, headers={"host": host})
+        assert response.status_code == 421 and "--allow-host" in detail(response), host
+    response = client.get("/rag-fusion/playground/", headers={"host": "attacker.example"})
+    assert response.status_code == 421
+    for host in ("localhost:8000", "127.0.0.1", "[::1]:8000"):
+        response = client.get("/rag-fusion/input_schema", headers={"host": host})
+        assert response.status_code == 200, host
+
+
+def test_a_cross_site_simple_post_is_refused_before_the_chain_runs(client: Any) -> None:
+    """A page elsewhere can send text/plain or form POSTs without a CORS preflight: 415."""
+    for content_type in ("text/plain", "application/x-www-form-urlencoded", None):
+        headers = {"origin": "https://attacker.example"}
+        if content_type:
+            headers["content-type"] = content_type
+        response = client.post(
+            "/rag-fusion/invoke", content=b'{"input": "vitamin"}', headers=headers
+        )
+        assert response.status_code == 415 and "application/json" in detail(response)
+
+
+def test_deeply_nested_json_gets_422_not_500(client: Any) -> None:
+    deep = b'{"input": ' + b"[" * 10_000 + b"]" * 10_000 + b"}"
+    response = client.post(
+        "/rag-fusion/invoke", content=deep, headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 422 and "deeper than" in detail(response)
+
+
+def test_added_host_names_are_answered(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rag_fusion_chain.serving_limits import ALLOWED_HOSTS_ENV, allowed_hosts, host_name
+
+    monkeypatch.setenv(ALLOWED_HOSTS_ENV, "rag.internal, Other.Example")
+    assert {"rag.internal", "other.example", "localhost"} <= allowed_hosts(["[fd00::1]"])
+    assert "fd00::1" in allowed_hosts(["[fd00::1]"])
+    assert host_name({"headers": [(b"host", b"[::1]:8000")]}) == "::1"
+    assert host_name({"headers": [(b"host", b"LOCALHOST:1")]}) == "localhost"
+    assert host_name({"headers": []}) == ""
 
 
 def detail(response: Any) -> str:
@@ -323,7 +366,11 @@ def test_bad_requests_get_422_or_413_with_a_message_and_no_traceback(client: Any
         response = client.post(invoke, json=body)
         assert response.status_code == 422 and setting in detail(response), response.text
 
-    response = client.post(invoke, content=b'{"input": {"question": "' + b"a" * 200_000 + b'"}}')
+    response = client.post(
+        invoke,
+        content=b'{"input": {"question": "' + b"a" * 200_000 + b'"}}',
+        headers={"content-type": "application/json"},
+    )
     assert response.status_code == 413 and "RAG_FUSION_MAX_BODY_BYTES" in detail(response)
     batch = {"inputs": [{"question": "vitamin"}] * 5}
     response = client.post("/rag-fusion/batch", json=batch)
