@@ -27,7 +27,7 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from typer.testing import CliRunner
 
-from rag_fusion_chain import data, ingest, models, offline, serving
+from rag_fusion_chain import chains, data, ingest, models, offline, serving
 from rag_fusion_chain.data import vectors
 from rag_fusion_chain.retrievers.index_directory import build_index
 from rag_fusion_chain.serving_limits import MAX_BATCH_ENV, MAX_BODY_BYTES_ENV
@@ -345,6 +345,26 @@ def test_added_host_names_are_answered(monkeypatch: pytest.MonkeyPatch) -> None:
     assert host_name({"headers": [(b"host", b"[::1]:8000")]}) == "::1"
     assert host_name({"headers": [(b"host", b"LOCALHOST:1")]}) == "localhost"
     assert host_name({"headers": []}) == ""
+
+
+def test_a_hybrid_server_answers_every_per_call_setting(
+    serving_env: StubOpenAI, shared_index_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``rag-fusion serve --hybrid`` answered 500 ("k must be an int, got NoneType") whenever a
+    request carried ``configurable`` (RemoteRunnable and the playground always do): LangServe
+    sends the unset ``k`` as None."""
+    from fastapi.testclient import TestClient
+
+    monkeypatch.setenv(serving.CACHE_DIR_ENV, str(shared_index_cache))
+    opened = serving.open_source(serving.IndexSource.from_environment(), None)
+    chain = chains.chain_for("rag-fusion", opened.retrievers(True, 5), None, feedback=opened.bm25)
+    app = serving.create_app({"rag-fusion": serving.build_chain("rag-fusion", chain=chain)})
+    with TestClient(app, raise_server_exceptions=False, base_url="http://127.0.0.1") as client:
+        for configurable in ({}, {"top_n": 3}, {"n": 2}, {"k": 2}):
+            body = {"input": {"question": "vitamin D"}, "config": {"configurable": configurable}}
+            response = client.post("/rag-fusion/invoke", json=body)
+            assert response.status_code == 200, (configurable, response.text)
+            assert "[offline extractive answer]" in response.json()["output"]
 
 
 def detail(response: Any) -> str:

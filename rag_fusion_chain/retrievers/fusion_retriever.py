@@ -101,8 +101,9 @@ class FusionRetriever(BaseRetriever):
         return await super().ainvoke(input, config, run_config=ensure_config(config), **kwargs)
 
     def _fusion_keeping(self, k: int | None, config: RunnableConfig) -> BaseFusion:
-        if k is None:
-            k = config.get("configurable", {}).get(K_FIELD, self.k)
+        if k is None:  # a configurable k of None (LangServe sends unset fields so) keeps the field
+            configured = config.get("configurable", {}).get(K_FIELD)
+            k = self.k if configured is None else configured
         return self.fusion.with_settings(top_n=validate_count("k", k))
 
     def _get_relevant_documents(
