@@ -360,7 +360,8 @@ def test_precomputed_vectors_are_used_without_embedding_and_not_mutated(
     np.testing.assert_array_equal(vectors, given)  # normalised in copies only
     embedded = build_faiss(DOCUMENTS, NumpyEmbeddings(embeddings.inner))
     retriever, reference = VectorRetriever(vectorstore=store), VectorRetriever(vectorstore=embedded)
-    for hits, expected in zip(retriever.batch(QUERIES, k=3), reference.batch(QUERIES, k=3)):
+    pairs = zip(retriever.batch(QUERIES, k=3), reference.batch(QUERIES, k=3), strict=True)
+    for hits, expected in pairs:
         assert [hit.id for hit in hits] == [hit.id for hit in expected]
         assert [hit.metadata["score"] for hit in hits] == pytest.approx(
             [hit.metadata["score"] for hit in expected], abs=1e-5
