@@ -30,7 +30,7 @@ model and at the end (the peak), plus the tracemalloc peak of Python allocations
 ``SentenceTransformer.encode`` -> ``faiss.IndexFlatL2.add`` of the array), for comparison.
 
     python benchmarks/bench_indexing.py --backends --chunks 1000 --rounds 4
-    python benchmarks/bench_indexing.py --threads --rounds 60 --background 2
+    python benchmarks/bench_indexing.py --threads --rounds 60 --background 2 [--busy 2]
     python benchmarks/bench_indexing.py --chunks 1000 --rounds 3 [--embedding minilm-torch]
     python benchmarks/bench_indexing.py --memory
     python benchmarks/bench_indexing.py --memory --raw
@@ -173,11 +173,12 @@ def backends(corpus: Path, count: int, rounds: int, batch_size: int) -> tuple[di
     return figures, table
 
 
-def query_threads(rounds: int, background: int) -> tuple[dict[str, Any], str]:
+def query_threads(rounds: int, background: int, busy: int = 0) -> tuple[dict[str, Any], str]:
     """One embedded query's latency, the kit's thread default against one thread, interleaved.
 
     ``background`` threads search a 100k-vector flat FAISS index meanwhile (the fan-out's other
-    work), so the encoder competes for the cores as it does inside a RAG-Fusion question.
+    work), so the encoder competes for the cores as it does inside a RAG-Fusion question;
+    ``busy`` processes spin meanwhile (other users' jobs on a shared machine).
     """
     import threading
 
@@ -206,6 +207,7 @@ def query_threads(rounds: int, background: int) -> tuple[dict[str, Any], str]:
     workers = [threading.Thread(target=search, daemon=True) for _ in range(background)]
     for worker in workers:
         worker.start()
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
     times: dict[str, list[float]] = {label: [] for label in settings}
     question = "Does aspirin lower the risk of colorectal adenomas in randomized trials?"
     try:
@@ -218,13 +220,16 @@ def query_threads(rounds: int, background: int) -> tuple[dict[str, Any], str]:
         stop.set()
         for worker in workers:
             worker.join()
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait(timeout=10)
     medians = {label: statistics.median(values) * 1000 for label, values in times.items()}
     table = "\n".join(
         [
-            "| FAISS search threads beside | rounds | default threads | p50 ms | one thread p50 ms "
-            "| default / one |",
-            "|---|---|---|---|---|---|",
-            f"| {background} | {rounds} | {settings['default']} | {medians['default']:.1f} "
+            "| FAISS search threads beside | busy processes | rounds | default threads | p50 ms "
+            "| one thread p50 ms | default / one |",
+            "|---|---|---|---|---|---|---|",
+            f"| {background} | {busy} | {rounds} | {settings['default']} | {medians['default']:.1f} "
             f"| {medians['one']:.1f} | {medians['default'] / medians['one']:.2f} |",
         ]
     )
@@ -424,6 +429,7 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--backends", action="store_true", help="torch vs OpenVINO backends")
     parser.add_argument("--threads", action="store_true", help="one query: thread policy")
     parser.add_argument("--background", type=int, default=2, help="--threads: FAISS searchers")
+    parser.add_argument("--busy", type=int, default=0, help="--threads: spinning processes")
     parser.add_argument("--memory", action="store_true", help="peak memory, whole corpus, child")
     parser.add_argument("--docs", type=int, default=None, help="--memory: first N documents only")
     parser.add_argument("--tracemalloc", action="store_true", help="--memory: also tracemalloc")
@@ -444,7 +450,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if arguments.memory:
         figures, table = memory(corpus, arguments.docs, arguments.tracemalloc, arguments.raw)
     elif arguments.threads:
-        figures, table = query_threads(arguments.rounds, arguments.background)
+        figures, table = query_threads(arguments.rounds, arguments.background, arguments.busy)
     elif arguments.backends:
         figures, table = backends(corpus, arguments.chunks, arguments.rounds, arguments.batch_size)
     else:
