@@ -327,6 +327,29 @@ def test_fragments_that_are_not_sentences_are_not_quoted(fragment: str) -> None:
     assert offline.passage_sentences(f"{prose}\n\n{fragment}") == [prose]
 
 
+def test_passage_sentences_of_html_text_keep_blocks_apart() -> None:
+    # lines as ingest's HTML loader writes the scikit-learn user guide: one block per line
+    text = (
+        "2.5.7. Non-negative matrix factorization (NMF or NNMF)¶\n"
+        "2.5.7.1. NMF with the Frobenius norm¶\n"
+        "NMF finds two non-negative matrices whose product approximates the data.\n"
+        "The Isomap algorithm comprises three stages:\n"
+        "Nearest neighbor search. Isomap uses BallTree for efficient neighbor search.\n"
+        "Revealing the structure at many scales on a single map\n"
+        "Reducing the tendency to crowd points together at the center\n"
+        "covariance.GraphicalLassoCV(*[, alphas, ...])\n"
+        "Sparse inverse covariance w/ cross-validated choice of the l1 penalty.\n"
+        "The estimator sklearn.covariance.OAS yields a smaller error than the formula."
+    )
+    assert offline.passage_sentences(text) == [
+        "NMF finds two non-negative matrices whose product approximates the data.",
+        "Nearest neighbor search.",
+        "Isomap uses BallTree for efficient neighbor search.",
+        "Sparse inverse covariance w/ cross-validated choice of the l1 penalty.",
+        "The estimator sklearn.covariance.OAS yields a smaller error than the formula.",
+    ]
+
+
 def test_extractive_answer_on_a_blog_with_a_reference_list_quotes_only_prose() -> None:
     post = (
         "# Task Decomposition\n\n"
