@@ -79,6 +79,15 @@ QUESTIONS = [
     "How does naive Bayes handle text classification?",
     "What does stratified k-fold cross-validation preserve?",
     "How is the ROC AUC score computed?",
+    # questions worded like the titles of works the reference lists cite
+    "Who proposed bagging predictors?",
+    "Which paper describes the advantages of careful seeding for k-means++?",
+    "How do you estimate the support of a high-dimensional distribution?",
+    "What is a global geometric framework for nonlinear dimensionality reduction?",
+    "What is the optimality of naive Bayes?",
+    "What is a well-conditioned estimator for large-dimensional covariance matrices?",
+    "What is the random subspace method for constructing decision forests?",
+    "How do stochastic algorithms find structure for approximate matrix decompositions?",
 ]
 _QUOTE = re.compile(r"^- (.+) \[(\d+)\]$")
 _ABBREVIATION_END = re.compile(
@@ -90,10 +99,39 @@ def _normal(text: str) -> str:
     return " ".join(text.split())
 
 
+_REFERENCES_DIRECTIVE = re.compile(r"^\.\. (?:topic|rubric):: References", re.MULTILINE)
+
+
+def rst_parts(source: str) -> tuple[str, str, str, str]:
+    """:func:`page_parts` of an RST source: the References topics' indented blocks and
+    ``.. [name]`` citations are the reference list, ``::`` blocks the code, and a block is a
+    paragraph between blank lines."""
+    text = Path(source).read_text(encoding="utf-8")
+    paragraphs = re.split(r"\n\s*\n", text)
+    references, code, inside, literal, previous = [], [], False, False, ""
+    for paragraph in paragraphs:
+        indented = paragraph[:1].isspace()
+        inside = bool(_REFERENCES_DIRECTIVE.match(paragraph)) or (inside and indented)
+        literal = indented and (literal or previous.rstrip().endswith("::"))
+        if inside or paragraph.lstrip().startswith(".. ["):
+            references.append(_normal(paragraph))
+        if literal:
+            code.append(_normal(paragraph))
+        previous = paragraph
+    return (
+        _normal(text),
+        " | ".join(references),
+        " ".join(code),
+        "|".join(re.sub(r"\s+", "", paragraph) for paragraph in paragraphs),
+    )
+
+
 @cache
 def page_parts(source: str) -> tuple[str, str, str, str]:
     """The page's whole text, its reference-list text and its code text, whitespace collapsed,
     and the text of each block element (paragraph, list item, cell...) without whitespace."""
+    if source.endswith(".txt"):
+        return rst_parts(source)
     soup = BeautifulSoup(Path(source).read_text(encoding="utf-8"), "html.parser")
     references = [
         topic
@@ -176,6 +214,12 @@ def run(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--pages", type=Path, default=PAGES)
+    parser.add_argument(
+        "--format",
+        choices=["html", "rst.txt"],
+        default="html",
+        help="the rendered pages, or their RST sources (--pages .../html/_sources/modules)",
+    )
     parser.add_argument("--baseline-ref", default="d056fc0")
     parser.add_argument("--n", type=int, default=4)
     parser.add_argument("--k", type=int, default=10)
@@ -183,7 +227,7 @@ def main() -> None:
     parser.add_argument("--sentences", type=int, default=3)
     parser.add_argument("--show", action="store_true", help="print every answer and query")
     options = parser.parse_args()
-    pages = sorted(str(page) for page in options.pages.glob("*.html"))
+    pages = sorted(str(page) for page in options.pages.glob(f"*.{options.format}"))
     if not pages:
         raise SystemExit(
             f"--pages: no HTML page in {options.pages} (apt-get install python-sklearn-doc)"
@@ -195,7 +239,8 @@ def main() -> None:
         options.baseline_ref, "offline", {"rag_fusion_chain.extractive": baseline_extractive}
     )
     print(
-        f"{len(QUESTIONS)} questions, {len(pages)} pages of the scikit-learn user guide, "
+        f"{len(QUESTIONS)} questions, {len(pages)} {options.format} pages of the scikit-learn "
+        "user guide, "
         f"{len(chunks)} chunks, BM25, n={options.n}, k={options.k}, top_n={options.top_n}, "
         f"{options.sentences} sentences; baseline {options.baseline_ref}"
     )

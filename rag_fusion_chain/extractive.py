@@ -107,12 +107,16 @@ _URL = re.compile(r"https?://\S+|www\.\S+")
 _CITATION_MARKER = re.compile(r"^(?:[-*•]\s*)?\[\d+\]")
 _LEADING_AUTHOR = re.compile(
     r"^(?:[-*•]\s*)?(?:\[\d+\]\s*)?(?:\d+\.\s+)?"
-    r"(?:[A-Z][\w'’-]+,\s+(?:[A-Z]\.\s?)+|(?:[A-Z]\.\s?)+[A-Z][\w'’-]+|[A-Z][\w'’-]+\s+et\s+al\.)"
+    r"(?:[A-Z][\w'’-]+,\s+(?:[A-Z]\.\s?)+|(?:[A-Z]\.\s?)+[A-Z][\w'’-]+|[A-Z][\w'’-]+\s+et\s+al\."
+    r"|[A-Z][\w'’-]+(?:,\s+(?:and\s+)?[A-Z][\w'’-]+){2,})"
 )
 _PUBLICATION_YEAR = re.compile(
-    r"\((?:[A-Z][a-z]{2,8}\.?\s+)?(?:19|20)\d{2}[a-z]?\)[.,]\s*\S|,\s*(?:19|20)\d{2}[a-z]?[.,]"
+    r"\((?:[A-Z][a-z]{2,8}\.?\s+)?(?:19|20)\d{2}[a-z]?\)(?:[.,:]\s*\S|\s*[`\"“])"
+    r"|,\s*(?:19|20)\d{2}[a-z]?[.,]"
 )
-_QUOTED_TITLE = re.compile(r"[“\"][^”\"\s]+\s[^”\"]*\s[^”\"]*[”\"]")
+_QUOTED_TITLE = re.compile(r"[“\"`][^”\"`\s]+\s[^”\"`]*\s[^”\"`]*(?:[”\"`]|$)")
+_WHOLLY_QUOTED = re.compile(r"`?[“\"`‘][^”\"`’]+[”\"`’][.,]?`?")
+"""A sentence that is only a quotation: a cited title standing alone."""
 """Three words or more in quotes: a title ("toll-access" in quotes is a term)."""
 _VENUE = re.compile(
     r"\b(?:Proc(?:eedings)?\b|Journal|Conference|Transactions|Vol\.|vol\.|pp\.|preprint|"
@@ -147,7 +151,7 @@ def is_reference_entry(line: str) -> bool:
     False
     """
     stripped = line.strip(" -*•")
-    if _IDENTIFIER.search(stripped) or _URL.fullmatch(stripped):
+    if _IDENTIFIER.search(stripped) or _URL.fullmatch(stripped.strip("<>`_()[]. ")):
         return True
     return sum(bool(signal.search(stripped)) for signal in _REFERENCE_SIGNALS) >= 2
 
@@ -163,7 +167,9 @@ def is_quotable(sentence: str) -> bool:
     [True, False, False, False, False]
     """
     words = sentence.split()
-    if is_reference_entry(sentence) or not _SENTENCE_FINAL.search(sentence):
+    if is_reference_entry(sentence) or _WHOLLY_QUOTED.fullmatch(sentence):
+        return False
+    if not _SENTENCE_FINAL.search(sentence):
         return False
     if _CJK.search(sentence) and len(words) < MIN_SENTENCE_WORDS:  # no spaces between words
         return not _CANNOT_START.match(sentence)
@@ -216,8 +222,11 @@ def passage_sentences(text: str, title: str = "") -> list[str]:
         text = text[len(title.strip()) :]
     lines = [line.strip() for line in text.splitlines()]
     paragraphs: list[list[str]] = [[]]
-    in_code = False
+    in_code = in_item = False
     for position, line in enumerate(lines):
+        if _LIST_MARKER.match(line) and paragraphs[-1]:  # a list item starts a paragraph
+            paragraphs.append([])
+        in_item = bool(_LIST_MARKER.match(line)) or (in_item and bool(paragraphs[-1]))
         if line.startswith(_CODE_FENCES):
             in_code = not in_code
         following = lines[position + 1] if position + 1 < len(lines) else ""
@@ -227,12 +236,15 @@ def passage_sentences(text: str, title: str = "") -> list[str]:
         if line.endswith(":") and not skipped:  # introduces a list or a block: ends here
             paragraphs[-1].append(_LIST_MARKER.sub("", line))
             paragraphs.append([])
+        elif len(line) <= MAX_REFERENCE_LENGTH and is_reference_entry(line):
+            if in_item:  # the item's first lines belong to the same reference
+                paragraphs[-1].clear()
+            paragraphs.append([])
         elif (
             skipped
             or opens_as_title
             or _HEADING_LINE.match(line)
             or not any(character.isalpha() for character in line)
-            or (len(line) <= MAX_REFERENCE_LENGTH and is_reference_entry(line))
         ):
             paragraphs.append([])
         else:

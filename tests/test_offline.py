@@ -294,6 +294,22 @@ def test_reference_list_entries_are_never_quoted(line: str) -> None:
     assert offline.passage_sentences(f"{prose}\n\n{line}") == [prose]
 
 
+def test_a_wrapped_reference_list_item_is_dropped_whole() -> None:
+    rst = (
+        "The lemma bounds the distortion of a random projection.\n\n"
+        "* Sanjoy Dasgupta and Anupam Gupta, 1999.\n"
+        "  `An elementary proof of the Johnson-Lindenstrauss Lemma.\n"
+        "  <https://citeseerx.ist.psu.edu/doc_view/pid/95cd464d>`_\n"
+        "* Breunig, Kriegel, Ng, and Sander (2000)\n"
+        "  `LOF: identifying density-based local outliers.\n"
+        "  Proc. ACM SIGMOD\n"
+        '* "Kernel principal component analysis."\n'
+    )
+    assert offline.passage_sentences(rst) == [
+        "The lemma bounds the distortion of a random projection."
+    ]
+
+
 @pytest.mark.parametrize(
     "sentence",
     [
