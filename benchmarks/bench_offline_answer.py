@@ -51,23 +51,34 @@ BASELINE_REF = "00c57cd"
 _QUOTE = re.compile(r"^- (.+) \[(\d+)\]$")
 
 
-def baseline_module(ref: str) -> ModuleType:
-    """``rag_fusion_chain/offline.py`` at git ``ref``, loaded as module ``offline_baseline``."""
+def git_module(ref: str, name: str, replacing: dict[str, ModuleType] | None = None) -> ModuleType:
+    """``rag_fusion_chain/<name>.py`` at git ``ref``, loaded as module ``<name>_baseline``; the
+    modules in ``replacing`` stand in for theirs while it is imported."""
     source = subprocess.run(
-        ["git", "-C", str(ROOT), "show", f"{ref}:rag_fusion_chain/offline.py"],
+        ["git", "-C", str(ROOT), "show", f"{ref}:rag_fusion_chain/{name}.py"],
         check=True,
         capture_output=True,
         text=True,
     ).stdout
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as handle:
         handle.write(source)
-    spec = importlib.util.spec_from_file_location("offline_baseline", handle.name)
+    spec = importlib.util.spec_from_file_location(f"{name}_baseline", handle.name)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # pydantic resolves the annotations through it
-    spec.loader.exec_module(module)
-    Path(handle.name).unlink()
+    saved = {key: sys.modules[key] for key in replacing or {}}
+    sys.modules.update(replacing or {})
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.modules.update(saved)
+        Path(handle.name).unlink()
     return module
+
+
+def baseline_module(ref: str) -> ModuleType:
+    """``rag_fusion_chain/offline.py`` at git ``ref``."""
+    return git_module(ref, "offline")
 
 
 def fused(retriever: BM25Retriever, queries: Sequence[str], k: int, top_n: int) -> list[Document]:

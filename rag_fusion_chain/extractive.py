@@ -40,15 +40,20 @@ _NEVER_FINAL = re.compile(
     re.IGNORECASE,
 )
 """Abbreviations sentencex may cut after that never end a sentence ("approx. 20", "Eq. (3)")."""
+_GLUED_END = re.compile(r"[A-Za-z0-9_]\.\Z")
+"""A stop with no space after it is inside a name ("sklearn.covariance.OAS"), not an end."""
 _CANNOT_START = re.compile(r"[a-z)\]},;:]")
 """A piece starting so continues the sentence before it (a cut inside "et al. [1])")."""
-_SENTENCE_PUNCTUATION = (".", "!", "?", ":", ";", ",", "。", "！", "？", "；", "…", ")", '"')
-_HEADING_LINE = re.compile(r"#{1,6}\s|={3,}\s*$|-{3,}\s*$")
+_SENTENCE_PUNCTUATION = (".", "!", "?", ":", ";", ",", "。", "！", "？", "；", "…", '"')
+_HEADING_LINE = re.compile(r"#{1,6}\s|={3,}\s*$|-{3,}\s*$|.*¶$")
+"""Markdown headings and rules, and Sphinx headings (their permalink sign ends them)."""
 _MARKUP_LINE = re.compile(r"(?:```|~~~|<[^>]*>\s*$|!\[|\[\^?\w*\]:|[-=*_~]{3,}\s*$)")
 _CODE_FENCES = ("```", "~~~")
+_CALL_LINE = re.compile(r"[\w.]+\(")
 _LIST_MARKER = re.compile(r"^(?:[-*+•]|\d{1,3}[.)])\s+")
-_TITLE_WORDS = 8
-"""A first line of at most this many words, unpunctuated, before a capitalised line: a title."""
+_TITLE_WORDS = 12
+"""A line of at most this many words, unpunctuated, opening a sentence before a capitalised or
+numbered line: a title or a list item, not part of a sentence."""
 _K1, _B = 1.2, 0.75
 """BM25's saturation and length normalisation, for scoring sentences."""
 RELATED_TERM_WEIGHT = 0.5
@@ -70,7 +75,8 @@ def split_sentences(text: str) -> list[str]:
     """Sentences of ``text``, whitespace collapsed: sentencex's rule-based segmenter (which
     knows "et al.", "e.g.", "Fig. 3", "3.14", initials, "[1]" and CJK ends) per paragraph, a
     piece starting lowercase or with a closing bracket, or following a never-final abbreviation
-    or an open parenthesis ("(Box 1) [2].") joined back to the one before. A single line break (wrapped PDF text) ends nothing.
+    or an open parenthesis ("(Box 1) [2].") or inside a dotted name, joined back to the one
+    before. A single line break (wrapped PDF text) ends nothing.
 
     >>> split_sentences("Title\\n\\nFirst one,\\nwrapped. CoT (Wei et al. [1]) works. 第三句。第四句")
     ['Title', 'First one, wrapped.', 'CoT (Wei et al. [1]) works.', '第三句。', '第四句']
@@ -85,6 +91,7 @@ def split_sentences(text: str) -> list[str]:
                 _CANNOT_START.match(piece.lstrip())
                 or _NEVER_FINAL.search(pieces[-1].strip())
                 or pieces[-1].count("(") > pieces[-1].count(")")
+                or (_GLUED_END.search(pieces[-1]) and piece[:1].isalnum())
             ):
                 pieces[-1] += piece
             else:
@@ -100,12 +107,16 @@ _URL = re.compile(r"https?://\S+|www\.\S+")
 _CITATION_MARKER = re.compile(r"^(?:[-*•]\s*)?\[\d+\]")
 _LEADING_AUTHOR = re.compile(
     r"^(?:[-*•]\s*)?(?:\[\d+\]\s*)?(?:\d+\.\s+)?"
-    r"(?:[A-Z][\w'’-]+,\s+(?:[A-Z]\.\s?)+|(?:[A-Z]\.\s?)+[A-Z][\w'’-]+|[A-Z][\w'’-]+\s+et\s+al\.)"
+    r"(?:[A-Z][\w'’-]+,\s+(?:[A-Z]\.\s?)+|(?:[A-Z]\.\s?)+[A-Z][\w'’-]+|[A-Z][\w'’-]+\s+et\s+al\."
+    r"|[A-Z][\w'’-]+(?:,\s+(?:and\s+)?[A-Z][\w'’-]+){2,})"
 )
 _PUBLICATION_YEAR = re.compile(
-    r"\((?:[A-Z][a-z]{2,8}\.?\s+)?(?:19|20)\d{2}[a-z]?\)[.,]\s*\S|,\s*(?:19|20)\d{2}[a-z]?[.,]"
+    r"\((?:[A-Z][a-z]{2,8}\.?\s+)?(?:19|20)\d{2}[a-z]?\)(?:[.,:]\s*\S|\s*[`\"“])"
+    r"|,\s*(?:19|20)\d{2}[a-z]?[.,]"
 )
-_QUOTED_TITLE = re.compile(r"[“\"][^”\"\s]+\s[^”\"]*\s[^”\"]*[”\"]")
+_QUOTED_TITLE = re.compile(r"[“\"`][^”\"`\s]+\s[^”\"`]*\s[^”\"`]*(?:[”\"`]|$)")
+_WHOLLY_QUOTED = re.compile(r"`?[“\"`‘][^”\"`’]+[”\"`’][.,]?`?")
+"""A sentence that is only a quotation: a cited title standing alone."""
 """Three words or more in quotes: a title ("toll-access" in quotes is a term)."""
 _VENUE = re.compile(
     r"\b(?:Proc(?:eedings)?\b|Journal|Conference|Transactions|Vol\.|vol\.|pp\.|preprint|"
@@ -140,7 +151,7 @@ def is_reference_entry(line: str) -> bool:
     False
     """
     stripped = line.strip(" -*•")
-    if _IDENTIFIER.search(stripped) or _URL.fullmatch(stripped):
+    if _IDENTIFIER.search(stripped) or _URL.fullmatch(stripped.strip("<>`_()[]. ")):
         return True
     return sum(bool(signal.search(stripped)) for signal in _REFERENCE_SIGNALS) >= 2
 
@@ -156,7 +167,9 @@ def is_quotable(sentence: str) -> bool:
     [True, False, False, False, False]
     """
     words = sentence.split()
-    if is_reference_entry(sentence) or not _SENTENCE_FINAL.search(sentence):
+    if is_reference_entry(sentence) or _WHOLLY_QUOTED.fullmatch(sentence):
+        return False
+    if not _SENTENCE_FINAL.search(sentence):
         return False
     if _CJK.search(sentence) and len(words) < MIN_SENTENCE_WORDS:  # no spaces between words
         return not _CANNOT_START.match(sentence)
@@ -169,27 +182,35 @@ def is_quotable(sentence: str) -> bool:
 
 
 def _is_markup(line: str) -> bool:
-    """Table rows, rules, code fences, tags and images: text to skip, not sentences."""
-    return line.count("|") >= 2 or bool(_MARKUP_LINE.match(line))
+    """Table rows, rules, code fences, tags, images and lines of code (half their tokens code,
+    or opening with a call such as ``covariance.OAS(*[, ...])``): text to skip, not sentences."""
+    tokens = line.split()
+    code = sum(bool(CODE_TOKEN.search(token)) for token in tokens)
+    return (
+        line.count("|") >= 2
+        or bool(_MARKUP_LINE.match(line) or _CALL_LINE.match(line))
+        or 2 * code >= len(tokens) > 0
+    )
 
 
 def _is_title(line: str, following: str) -> bool:
-    """A short unpunctuated first line followed by a capitalised one: a title, not a sentence."""
+    """A short unpunctuated line followed by a capitalised or numbered one: a title."""
     return (
         len(line.split()) <= _TITLE_WORDS
         and not line.endswith(_SENTENCE_PUNCTUATION)
-        and following[:1].isupper()
+        and (following[:1].isupper() or following[:1].isdigit())
     )
 
 
 def passage_sentences(text: str, title: str = "") -> list[str]:
     r"""The sentences of a passage worth quoting, in order.
 
-    Headings, titles (``title``, or a short unpunctuated line opening a paragraph or following
-    a finished sentence), table rows, rules, fenced code, tags, reference-list entries
-    (:func:`is_reference_entry`, lines up to :data:`MAX_REFERENCE_LENGTH`) and lines without a letter are left out and end the paragraph,
-    so a title never runs into the sentence after it; list markers are dropped. Then
-    :func:`split_sentences`, keeping the :func:`is_quotable` sentences.
+    Headings (Markdown, or Sphinx's ending with "¶"), titles and unpunctuated list items
+    (``title``, or a short unpunctuated line opening a sentence), table rows, rules, code
+    (fenced, or lines of code), tags, reference-list entries (:func:`is_reference_entry`, lines
+    up to :data:`MAX_REFERENCE_LENGTH`) and lines without a letter are left out and end the
+    paragraph, as does a line ending with ":", so none runs into the sentence after it; list
+    markers are dropped. Then :func:`split_sentences`, keeping the :func:`is_quotable` ones.
 
     >>> passage_sentences("# Bees\n\n| kg | 20 |\n|---|---|\nA hive makes 20 kg a year.\n- Wax too.")
     ['A hive makes 20 kg a year.']
@@ -201,20 +222,29 @@ def passage_sentences(text: str, title: str = "") -> list[str]:
         text = text[len(title.strip()) :]
     lines = [line.strip() for line in text.splitlines()]
     paragraphs: list[list[str]] = [[]]
-    in_code = False
+    in_code = in_item = False
     for position, line in enumerate(lines):
+        if _LIST_MARKER.match(line) and paragraphs[-1]:  # a list item starts a paragraph
+            paragraphs.append([])
+        in_item = bool(_LIST_MARKER.match(line)) or (in_item and bool(paragraphs[-1]))
         if line.startswith(_CODE_FENCES):
             in_code = not in_code
         following = lines[position + 1] if position + 1 < len(lines) else ""
         skipped = in_code or line.startswith(_CODE_FENCES) or _is_markup(line)
         after_sentence = not paragraphs[-1] or bool(_SENTENCE_FINAL.search(paragraphs[-1][-1]))
         opens_as_title = after_sentence and bool(following) and _is_title(line, following)
-        if (
+        if line.endswith(":") and not skipped:  # introduces a list or a block: ends here
+            paragraphs[-1].append(_LIST_MARKER.sub("", line))
+            paragraphs.append([])
+        elif len(line) <= MAX_REFERENCE_LENGTH and is_reference_entry(line):
+            if in_item:  # the item's first lines belong to the same reference
+                paragraphs[-1].clear()
+            paragraphs.append([])
+        elif (
             skipped
             or opens_as_title
             or _HEADING_LINE.match(line)
             or not any(character.isalpha() for character in line)
-            or (len(line) <= MAX_REFERENCE_LENGTH and is_reference_entry(line))
         ):
             paragraphs.append([])
         else:

@@ -705,3 +705,20 @@ def test_encoder_threads_follow_the_environment_and_the_affinity(
         encoders.OpenVINOEmbeddings(
             path, encoders.ensure_export(path), model_identity="m", threads=-1
         )
+
+
+def test_precomputed_vectors_reach_the_store_as_one_array() -> None:
+    import numpy as np
+
+    from rag_fusion_chain.data import vectors
+
+    model = DeterministicFakeEmbedding(size=3)
+    known = {"known": np.array([9.0, 8.0, 7.0], dtype=np.float32)}
+    precomputed = vectors.PrecomputedEmbeddings(model, known)
+    array = models.embed_documents_array(precomputed, ["new", "known"])
+    assert array.dtype == np.float32 and array.shape == (2, 3)
+    np.testing.assert_allclose(array[1], known["known"])
+    np.testing.assert_allclose(array[0], model.embed_documents(["new"])[0], rtol=1e-6)
+    assert precomputed.embed_documents(["known"]) == [[9.0, 8.0, 7.0]]
+    assert precomputed.embed_documents([]) == []
+    assert known["known"].tolist() == [9.0, 8.0, 7.0]  # the shipped rows are not modified

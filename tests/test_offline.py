@@ -294,6 +294,22 @@ def test_reference_list_entries_are_never_quoted(line: str) -> None:
     assert offline.passage_sentences(f"{prose}\n\n{line}") == [prose]
 
 
+def test_a_wrapped_reference_list_item_is_dropped_whole() -> None:
+    rst = (
+        "The lemma bounds the distortion of a random projection.\n\n"
+        "* Sanjoy Dasgupta and Anupam Gupta, 1999.\n"
+        "  `An elementary proof of the Johnson-Lindenstrauss Lemma.\n"
+        "  <https://citeseerx.ist.psu.edu/doc_view/pid/95cd464d>`_\n"
+        "* Breunig, Kriegel, Ng, and Sander (2000)\n"
+        "  `LOF: identifying density-based local outliers.\n"
+        "  Proc. ACM SIGMOD\n"
+        '* "Kernel principal component analysis."\n'
+    )
+    assert offline.passage_sentences(rst) == [
+        "The lemma bounds the distortion of a random projection."
+    ]
+
+
 @pytest.mark.parametrize(
     "sentence",
     [
@@ -325,6 +341,29 @@ def test_prose_citing_a_work_is_still_quoted(sentence: str) -> None:
 def test_fragments_that_are_not_sentences_are_not_quoted(fragment: str) -> None:
     prose = "Heat pumps move heat with a refrigerant."
     assert offline.passage_sentences(f"{prose}\n\n{fragment}") == [prose]
+
+
+def test_passage_sentences_of_html_text_keep_blocks_apart() -> None:
+    # lines as ingest's HTML loader writes the scikit-learn user guide: one block per line
+    text = (
+        "2.5.7. Non-negative matrix factorization (NMF or NNMF)¶\n"
+        "2.5.7.1. NMF with the Frobenius norm¶\n"
+        "NMF finds two non-negative matrices whose product approximates the data.\n"
+        "The Isomap algorithm comprises three stages:\n"
+        "Nearest neighbor search. Isomap uses BallTree for efficient neighbor search.\n"
+        "Revealing the structure at many scales on a single map\n"
+        "Reducing the tendency to crowd points together at the center\n"
+        "covariance.GraphicalLassoCV(*[, alphas, ...])\n"
+        "Sparse inverse covariance w/ cross-validated choice of the l1 penalty.\n"
+        "The estimator sklearn.covariance.OAS yields a smaller error than the formula."
+    )
+    assert offline.passage_sentences(text) == [
+        "NMF finds two non-negative matrices whose product approximates the data.",
+        "Nearest neighbor search.",
+        "Isomap uses BallTree for efficient neighbor search.",
+        "Sparse inverse covariance w/ cross-validated choice of the l1 penalty.",
+        "The estimator sklearn.covariance.OAS yields a smaller error than the formula.",
+    ]
 
 
 def test_extractive_answer_on_a_blog_with_a_reference_list_quotes_only_prose() -> None:

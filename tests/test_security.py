@@ -7,10 +7,14 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import os
 import pickle
+import signal
+import time
 import uuid
 import warnings
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -59,50 +63,71 @@ def stored_texts(store: Any) -> list[str]:
 # ============================================================================================
 
 
-def test_a_pickle_swapped_right_after_the_check_is_never_read(
+def langchain_folder(directory: Path) -> Path:
+    """A folder as LangChain's ``FAISS.save_local`` writes it (``index.faiss`` + ``index.pkl``)."""
+    build_faiss(DOCUMENTS, EMBEDDINGS).save_local(str(directory))
+    return directory
+
+
+def test_a_docstore_swapped_right_after_the_check_is_never_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     build_faiss(DOCUMENTS, EMBEDDINGS, path=tmp_path)
-    marker = tmp_path / "payload-ran"
     verify_files = faiss_files._verify_files
     swaps: list[str] = []
+    docstore = tmp_path / "docstore.json"
 
     def verify_then_swap(*args: Any) -> None:
         verify_files(*args)  # passes: the files on disk are the ones the manifest signs
-        (tmp_path / "index.pkl").write_bytes(malicious_docstore(marker))  # the race's winner
-        swaps.append("index.pkl")
+        docstore.write_text(docstore.read_text().replace("Solar panels", "Forged panels"))
+        swaps.append(docstore.name)
 
     monkeypatch.setattr(faiss_files, "_verify_files", verify_then_swap)
     store = load_faiss(tmp_path, EMBEDDINGS)
-    assert swaps == ["index.pkl"], "the swap did not happen between check and load"
-    assert not marker.exists()
+    assert swaps == ["docstore.json"], "the swap did not happen between check and load"
     assert stored_texts(store) == sorted(document.page_content for document in DOCUMENTS)
     monkeypatch.undo()
-    with pytest.raises(UntrustedIndexError, match="index.pkl does not match"):
+    with pytest.raises(UntrustedIndexError, match="docstore.json does not match"):
         load_faiss(tmp_path, EMBEDDINGS)  # the swapped file, read now, fails the check
-    assert not marker.exists()
+
+
+def test_the_kit_writes_no_pickle_and_imports_langchain_folders_with_trust(
+    tmp_path: Path,
+) -> None:
+    build_faiss(DOCUMENTS, EMBEDDINGS, path=tmp_path / "kit")
+    assert sorted(path.name for path in (tmp_path / "kit").iterdir()) == [
+        "docstore.json",
+        "index.faiss",
+        MANIFEST_FILE,
+    ]
+    with pytest.raises(UntrustedIndexError, match="no manifest.json"):
+        load_faiss(langchain_folder(tmp_path / "langchain"), EMBEDDINGS)
+    store = load_faiss(tmp_path / "langchain", EMBEDDINGS, trust=True)
+    assert stored_texts(store) == sorted(document.page_content for document in DOCUMENTS)
 
 
 def test_trust_skips_the_signature_but_never_runs_code(tmp_path: Path) -> None:
-    build_faiss(DOCUMENTS, EMBEDDINGS, path=tmp_path)
+    langchain_folder(tmp_path)
     marker = tmp_path / "payload-ran"
     (tmp_path / "index.pkl").write_bytes(malicious_docstore(marker))
     with pytest.raises(UntrustedIndexError, match=r"names pathlib\.Path\.touch"):
-        load_faiss(tmp_path, EMBEDDINGS, trust=True)
-    (tmp_path / MANIFEST_FILE).unlink()
-    with pytest.raises(UntrustedIndexError, match="which a FAISS docstore does not hold"):
         load_faiss(tmp_path, EMBEDDINGS, trust=True)
     assert not marker.exists()
 
 
 def test_a_validly_signed_pickle_naming_code_is_still_refused(tmp_path: Path) -> None:
-    """Defence in depth: even a manifest signed with the user's key cannot vouch for code."""
+    """Defence in depth: even a (format 1) manifest signed with the user's key cannot vouch for
+    code in the pickle that kit versions before format 2 wrote."""
     build_faiss(DOCUMENTS, EMBEDDINGS, path=tmp_path)
     marker = tmp_path / "payload-ran"
     payload = malicious_docstore(marker)
     (tmp_path / "index.pkl").write_bytes(payload)
     manifest = json.loads((tmp_path / MANIFEST_FILE).read_text())
-    manifest["files"]["index.pkl"] = hashlib.sha256(payload).hexdigest()
+    manifest["format_version"] = 1
+    manifest["files"] = {
+        "index.faiss": manifest["files"]["index.faiss"],
+        "index.pkl": hashlib.sha256(payload).hexdigest(),
+    }
     manifest["signature"] = signature_of(manifest, signing_key())
     (tmp_path / MANIFEST_FILE).write_text(json.dumps(manifest))
     with pytest.raises(UntrustedIndexError, match="not loaded"):
@@ -119,29 +144,90 @@ def test_plain_metadata_types_pass_the_allow_list(tmp_path: Path) -> None:
         "nested": {"list": [1, 2.5, None, True], "bytes": b"\x00"},
     }
     documents = [Document("Batteries store energy.", id="battery", metadata=metadata)]
-    build_faiss(documents, EMBEDDINGS, path=tmp_path)
-    loaded = load_faiss(tmp_path, EMBEDDINGS).docstore.search("battery")
+    build_faiss(documents, EMBEDDINGS).save_local(str(tmp_path))
+    loaded = load_faiss(tmp_path, EMBEDDINGS, trust=True).docstore.search("battery")
     assert isinstance(loaded, Document) and loaded.metadata == metadata
 
 
-def test_saved_files_stay_readable_by_langchain(tmp_path: Path) -> None:
-    from langchain_community.vectorstores import FAISS
-
-    build_faiss(DOCUMENTS, EMBEDDINGS, path=tmp_path)
-    store = FAISS.load_local(str(tmp_path), EMBEDDINGS, allow_dangerous_deserialization=True)
-    assert stored_texts(store) == sorted(document.page_content for document in DOCUMENTS)
-    assert sorted(path.name for path in tmp_path.iterdir()) == [
-        "index.faiss",
-        "index.pkl",
-        MANIFEST_FILE,
-    ]
+def test_json_metadata_round_trips_and_other_metadata_is_named(tmp_path: Path) -> None:
+    metadata = {"source": "a.md", "page": 3, "score": 0.5, "tags": ["x", None, True], "é": {}}
+    documents = [Document("Batteries store energy.", id="battery", metadata=metadata)]
+    build_faiss(documents, EMBEDDINGS, path=tmp_path / "json")
+    loaded = load_faiss(tmp_path / "json", EMBEDDINGS).docstore.search("battery")
+    assert isinstance(loaded, Document) and loaded.metadata == metadata
+    dated = [Document("Batteries.", id="b", metadata={"day": datetime.date(2024, 5, 1)})]
+    with pytest.raises(ValueError, match="documents: metadata must be JSON data"):
+        build_faiss(dated, EMBEDDINGS, path=tmp_path / "dated")
 
 
 def test_a_docstore_of_another_shape_is_a_clear_error(tmp_path: Path) -> None:
-    build_faiss(DOCUMENTS, EMBEDDINGS, path=tmp_path)
-    (tmp_path / "index.pkl").write_bytes(pickle.dumps(({"heat": "not a docstore"}, {})))
+    langchain_folder(tmp_path / "pickle")
+    (tmp_path / "pickle" / "index.pkl").write_bytes(pickle.dumps(({"heat": "no docstore"}, {})))
     with pytest.raises(ValueError, match="not a LangChain FAISS docstore pickle"):
-        load_faiss(tmp_path, EMBEDDINGS, trust=True)
+        load_faiss(tmp_path / "pickle", EMBEDDINGS, trust=True)
+    build_faiss(DOCUMENTS, EMBEDDINGS, path=tmp_path / "json")
+    (tmp_path / "json" / "docstore.json").write_text('{"ids": ["heat"], "texts": [1]}')
+    with pytest.raises(ValueError, match="not 3 ids, texts and metadata dicts"):
+        load_faiss(tmp_path / "json", EMBEDDINGS, trust=True)
+
+
+# ============================================================================================
+# 22.7 only regular files of bounded size are opened: a FIFO or /dev/zero fails at once
+# ============================================================================================
+
+
+@contextmanager
+def hang_guard(seconds: int) -> Iterator[None]:
+    """Fail the test (instead of hanging the run) if the body blocks for ``seconds``."""
+
+    def interrupt(*_: Any) -> None:
+        raise TimeoutError(f"blocked for {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize("plant", ["fifo", "dev-zero"])
+@pytest.mark.parametrize(
+    ("layout", "name"),
+    [
+        ("kit", "docstore.json"),
+        ("kit", "index.faiss"),
+        ("kit", MANIFEST_FILE),
+        ("langchain", "index.pkl"),
+    ],
+)
+@pytest.mark.parametrize("trust", [False, True])
+def test_a_planted_fifo_or_dev_zero_link_fails_at_once(
+    tmp_path: Path, plant: str, layout: str, name: str, trust: bool
+) -> None:
+    if layout == "kit":
+        build_faiss(DOCUMENTS, EMBEDDINGS, path=tmp_path)
+    else:
+        langchain_folder(tmp_path)
+    (tmp_path / name).unlink(missing_ok=True)
+    if plant == "fifo":
+        os.mkfifo(tmp_path / name)
+    else:
+        (tmp_path / name).symlink_to("/dev/zero")
+    started = time.monotonic()
+    with hang_guard(5), pytest.raises(ValueError, match=f"{name} is not a regular file"):
+        load_faiss(tmp_path, EMBEDDINGS, trust=trust or layout == "langchain")
+    assert time.monotonic() - started < 1.0
+
+
+def test_an_index_file_above_the_bound_is_not_read(tmp_path: Path) -> None:
+    from rag_fusion_chain.retrievers import signing
+
+    build_faiss(DOCUMENTS, EMBEDDINGS, path=tmp_path)
+    size = (tmp_path / "docstore.json").stat().st_size
+    with pytest.raises(ValueError, match=f"is {size} bytes, above the bound of {size - 1}"):
+        signing.read_hashed(tmp_path / "docstore.json", max_bytes=size - 1)
 
 
 # ============================================================================================

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-import pickle
 import subprocess
 import sys
 import uuid
@@ -176,7 +175,8 @@ def test_per_query_embedding_for_asymmetric_models(embeddings: CountingEmbedding
 def test_faiss_roundtrip_with_manifest(tmp_path: Path, embeddings: CountingEmbeddings) -> None:
     store = build_faiss(DOCUMENTS, embeddings, path=tmp_path / "index")
     manifest = json.loads((tmp_path / "index" / MANIFEST_FILE).read_text())
-    assert set(manifest["files"]) == {"index.faiss", "index.pkl"}
+    assert set(manifest["files"]) == {"index.faiss", "docstore.json"}
+    assert manifest["index"] == "IndexFlat" and manifest["format_version"] == 2
     assert all(len(digest) == 64 for digest in manifest["files"].values())
     assert manifest["kit_version"] and manifest["documents"] == len(DOCUMENTS)
     assert manifest["embedding"].endswith("DeterministicFakeEmbedding(size=32)")
@@ -188,15 +188,17 @@ def test_faiss_roundtrip_with_manifest(tmp_path: Path, embeddings: CountingEmbed
     assert reloaded.batch(QUERIES) == original.batch(QUERIES)
 
 
-def test_tampered_pickle_is_refused_before_unpickling(
-    tmp_path: Path, embeddings: CountingEmbeddings
-) -> None:
+def forge_docstore(directory: Path) -> None:
+    """Rewrite one stored text, as someone who can write the folder could."""
+    path = directory / "docstore.json"
+    path.write_text(path.read_text().replace("Solar panels", "Forged panels"))
+
+
+def test_tampered_docstore_is_refused(tmp_path: Path, embeddings: CountingEmbeddings) -> None:
     build_faiss(DOCUMENTS, embeddings, path=tmp_path)
-    marker = tmp_path / "payload-ran"
-    (tmp_path / "index.pkl").write_bytes(pickle.dumps(_Payload(marker)))
-    with pytest.raises(UntrustedIndexError, match="index.pkl.*tampered"):
+    forge_docstore(tmp_path)
+    with pytest.raises(UntrustedIndexError, match="docstore.json.*tampered"):
         load_faiss(tmp_path, embeddings)
-    assert not marker.exists()
     assert issubclass(UntrustedIndexError, ValueError)
 
 
@@ -216,7 +218,7 @@ def test_trust_loads_files_that_do_not_match_the_manifest(
 ) -> None:
     build_faiss(DOCUMENTS, embeddings, path=tmp_path / "first")
     build_faiss(DOCUMENTS[:2], embeddings, path=tmp_path / "second")
-    for name in ("index.faiss", "index.pkl"):
+    for name in ("index.faiss", "docstore.json"):
         (tmp_path / "first" / name).write_bytes((tmp_path / "second" / name).read_bytes())
     with pytest.raises(UntrustedIndexError):
         load_faiss(tmp_path / "first", embeddings)
@@ -238,9 +240,9 @@ def test_manifest_listing_other_files_is_refused(
         load_faiss(tmp_path, embeddings)
 
 
-def forge_manifest(directory: Path, marker: Path, signature: str | None) -> None:
-    """Swap in a pickle that runs code and rewrite the manifest's hashes to match it."""
-    (directory / "index.pkl").write_bytes(pickle.dumps(_Payload(marker)))
+def forge_manifest(directory: Path, signature: str | None) -> None:
+    """Forge a stored text and rewrite the manifest's hashes to match it."""
+    forge_docstore(directory)
     manifest = json.loads((directory / MANIFEST_FILE).read_text())
     manifest["files"] = {name: file_sha256(directory / name) for name in manifest["files"]}
     manifest.pop("signature")
@@ -263,14 +265,12 @@ def test_rewritten_hashes_with_a_forged_manifest_are_refused(
     elif signature == "another key":
         manifest = json.loads((tmp_path / MANIFEST_FILE).read_text())
         signature = signature_of(manifest, b"k" * 32)  # right scheme, attacker's key
-    marker = tmp_path / "payload-ran"
-    forge_manifest(tmp_path, marker, signature)
+    forge_manifest(tmp_path, signature)
     expected = "not signed" if signature is None else "does not verify"
     with pytest.raises(UntrustedIndexError, match=expected) as refused:
         load_faiss(tmp_path, embeddings)
     assert "trust=True" in str(refused.value) and "--trust-index" in str(refused.value)
     assert "Rebuild the index on this machine" in str(refused.value)
-    assert not marker.exists()
 
 
 def test_an_index_signed_with_another_key_is_refused_unless_trusted(
@@ -320,8 +320,8 @@ def test_missing_and_corrupt_indexes_fail_clearly(
     with pytest.raises(ValueError, match="corrupt"):
         load_faiss(tmp_path / "corrupt", embeddings, trust=True)
     build_faiss(DOCUMENTS, embeddings, path=tmp_path / "incomplete")
-    (tmp_path / "incomplete" / "index.pkl").unlink()
-    with pytest.raises(FileNotFoundError, match="index.pkl"):
+    (tmp_path / "incomplete" / "docstore.json").unlink()
+    with pytest.raises(FileNotFoundError, match="docstore.json"):
         load_faiss(tmp_path / "incomplete", embeddings)
 
 
@@ -336,14 +336,147 @@ def test_loading_with_other_embeddings_warns(
         load_faiss(tmp_path, DeterministicFakeEmbedding(size=32))
 
 
-class _Payload:
-    """A pickle that creates a file when unpickled: proof of whether the pickle was opened."""
+# ------------------------------------------------------- precomputed vectors, index types, threads
 
-    def __init__(self, marker: Path) -> None:
-        self.marker = marker
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (Path.touch, (self.marker,))
+class NumpyEmbeddings(CountingEmbeddings):
+    """Returns numpy arrays, as the kit's embedders can."""
+
+    def embed_documents(self, texts: list[str]) -> Any:
+        return np.asarray(super().embed_documents(texts), dtype=np.float32)
+
+
+def random_vectors(count: int, dimension: int = 32, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((count, dimension)).astype(np.float32)
+
+
+def test_precomputed_vectors_are_used_without_embedding_and_not_mutated(
+    embeddings: CountingEmbeddings,
+) -> None:
+    vectors = np.asarray(embeddings.inner.embed_documents(QUERIES), dtype=np.float32) * 3.0
+    given = vectors.copy()
+    store = build_faiss(DOCUMENTS, embeddings, vectors=vectors)
+    assert embeddings.calls == []
+    np.testing.assert_array_equal(vectors, given)  # normalised in copies only
+    embedded = build_faiss(DOCUMENTS, NumpyEmbeddings(embeddings.inner))
+    retriever, reference = VectorRetriever(vectorstore=store), VectorRetriever(vectorstore=embedded)
+    pairs = zip(retriever.batch(QUERIES, k=3), reference.batch(QUERIES, k=3), strict=True)
+    for hits, expected in pairs:
+        assert [hit.id for hit in hits] == [hit.id for hit in expected]
+        assert [hit.metadata["score"] for hit in hits] == pytest.approx(
+            [hit.metadata["score"] for hit in expected], abs=1e-5
+        )
+
+
+@pytest.mark.parametrize(
+    ("vectors", "message"),
+    [
+        (np.zeros((4, 32), dtype=np.float32), "expected 5 rows"),
+        (np.zeros(5, dtype=np.float32), "expected 5 rows"),
+        (np.full((5, 32), np.nan, dtype=np.float32), "NaN"),
+    ],
+)
+def test_bad_precomputed_vectors_are_named(
+    embeddings: CountingEmbeddings, vectors: np.ndarray, message: str
+) -> None:
+    with pytest.raises(ValueError, match=f"vectors: .*{message}"):
+        build_faiss(DOCUMENTS, embeddings, vectors=vectors)
+
+
+@pytest.mark.parametrize(
+    ("index", "faiss_class"),
+    [("hnsw", "IndexHNSWFlat"), ("IVF4,Flat", "IndexIVFFlat"), ("IVF4,PQ8", "IndexIVFPQ")],
+)
+def test_the_index_type_round_trips_through_save_and_load(
+    tmp_path: Path, embeddings: CountingEmbeddings, index: str, faiss_class: str
+) -> None:
+    documents = [Document(f"passage {n}", id=f"p{n}") for n in range(300)]
+    vectors = random_vectors(len(documents))
+    built = build_faiss(documents, embeddings, tmp_path, vectors=vectors, index=index)
+    assert json.loads((tmp_path / MANIFEST_FILE).read_text())["index"] == faiss_class
+    loaded = load_faiss(tmp_path, embeddings)
+    assert type(loaded.index).__name__ == faiss_class and loaded.index.ntotal == len(documents)
+    retriever = VectorRetriever(vectorstore=loaded, embeddings=embeddings)
+    reference = VectorRetriever(vectorstore=built, embeddings=embeddings)
+    assert retriever.search_vectors(vectors[:5].tolist(), 5) == reference.search_vectors(
+        vectors[:5].tolist(), 5
+    )
+
+
+def test_an_unknown_index_type_is_named(embeddings: CountingEmbeddings) -> None:
+    with pytest.raises(ValueError, match="index: 'annoy' is not one of"):
+        build_faiss(DOCUMENTS, embeddings, index="annoy")
+
+
+class RecordingIndex:
+    """Stands in for a FAISS index and records the search parameters of each call."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.ntotal, self.calls = inner, inner.ntotal, []
+
+    def search(self, matrix: np.ndarray, k: int, params: Any = None) -> Any:
+        self.calls.append(params)
+        return self.inner.search(matrix, k, params=params)
+
+
+@pytest.mark.parametrize(
+    ("index", "parameters", "field"),
+    [("hnsw", {"efSearch": 7}, "efSearch"), ("IVF4,Flat", {"nprobe": 3}, "nprobe")],
+)
+def test_search_parameters_reach_faiss_per_call(
+    embeddings: CountingEmbeddings, index: str, parameters: dict[str, int], field: str
+) -> None:
+    documents = [Document(f"passage {n}", id=f"p{n}") for n in range(300)]
+    vectors = random_vectors(len(documents))
+    store = build_faiss(documents, embeddings, vectors=vectors, index=index)
+    recording = RecordingIndex(store.index)
+    store.index = recording
+    retriever = VectorRetriever(vectorstore=store, search_parameters=parameters)
+    configured = VectorRetriever(vectorstore=store)
+    retriever.search_vectors(vectors[:2].tolist(), 3)
+    configured.search_vectors(vectors[:2].tolist(), 3)
+    assert getattr(recording.calls[0], field) == parameters[field]
+    assert recording.calls[1] is None  # the index's own setting when none is given
+    with pytest.raises(ValueError, match="search_parameters: expected"):
+        VectorRetriever(vectorstore=store, search_parameters={"ef": 1}).search_vectors(
+            vectors[:1].tolist(), 3
+        )
+
+
+def test_exhaustive_ivf_probing_finds_what_flat_finds(embeddings: CountingEmbeddings) -> None:
+    documents = [Document(f"passage {n}", id=f"p{n}") for n in range(400)]
+    vectors = random_vectors(len(documents), seed=1)
+    queries = random_vectors(10, seed=2).tolist()
+    flat = VectorRetriever(vectorstore=build_faiss(documents, embeddings, vectors=vectors))
+    ivf_store = build_faiss(documents, embeddings, vectors=vectors, index="IVF8,Flat")
+    one_list = VectorRetriever(vectorstore=ivf_store, search_parameters={"nprobe": 1})
+    all_lists = VectorRetriever(vectorstore=ivf_store, search_parameters={"nprobe": 8})
+
+    def ids(retriever: VectorRetriever) -> list[list[str | None]]:
+        return [[hit.id for hit in hits] for hits in retriever.search_vectors(queries, 10)]
+
+    assert ids(all_lists) == ids(flat)
+    assert ids(one_list) != ids(flat)  # nprobe=1 misses neighbours in other lists
+
+
+def test_faiss_searches_use_the_thread_policy(
+    embeddings: CountingEmbeddings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import faiss
+
+    from rag_fusion_chain.retrievers.stores import FAISS_THREADS_ENV
+
+    threads: list[int] = []
+    monkeypatch.setattr(faiss, "omp_set_num_threads", threads.append)
+    store = build_faiss(DOCUMENTS, embeddings)
+    VectorRetriever(vectorstore=store).batch(QUERIES[:2])
+    monkeypatch.setenv(FAISS_THREADS_ENV, "2")
+    VectorRetriever(vectorstore=store).invoke(QUERIES[0])
+    VectorRetriever(vectorstore=store, faiss_threads=3).invoke(QUERIES[0])
+    assert threads == [1, 2, 3]
+    monkeypatch.setenv(FAISS_THREADS_ENV, "none")
+    with pytest.raises(ValueError, match=f"{FAISS_THREADS_ENV}: expected a positive integer"):
+        VectorRetriever(vectorstore=store)
 
 
 # ---------------------------------------------------------------------------------- other stores

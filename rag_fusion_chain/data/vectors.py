@@ -44,13 +44,13 @@ class SampleVectors:
     matrix: np.ndarray
     record: dict[str, Any]
 
-    def by_text(self, texts: Sequence[str]) -> dict[str, list[float]]:
-        """Each corpus text (in corpus order, as ``texts``) mapped to its vector."""
+    def by_text(self, texts: Sequence[str]) -> dict[str, Sequence[float]]:
+        """Each corpus text (in corpus order, as ``texts``) mapped to its vector (a matrix row)."""
         if len(texts) != len(self.matrix):
             raise ValueError(
                 f"texts: {len(texts)} corpus texts for {len(self.matrix)} shipped vectors"
             )
-        return {text: row.tolist() for text, row in zip(texts, self.matrix, strict=True)}
+        return dict(zip(texts, self.matrix, strict=True))
 
 
 def load_sample_vectors(directory: Path | None = None) -> SampleVectors:
@@ -98,17 +98,30 @@ class PrecomputedEmbeddings(Embeddings):
     ``embeddings``; queries always go to ``embeddings``.
     """
 
-    def __init__(self, embeddings: Embeddings, known: dict[str, list[float]]) -> None:
+    def __init__(self, embeddings: Embeddings, known: dict[str, Sequence[float]]) -> None:
         from rag_fusion_chain import models
 
         self.embeddings = embeddings
         self.known = known
         self.model_identity = models.embedding_identity(embeddings)
+        self.embedding_precision = models.embedding_precision(embeddings)
+
+    def embed_documents_array(self, texts: Sequence[str]) -> np.ndarray:
+        """Known rows and the model's vectors of the others, as one float32 array."""
+        import numpy as np
+
+        from rag_fusion_chain import models
+
+        missing = [text for text in texts if text not in self.known]
+        computed = models.embed_documents_array(self.embeddings, missing)
+        rows = dict(zip(missing, computed, strict=True))
+        return np.asarray(
+            [self.known[text] if text in self.known else rows[text] for text in texts],
+            dtype=np.float32,
+        )
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        missing = [text for text in texts if text not in self.known]
-        computed = dict(zip(missing, self.embeddings.embed_documents(missing), strict=True))
-        return [self.known[text] if text in self.known else computed[text] for text in texts]
+        return self.embed_documents_array(texts).tolist()  # type: ignore[no-any-return]
 
     def embed_query(self, text: str) -> list[float]:
         return self.embeddings.embed_query(text)

@@ -5,6 +5,11 @@ Every file is read through one bounded opening (:func:`open_bounded`): a file la
 limit if it grows meanwhile. A file that cannot be read, decoded or parsed raises
 :class:`~rag_fusion_chain.ingest.problems.UnreadableSourceError` with a short reason.
 
+Parsing is bounded too, and a source beyond a bound is refused with the bound in its reason:
+HTML over :data:`MAX_HTML_SIZE` (or nested deeper than 256 elements), a PDF whose text passes
+:data:`MAX_PDF_CHARACTERS` or whose pages take longer than :data:`PDF_TIME_BUDGET` to read. Terminal
+escape sequences and control characters (tab and line breaks excepted) are dropped from the text.
+
 >>> load_file("notes/paper.pdf")[0].metadata["page"]  # doctest: +SKIP
 0
 """
@@ -14,15 +19,17 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import stat
+import time
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from langchain_core.documents import Document
 
-from rag_fusion_chain.ingest.html import html_to_text
+from rag_fusion_chain.ingest.html import HtmlLimitError, html_to_text
 from rag_fusion_chain.ingest.problems import (
     NoTextError,
     UnreadableSourceError,
@@ -36,6 +43,19 @@ PDF_EXTENSIONS = (".pdf",)
 BEIR_EXTENSIONS = (".jsonl",)
 DEFAULT_MAX_FILE_SIZE = 50_000_000
 """Bytes: larger files are skipped (reported), never read."""
+MAX_HTML_SIZE = 3_000_000
+"""Bytes of HTML parsed at most per file or page (BeautifulSoup reads about 0.5 MB/s)."""
+MAX_PDF_CHARACTERS = 10_000_000
+"""Characters of text read at most per PDF (a shared-stream bomb yields millions per page)."""
+PDF_TIME_BUDGET = 5.0
+"""Seconds of page reading at most per PDF, checked between pages."""
+_TERMINAL_ESCAPE = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor moves
+    r"|\x9b[0-?]*[ -/]*[@-~]"  # CSI, 8-bit form
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC: window titles, hyperlinks
+    r"|\x1b[ -/]*[0-~]"  # other escape sequences
+)
+_CONTROL_CHARACTER = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
 FileIdentity = tuple[int, int]
 """``(st_dev, st_ino)`` of a file, to check that the file opened is the file that was checked."""
@@ -124,7 +144,11 @@ def load_beir_corpus(
 
 
 def pdf_documents(data: bytes, source: str) -> list[Document]:
-    """One Document per page of the PDF ``data`` that has text; ``source`` names them."""
+    """One Document per page of the PDF ``data`` that has text; ``source`` names them.
+
+    Refused (UnreadableSourceError naming the bound) past :data:`MAX_PDF_CHARACTERS` of text or
+    :data:`PDF_TIME_BUDGET` seconds of reading.
+    """
     try:
         import pymupdf
     except ImportError as error:
@@ -133,8 +157,10 @@ def pdf_documents(data: bytes, source: str) -> list[Document]:
         raise UnreadableSourceError(source, "empty PDF")
     try:
         with pymupdf.open(stream=data, filetype="pdf") as pdf:
-            pages = [page.get_text() for page in pdf]
+            pages = _bounded_pages(pdf, source)
     except (pymupdf.FileDataError, RuntimeError, ValueError) as error:
+        if isinstance(error, UnreadableSourceError):
+            raise
         raise UnreadableSourceError(source, "corrupt PDF", str(error)) from error
     documents = [
         Document(
@@ -154,6 +180,35 @@ def pdf_documents(data: bytes, source: str) -> list[Document]:
     return documents
 
 
+def _bounded_pages(pdf: Any, source: str) -> list[str]:
+    """The cleaned text of each page, within the character and time bounds of one PDF."""
+    deadline = time.monotonic() + PDF_TIME_BUDGET
+    pages: list[str] = []
+    characters = 0
+    for page in pdf:
+        if time.monotonic() > deadline:
+            raise UnreadableSourceError(
+                source, f"PDF pages take longer than the {PDF_TIME_BUDGET:g} s limit to read"
+            )
+        pages.append(clean_text(page.get_text()))
+        characters += len(pages[-1])
+        if characters > MAX_PDF_CHARACTERS:
+            raise UnreadableSourceError(
+                source, f"PDF text beyond the {MAX_PDF_CHARACTERS:,}-character limit"
+            )
+    return pages
+
+
+def clean_text(text: str) -> str:
+    """``text`` without terminal escape sequences and control characters (tab, ``\\n`` and
+    ``\\r`` kept): a document cannot recolour a terminal or leave ``31m`` in its words.
+
+    >>> clean_text("\\x1b[31mRED TEXT\\x1b[0m\\x00 ok")
+    'RED TEXT ok'
+    """
+    return _CONTROL_CHARACTER.sub("", _TERMINAL_ESCAPE.sub("", text))
+
+
 def html_document(
     markup: str | bytes,
     source: str,
@@ -163,11 +218,19 @@ def html_document(
 ) -> Document:
     """The Document of an HTML page: its main text (or ``classes``' text), its ``title`` in
     metadata; NoTextError if it has no text."""
-    page = html_to_text(markup, encoding=encoding, classes=classes)
+    if len(markup) > MAX_HTML_SIZE:
+        raise UnreadableSourceError(
+            source, f"HTML larger than the {byte_size(MAX_HTML_SIZE)} parse limit"
+        )
+    try:
+        page = html_to_text(markup, encoding=encoding, classes=classes)
+    except HtmlLimitError as error:
+        raise UnreadableSourceError(source, str(error)) from error
     if not page.text:
         raise NoTextError(source, "no text found")
-    metadata = {"source": source, "title": page.title} if page.title else {"source": source}
-    return Document(page_content=page.text, metadata=metadata, id=source)
+    title = clean_text(page.title)
+    metadata = {"source": source, "title": title} if title else {"source": source}
+    return Document(page_content=clean_text(page.text), metadata=metadata, id=source)
 
 
 def _text_document(data: bytes, source: str) -> Document:
@@ -177,7 +240,7 @@ def _text_document(data: bytes, source: str) -> Document:
         raise UnreadableSourceError(
             source, "not UTF-8", f"byte {error.start}: {error.reason}"
         ) from error
-    return Document(page_content=text, metadata={"source": source}, id=source)
+    return Document(page_content=clean_text(text), metadata={"source": source}, id=source)
 
 
 def _read(file: Path, source: str, max_file_size: int, identity: FileIdentity | None) -> bytes:
@@ -278,7 +341,7 @@ def _beir_document(line: str, source: str, number: int) -> Document:
     given_metadata = record.get("metadata")
     extra = given_metadata if isinstance(given_metadata, dict) else {}
     metadata = {**extra, "doc_id": doc_id, "title": title, "source": source}
-    content = f"{title}\n{text}" if title else text
+    content = clean_text(f"{title}\n{text}" if title else text)
     return Document(page_content=content, metadata=metadata, id=doc_id)
 
 

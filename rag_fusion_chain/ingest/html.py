@@ -4,6 +4,11 @@ One function for HTML files (in folders or given alone) and web pages. Scripts, 
 navigation, page headers and footers, asides and hidden elements are dropped; the page's
 ``<main>`` (else its only ``<article>``, else its ``<body>``) is kept, one line per block element.
 
+Parsing is bounded: lxml (C, linear time) first checks the nesting depth, and a page nested
+deeper than :data:`MAX_HTML_DEPTH` elements raises :class:`HtmlLimitError` (BeautifulSoup's cost
+grows with the square of the depth); the tree is then built with BeautifulSoup's lxml builder
+and read in one walk, never edited sibling by sibling.
+
 >>> page = html_to_text("<title>T</title><nav>Menu</nav><p>Hello <b>world</b>.</p>")
 >>> (page.title, page.text)
 ('T', 'Hello world.')
@@ -11,6 +16,7 @@ navigation, page headers and footers, asides and hidden elements are dropped; th
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,6 +39,12 @@ BLOCK_TAGS = frozenset((
 ))  # fmt: skip
 """Elements that start a new line of text."""
 _SPACES = re.compile(r"\s+")
+MAX_HTML_DEPTH = 256
+"""libxml2's own nesting limit: deeper pages are refused, not cut."""
+
+
+class HtmlLimitError(ValueError):
+    """A page beyond a parse bound (its nesting depth); the message names the bound."""
 
 
 @dataclass(frozen=True)
@@ -59,13 +71,27 @@ def html_to_text(
         from bs4 import BeautifulSoup
     except ImportError as error:
         raise ImportError(missing_extra("beautifulsoup4", "ingest")) from error
+    _check_depth(markup)
     options: dict[str, Any] = {"from_encoding": encoding} if isinstance(markup, bytes) else {}
-    soup = BeautifulSoup(markup, "html.parser", **options)
+    soup = BeautifulSoup(markup, "lxml", **options)
     title = _title(soup)
     _drop_non_text(soup)
     roots = _matching(soup, classes) if classes else [_main_element(soup)]
     text = "\n".join(line for root in roots for line in _lines(root))
     return HtmlText(text=text, title=title)
+
+
+def _check_depth(markup: str | bytes) -> None:
+    """HtmlLimitError if ``markup`` nests deeper than :data:`MAX_HTML_DEPTH` (lxml's check)."""
+    try:
+        from lxml import etree, html
+    except ImportError as error:
+        raise ImportError(missing_extra("lxml", "ingest")) from error
+    parser = html.HTMLParser()
+    with contextlib.suppress(etree.LxmlError):
+        etree.fromstring(markup, parser)
+    if any(entry.type == etree.ErrorTypes.ERR_RESOURCE_LIMIT for entry in parser.error_log):
+        raise HtmlLimitError(f"HTML nested deeper than the {MAX_HTML_DEPTH}-element limit")
 
 
 def _title(soup: Any) -> str:
@@ -110,17 +136,27 @@ def _matching(soup: Any, classes: Sequence[str]) -> list[Any]:
 
 def _lines(root: Any) -> list[str]:
     """The non-empty lines of ``root``: inline text joined, a new line at each block element."""
-    from bs4 import NavigableString
-
-    for string in list(root.find_all(string=True)):
-        # Comments, doctypes and CDATA are subclasses, left out of get_text(): left alone.
-        if type(string) is NavigableString and string.find_parent("pre") is None:
-            string.replace_with(_SPACES.sub(" ", string))
-    for tag in root.find_all(BLOCK_TAGS):
-        if tag.name == "br":
-            tag.replace_with("\n")
-        else:
-            tag.insert_before("\n")
-            tag.insert_after("\n")
-    lines = (line.strip() for line in root.get_text().split("\n"))
+    parts: list[str] = []
+    _collect_text(root, parts, preformatted=False)
+    lines = (line.strip() for line in "".join(parts).split("\n"))
     return [line for line in lines if line]
+
+
+def _collect_text(element: Any, parts: list[str], *, preformatted: bool) -> None:
+    """Append the text under ``element`` to ``parts``: spaces collapsed outside ``<pre>``, a
+    line break around each block element. Comments, doctypes and CDATA are left out."""
+    from bs4 import NavigableString, Tag
+
+    for child in element.children:
+        if isinstance(child, Tag):
+            if child.name == "br":
+                parts.append("\n")
+                continue
+            block = child.name in BLOCK_TAGS
+            if block:
+                parts.append("\n")
+            _collect_text(child, parts, preformatted=preformatted or child.name == "pre")
+            if block:
+                parts.append("\n")
+        elif type(child) is NavigableString:
+            parts.append(str(child) if preformatted else _SPACES.sub(" ", child))

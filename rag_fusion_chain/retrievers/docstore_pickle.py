@@ -41,7 +41,7 @@ ALLOWED_GLOBALS: Final = frozenset(
 class _DocstoreUnpickler(pickle.Unpickler):
     """Resolves only :data:`ALLOWED_GLOBALS`; anything else is refused before it is called."""
 
-    def __init__(self, data: bytes, where: str | Path) -> None:
+    def __init__(self, data: bytes | bytearray, where: str | Path) -> None:
         super().__init__(io.BytesIO(data))
         self.where = where
 
@@ -57,7 +57,7 @@ class _DocstoreUnpickler(pickle.Unpickler):
         raise UntrustedIndexError(f"{self.where} holds a persistent reference; not loaded")
 
 
-def load_docstore(data: bytes, where: str | Path) -> tuple[Any, dict[int, str]]:
+def load_docstore(data: bytes | bytearray, where: str | Path) -> tuple[Any, dict[int, str]]:
     """``(InMemoryDocstore, {position: id})`` from pickle bytes, with only allowed classes.
 
     Raises :class:`UntrustedIndexError` for a pickle naming anything else, ``ValueError`` for

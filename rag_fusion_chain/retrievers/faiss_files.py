@@ -1,13 +1,17 @@
-"""Saving and loading FAISS stores so that only verified bytes are deserialized.
+"""Saving and loading FAISS stores so that only verified bytes are deserialized, and no pickle.
 
-A FAISS store is saved as ``index.faiss`` and a pickle, ``index.pkl``, and unpickling
-can run code. :func:`save_faiss` writes ``manifest.json`` with the SHA-256 of both files, signed
-with this user's index signing key (:mod:`~rag_fusion_chain.retrievers.signing`).
-:func:`load_faiss` reads each file once, verifies the signature and the hashes over the bytes it
-read, and deserializes those same bytes, the pickle through an allow-list of classes
-(:mod:`~rag_fusion_chain.retrievers.docstore_pickle`). A directory whose manifest is unsigned,
-signed with another key or does not match is refused (:class:`UntrustedIndexError`) unless
-``trust=True``, which skips the signature but not the allow-list.
+The kit saves a FAISS store as ``index.faiss`` (FAISS's own format) and ``docstore.json`` (ids,
+texts and metadata as JSON arrays in index order), with ``manifest.json`` holding the SHA-256 of
+both, the index type and the distance settings, signed with this user's index signing key
+(:mod:`~rag_fusion_chain.retrievers.signing`). :func:`load_faiss` checks the signature, reads each
+file once, hashing the very bytes it deserializes (``index.faiss`` is streamed into FAISS's
+reader and the index is used only once its hash matches), and refuses a mismatch
+(:class:`UntrustedIndexError`) unless ``trust=True``. Only regular files of bounded size are
+opened: a FIFO or a link to ``/dev/zero`` fails at once.
+
+LangChain ``FAISS.save_local`` folders (``index.pkl``) and indexes of kit versions before 2 load
+too; their pickle is opened through an allow-list of classes
+(:mod:`~rag_fusion_chain.retrievers.docstore_pickle`), never with the signature skipped silently.
 
 >>> save_faiss(store, "indexes/faiss")  # doctest: +SKIP
 >>> store = load_faiss("indexes/faiss", embeddings)  # doctest: +SKIP
@@ -18,12 +22,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import pickle
 import secrets
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 
 from rag_fusion_chain.models import backends_agree, embedding_identity
@@ -31,6 +36,8 @@ from rag_fusion_chain.retrievers.docstore_pickle import load_docstore
 from rag_fusion_chain.retrievers.signing import (
     TRUST_ADVICE,
     UntrustedIndexError,
+    open_regular_file,
+    read_hashed,
     sign,
     verify_signature,
 )
@@ -39,10 +46,16 @@ if TYPE_CHECKING:
     from langchain_community.vectorstores import FAISS
 
 MANIFEST_FILE = "manifest.json"
+MAX_MANIFEST_BYTES = 1 << 20
 FAISS_FORMAT = "rag_fusion_chain.faiss"
-FAISS_FORMAT_VERSION = 1
-FAISS_FILES = ("index.faiss", "index.pkl")
-"""The files ``FAISS.save_local`` writes; the manifest must list exactly these."""
+FAISS_FORMAT_VERSION = 2
+INDEX_FILE = "index.faiss"
+DOCSTORE_FILE = "docstore.json"
+PICKLE_FILE = "index.pkl"
+FAISS_FILES = (INDEX_FILE, DOCSTORE_FILE)
+"""The files :func:`save_faiss` writes; a version-2 manifest must list exactly these."""
+LANGCHAIN_FILES = (INDEX_FILE, PICKLE_FILE)
+"""The files ``FAISS.save_local`` (and the kit before format version 2) writes."""
 
 
 def faiss_store_class() -> type[FAISS]:
@@ -62,14 +75,20 @@ def _kit_version() -> str:
     return __version__
 
 
-def save_faiss(store: FAISS, path: str | Path) -> Path:
-    """Save a FAISS store as ``FAISS.save_local`` does, with a signed ``manifest.json`` beside it.
+def index_description(index: Any) -> str:
+    """The FAISS class of ``index`` (``IndexFlatL2``, ``IndexHNSWFlat``, ``IndexIVFPQ``...)."""
+    import faiss
 
-    The manifest holds the kit version, each file's SHA-256, the embedding identity and the
-    store's distance settings (which ``load_local`` does not restore by itself), signed with the
-    user's index signing key (created on first use; see the module docstring). The hashes are
-    of the bytes serialized in memory, and each file is written under a fresh name and renamed
-    into place: a file changed on disk meanwhile never gets signed.
+    return type(faiss.downcast_index(index)).__name__
+
+
+def save_faiss(store: FAISS, path: str | Path) -> Path:
+    """Save a FAISS store as ``index.faiss`` + ``docstore.json``, with a signed ``manifest.json``.
+
+    The manifest holds the kit version, each file's SHA-256 (of the bytes as they are written),
+    the embedding identity, the index type and the distance settings (which ``load_local``
+    does not restore by itself). Each file is written under a fresh name and renamed into
+    place: a file changed on disk meanwhile never gets signed. Metadata must be JSON data.
 
     >>> save_faiss(store, "indexes/faiss")  # doctest: +SKIP
     PosixPath('indexes/faiss')
@@ -78,51 +97,89 @@ def save_faiss(store: FAISS, path: str | Path) -> Path:
 
     directory = Path(path)
     directory.mkdir(parents=True, exist_ok=True)
-    contents = {
-        "index.faiss": faiss.serialize_index(store.index).tobytes(),
-        "index.pkl": pickle.dumps((store.docstore, store.index_to_docstore_id)),
+    files = {
+        INDEX_FILE: _write_new_file(
+            directory / INDEX_FILE,
+            lambda write: faiss.write_index(store.index, faiss.PyCallbackIOWriter(write)),  # type: ignore[attr-defined]
+        ),
+        DOCSTORE_FILE: _write_new_file(
+            directory / DOCSTORE_FILE, _docstore_writer(store, directory / DOCSTORE_FILE)
+        ),
     }
     embeddings = store.embeddings
     manifest = {
         "format": FAISS_FORMAT,
         "format_version": FAISS_FORMAT_VERSION,
         "kit_version": _kit_version(),
-        "files": {name: hashlib.sha256(data).hexdigest() for name, data in contents.items()},
+        "files": files,
         "embedding": embedding_identity(embeddings) if embeddings is not None else None,
+        "index": index_description(store.index),
         "distance_strategy": str(store.distance_strategy.value),
         "normalize_L2": bool(store._normalize_L2),
         "documents": int(store.index.ntotal),
     }
-    for name, data in contents.items():
-        _write_new_file(directory / name, data)
-    _write_new_file(directory / MANIFEST_FILE, json.dumps(sign(manifest), indent=2).encode())
+    manifest_bytes = json.dumps(sign(manifest), indent=2).encode()
+    _write_new_file(directory / MANIFEST_FILE, lambda write: write(manifest_bytes))
     return directory
 
 
-def _write_new_file(path: Path, data: bytes) -> None:
-    """Write ``data`` to a new file beside ``path`` (never an existing one), then rename it."""
+def _docstore_writer(store: FAISS, where: Path) -> Callable[[Callable[[bytes], int]], None]:
+    """Writes the documents in index order as ``{"ids", "texts", "metadatas"}`` JSON arrays."""
+    ids = [store.index_to_docstore_id[position] for position in range(int(store.index.ntotal))]
+    found = [store.docstore.search(identifier) for identifier in ids]
+    documents = [document for document in found if isinstance(document, Document)]
+    if len(documents) != len(ids):
+        missing = [ids[n] for n, document in enumerate(found) if not isinstance(document, Document)]
+        raise ValueError(f"FAISS docstore has no document for ids {missing[:5]}")
+    columns = {
+        "ids": ids,
+        "texts": [document.page_content for document in documents],
+        "metadatas": [document.metadata for document in documents],
+    }
+    try:
+        data = json.dumps(columns, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    except (TypeError, ValueError) as error:
+        raise ValueError(
+            f"documents: metadata must be JSON data (str, numbers, bools, None, lists, dicts) to "
+            f"be saved in {where}: {error}; convert other values (dates, bytes, sets) first"
+        ) from error
+
+    def write_all(write: Callable[[bytes], int]) -> None:
+        write(data)
+
+    return write_all
+
+
+def _write_new_file(path: Path, produce: Callable[[Callable[[bytes], int]], object]) -> str:
+    """Write what ``produce`` emits to a new file beside ``path``, rename it; its SHA-256."""
+    digest = hashlib.sha256()
     temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
     descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(descriptor, "wb") as handle:
-            handle.write(data)
+
+            def write(block: bytes) -> int:
+                digest.update(block)
+                handle.write(block)
+                return len(block)
+
+            produce(write)
         temporary.replace(path)
     finally:
         temporary.unlink(missing_ok=True)
+    return digest.hexdigest()
 
 
 def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False) -> FAISS:
     """Load a FAISS index saved by :func:`build_faiss`/:func:`save_faiss`, verifying it first.
 
-    Each file is read once; the bytes that were verified are the bytes that are deserialized,
-    so a file swapped after the check is never read. ``manifest.json`` must carry a valid
-    signature under this user's index signing key and each file's SHA-256 must match it;
-    otherwise :class:`UntrustedIndexError`. The pickle is then opened with an allow-list
-    (:mod:`~rag_fusion_chain.retrievers.docstore_pickle`): a docstore and documents, nothing
-    that runs code. ``trust=True`` skips the signature and hashes (an index from elsewhere
-    whose origin you trust, or plain ``FAISS.save_local`` output without a manifest, then
-    loaded with LangChain's default distance settings), never the allow-list. A warning is
-    issued when ``embeddings`` differ from those that built the index.
+    ``manifest.json`` must carry a valid signature under this user's index signing key and each
+    file's SHA-256, computed over the bytes read and deserialized, must match it; otherwise
+    :class:`UntrustedIndexError`, and nothing read is used. ``trust=True`` skips the signature
+    and hashes (an index from elsewhere whose origin you trust, or plain ``FAISS.save_local``
+    output without a manifest, then loaded with LangChain's default distance settings); a
+    pickle is still opened only through the allow-list. A warning is issued when
+    ``embeddings`` differ from those that built the index.
 
     >>> store = load_faiss("indexes/faiss", embeddings)  # doctest: +SKIP
     """
@@ -131,55 +188,104 @@ def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False)
     if not directory.is_dir():
         raise FileNotFoundError(f"FAISS index directory not found: {directory}")
     manifest = _read_manifest(directory, required=not trust)
-    contents = {name: _read_index_file(directory / name) for name in FAISS_FILES}
     if not trust:
         verify_signature(manifest or {}, directory / MANIFEST_FILE)
-        _verify_files(directory, manifest, contents)
-    index, docstore, index_to_docstore_id = _deserialize(directory, contents)
-    store = FAISS(embeddings, index, docstore, index_to_docstore_id, **_store_settings(manifest))
-    warn_on_embedding_change(manifest, embeddings, directory)
-    return store
-
-
-def _read_index_file(path: Path) -> bytes:
+    names = _file_names(directory, manifest)
+    docstore_bytes, docstore_digest = read_hashed(directory / names[1])
+    index, index_digest, failure = _read_faiss_hashed(directory / INDEX_FILE)
+    if not trust:
+        _verify_files(directory, manifest, {INDEX_FILE: index_digest, names[1]: docstore_digest})
     try:
-        return path.read_bytes()
-    except (FileNotFoundError, IsADirectoryError):
-        raise FileNotFoundError(f"FAISS index file missing: {path}") from None
-
-
-def _deserialize(directory: Path, contents: dict[str, bytes]) -> tuple[Any, Any, dict[int, str]]:
-    """The FAISS index and the docstore from the bytes read (and verified) before."""
-    import faiss
-    import numpy as np
-
-    try:
-        index = faiss.deserialize_index(np.frombuffer(contents["index.faiss"], dtype=np.uint8))
-        docstore, index_to_docstore_id = load_docstore(
-            contents["index.pkl"], directory / "index.pkl"
-        )
+        if failure is not None:
+            raise failure
+        if names[1] == PICKLE_FILE:
+            docstore, index_to_docstore_id = load_docstore(docstore_bytes, directory / PICKLE_FILE)
+        else:
+            docstore, index_to_docstore_id = _parse_docstore(docstore_bytes, int(index.ntotal))
     except UntrustedIndexError:
         raise
     except Exception as error:  # noqa: BLE001 - re-raised: a corrupt file, named
         raise ValueError(
             f"could not load the FAISS index in {directory}; its files are corrupt or not "
-            f"a LangChain FAISS index ({type(error).__name__}: {error})"
+            f"a FAISS index ({type(error).__name__}: {error})"
         ) from error
-    return index, docstore, index_to_docstore_id
+    store = FAISS(embeddings, index, docstore, index_to_docstore_id, **_store_settings(manifest))
+    warn_on_embedding_change(manifest, embeddings, directory)
+    return store
+
+
+def _file_names(directory: Path, manifest: dict[str, Any] | None) -> tuple[str, str]:
+    """The kit's files, or LangChain's (``index.pkl``) for old manifests and plain save_local."""
+    if manifest is not None:
+        return (
+            FAISS_FILES
+            if manifest.get("format_version") == FAISS_FORMAT_VERSION
+            else LANGCHAIN_FILES
+        )
+    return LANGCHAIN_FILES if (directory / PICKLE_FILE).exists() else FAISS_FILES
+
+
+def _read_faiss_hashed(path: Path) -> tuple[Any, str, Exception | None]:
+    """The FAISS index read from ``path`` in one pass, the SHA-256 of every byte of the file,
+    and the error FAISS raised on unreadable bytes (reported once the hash has been checked)."""
+    import faiss
+
+    digest = hashlib.sha256()
+    with open_regular_file(path) as file:
+
+        def read(count: int) -> bytes:
+            block = file.read(count)
+            digest.update(block)
+            return block
+
+        index, failure = None, None
+        try:
+            index = faiss.read_index(faiss.PyCallbackIOReader(read, 1 << 22))  # type: ignore[attr-defined]
+        except Exception as error:  # noqa: BLE001 - returned, raised after the hash check
+            failure = error
+        for block in iter(lambda: file.read(1 << 22), b""):
+            digest.update(block)
+    return index, digest.hexdigest(), failure
+
+
+def _parse_docstore(data: bytearray, total: int) -> tuple[Any, dict[int, str]]:
+    """``(InMemoryDocstore, {position: id})`` from ``docstore.json`` bytes, checked for shape."""
+    from langchain_community.docstore.in_memory import InMemoryDocstore
+
+    columns = json.loads(data)
+    ids, texts, metadatas = (columns.get(name) for name in ("ids", "texts", "metadatas"))
+    if not (
+        isinstance(ids, list)
+        and isinstance(texts, list)
+        and isinstance(metadatas, list)
+        and len(ids) == len(texts) == len(metadatas) == total
+        and all(isinstance(identifier, str) for identifier in ids)
+        and all(isinstance(text, str) for text in texts)
+        and all(isinstance(metadata, dict) for metadata in metadatas)
+    ):
+        raise ValueError(f"{DOCSTORE_FILE} is not {total} ids, texts and metadata dicts")
+    documents = map(_document, ids, texts, metadatas)
+    return InMemoryDocstore(dict(zip(ids, documents, strict=True))), dict(enumerate(ids))
+
+
+def _document(identifier: str, text: str, metadata: dict[str, Any]) -> Document:
+    """A Document from fields already checked, without pydantic's per-field validation."""
+    return Document.model_construct(page_content=text, metadata=metadata, id=identifier)
 
 
 def _read_manifest(directory: Path, *, required: bool) -> dict[str, Any] | None:
     manifest_path = directory / MANIFEST_FILE
-    if not manifest_path.is_file():
+    if not manifest_path.exists():
         if required:
             raise UntrustedIndexError(
-                f"{directory} has no {MANIFEST_FILE}, so its pickle file cannot be verified and "
-                "will not be loaded (unpickling can run arbitrary code). Indexes saved by "
-                f"build_faiss/save_faiss have one. {TRUST_ADVICE}"
+                f"{directory} has no {MANIFEST_FILE}, so its files cannot be verified and "
+                "will not be loaded. Indexes saved by build_faiss/save_faiss have one. "
+                f"{TRUST_ADVICE}"
             )
         return None
+    raw, _ = read_hashed(manifest_path, MAX_MANIFEST_BYTES)
     try:
-        manifest = json.loads(manifest_path.read_bytes().decode("utf-8"))
+        manifest = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise UntrustedIndexError(
             f"{manifest_path} is not valid JSON: {error}. {TRUST_ADVICE}"
@@ -192,21 +298,21 @@ def _read_manifest(directory: Path, *, required: bool) -> dict[str, Any] | None:
 
 
 def _verify_files(
-    directory: Path, manifest: dict[str, Any] | None, contents: dict[str, bytes]
+    directory: Path, manifest: dict[str, Any] | None, digests: dict[str, str]
 ) -> None:
-    """Raise unless the manifest lists exactly the FAISS files and every hash matches."""
+    """Raise unless the manifest lists exactly the files read and every hash matches."""
     files = manifest.get("files") if manifest else None
-    if not isinstance(files, dict) or sorted(files) != sorted(FAISS_FILES):
+    if not isinstance(files, dict) or sorted(files) != sorted(digests):
         raise UntrustedIndexError(
-            f"{directory / MANIFEST_FILE} must list exactly {list(FAISS_FILES)}; "
+            f"{directory / MANIFEST_FILE} must list exactly {sorted(digests)}; "
             f"it lists {sorted(files) if isinstance(files, dict) else files!r}"
         )
-    for name in FAISS_FILES:
-        if hashlib.sha256(contents[name]).hexdigest() != files[name]:
+    for name, digest in digests.items():
+        if digest != files[name]:
             raise UntrustedIndexError(
                 f"{directory / name} does not match the SHA-256 recorded in {MANIFEST_FILE}: it "
                 f"changed after the index was saved (corrupted or tampered with), so it will not "
-                f"be unpickled. {TRUST_ADVICE}"
+                f"be loaded. {TRUST_ADVICE}"
             )
 
 
@@ -236,9 +342,13 @@ def warn_on_embedding_change(
 
 
 __all__ = [
+    "DOCSTORE_FILE",
     "FAISS_FILES",
+    "INDEX_FILE",
+    "LANGCHAIN_FILES",
     "MANIFEST_FILE",
     "faiss_store_class",
+    "index_description",
     "load_faiss",
     "save_faiss",
     "warn_on_embedding_change",

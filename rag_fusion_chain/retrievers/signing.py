@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import hmac
+import io
 import json
 import os
 import secrets
@@ -46,6 +47,56 @@ class UntrustedIndexError(ValueError):
 # --------------------------------------------------------------------------------------------
 # Hashes
 # --------------------------------------------------------------------------------------------
+
+
+MAX_INDEX_FILE_BYTES = 64 << 30
+"""The largest index file the kit opens (64 GiB: about 40M 384-dimensional float32 vectors)."""
+
+
+def open_regular_file(path: str | Path, max_bytes: int = MAX_INDEX_FILE_BYTES) -> io.BufferedReader:
+    """``path`` opened for reading if it is a regular file of at most ``max_bytes``.
+
+    Opened non-blocking and checked with ``fstat`` on the open descriptor, so a FIFO, a device
+    such as ``/dev/zero`` (also behind a symlink) or a directory fails at once with a clear
+    error instead of hanging or being read without end.
+    """
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"index file missing: {path}") from None
+    status = os.fstat(descriptor)
+    problem = None
+    if not stat.S_ISREG(status.st_mode):
+        problem = f"is not a regular file ({stat.filemode(status.st_mode)[0]!r} in ls -l terms)"
+    elif status.st_size > max_bytes:
+        problem = f"is {status.st_size} bytes, above the bound of {max_bytes}"
+    if problem is not None:
+        os.close(descriptor)
+        if stat.S_ISDIR(status.st_mode):
+            raise FileNotFoundError(f"index file missing: {path} is a directory")
+        raise ValueError(f"{path} {problem}; index files must be regular files, so it is not read")
+    os.set_blocking(descriptor, True)
+    return io.open(descriptor, "rb")  # noqa: UP020 - typed as a BufferedReader
+
+
+def read_hashed(path: str | Path, max_bytes: int = MAX_INDEX_FILE_BYTES) -> tuple[bytearray, str]:
+    """A regular file's bytes (read once, in blocks) and the SHA-256 of exactly those bytes."""
+    digest = hashlib.sha256()
+    with open_regular_file(path, max_bytes) as file:
+        data = bytearray(os.fstat(file.fileno()).st_size)
+        view = memoryview(data)
+        filled = 0
+        while filled < len(data):
+            count = file.readinto(view[filled : filled + (1 << 24)])
+            if not count:
+                break
+            digest.update(view[filled : filled + count])
+            filled += count
+        view.release()
+        if file.read(1):
+            raise ValueError(f"{path} grew while it was read; not loaded")
+    del data[filled:]
+    return data, digest.hexdigest()
 
 
 def file_sha256(path: str | Path) -> str:
@@ -193,7 +244,10 @@ __all__ = [
     "TRUST_ADVICE",
     "UntrustedIndexError",
     "existing_signing_key",
+    "MAX_INDEX_FILE_BYTES",
     "file_sha256",
+    "open_regular_file",
+    "read_hashed",
     "sign",
     "signature_of",
     "signing_key",
