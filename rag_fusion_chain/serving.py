@@ -43,7 +43,14 @@ from urllib.parse import urlsplit
 
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableSerializable
 from langchain_core.runnables.utils import ConfigurableFieldSpec
-from pydantic import BaseModel, Field, GetCoreSchemaHandler, PrivateAttr, field_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    GetCoreSchemaHandler,
+    PrivateAttr,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import CoreSchema, core_schema
 
 from rag_fusion_chain import chains, data, models, strategies, validation
@@ -88,6 +95,12 @@ class Question(BaseModel):
         max_length=validation.MAX_QUESTION_CHARS,
         description="The question to answer from the indexed documents",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _plain_string(cls, value: Any) -> Any:
+        """A bare string is the question, as in ``chain.invoke("...")`` of a library chain."""
+        return {"question": value} if isinstance(value, str) else value
 
     @field_validator("question")
     @classmethod

@@ -304,6 +304,16 @@ def client(
         yield test_client
 
 
+def test_a_plain_string_input_is_the_question_as_in_the_library(client: Any) -> None:
+    """``chain.invoke("...")`` works in the library; the served chain took only the object (422)."""
+    response = client.post("/rag-fusion/sources/invoke", json={"input": "vitamin D deficiency"})
+    assert response.status_code == 200, response.text
+    assert response.json()["output"]["documents"]
+    for empty in ("", "   "):
+        response = client.post("/rag-fusion/invoke", json={"input": empty})
+        assert response.status_code == 422
+
+
 def test_a_foreign_host_is_refused_so_dns_rebinding_reads_nothing(client: Any) -> None:
     body = {"input": {"question": "vitamin"}}
     for host in ("attacker.example", "attacker.example:8000", "127.0.0.1.attacker.example"):
