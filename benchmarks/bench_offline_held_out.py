@@ -163,7 +163,7 @@ def judge(quote: str, source: str) -> list[str]:
         problems.append("spans blocks")
     if not re.search(r"[.!?][\"”’)\]]*$", quote) or _ABBREVIATION_END.search(quote):
         problems.append("cut")
-    if quote.count("(") > quote.count(")") or quote[:1].islower():
+    if quote.count("(") > quote.count(")") or quote[:1].islower() or quote[:1] in "_)]},.;:":
         problems.append("cut")
     return problems
 

@@ -42,7 +42,7 @@ _NEVER_FINAL = re.compile(
 """Abbreviations sentencex may cut after that never end a sentence ("approx. 20", "Eq. (3)")."""
 _GLUED_END = re.compile(r"[A-Za-z0-9_]\.\Z")
 """A stop with no space after it is inside a name ("sklearn.covariance.OAS"), not an end."""
-_CANNOT_START = re.compile(r"[a-z)\]},;:]")
+_CANNOT_START = re.compile(r"[a-z_)\]},;:]")
 """A piece starting so continues the sentence before it (a cut inside "et al. [1])")."""
 _SENTENCE_PUNCTUATION = (".", "!", "?", ":", ";", ",", "。", "！", "？", "；", "…", '"')
 _HEADING_LINE = re.compile(r"#{1,6}\s|={3,}\s*$|-{3,}\s*$|.*¶$")

@@ -22,7 +22,7 @@ from rag_fusion_chain import strategies
 from rag_fusion_chain.cli import app
 from rag_fusion_chain.data import SAMPLE_QUESTION, sample_corpus_path, sample_queries
 from rag_fusion_chain.offline import OFFLINE_LABEL
-from rag_fusion_chain.retrievers.index_directory import INDEX_FILE
+from rag_fusion_chain.retrievers.index_directory import INDEX_FILE, read_settings, stores_directory
 from tests.conftest import MODEL_ENVIRONMENT_VARIABLES, STUB_API_KEY
 
 QUESTION = "How do heat pumps work in winter?"
@@ -126,14 +126,14 @@ def test_index_writes_the_store_the_bm25_index_and_a_description(faiss_index: Pa
     assert settings["store"] == "faiss" and settings["embedding"] == "minilm"
     assert settings["documents"] == len(FILES)
     assert settings["chunks"] > len(FILES)  # 40-token chunks split heat.md
-    assert (faiss_index / "faiss" / "index.faiss").is_file()
-    assert (faiss_index / "bm25" / "documents.json").is_file()
+    assert (stores_directory(faiss_index, settings) / "faiss" / "index.faiss").is_file()
+    assert (stores_directory(faiss_index, settings) / "bm25" / "documents.json").is_file()
 
 
 def test_index_with_chroma(chroma_index: Path) -> None:
     settings = json.loads((chroma_index / INDEX_FILE).read_text("utf-8"))
     assert settings["store"] == "chroma" and settings["documents"] == 2
-    assert (chroma_index / "chroma").is_dir()
+    assert (stores_directory(chroma_index, settings) / "chroma").is_dir()
 
 
 def test_index_refuses_to_overwrite_without_force(corpus: Path, tmp_path: Path) -> None:
@@ -180,7 +180,13 @@ def test_retrieve_json_lists_queries_and_scored_documents(faiss_index: Path) -> 
     assert record["queries"][0] == QUESTION and len(record["queries"]) == 3
     chunk_ids = {
         entry["id"]
-        for entry in json.loads((faiss_index / "bm25" / "documents.json").read_text("utf-8"))
+        for entry in json.loads(
+            (
+                stores_directory(faiss_index, read_settings(faiss_index))
+                / "bm25"
+                / "documents.json"
+            ).read_text("utf-8")
+        )
     }
     documents = record["documents"]
     assert 1 <= len(documents) <= 5
@@ -247,7 +253,8 @@ def test_demo_indexes_again_rather_than_load_an_unverifiable_index(
     monkeypatch.setattr(cli, "_build_index", small_build)
     assert invoke("demo", "--index", tmp_path / "demo").exit_code == 0
     assert len(builds) == 1
-    with (tmp_path / "demo" / "faiss" / "index.faiss").open("ab") as handle:
+    demo = stores_directory(tmp_path / "demo", read_settings(tmp_path / "demo"))
+    with (demo / "faiss" / "index.faiss").open("ab") as handle:
         handle.write(b"\0")
     result = invoke("demo", "--index", tmp_path / "demo")
     assert result.exit_code == 0, result.output
@@ -301,7 +308,8 @@ def test_a_tampered_faiss_index_is_refused_without_trust_index(
     faiss_index: Path, tmp_path: Path
 ) -> None:
     tampered = shutil.copytree(faiss_index, tmp_path / "tampered")
-    with (tampered / "faiss" / "index.faiss").open("ab") as handle:
+    stores = stores_directory(tampered, read_settings(tampered))
+    with (stores / "faiss" / "index.faiss").open("ab") as handle:
         handle.write(b"\0")  # still a valid FAISS file, but not the one the kit signed
     for command in ("ask", "retrieve"):
         error = assert_one_line_error(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -17,10 +18,12 @@ from rag_fusion_chain.retrievers.index_directory import (
     BM25_DIRECTORY,
     INDEX_FILE,
     INDEX_FORMAT,
+    VERSIONS_DIRECTORY,
     OpenedIndex,
     build_index,
     open_index,
     read_settings,
+    stores_directory,
 )
 from rag_fusion_chain.retrievers.stores import UntrustedIndexError, VectorRetriever
 from tests.stub_openai import StubOpenAI
@@ -121,8 +124,9 @@ def test_build_and_open_round_trip(
     assert settings["embedding"] is None  # given as an object
     assert settings["embedding_identity"].endswith("DeterministicFakeEmbedding(size=32)")
     assert json.loads((out / INDEX_FILE).read_text("utf-8")) == settings
-    assert sorted(path.name for path in out.iterdir()) == sorted(
-        [BM25_DIRECTORY, INDEX_FILE, store]
+    assert sorted(path.name for path in out.iterdir()) == [VERSIONS_DIRECTORY, INDEX_FILE]
+    assert sorted(path.name for path in stores_directory(out, settings).iterdir()) == sorted(
+        [BM25_DIRECTORY, store]
     )
     assert progress.stages == ["load", "embed", "bm25"]
     assert (
@@ -236,16 +240,27 @@ def test_an_existing_index_needs_force(tmp_path: Path, embeddings: Embeddings) -
     out = tmp_path / "index"
     out.mkdir()
     (out / "notes.txt").write_text("the user's own file")
-    build_index(many_documents(3), out, embedding=embeddings)
+    first = build_index(many_documents(3), out, embedding=embeddings)
     with pytest.raises(FileExistsError, match="force=True"):
         build_index(many_documents(4), out, embedding=embeddings)
     assert read_settings(out)["documents"] == 3
 
     settings = build_index(many_documents(4), out, store="chroma", embedding=embeddings, force=True)
     assert read_settings(out) == settings and settings["documents"] == 4
-    assert sorted(path.name for path in out.iterdir()) == sorted(
-        [BM25_DIRECTORY, INDEX_FILE, "chroma", "notes.txt"]
-    )  # the FAISS store is gone, the user's file is kept
+    assert sorted(path.name for path in out.iterdir()) == [
+        VERSIONS_DIRECTORY,
+        INDEX_FILE,
+        "notes.txt",
+    ]
+    assert sorted(path.name for path in stores_directory(out, settings).iterdir()) == [
+        BM25_DIRECTORY,
+        "chroma",
+    ]
+    # the replaced version stays for readers still loading it, until the next build
+    assert stores_directory(out, first).is_dir()
+    settings = build_index(many_documents(4), out, store="chroma", embedding=embeddings, force=True)
+    assert not stores_directory(out, first).exists()
+    assert len(list((out / VERSIONS_DIRECTORY).iterdir())) == 2
     opened = open_index(out, embeddings)
     assert len(opened.retrievers(hybrid=False, k=10)[0].invoke("energy")) == 4
     assert leftovers(tmp_path, out) == []
@@ -293,10 +308,90 @@ def test_a_tampered_faiss_store_is_refused_unless_trusted(
     tmp_path: Path, embeddings: Embeddings
 ) -> None:
     out = tmp_path / "index"
-    build_index(many_documents(3), out, embedding=embeddings)
-    with (out / "faiss" / "index.faiss").open("ab") as handle:
+    settings = build_index(many_documents(3), out, embedding=embeddings)
+    with (stores_directory(out, settings) / "faiss" / "index.faiss").open("ab") as handle:
         handle.write(b"\0")
     with pytest.raises(UntrustedIndexError, match="tampered"):
         open_index(out, embeddings)
     opened: Any = open_index(out, embeddings, trust=True)
     assert opened.vectors.vectorstore.index.ntotal == 3
+
+
+# --------------------------------------------------------------------------------------------
+# A replace killed at every step (issue 22 item 1)
+# --------------------------------------------------------------------------------------------
+
+FILE_OPERATIONS = ("mkdir", "rename", "replace", "link", "unlink", "remove", "rmdir")
+"""The ``os`` calls that change a folder: a rebuild is killed before each in turn."""
+
+
+def _rebuild_killed_at(step: int | None, out: Path, counter: Path) -> None:
+    """In a forked child: rebuild ``out`` with 5 documents, ``os._exit(9)`` before the
+    ``step``-th file operation (never when None), and write the count of operations."""
+    import os
+
+    calls = [0]
+
+    def counted(operation: Any) -> Any:
+        def wrapper(*arguments: Any, **keywords: Any) -> Any:
+            if calls[0] == step:
+                os._exit(9)  # SIGKILL's effect: no cleanup, no finally
+            calls[0] += 1
+            return operation(*arguments, **keywords)
+
+        return wrapper
+
+    for name in FILE_OPERATIONS:
+        setattr(os, name, counted(getattr(os, name)))
+    build_index(many_documents(5), out, embedding=DeterministicFakeEmbedding(size=32), force=True)
+    counter.write_text(str(calls[0]))
+
+
+def _run_child(step: int | None, out: Path, counter: Path) -> int | None:
+    import multiprocessing
+
+    process = multiprocessing.get_context("fork").Process(
+        target=_rebuild_killed_at, args=(step, out, counter)
+    )
+    process.start()
+    process.join(60)
+    return process.exitcode
+
+
+def _make_flat(out: Path) -> None:
+    """Turn the index in ``out`` into the flat layout of earlier versions of the kit."""
+    from rag_fusion_chain.retrievers.signing import sign
+
+    settings = read_settings(out)
+    for entry in stores_directory(out, settings).iterdir():
+        entry.rename(out / entry.name)
+    shutil.rmtree(out / VERSIONS_DIRECTORY)
+    flat = sign(
+        {key: value for key, value in settings.items() if key not in ("version", "signature")}
+    )
+    (out / INDEX_FILE).write_text(json.dumps(flat), "utf-8")
+
+
+@pytest.mark.parametrize("layout", ["versioned", "flat"])
+def test_a_rebuild_killed_at_any_step_leaves_a_loadable_index(
+    layout: str, tmp_path: Path, embeddings: Embeddings
+) -> None:
+    good = tmp_path / "good"
+    build_index(many_documents(3), good, embedding=embeddings)
+    if layout == "flat":
+        _make_flat(good)
+        assert "version" not in read_settings(good)
+    counter = tmp_path / "count"
+    assert _run_child(None, shutil.copytree(good, tmp_path / "dry"), counter) == 0
+    steps = int(counter.read_text())
+    assert steps >= 4  # mkdir, link or replace, the removals
+    for step in range(steps):
+        out = shutil.copytree(good, tmp_path / f"killed-{step}", symlinks=True)
+        assert _run_child(step, out, counter) == 9, f"step {step} was not reached"
+        loaded = open_index(out, embeddings).vectors.vectorstore.index.ntotal
+        assert loaded in (3, 5), f"killed before step {step}: {loaded} documents"
+        build_index(many_documents(5), out, embedding=embeddings, force=True)
+        assert open_index(out, embeddings).vectors.vectorstore.index.ntotal == 5
+        left = {path.name for path in out.iterdir()}
+        assert left == {VERSIONS_DIRECTORY, INDEX_FILE}, f"step {step} left {left}"
+        assert len(list((out / VERSIONS_DIRECTORY).iterdir())) <= 2, f"step {step}: debris"

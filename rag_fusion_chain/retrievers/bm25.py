@@ -233,10 +233,7 @@ class BM25Retriever(BatchedRetriever):
         >>> # retriever.save("indexes/bm25"); BM25Retriever.load("indexes/bm25")
         """
         path = Path(directory)
-        documents = [
-            _document_to_json(position, document)
-            for position, document in enumerate(self.documents)
-        ]
+        documents = _documents_json(self.documents)
         path.mkdir(parents=True, exist_ok=True)
         self.index.save(str(path), show_progress=False)
         settings = {
@@ -246,7 +243,7 @@ class BM25Retriever(BatchedRetriever):
             "stem": self.stem,
             "remove_stopwords": self.remove_stopwords,
         }
-        (path / DOCUMENTS_FILE).write_text(json.dumps(documents, ensure_ascii=False), "utf-8")
+        (path / DOCUMENTS_FILE).write_text(documents, "utf-8")
         (path / SETTINGS_FILE).write_text(json.dumps(settings, indent=2), "utf-8")
         return path
 
@@ -291,20 +288,31 @@ class BM25Retriever(BatchedRetriever):
         return cls(documents=documents, index=index, **fields)
 
 
-def _document_to_json(position: int, document: Document) -> dict[str, Any]:
-    entry = {
-        "id": document.id,
-        "page_content": document.page_content,
-        "metadata": document.metadata,
-    }
+def _documents_json(documents: Sequence[Document]) -> str:
+    """``documents`` as one JSON list, serialised once; TypeError naming the first document
+    whose metadata JSON cannot hold (searched only when serialising fails)."""
+    entries = [
+        {"id": document.id, "page_content": document.page_content, "metadata": document.metadata}
+        for document in documents
+    ]
     try:
-        json.dumps(entry, ensure_ascii=False)
+        return json.dumps(entries, ensure_ascii=False)
     except (TypeError, ValueError) as error:
+        position = next(
+            position for position, entry in enumerate(entries) if not _serialisable(entry)
+        )
         raise TypeError(
-            f"document {position} (id={document.id!r}) has metadata that is not "
+            f"document {position} (id={entries[position]['id']!r}) has metadata that is not "
             f"JSON-serialisable, so it cannot be saved: {error}"
         ) from error
-    return entry
+
+
+def _serialisable(entry: dict[str, Any]) -> bool:
+    try:
+        json.dumps(entry, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def _read_json(path: Path) -> Any:

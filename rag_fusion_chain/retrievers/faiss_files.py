@@ -24,9 +24,9 @@ import json
 import os
 import secrets
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, MutableMapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
@@ -264,13 +264,49 @@ def _parse_docstore(data: bytearray, total: int) -> tuple[Any, dict[int, str]]:
         and all(isinstance(metadata, dict) for metadata in metadatas)
     ):
         raise ValueError(f"{DOCSTORE_FILE} is not {total} ids, texts and metadata dicts")
-    documents = map(_document, ids, texts, metadatas)
-    return InMemoryDocstore(dict(zip(ids, documents, strict=True))), dict(enumerate(ids))
+    documents = StoredDocuments(ids, texts, metadatas)
+    # InMemoryDocstore only reads, sets and pops items of its ``_dict``: any mutable mapping works.
+    return InMemoryDocstore(cast("dict[str, Document]", documents)), dict(enumerate(ids))
 
 
-def _document(identifier: str, text: str, metadata: dict[str, Any]) -> Document:
-    """A Document from fields already checked, without pydantic's per-field validation."""
-    return Document.model_construct(page_content=text, metadata=metadata, id=identifier)
+class StoredDocuments(MutableMapping[str, Document]):
+    """``{id: Document}`` over the loaded columns, each Document made on first lookup.
+
+    Making a million pydantic Documents at load would cost more than loading the index; a
+    search looks up only the k hits. Writes and deletions behave as on a dict.
+    """
+
+    def __init__(self, ids: list[str], texts: list[str], metadatas: list[dict[str, Any]]) -> None:
+        self._positions = dict(zip(ids, range(len(ids)), strict=True))
+        self._texts, self._metadatas = texts, metadatas
+        self._made: dict[str, Document] = {}
+
+    def __getitem__(self, identifier: str) -> Document:
+        document = self._made.get(identifier)
+        if document is None:
+            position = self._positions[identifier]
+            document = Document(
+                self._texts[position], metadata=self._metadatas[position], id=identifier
+            )
+            self._made[identifier] = document
+        return document
+
+    def __setitem__(self, identifier: str, document: Document) -> None:
+        self._made[identifier] = document
+        self._positions.setdefault(identifier, -1)
+
+    def __delitem__(self, identifier: str) -> None:
+        del self._positions[identifier]
+        self._made.pop(identifier, None)
+
+    def __contains__(self, identifier: object) -> bool:
+        return identifier in self._positions
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._positions)
+
+    def __len__(self) -> int:
+        return len(self._positions)
 
 
 def _read_manifest(directory: Path, *, required: bool) -> dict[str, Any] | None:

@@ -4,9 +4,12 @@ An index directory holds ``index.json`` (what built it), the vector store (``fai
 ``chroma/``) and a BM25 index (``bm25/``), for hybrid search and for the offline query generator.
 :func:`build_index` loads, splits, embeds and stores; :func:`open_index` loads it all back.
 
-A build happens in a staging directory beside ``out`` and is moved into place when complete, with
-``index.json`` last: a directory holding ``index.json`` always holds a whole index, and a failed
-or interrupted build leaves what was there before.
+A build writes its stores into a fresh version folder, ``out/.versions/<id>/``, then switches
+``out/index.json`` (which names that version) in one ``os.replace``: at every moment a reader finds
+the old index or the new one whole, even if the build is killed. The version replaced is kept
+for readers still loading it and removed by the next build, with any version a killed build left
+(one no live build holds a lock on). Indexes in the earlier flat layout (stores beside
+``index.json``) still open, and are replaced the same way.
 
 ``index.json`` is signed with this user's index signing key, like a FAISS manifest (see
 :mod:`~rag_fusion_chain.retrievers.signing`), because it decides what is loaded: which
@@ -26,8 +29,10 @@ Nothing here prints.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import re
 import secrets
 import shutil
 from collections.abc import Callable, Sequence
@@ -57,6 +62,9 @@ INDEX_FORMAT = "rag_fusion_chain.index"
 LEGACY_INDEX_FORMATS = ("rag_fusion_chain.cli_index",)
 """Earlier names of the format (same layout), still opened."""
 BM25_DIRECTORY = "bm25"
+VERSIONS_DIRECTORY = ".versions"
+"""Where each build's stores live, one folder per build; ``index.json`` names the current one."""
+_VERSION_NAME = re.compile(r"[0-9a-f]{16}")
 STORES = ("faiss", "chroma")
 EMBEDDING_BATCH_SIZE = 64
 """Texts per embedding call while building (and per progress step)."""
@@ -190,18 +198,7 @@ def build_index(
         "chunk_size": chunk_size,
         "chunk_overlap": chunk_overlap if chunk_size is not None else None,
     }
-    settings = sign(settings)
-    absolute = out.absolute()
-    absolute.parent.mkdir(parents=True, exist_ok=True)
-    staging = absolute.parent / f".{absolute.name}-building-{secrets.token_hex(8)}"
-    staging.mkdir()  # the usual permissions (mkdtemp's would be 0700)
-    try:
-        _write_index(staging, chunks, embeddings, store, report)
-        (staging / INDEX_FILE).write_text(json.dumps(settings, indent=2), "utf-8")
-        _move_into_place(staging, absolute, force=force)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return settings
+    return _write_version(out.absolute(), settings, chunks, embeddings, report, force=force)
 
 
 def _no_progress(stage: str, advance: int, total: int) -> None:
@@ -251,9 +248,10 @@ def _without_url_credentials(chunk: Document) -> Document:
 
 def _write_index(
     directory: Path,
+    *,
+    store: str,
     chunks: list[Document],
     embeddings: Embeddings,
-    store: str,
     report: ProgressCallback,
 ) -> None:
     """The vector store and the BM25 index of ``chunks``, written in ``directory``."""
@@ -263,37 +261,118 @@ def _write_index(
         build_faiss(chunks, reporting, path=directory / store)
     else:
         chroma = build_chroma(chunks, reporting, persist_directory=directory / store)
-        getattr(chroma._client, "close", lambda: None)()  # release the files before the move
+        getattr(chroma._client, "close", lambda: None)()  # release the files
     report("bm25", 0, 1)
     BM25Retriever.from_documents(chunks).save(directory / BM25_DIRECTORY)
     report("bm25", 1, 1)
 
 
-def _move_into_place(staging: Path, out: Path, *, force: bool) -> None:
-    """Move the complete index in ``staging`` to ``out``, ``index.json`` last.
+def _write_version(
+    out: Path,
+    settings: dict[str, Any],
+    chunks: list[Document],
+    embeddings: Embeddings,
+    report: ProgressCallback,
+    *,
+    force: bool,
+) -> dict[str, Any]:
+    """Write the stores into a new version folder of ``out``, then switch ``index.json`` to it.
 
-    An absent (or empty) ``out`` is replaced in one rename. Otherwise ``out`` loses its
-    ``index.json`` first, so that it never describes a mix of old and new files, then gets the
-    new stores, then the new ``index.json``. When another build finished first (``out`` has an
-    index though it had none when this build began), FileExistsError unless ``force``.
+    The version folder is locked while it is built, so that the cleaning of another build
+    (:func:`_remove_debris`) leaves it alone; a killed build's lock goes with its process.
     """
+    created = not out.exists()
+    versions = out / VERSIONS_DIRECTORY
+    versions.mkdir(parents=True, exist_ok=True)
+    _remove_debris(out, keep=_current_version(out))
+    version = secrets.token_hex(8)
+    folder = versions / version
+    folder.mkdir()  # the usual permissions (mkdtemp's would be 0700)
+    lock = os.open(folder, os.O_RDONLY)
     try:
-        staging.rename(out)
-        return
-    except OSError:
-        if not out.is_dir():
-            raise
-    if (out / INDEX_FILE).exists() and not force:
-        raise _exists_error(out)
-    (out / INDEX_FILE).unlink(missing_ok=True)
-    replaced = staging / ".replaced"
-    replaced.mkdir()
-    for name in (*STORES, BM25_DIRECTORY):
-        if (out / name).exists() or (out / name).is_symlink():
-            (out / name).rename(replaced / name)
-        if (staging / name).exists():
-            (staging / name).rename(out / name)
-    (staging / INDEX_FILE).rename(out / INDEX_FILE)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _write_index(
+            folder, store=settings["store"], chunks=chunks, embeddings=embeddings, report=report
+        )
+        settings = sign({**settings, "version": version})
+        previous = _current_version(out)
+        _switch(out, folder, settings, force=force)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        if created:
+            _remove_if_empty(versions, out)
+        raise
+    finally:
+        os.close(lock)
+    _remove_debris(out, keep=(version, *previous))
+    return settings
+
+
+def _switch(out: Path, folder: Path, settings: dict[str, Any], *, force: bool) -> None:
+    """Make ``out/index.json`` the new settings in one step (a link when not ``force``, so
+    that an index another build finished meanwhile is not replaced)."""
+    pending = folder / INDEX_FILE
+    with pending.open("w", encoding="utf-8") as file:
+        file.write(json.dumps(settings, indent=2))
+        file.flush()
+        os.fsync(file.fileno())
+    if force:
+        os.replace(pending, out / INDEX_FILE)
+    else:
+        try:
+            os.link(pending, out / INDEX_FILE)
+        except FileExistsError:
+            raise _exists_error(out) from None
+        pending.unlink()
+    directory = os.open(out, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def _current_version(out: Path) -> tuple[str, ...]:
+    """The version ``out/index.json`` names: one name, or none (no index, or the flat layout)."""
+    try:
+        version = json.loads((out / INDEX_FILE).read_text("utf-8")).get("version")
+    except (OSError, ValueError, AttributeError):
+        return ()
+    return (version,) if isinstance(version, str) else ()
+
+
+def _remove_debris(out: Path, *, keep: tuple[str, ...]) -> None:
+    """Remove the version folders of ``out`` not in ``keep`` that no live build holds, and,
+    once ``index.json`` names a version, the stores of the flat layout it replaced."""
+    if _current_version(out):
+        for name in (*STORES, BM25_DIRECTORY):
+            if (out / name).is_dir() and not (out / name).is_symlink():
+                shutil.rmtree(out / name)
+    for folder in (out / VERSIONS_DIRECTORY).iterdir():
+        if folder.name in keep or not folder.is_dir() or folder.is_symlink():
+            continue
+        if _unlocked(folder):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _unlocked(folder: Path) -> bool:
+    """Whether no live build holds ``folder``'s lock."""
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(descriptor)
+    return True
+
+
+def _remove_if_empty(*directories: Path) -> None:
+    """Remove each of ``directories`` that is empty (what a failed first build created)."""
+    for directory in directories:
+        try:
+            directory.rmdir()
+        except OSError:
+            return
 
 
 # --------------------------------------------------------------------------------------------
@@ -321,7 +400,8 @@ def open_index(
     if not trust:
         verify_signature(settings, directory / INDEX_FILE)
     embeddings = _embeddings(embedding, settings, directory)
-    store_path = directory / settings["store"]
+    stores = stores_directory(directory, settings)
+    store_path = stores / settings["store"]
     store: VectorStore
     if settings["store"] == "faiss":
         store = load_faiss(store_path, embeddings, trust=trust)
@@ -330,7 +410,7 @@ def open_index(
     return OpenedIndex(
         settings=settings,
         vectors=VectorRetriever(vectorstore=store),
-        bm25=BM25Retriever.load(directory / BM25_DIRECTORY),
+        bm25=BM25Retriever.load(stores / BM25_DIRECTORY),
     )
 
 
@@ -356,7 +436,17 @@ def read_settings(directory: str | os.PathLike[str]) -> dict[str, Any]:
         raise ValueError(f"{settings_path}: unknown store {settings.get('store')!r}")
     if not isinstance(settings.get("embedding"), (str, type(None))):
         raise ValueError(f"{settings_path}: 'embedding' must be a name or null")
+    version = settings.get("version")
+    if version is not None and not (isinstance(version, str) and _VERSION_NAME.fullmatch(version)):
+        raise ValueError(f"{settings_path}: 'version' must be 16 hexadecimal digits")
     return settings
+
+
+def stores_directory(directory: str | os.PathLike[str], settings: dict[str, Any]) -> Path:
+    """The folder holding the stores of the index ``settings`` describes: its version folder,
+    or ``directory`` itself for the flat layout of earlier versions."""
+    version = settings.get("version")
+    return Path(directory) / VERSIONS_DIRECTORY / version if version else Path(directory)
 
 
 def _embeddings(
@@ -384,4 +474,5 @@ __all__ = [
     "build_index",
     "open_index",
     "read_settings",
+    "stores_directory",
 ]

@@ -96,6 +96,8 @@ def _identified_documents(documents: Sequence[Document]) -> list[Document]:
     if not documents:
         raise ValueError("documents: cannot build a vector store from no documents")
     identified = [with_identity(document) for document in documents]
+    if len({document.id for document in identified}) == len(identified):
+        return identified
     counts = Counter(document.id for document in identified)
     duplicates = sorted(str(identifier) for identifier, count in counts.items() if count > 1)
     if duplicates:
