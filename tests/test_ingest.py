@@ -164,8 +164,9 @@ def test_pdf_gives_one_document_per_page_with_text(tmp_path: Path):
 
     assert [document.metadata["page"] for document in documents] == [0, 2]
     assert documents[0].page_content.strip() == "Reciprocal rank fusion."
-    assert documents[1].metadata == {"source": str(path), "page": 2, "total_pages": 3}
-    assert documents[1].id == f"{path}#page=3"
+    # named by the file's name alone: no absolute path of the user's is shown or sent
+    assert documents[1].metadata == {"source": "paper.pdf", "page": 2, "total_pages": 3}
+    assert documents[1].id == "paper.pdf#page=3"
 
 
 def test_broken_pdf_is_a_value_error_naming_the_file(tmp_path: Path):
@@ -191,10 +192,12 @@ def test_folder_is_loaded_recursively_by_extension(tmp_path: Path):
 
     documents = ingest.load([str(tmp_path)])
 
-    sources = [Path(document.metadata["source"]).relative_to(tmp_path) for document in documents]
+    sources = [
+        Path(document.metadata["source"]).relative_to(tmp_path.name) for document in documents
+    ]
     assert sources == [Path("b.txt"), Path("sub/a.md"), Path("sub/c.markdown"), Path("sub/d.pdf")]
     assert documents[1].page_content == "# Title\n\nmarkdown body"
-    assert documents[0].id == str(tmp_path / "b.txt")
+    assert documents[0].id == f"{tmp_path.name}/b.txt"
 
 
 def test_folder_extensions_can_be_chosen(tmp_path: Path):
@@ -246,7 +249,7 @@ def test_beir_corpus_maps_ids_titles_and_text(tmp_path: Path):
     first, second = ingest.load([str(path)])
 
     assert (first.id, first.page_content) == ("d1", "RRF\nRank fusion.")
-    assert first.metadata == {"y": 1, "doc_id": "d1", "title": "RRF", "source": str(path)}
+    assert first.metadata == {"y": 1, "doc_id": "d1", "title": "RRF", "source": path.name}
     assert (second.id, second.page_content, second.metadata["doc_id"]) == (
         "2",
         "No title here.",
@@ -420,7 +423,7 @@ def test_html_in_folders_alone_and_over_http_gives_the_same_text(
     assert [in_folder[0].page_content, alone[0].page_content, fetched[0].page_content] == [
         MAIN_TEXT
     ] * 3
-    assert in_folder[0].metadata == {"source": str(folder / "a.html"), "title": "Hive notes"}
+    assert in_folder[0].metadata == {"source": f"{folder.name}/a.html", "title": "Hive notes"}
     assert fetched[0].metadata == {"source": url, "title": "Hive notes"}
     assert (in_folder[1].page_content, in_folder[1].metadata["title"]) == ("Café crème", "Menu")
 
@@ -455,10 +458,11 @@ def test_unusable_files_are_skipped_and_reported(tmp_path: Path):
         result = ingest.load_with_report([folder])
 
     assert [document.page_content for document in result.documents] == ["Bees make honey."]
-    assert result.loaded == [str(folder / "good.md")]
+    assert result.loaded == [f"{folder.name}/good.md"]
     assert {Path(entry.source).name: entry.reason for entry in result.skipped} == MESSY_REASONS
+    assert all(not Path(entry.source).is_absolute() for entry in result.skipped)
     assert len(warned) == 4
-    assert f"{folder / 'latin1.txt'} (not UTF-8)" in ingest.describe_skipped(result.skipped)
+    assert f"{folder.name}/latin1.txt (not UTF-8)" in ingest.describe_skipped(result.skipped)
 
 
 def test_strict_loading_raises_the_problem(tmp_path: Path):
@@ -505,8 +509,8 @@ def test_index_command_skips_and_summarises_or_fails_when_strict(
     assert result.exit_code == 0, result.output
     assert "Indexed 1 files" in result.stdout
     assert "Skipped 5: " in result.stdout
-    assert f"{folder / 'latin1.txt'} (not UTF-8)" in result.stdout
-    assert f"{folder / 'big.txt'} (larger than the 1 kB limit)" in result.stdout
+    assert f"{folder.name}/latin1.txt (not UTF-8)" in result.stdout
+    assert f"{folder.name}/big.txt (larger than the 1 kB limit)" in result.stdout
     assert "skipped" not in result.stderr  # said once, in the summary
     settings = json.loads((tmp_path / "index" / "index.json").read_text("utf-8"))
     assert settings["files"] == 1 and len(settings["skipped"]) == 5
@@ -549,8 +553,8 @@ def test_folder_walk_stays_inside_unless_links_are_followed(tmp_path: Path):
 
     assert [document.page_content for document in result.documents] == ["inside text"] * 2
     assert result.skipped == [
-        Skipped(str(folder / "key.txt"), "link to outside the folder"),
-        Skipped(str(folder / "more"), "link to outside the folder"),
+        Skipped(f"{folder.name}/key.txt", "link to outside the folder"),
+        Skipped(f"{folder.name}/more", "link to outside the folder"),
     ]
     assert sorted(document.page_content for document in followed.documents) == [
         "SECRET-SIGNING-KEY",
@@ -577,7 +581,7 @@ def test_index_command_keeps_a_linked_key_out_of_the_index(tmp_path: Path, fake_
     followed = index_command(folder, "--out", tmp_path / "followed", "--follow-symlinks")
 
     assert result.exit_code == 0 and followed.exit_code == 0, result.output + followed.output
-    assert f"{folder / 'key.txt'} (link to outside the folder)" in result.stdout
+    assert f"{folder.name}/key.txt (link to outside the folder)" in result.stdout
     stored = "".join(
         path.read_text("utf-8", "replace") for path in (tmp_path / "index").rglob("*.json")
     )
@@ -776,3 +780,26 @@ def test_index_command_denies_private_urls_when_asked(
 
     assert denied.exit_code == 1 and "private addresses are denied" in denied.stderr
     assert allowed.exit_code == 0, allowed.output
+
+
+def test_sources_are_named_relative_to_what_was_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """No absolute path of the user's documents is stored, sent or shown (issue 22 item 6)."""
+    for parent in ("a", "b"):
+        (tmp_path / parent / "docs" / "sub").mkdir(parents=True)
+        (tmp_path / parent / "docs" / "sub" / "x.md").write_text(f"note in {parent}", "utf-8")
+    (tmp_path / "paper.txt").write_text("a paper", "utf-8")
+    monkeypatch.chdir(tmp_path / "a")
+
+    relative = ingest.load_with_report(["docs/", str(tmp_path / "paper.txt")])
+    absolute = ingest.load_with_report([tmp_path / "a" / "docs"])
+    both = ingest.load_with_report([tmp_path / "a" / "docs", tmp_path / "b" / "docs"])
+
+    assert [d.metadata["source"] for d in relative.documents] == ["docs/sub/x.md", "paper.txt"]
+    assert relative.loaded == ["docs/sub/x.md", "paper.txt"]
+    assert [d.metadata["source"] for d in absolute.documents] == ["docs/sub/x.md"]
+    # two folders of one name keep the paths as given, so that their ids stay distinct
+    assert [d.id for d in both.documents] == [
+        str(tmp_path / parent / "docs" / "sub" / "x.md") for parent in ("a", "b")
+    ]

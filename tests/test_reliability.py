@@ -887,7 +887,7 @@ def saved_faiss(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize("how", ["truncate", "empty"])
-@pytest.mark.parametrize("file_name", ["index.faiss", "index.pkl"])
+@pytest.mark.parametrize("file_name", ["index.faiss", "docstore.json"])
 def test_a_truncated_faiss_index_is_refused_or_a_clear_error_when_trusted(
     saved_faiss: Path, tmp_path: Path, file_name: str, how: str
 ) -> None:
@@ -951,11 +951,8 @@ def test_cli_ask_on_a_tampered_index_is_one_error_line_and_exit_one(
         env=environment,
     )
     assert built.exit_code == 0, built.output
-    pickle_file = next((tmp_path / "idx").rglob("index.pkl"))
-    marker = tmp_path / "payload-ran"
-    pickle_file.write_bytes(
-        b"cos\nsystem\n(S'touch " + str(marker).encode() + b"'\ntR."  # a pickle that runs code
-    )
+    docstore_file = next((tmp_path / "idx").rglob("docstore.json"))
+    docstore_file.write_text(docstore_file.read_text().replace("Heat pumps", "Forged pumps"))
 
     finished = subprocess.run(
         [str(executable), "ask", "How do heat pumps work?", "--index", str(tmp_path / "idx")],
@@ -968,10 +965,9 @@ def test_cli_ask_on_a_tampered_index_is_one_error_line_and_exit_one(
     assert finished.returncode == 1
     lines = [line for line in finished.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, finished.stderr
-    assert lines[0].startswith("error: ") and "index.pkl" in lines[0] and "SHA-256" in lines[0]
+    assert lines[0].startswith("error: ") and "docstore.json" in lines[0] and "SHA-256" in lines[0]
     assert "Traceback" not in finished.stderr + finished.stdout
     assert SECRET not in finished.stderr + finished.stdout
-    assert not marker.exists(), "the tampered pickle must never be loaded"
     assert stub.counts["chat"] == 0
 
 

@@ -30,6 +30,7 @@ from rag_fusion_chain.retrievers.stores import (
     file_sha256,
     load_chroma,
     load_faiss,
+    save_faiss,
     signing_key_file,
 )
 
@@ -654,3 +655,19 @@ def test_the_kit_and_the_users_in_memory_chroma_work_in_either_order(
     )
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout.split() == ["a", "passage", "their", "passage"]
+
+
+def test_a_loaded_store_can_be_added_to_deleted_from_and_saved_again(
+    tmp_path: Path, embeddings: CountingEmbeddings
+) -> None:
+    build_faiss(DOCUMENTS, embeddings, path=tmp_path / "first")
+    store = load_faiss(tmp_path / "first", embeddings)
+    assert "solar" in store.docstore._dict and len(store.docstore._dict) == len(DOCUMENTS)
+    store.add_documents([Document("Tidal power follows the moon.", id="tidal")], ids=["tidal"])
+    store.delete(["wind"])
+    save_faiss(store, tmp_path / "second")
+    reloaded = load_faiss(tmp_path / "second", embeddings)
+    texts = sorted(document.page_content for document in reloaded.docstore._dict.values())
+    expected = [document.page_content for document in DOCUMENTS if document.id != "wind"]
+    assert texts == sorted([*expected, "Tidal power follows the moon."])
+    assert reloaded.docstore.search("solar").metadata == {"n": 1}

@@ -5,6 +5,10 @@ inside the folder: each entry's resolved path is checked, so a link pointing out
 (to a key file, say) is skipped and reported, unless ``follow_symlinks=True``. A file is read
 only if it is still the file that was checked. Linked folders are walked once (no loops).
 
+Files are named (``metadata["source"]``, ids, skip reports) by their path inside the folder under
+the folder's own name: ``docs/a.md`` for ``"docs/"`` as for ``"/home/me/docs"``, so that no
+absolute path of the user's reaches a prompt, a trace or a screen.
+
 >>> documents = load_directory("notes")  # doctest: +SKIP
 """
 
@@ -78,17 +82,23 @@ def add_directory(
     follow_symlinks: bool = False,
     max_file_size: int = DEFAULT_MAX_FILE_SIZE,
     strict: bool = False,
+    shown_as: str | None = None,
 ) -> None:
-    """Load the folder ``path`` into ``result`` (documents, loaded files, skipped files)."""
+    """Load the folder ``path`` into ``result`` (documents, loaded files, skipped files).
+
+    Files are named under ``shown_as`` (default: the folder's name) by their path inside it.
+    """
     directory = existing_path(path)
     if not directory.is_dir():
         raise ValueError(f"not a directory: {directory}")
+    shown = Path(shown_as if shown_as is not None else folder_name(directory))
     wanted = {extension.lower() for extension in extensions}
     for found in walk(directory, wanted, follow_symlinks=follow_symlinks):
         if isinstance(found, Skipped):
-            result.skip(found.source, found.reason, strict=strict)
+            inside = Path(found.source).relative_to(display_name(directory))
+            result.skip(str(shown / inside), found.reason, strict=strict)
             continue
-        name = str(found.path)
+        name = str(shown / found.path.relative_to(directory))
         load = functools.partial(
             load_file,
             found.target,
@@ -97,6 +107,11 @@ def add_directory(
             source=name,
         )
         result.add(display_name(name), load, strict=strict)
+
+
+def folder_name(directory: Path) -> str:
+    """The name a folder's files are shown under: its own name (``"."`` resolved)."""
+    return directory.name or directory.resolve().name
 
 
 def walk(

@@ -5,6 +5,10 @@ read). Then a source that cannot be used is skipped, warned (:class:`SkippedSour
 listed in the result, so one bad file does not cost the others; ``strict=True`` raises instead.
 Loading nothing at all is a ValueError that says which files are read.
 
+Files are named without the user's absolute paths: a file given alone by its name (``a.md``), a
+file in a folder by the folder's name and its path inside (``docs/a.md``). When two sources
+would share a name (two folders called ``docs``), those are named by their paths as given.
+
 >>> result = load_with_report(["notes/", "https://example.org/"])  # doctest: +SKIP
 >>> len(result.documents), result.skipped  # doctest: +SKIP
 (41, [Skipped(source='notes/a.txt', reason='not UTF-8')])
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,7 +32,7 @@ from rag_fusion_chain.ingest.files import (
     existing_path,
     load_file,
 )
-from rag_fusion_chain.ingest.folders import DIRECTORY_EXTENSIONS, add_directory
+from rag_fusion_chain.ingest.folders import DIRECTORY_EXTENSIONS, add_directory, folder_name
 from rag_fusion_chain.ingest.problems import LoadResult, describe_skipped, display_name
 from rag_fusion_chain.ingest.web import (
     DEFAULT_MAX_BYTES,
@@ -81,8 +86,9 @@ def load_with_report(
     check_fetch_limits(timeout, max_bytes)
     check_max_file_size(max_file_size)
     checked = [_checked(source) for source in sources]
+    names = _shown_names(checked)
     result = LoadResult()
-    for source in checked:
+    for source, name in zip(checked, names, strict=True):
         if isinstance(source, str):
             fetch = functools.partial(
                 load_url, source, timeout=timeout, max_bytes=max_bytes, deny_private=deny_private
@@ -95,15 +101,27 @@ def load_with_report(
                 follow_symlinks=follow_symlinks,
                 max_file_size=max_file_size,
                 strict=strict,
+                shown_as=name,
             )
         else:
-            read = functools.partial(load_file, source, max_file_size=max_file_size)
-            result.add(display_name(source), read, strict=strict)
+            read = functools.partial(load_file, source, max_file_size=max_file_size, source=name)
+            result.add(display_name(name), read, strict=strict)
         if on_source is not None:
             on_source(display_name(source))
     if not result.documents:
         raise ValueError(_nothing_loaded(sources, result))
     return result
+
+
+def _shown_names(checked: Sequence[str | Path]) -> list[str]:
+    """The name each source is shown under: a URL as itself, a path by its last part, or by
+    the path as given when two sources share that last part."""
+    last_parts = [source if isinstance(source, str) else folder_name(source) for source in checked]
+    repeated = {name for name, count in Counter(last_parts).items() if count > 1}
+    return [
+        name if isinstance(source, str) or name not in repeated else str(source)
+        for source, name in zip(checked, last_parts, strict=True)
+    ]
 
 
 def _checked(source: str | os.PathLike[str]) -> str | Path:

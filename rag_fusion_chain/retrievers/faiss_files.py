@@ -207,7 +207,7 @@ def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False)
     except Exception as error:  # noqa: BLE001 - re-raised: a corrupt file, named
         raise ValueError(
             f"could not load the FAISS index in {directory}; its files are corrupt or not "
-            f"a FAISS index ({type(error).__name__}: {error})"
+            f"a LangChain FAISS index ({type(error).__name__}: {error})"
         ) from error
     store = FAISS(embeddings, index, docstore, index_to_docstore_id, **_store_settings(manifest))
     warn_on_embedding_change(manifest, embeddings, directory)
