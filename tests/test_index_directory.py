@@ -147,7 +147,7 @@ def test_build_and_open_round_trip(
     found = vectors.invoke(QUESTION)
     assert len(found) == 3 and all("score" in document.metadata for document in found)
     assert all(document.id and "#" in document.id for document in found)  # chunk ids
-    assert opened.bm25.invoke(QUESTION)[0].id.startswith(str(corpus[0]))
+    assert opened.bm25.invoke(QUESTION)[0].id.startswith(corpus[0].name)
     (hybrid,) = opened.retrievers(hybrid=True, k=2)
     assert 1 <= len(hybrid.invoke(QUESTION)) <= 4
 
