@@ -477,14 +477,6 @@ def serve(
     base_url: BaseUrlOption = None,
     embedding: EmbeddingOption = None,
     port: Annotated[int, typer.Option("--port", "-p", help="Port on 127.0.0.1.")] = 8000,
-    allow_host: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--allow-host",
-            help="A Host name to answer besides localhost / 127.0.0.1 / ::1 (repeatable), e.g. "
-            "behind a reverse proxy. Other names get 421, which stops DNS rebinding.",
-        ),
-    ] = None,
     k: KOption = DEFAULT_K,
     top_n: TopOption = chains.DEFAULT_TOP_N,
     trust_index: TrustOption = False,
@@ -525,7 +517,7 @@ def serve(
             )
             for path, return_sources in ((strategy, False), (f"{strategy}/sources", True))
         }
-        server = serving.create_app(routes, hosts=allow_host or ())
+        server = serving.create_app(routes)
         output.print(
             f"Serving {strategy} over {source.describe()} on http://127.0.0.1:{port}/{strategy} "
             f"(playground: /{strategy}/playground/, with sources: /{strategy}/sources)",

@@ -43,14 +43,7 @@ from urllib.parse import urlsplit
 
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableSerializable
 from langchain_core.runnables.utils import ConfigurableFieldSpec
-from pydantic import (
-    BaseModel,
-    Field,
-    GetCoreSchemaHandler,
-    PrivateAttr,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, Field, GetCoreSchemaHandler, PrivateAttr, field_validator
 from pydantic_core import CoreSchema, core_schema
 
 from rag_fusion_chain import chains, data, models, strategies, validation
@@ -95,12 +88,6 @@ class Question(BaseModel):
         max_length=validation.MAX_QUESTION_CHARS,
         description="The question to answer from the indexed documents",
     )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _plain_string(cls, value: Any) -> Any:
-        """A bare string is the question, as in ``chain.invoke("...")`` of a library chain."""
-        return {"question": value} if isinstance(value, str) else value
 
     @field_validator("question")
     @classmethod
@@ -551,20 +538,14 @@ def build_chain(
     return served.with_types(input_type=Question, output_type=output_type)  # type: ignore[arg-type]
 
 
-def create_app(
-    routes: Mapping[str, Runnable[Any, Any]],
-    *,
-    title: str = "rag-fusion-chain",
-    hosts: Sequence[str] = (),
-) -> Any:
+def create_app(routes: Mapping[str, Runnable[Any, Any]], *, title: str = "rag-fusion-chain") -> Any:
     """A FastAPI app serving each runnable of ``routes`` at ``/<path>`` with LangServe.
 
     A route nested in another (``rag-fusion/sources`` in ``rag-fusion``) is added first, as it
     must be: LangServe's ``/rag-fusion/{config_hash}/invoke`` would otherwise catch it.
 
-    Requests are bounded by :func:`~rag_fusion_chain.serving_limits.limit_requests` (Host names:
-    loopback and ``hosts``; JSON bodies only; body size, JSON depth and batch size; 422 for an
-    invalid input in a batch); a runnable made by :func:`build_chain` also refuses empty or oversized questions
+    Requests are bounded by :func:`~rag_fusion_chain.serving_limits.limit_requests` (body and
+    batch size, 422 for an invalid input in a batch); a runnable made by :func:`build_chain` also refuses empty or oversized questions
     and out-of-range ``n``, ``k``, ``top_n`` with 422.
     """
     try:
@@ -577,7 +558,7 @@ def create_app(
     from rag_fusion_chain._version import __version__
     from rag_fusion_chain.serving_limits import limit_requests
 
-    app = limit_requests(FastAPI(title=title, version=__version__), hosts=hosts)
+    app = limit_requests(FastAPI(title=title, version=__version__))
     # Longer paths first: "/x/{config_hash}/invoke" would also match "/x/sources/invoke".
     for path in sorted(routes, key=lambda path: -len(path.strip("/"))):
         add_routes(app, routes[path], path=f"/{path.strip('/')}")

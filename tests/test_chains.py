@@ -656,7 +656,7 @@ def test_langserve_passes_per_call_n_and_top_n_to_the_offline_chain() -> None:
     # one of the same name), so this dict-typed route takes a strategy no other test serves.
     chain = chains.multi_query_chain([bm25_retriever()], n=3, return_sources=True)
     add_routes(server, chain, path="/chains-test")
-    client = TestClient(server, base_url="http://localhost")
+    client = TestClient(server)
     schema = client.get("/chains-test/config_schema").json()
     definitions = schema.get("$defs") or schema["definitions"]
     assert {"n", "k", "top_n"} <= set(definitions["Configurable"]["properties"])
