@@ -38,12 +38,20 @@ import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, Union
 from urllib.parse import urlsplit
 
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableSerializable
 from langchain_core.runnables.utils import ConfigurableFieldSpec
-from pydantic import BaseModel, Field, GetCoreSchemaHandler, PrivateAttr, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    Field,
+    GetCoreSchemaHandler,
+    PrivateAttr,
+    StringConstraints,
+    field_validator,
+)
 from pydantic_core import CoreSchema, core_schema
 
 from rag_fusion_chain import chains, data, models, strategies, validation
@@ -93,6 +101,14 @@ class Question(BaseModel):
     @classmethod
     def _visible_text(cls, value: str) -> str:
         return validation.question_of(value)
+
+
+QuestionText = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=validation.MAX_QUESTION_CHARS),
+    AfterValidator(validation.question_of),
+]
+"""The question itself, as library chains take it (``.invoke("...")``), with the same checks."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -538,11 +554,11 @@ def build_chain(
     ``source`` defaults to :meth:`IndexSource.from_environment`, read at the first call;
     ``chain`` serves a chain built already (``rag-fusion serve`` does) with the same input
     checks and bounded settings.
-    :class:`Question` is the input schema; it is invoked, as every chain of the kit, with
-    ``{"question": str}`` or the question itself.
+    The input schema is :class:`Question` or :data:`QuestionText`: as every chain of the kit,
+    it takes ``{"question": str}`` or the question itself, over HTTP too.
 
-    >>> build_chain("hyde").get_input_jsonschema()["required"]
-    ['question']
+    >>> [option.get("type") for option in build_chain("hyde").get_input_jsonschema()["anyOf"]]
+    [None, 'string']
     """
     # The name titles the schemas (LangServe keys its models by them); runs keep the strategy's.
     name = f"{strategy}-sources" if return_sources else strategy
@@ -550,7 +566,8 @@ def build_chain(
     served._chain = chain
     output_type: Any = dict if return_sources else str
     # with_types takes the schema model; its stub wants type[Input] (here str | Mapping).
-    return served.with_types(input_type=Question, output_type=output_type)  # type: ignore[arg-type]
+    input_type: Any = Union[Question, QuestionText]  # noqa: UP007 (a runtime type for pydantic)
+    return served.with_types(input_type=input_type, output_type=output_type)
 
 
 def create_app(
@@ -600,6 +617,7 @@ __all__ = [
     "ServedChain",
     "IndexSource",
     "Question",
+    "QuestionText",
     "build_chain",
     "clear_cache",
     "create_app",

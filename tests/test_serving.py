@@ -348,6 +348,9 @@ def test_good_requests_answer_and_the_sources_route_shows_queries_and_documents(
     answer = client.post("/rag-fusion/invoke", json={"input": question})
     assert answer.status_code == 200, answer.text
     assert answer.json()["output"].startswith(offline.OFFLINE_LABEL)
+    plain = client.post("/rag-fusion/invoke", json={"input": data.SAMPLE_QUESTION})
+    assert plain.status_code == 200 and plain.json()["output"] == answer.json()["output"]
+    assert client.post("/rag-fusion/invoke", json={"input": " \u200b"}).status_code == 422
     batch = client.post("/rag-fusion/batch", json={"inputs": [question] * 4})
     assert batch.status_code == 200 and batch.json()["output"] == [answer.json()["output"]] * 4
 
