@@ -480,6 +480,13 @@ def serve(
     k: KOption = DEFAULT_K,
     top_n: TopOption = chains.DEFAULT_TOP_N,
     trust_index: TrustOption = False,
+    allow_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-host",
+            help="Also answer requests for this Host name (repeatable; loopback names always).",
+        ),
+    ] = None,
 ) -> None:
     """Serve the strategy's chain with LangServe on 127.0.0.1 (/STRATEGY and /STRATEGY/sources)."""
     with reported_errors():
@@ -517,7 +524,7 @@ def serve(
             )
             for path, return_sources in ((strategy, False), (f"{strategy}/sources", True))
         }
-        server = serving.create_app(routes)
+        server = serving.create_app(routes, allowed_hosts=allow_host or ())
         output.print(
             f"Serving {strategy} over {source.describe()} on http://127.0.0.1:{port}/{strategy} "
             f"(playground: /{strategy}/playground/, with sources: /{strategy}/sources)",

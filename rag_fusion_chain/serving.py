@@ -38,12 +38,20 @@ import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, Union
 from urllib.parse import urlsplit
 
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableSerializable
 from langchain_core.runnables.utils import ConfigurableFieldSpec
-from pydantic import BaseModel, Field, GetCoreSchemaHandler, PrivateAttr, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    Field,
+    GetCoreSchemaHandler,
+    PrivateAttr,
+    StringConstraints,
+    field_validator,
+)
 from pydantic_core import CoreSchema, core_schema
 
 from rag_fusion_chain import chains, data, models, strategies, validation
@@ -93,6 +101,14 @@ class Question(BaseModel):
     @classmethod
     def _visible_text(cls, value: str) -> str:
         return validation.question_of(value)
+
+
+QuestionText = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=validation.MAX_QUESTION_CHARS),
+    AfterValidator(validation.question_of),
+]
+"""The question itself, as library chains take it (``.invoke("...")``), with the same checks."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -491,23 +507,38 @@ class ServedChain(RunnableSerializable[QuestionInput, Any]):
     def invoke(
         self, input: QuestionInput, config: RunnableConfig | None = None, **kwargs: Any
     ) -> Any:
-        return self.chain().invoke(input, config, **kwargs)
+        return self.chain().invoke(input, without_unset(config), **kwargs)
 
     async def ainvoke(
         self, input: QuestionInput, config: RunnableConfig | None = None, **kwargs: Any
     ) -> Any:
-        return await (await self._achain()).ainvoke(input, config, **kwargs)
+        return await (await self._achain()).ainvoke(input, without_unset(config), **kwargs)
 
     def stream(
         self, input: QuestionInput, config: RunnableConfig | None = None, **kwargs: Any
     ) -> Iterator[Any]:
-        yield from self.chain().stream(input, config, **kwargs)
+        yield from self.chain().stream(input, without_unset(config), **kwargs)
 
     async def astream(
         self, input: QuestionInput, config: RunnableConfig | None = None, **kwargs: Any
     ) -> AsyncIterator[Any]:
-        async for chunk in (await self._achain()).astream(input, config, **kwargs):
+        chain = await self._achain()
+        async for chunk in chain.astream(input, without_unset(config), **kwargs):
             yield chunk
+
+
+def without_unset(config: RunnableConfig | None) -> RunnableConfig | None:
+    """``config`` without the per-call settings set to None (LangServe fills every unset one in).
+
+    A None ``k`` would otherwise reach retrievers that read ``configurable["k"]`` themselves
+    (the hybrid :class:`~rag_fusion_chain.retrievers.fusion_retriever.FusionRetriever`).
+    """
+    if not config or not config.get("configurable"):
+        return config
+    configurable = {
+        key: value for key, value in config["configurable"].items() if value is not None
+    }
+    return {**config, "configurable": configurable}
 
 
 def build_chain(
@@ -523,11 +554,11 @@ def build_chain(
     ``source`` defaults to :meth:`IndexSource.from_environment`, read at the first call;
     ``chain`` serves a chain built already (``rag-fusion serve`` does) with the same input
     checks and bounded settings.
-    :class:`Question` is the input schema; it is invoked, as every chain of the kit, with
-    ``{"question": str}`` or the question itself.
+    The input schema is :class:`Question` or :data:`QuestionText`: as every chain of the kit,
+    it takes ``{"question": str}`` or the question itself, over HTTP too.
 
-    >>> build_chain("hyde").get_input_jsonschema()["required"]
-    ['question']
+    >>> [option.get("type") for option in build_chain("hyde").get_input_jsonschema()["anyOf"]]
+    [None, 'string']
     """
     # The name titles the schemas (LangServe keys its models by them); runs keep the strategy's.
     name = f"{strategy}-sources" if return_sources else strategy
@@ -535,18 +566,25 @@ def build_chain(
     served._chain = chain
     output_type: Any = dict if return_sources else str
     # with_types takes the schema model; its stub wants type[Input] (here str | Mapping).
-    return served.with_types(input_type=Question, output_type=output_type)  # type: ignore[arg-type]
+    input_type: Any = Union[Question, QuestionText]  # noqa: UP007 (a runtime type for pydantic)
+    return served.with_types(input_type=input_type, output_type=output_type)
 
 
-def create_app(routes: Mapping[str, Runnable[Any, Any]], *, title: str = "rag-fusion-chain") -> Any:
+def create_app(
+    routes: Mapping[str, Runnable[Any, Any]],
+    *,
+    title: str = "rag-fusion-chain",
+    allowed_hosts: Sequence[str] = (),
+) -> Any:
     """A FastAPI app serving each runnable of ``routes`` at ``/<path>`` with LangServe.
 
     A route nested in another (``rag-fusion/sources`` in ``rag-fusion``) is added first, as it
     must be: LangServe's ``/rag-fusion/{config_hash}/invoke`` would otherwise catch it.
 
-    Requests are bounded by :func:`~rag_fusion_chain.serving_limits.limit_requests` (body and
-    batch size, 422 for an invalid input in a batch); a runnable made by :func:`build_chain` also refuses empty or oversized questions
-    and out-of-range ``n``, ``k``, ``top_n`` with 422.
+    Requests are bounded by :func:`~rag_fusion_chain.serving_limits.limit_requests` (loopback
+    Host names plus ``allowed_hosts``, JSON bodies only, body size, depth and batch size); a
+    runnable made by :func:`build_chain` also refuses empty or oversized questions and
+    out-of-range ``n``, ``k``, ``top_n`` with 422.
     """
     try:
         from fastapi import FastAPI
@@ -558,7 +596,7 @@ def create_app(routes: Mapping[str, Runnable[Any, Any]], *, title: str = "rag-fu
     from rag_fusion_chain._version import __version__
     from rag_fusion_chain.serving_limits import limit_requests
 
-    app = limit_requests(FastAPI(title=title, version=__version__))
+    app = limit_requests(FastAPI(title=title, version=__version__), allowed_hosts=allowed_hosts)
     # Longer paths first: "/x/{config_hash}/invoke" would also match "/x/sources/invoke".
     for path in sorted(routes, key=lambda path: -len(path.strip("/"))):
         add_routes(app, routes[path], path=f"/{path.strip('/')}")
@@ -579,6 +617,7 @@ __all__ = [
     "ServedChain",
     "IndexSource",
     "Question",
+    "QuestionText",
     "build_chain",
     "clear_cache",
     "create_app",
