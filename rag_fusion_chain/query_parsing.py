@@ -18,23 +18,19 @@ from langchain_core.output_parsers import BaseTransformOutputParser
 
 from rag_fusion_chain.validation import MAX_QUESTION_CHARS
 
-MAX_OUTPUT_CHARS = 100_000
-"""Model output read for queries: a model that runs away to its token limit is cut here, with a
-warning, before any parsing (fifty queries of 2,000 characters fit)."""
-
 # --------------------------------------------------------------------------------------------
 # Parsing model output into queries
 # --------------------------------------------------------------------------------------------
 
-_LIST_MARKER = re.compile(  # one or more leading markers, taken in one linear pass
-    r"""^(?:\s*(?:
+_LIST_MARKER = re.compile(
+    r"""^\s*(?:
         [-*+>]\s+ | [•·▪◦]\s*                        # bullets and quote marks
       | \(?\d{1,3}\s*[.)、:：．]\s*                     # 1.  1)  (1.  3、
       | \(\d{1,3}\)\s* | （\d{1,3}）\s*                 # (1)  （1）
       | [\u2460-\u2473\u2776-\u277f]\s*                # ①..⑳ ❶..❿
       | [一二三四五六七八九十]{1,3}\s*[、.．:：]\s*       # 一、
       | (?:query|q|问题|查询)\s*\d{1,3}\s*[.:：)]\s*     # Query 1:  问题1：
-    ))+""",
+    )""",
     re.VERBOSE | re.IGNORECASE,
 )
 _WRAPPERS = [
@@ -146,9 +142,7 @@ def _json_queries(text: str) -> list[str] | None:
     try:
         data = json.loads(stripped)
     except ValueError:
-        data = _complete_items(stripped)  # a list cut by the output bound keeps its whole items
-        if not data:
-            return None
+        return None
     if isinstance(data, dict):
         data = next((value for value in data.values() if isinstance(value, list)), None)
     if not isinstance(data, list):
@@ -156,22 +150,6 @@ def _json_queries(text: str) -> list[str] | None:
     return [
         item if isinstance(item, str) else json.dumps(item, ensure_ascii=False) for item in data
     ]
-
-
-def _complete_items(text: str) -> list[object]:
-    """The whole items at the start of a JSON list whose end is missing (one linear pass)."""
-    if not text.startswith("["):
-        return []
-    decoder, position = json.JSONDecoder(), 1
-    items: list[object] = []
-    while True:
-        while position < len(text) and text[position] in " \t\r\n,":
-            position += 1
-        try:
-            item, position = decoder.raw_decode(text, position)
-        except ValueError:
-            return items
-        items.append(item)
 
 
 class _QueryCollector:
@@ -188,7 +166,7 @@ class _QueryCollector:
 
     def add(self, raw_line: str, *, check_preamble: bool = True) -> str | None:
         """Add one raw line; return the cleaned query if it is new and usable."""
-        if self.full or raw_line.isspace() or not raw_line:
+        if self.full:
             return None
         line = searchable_text(raw_line)
         query = clean_query_line(line)
@@ -215,8 +193,6 @@ class QueryListParser(BaseTransformOutputParser[list[str]]):
     """
 
     n: int | None = None
-    max_output_chars: int = MAX_OUTPUT_CHARS
-    """Characters of model output read; the rest is dropped with a warning."""
 
     @property
     def _type(self) -> str:
@@ -261,7 +237,7 @@ def _text_of(chunk: str | BaseMessage) -> str:
     return chunk if isinstance(chunk, str) else chunk.text
 
 
-_JSON_START = re.compile(r"[ \t]*(?:\[|\{|```)")  # within one line: linear over many lines
+_JSON_START = re.compile(r"\s*(?:\[|\{|```)")
 
 
 class _IncrementalQueries:
@@ -276,28 +252,12 @@ class _IncrementalQueries:
         self.collector = _QueryCollector(parser.n)
         self.pending: list[str] = []
         self.waiting_for_json = False
-        self.room = parser.max_output_chars
-
-    def _within_bound(self, text: str) -> str:
-        """``text`` up to the parser's output bound; warns once when the bound cuts it."""
-        if len(text) <= self.room:
-            self.room -= len(text)
-            return text
-        if self.room >= 0:
-            warnings.warn(
-                f"model output longer than max_output_chars={self.parser.max_output_chars}: "
-                "the rest was not read for queries",
-                stacklevel=3,
-            )
-        kept, self.room = text[: max(self.room, 0)], -1
-        return kept
 
     def feed(self, text: str) -> list[str]:
         """Queries of the lines completed by ``text``; from a line opening JSON on, wait.
 
         Lines are taken one at a time, so the result does not depend on how text is chunked.
         """
-        text = self._within_bound(text)
         if self.waiting_for_json or "\n" not in text:
             self.pending.append(text)
             return []
@@ -326,7 +286,6 @@ class _IncrementalQueries:
 
 
 __all__ = [
-    "MAX_OUTPUT_CHARS",
     "QueryListParser",
     "clean_query_line",
     "dedupe_key",
