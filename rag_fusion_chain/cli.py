@@ -653,8 +653,18 @@ def eval_dataset(
         _write_scores(json_path, plot, evaluation.summary)
 
 
+def _print_version(requested: bool) -> None:
+    if requested:
+        typer.echo(f"rag-fusion {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def settings() -> None:
+def settings(
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print the version."
+    ),
+) -> None:
     """Query transformation and result fusion for retrieval-augmented generation."""
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # model loading stays quiet
 

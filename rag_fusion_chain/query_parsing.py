@@ -18,19 +18,22 @@ from langchain_core.output_parsers import BaseTransformOutputParser
 
 from rag_fusion_chain.validation import MAX_QUESTION_CHARS
 
+MAX_OUTPUT_CHARS = 100_000
+"""Default bound on the model output a :class:`QueryListParser` reads (about 25k tokens)."""
+
 # --------------------------------------------------------------------------------------------
 # Parsing model output into queries
 # --------------------------------------------------------------------------------------------
 
 _LIST_MARKER = re.compile(
-    r"""^\s*(?:
+    r"""(?:
         [-*+>]\s+ | [•·▪◦]\s*                        # bullets and quote marks
       | \(?\d{1,3}\s*[.)、:：．]\s*                     # 1.  1)  (1.  3、
       | \(\d{1,3}\)\s* | （\d{1,3}）\s*                 # (1)  （1）
       | [\u2460-\u2473\u2776-\u277f]\s*                # ①..⑳ ❶..❿
       | [一二三四五六七八九十]{1,3}\s*[、.．:：]\s*       # 一、
       | (?:query|q|问题|查询)\s*\d{1,3}\s*[.:：)]\s*     # Query 1:  问题1：
-    )""",
+    )+""",  # every alternative starts with a non-space character: no backtracking between them
     re.VERBOSE | re.IGNORECASE,
 )
 _WRAPPERS = [
@@ -47,6 +50,7 @@ _WRAPPERS = [
     ("『", "』"),
     ("《", "》"),
 ]
+_WRAPPER_STARTS = frozenset(opening[0] for opening, _ in _WRAPPERS)
 _PREAMBLE_END = (":", "：")
 _INLINE_EMPHASIS = re.compile(r"(\*\*|__)(.+?)\1")
 _TERMINAL_ESCAPE = re.compile(
@@ -106,19 +110,33 @@ def clean_query_line(line: str) -> str:
     '光伏发电的效率'
     """
     text = unicodedata.normalize("NFC", searchable_text(line))
-    text = _INLINE_EMPHASIS.sub(r"\2", text).strip()
+    text = _INLINE_EMPHASIS.sub(r"\2", text)
+    # Indices instead of sliced copies: a line of thousands of markers or quotes stays linear.
+    start, end = _strip_span(text, 0, len(text))
     previous = None
-    while text != previous:
-        previous = text
-        text = _LIST_MARKER.sub("", text, count=1).strip()
-        for opening, closing in _WRAPPERS:
+    while (start, end) != previous:
+        previous = (start, end)
+        marker = _LIST_MARKER.match(text, start, end)
+        if marker is not None:
+            start, end = _strip_span(text, marker.end(), end)
+        wrapped = start < end and text[start] in _WRAPPER_STARTS
+        for opening, closing in _WRAPPERS if wrapped else ():
             if (
-                len(text) > len(opening) + len(closing)
-                and text.startswith(opening)
-                and (text.endswith(closing))
+                end - start > len(opening) + len(closing)
+                and text.startswith(opening, start, end)
+                and text.endswith(closing, start, end)
             ):
-                text = text[len(opening) : len(text) - len(closing)].strip()
-    return text
+                start, end = _strip_span(text, start + len(opening), end - len(closing))
+    return text[start:end]
+
+
+def _strip_span(text: str, start: int, end: int) -> tuple[int, int]:
+    """``start, end`` moved past the whitespace at both ends of ``text[start:end]``."""
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return start, end
 
 
 def _is_usable(query: str, raw_line: str) -> bool:
@@ -166,8 +184,10 @@ class _QueryCollector:
 
     def add(self, raw_line: str, *, check_preamble: bool = True) -> str | None:
         """Add one raw line; return the cleaned query if it is new and usable."""
-        if self.full:
+        if self.full or not raw_line or raw_line.isspace():
             return None
+        if check_preamble and raw_line.rstrip().endswith(_PREAMBLE_END):
+            return None  # cheap early exit; _is_usable checks the cleaned line too
         line = searchable_text(raw_line)
         query = clean_query_line(line)
         if not _is_usable(query, line if check_preamble else query):
@@ -193,6 +213,8 @@ class QueryListParser(BaseTransformOutputParser[list[str]]):
     """
 
     n: int | None = None
+    max_chars: int = MAX_OUTPUT_CHARS
+    """Characters of model output read; the rest is dropped with a warning (a runaway model)."""
 
     @property
     def _type(self) -> str:
@@ -237,7 +259,8 @@ def _text_of(chunk: str | BaseMessage) -> str:
     return chunk if isinstance(chunk, str) else chunk.text
 
 
-_JSON_START = re.compile(r"\s*(?:\[|\{|```)")
+def _opens_json(line: str) -> bool:
+    return line.lstrip().startswith(("[", "{", "```"))
 
 
 class _IncrementalQueries:
@@ -252,33 +275,52 @@ class _IncrementalQueries:
         self.collector = _QueryCollector(parser.n)
         self.pending: list[str] = []
         self.waiting_for_json = False
+        self.room = parser.max_chars
+
+    def _within_bound(self, text: str) -> str:
+        """``text`` cut to what is left of the parser's ``max_chars``, warning once when cut."""
+        if len(text) <= self.room:
+            self.room -= len(text)
+            return text
+        if self.room >= 0:
+            warnings.warn(
+                f"the model output is longer than max_chars={self.parser.max_chars} characters; "
+                "the rest was not parsed for queries",
+                stacklevel=4,
+            )
+        kept, self.room = text[: max(self.room, 0)], -1
+        return kept
 
     def feed(self, text: str) -> list[str]:
         """Queries of the lines completed by ``text``; from a line opening JSON on, wait.
 
         Lines are taken one at a time, so the result does not depend on how text is chunked.
         """
+        text = self._within_bound(text)
         if self.waiting_for_json or "\n" not in text:
             self.pending.append(text)
             return []
         buffer = "".join([*self.pending, text])
         queries: list[str] = []
         start = 0
-        while not (json_starts := bool(_JSON_START.match(buffer, start))):
+        while True:
             end = buffer.find("\n", start)
+            line = buffer[start:] if end < 0 else buffer[start:end]
+            if _opens_json(line):
+                self.waiting_for_json = True  # JSON is parsed once complete
+                break
             if end < 0:
                 break
-            query = self.collector.add(buffer[start:end])
+            query = self.collector.add(line)
             if query is not None:
                 queries.append(query)
             start = end + 1
-        self.waiting_for_json = json_starts  # JSON is parsed once complete
         self.pending = [buffer[start:]]
         return queries
 
     def finish(self) -> list[str]:
         rest = "".join(self.pending)
-        if _JSON_START.match(rest):
+        if _opens_json(rest):
             candidates = self.parser._parse_block(rest)
             return [q for q in candidates if self.collector.add(q, check_preamble=False)]
         query = self.collector.add(rest)
@@ -286,6 +328,7 @@ class _IncrementalQueries:
 
 
 __all__ = [
+    "MAX_OUTPUT_CHARS",
     "QueryListParser",
     "clean_query_line",
     "dedupe_key",

@@ -710,3 +710,14 @@ def test_escape_sequences_in_documents_and_answers_are_neutralised(
     assert "\\u202eesrever" in text and "Title red" in text and "query bold" in text
     assert "\\u202e" in rendering.json_text({"text": hostile})
     assert json.loads(rendering.json_text({"text": hostile})) == {"text": hostile}
+
+
+def test_version_flag_prints_the_package_version() -> None:
+    from typer.testing import CliRunner
+
+    from rag_fusion_chain._version import __version__
+    from rag_fusion_chain.cli import app
+
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert result.output.strip() == f"rag-fusion {__version__}"

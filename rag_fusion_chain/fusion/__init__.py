@@ -41,6 +41,7 @@ from rag_fusion_chain.fusion.runnables import (
     unique_union,
 )
 from rag_fusion_chain.fusion.scores import (
+    RRF_K,
     distribution_based_scores,
     normalize_scores,
     normalized_list_scores,
@@ -54,6 +55,7 @@ __all__ = [
     "FUSIONS",
     "FUSION_SCORE_KEY",
     "SCORE_KEY",
+    "RRF_K",
     "FusionInput",
     "FusionOutput",
     "BaseFusion",

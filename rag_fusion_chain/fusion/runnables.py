@@ -25,6 +25,7 @@ from rag_fusion_chain.fusion.ranked_lists import (
     validate_weights,
 )
 from rag_fusion_chain.fusion.scores import (
+    RRF_K,
     FusedScores,
     distribution_based_scores,
     rank_fused,
@@ -159,7 +160,7 @@ class ReciprocalRankFusion(BaseFusion):
     ['A', 'B', 'C']
     """
 
-    k: float = 60
+    k: float = RRF_K
     rank_start: int = 1
 
     call_settings: ClassVar[tuple[str, ...]] = ("top_n", "weights", "k")

@@ -14,6 +14,9 @@ from langchain_core.documents import Document
 from rag_fusion_chain.fusion.identity import IdentityIndex
 from rag_fusion_chain.fusion.ranked_lists import FUSION_SCORE_KEY, SCORE_KEY
 
+RRF_K = 60
+"""The RRF constant's default (Cormack et al. 2009): the ``k`` in ``1 / (k + rank)``."""
+
 # --------------------------------------------------------------------------------------------
 # Pure fusion functions: ranked lists in, one score per distinct document (in slot order) out
 # --------------------------------------------------------------------------------------------
@@ -34,7 +37,7 @@ def reciprocal_rank_scores(
     ranked_lists: Sequence[Sequence[Document]],
     weights: Sequence[float],
     *,
-    k: float = 60,
+    k: float = RRF_K,
     rank_start: int = 1,
     index: IdentityIndex | None = None,
 ) -> FusedScores:
