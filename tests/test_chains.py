@@ -266,13 +266,13 @@ def test_runs_are_named_tagged_and_nested_under_the_strategy(name: str) -> None:
     assert (metadata["strategy"], metadata["k"], metadata["top_n"]) == (strategy, 3, 4)
     assert "n" in metadata
     runs = walk(root)
-    names = {run.name for run in runs}
-    assert {"generate_queries", "retrieve", "fuse", "format_context", "answer"} <= names
+    steps = {run.name for run in root.child_runs}
+    assert {"generate_queries", "retrieve", "fuse", "format_context", "answer"} <= steps
     for run in runs:
         if run.name == "retrieve":  # the retrievers run inside the fan-out
-            assert {child.run_type for child in run.child_runs} == {"retriever"}
+            assert "retriever" in {descendant.run_type for descendant in walk(run)}
         if run.name == "answer":  # the model runs inside the answer step
-            assert any(child.name == "scripted_llm" for child in run.child_runs)
+            assert "scripted_llm" in {descendant.name for descendant in walk(run)}
 
 
 async def test_async_runs_carry_the_same_names() -> None:
