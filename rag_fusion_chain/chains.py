@@ -41,13 +41,20 @@ hypothetical passage); no model at all.
 >>> #     print(token, end="")
 """
 
+import asyncio
 from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any, Literal
 
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import BasePromptTemplate
-from langchain_core.runnables import Runnable
+from langchain_core.runnables import (
+    Runnable,
+    RunnableConfig,
+    RunnableLambda,
+    RunnablePassthrough,
+)
+from langchain_core.runnables.config import get_executor_for_config
 
 from rag_fusion_chain import prompts, strategies
 from rag_fusion_chain.context import (
@@ -57,8 +64,9 @@ from rag_fusion_chain.context import (
     format_context,
 )
 from rag_fusion_chain.fusion import BaseFusion
-from rag_fusion_chain.pipeline import Retrievers, build_pipeline, named
+from rag_fusion_chain.pipeline import Retrievers, build_pipeline, named, settings_of
 from rag_fusion_chain.retrievers.bm25 import BM25Retriever
+from rag_fusion_chain.retrievers.results import RetrievalResults
 from rag_fusion_chain.strategies import (
     DECOMPOSITION,
     DEFAULT_TOP_N,
@@ -67,7 +75,7 @@ from rag_fusion_chain.strategies import (
     RAG_FUSION,
     STEP_BACK,
 )
-from rag_fusion_chain.validation import QuestionInput
+from rag_fusion_chain.validation import QuestionInput, question_of
 
 DecompositionMode = Literal["recursive", "individual"]
 
@@ -148,8 +156,141 @@ def _chain(
     pipeline = build_pipeline(
         record, retrievers, llm, feedback=feedback, query_prompt=query_prompt, **options
     )
+    if record.shape == "passages":
+        lead = bool(options.get("include_original", False))
+        composed = compose(pipeline, answer, return_sources=return_sources, lead_with_question=lead)
+        return named_composition(record.name, composed, pipeline, offline=llm is None)
     ready = pipeline.model_copy(update={"answer": answer, "return_sources": return_sources})
     return named(ready, offline=llm is None)
+
+
+# The LCEL composition of a flat strategy (one fused list of passages)
+# --------------------------------------------------------------------------------------------
+
+
+def _step(name: str, key: str, source: str, runnable: Runnable[Any, Any]) -> Runnable[Any, Any]:
+    """A named step adding ``key`` = ``runnable(state[source])`` to the state, one run deep."""
+
+    def run(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        return {**state, key: runnable.invoke(state[source], config)}
+
+    async def arun(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        return {**state, key: await runnable.ainvoke(state[source], config)}
+
+    return RunnableLambda(run, arun, name=name)
+
+
+def _merged(first: Any, rest: Any) -> RetrievalResults:
+    """The question's results, then the other queries', as one fan-out output."""
+    return RetrievalResults(
+        [*first, *rest],
+        failures=[*first.failures, *rest.failures],
+        queries=[*first.queries, *rest.queries],
+    )
+
+
+def _generate_step(
+    generate: Runnable[Any, list[str]], fan_out: Runnable[Any, Any], lead_with_question: bool
+) -> Runnable[Any, Any]:
+    """``generate_queries``: the query step; with ``lead_with_question`` the question is searched
+    beside it, on the config's executor (so ``max_concurrency`` bounds it)."""
+
+    def run(value: QuestionInput, config: RunnableConfig) -> dict[str, Any]:
+        question = question_of(value)
+        if not lead_with_question:
+            return {"question": question, "queries": generate.invoke(question, config)}
+        with get_executor_for_config(config) as executor:
+            searched = executor.submit(fan_out.invoke, [question], config)
+            queries = generate.invoke(question, config)
+            return {"question": question, "queries": queries, "first": searched.result()}
+
+    async def arun(value: QuestionInput, config: RunnableConfig) -> dict[str, Any]:
+        question = question_of(value)
+        if not lead_with_question:
+            return {"question": question, "queries": await generate.ainvoke(question, config)}
+        searched, queries = await asyncio.gather(
+            fan_out.ainvoke([question], config), generate.ainvoke(question, config)
+        )
+        return {"question": question, "queries": queries, "first": searched}
+
+    return RunnableLambda(run, arun, name="generate_queries")
+
+
+def _retrieve_step(fan_out: Runnable[Any, Any]) -> Runnable[Any, Any]:
+    """``retrieve``: search the generated queries, reusing the question's results when it was
+    searched beside the query step and leads them."""
+
+    def rest(state: dict[str, Any]) -> list[str] | None:
+        queries = state["queries"]
+        return queries[1:] if "first" in state and queries[:1] == [state["question"]] else None
+
+    def done(state: dict[str, Any], retrieved: Any) -> dict[str, Any]:
+        failures = list(retrieved.failures)
+        return {**state, "retrieved": retrieved, "failures": failures}
+
+    def run(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        others = rest(state)
+        if others is None:
+            return done(state, fan_out.invoke(state["queries"], config))
+        found = fan_out.invoke(others, config) if others else RetrievalResults()
+        return done(state, _merged(state["first"], found))
+
+    async def arun(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
+        others = rest(state)
+        if others is None:
+            return done(state, await fan_out.ainvoke(state["queries"], config))
+        found = await fan_out.ainvoke(others, config) if others else RetrievalResults()
+        return done(state, _merged(state["first"], found))
+
+    return RunnableLambda(run, arun, name="retrieve")
+
+
+def _format_step(state: dict[str, Any]) -> dict[str, Any]:
+    return {**state, "context": format_context(state["documents"])}
+
+
+def compose(
+    pipeline: Any,
+    answer: Runnable[Any, str],
+    *,
+    return_sources: bool,
+    lead_with_question: bool = False,
+) -> Runnable[QuestionInput, Any]:
+    """A flat strategy as an LCEL sequence of named steps: ``generate_queries`` → ``retrieve`` →
+    ``fuse`` → ``format_context`` → ``answer``; take it apart with ``.steps`` to insert one.
+
+    With ``lead_with_question`` the question is searched in parallel with the query step."""
+    fan_out = pipeline.retrieve.with_config(run_name="fan_out")
+    generate = pipeline.generate.with_config(run_name="queries")
+    steps = (
+        _generate_step(generate, fan_out, lead_with_question)
+        | _retrieve_step(fan_out)
+        | _step("fuse", "documents", "retrieved", pipeline.fuse.with_config(run_name="fusion"))
+        | RunnableLambda(_format_step, name="format_context")
+    )
+    if not return_sources:
+        return (steps | answer.with_config(run_name="answer")).with_types(
+            input_type=QuestionInput,  # type: ignore[arg-type]  # a union, as langchain accepts
+            output_type=str,
+        )
+    assign = RunnablePassthrough.assign(answer=answer.with_config(run_name="answer_text"))
+    with_answer = assign.with_config(run_name="answer")
+    sources = steps | with_answer.pick(["answer", "queries", "documents", "failures"])
+    return sources.with_types(
+        input_type=QuestionInput,  # type: ignore[arg-type]
+        output_type=dict[str, Any],
+    )
+
+
+def named_composition(
+    strategy: str, composed: Runnable[QuestionInput, Any], pipeline: Any, *, offline: bool
+) -> Runnable[QuestionInput, Any]:
+    """``composed`` run under the strategy's name and tag, with its settings in metadata."""
+    tags = [strategy, "offline"] if offline else [strategy]
+    details = {"strategy": strategy, **settings_of(pipeline)}
+    if offline:
+        details["offline"] = True
+    return composed.with_config(run_name=strategy, tags=tags, metadata=details)
 
 
 # --------------------------------------------------------------------------------------------

