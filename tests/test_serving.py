@@ -15,9 +15,12 @@ shipped vectors against the real MiniLM.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -397,6 +400,33 @@ def test_a_hybrid_served_chain_answers_any_per_call_setting() -> None:
             response = http.post("/rag-fusion/invoke", json=body)
             assert response.status_code == 200, (configurable, response.text)
             assert "Kelp" in response.json()["output"]
+    with _uvicorn_on_loopback(app) as url:  # and as RemoteRunnable (what the playground uses)
+        from langserve import RemoteRunnable
+
+        remote = RemoteRunnable(f"{url}/rag-fusion", timeout=60)
+        for configurable in ({}, {"top_n": 3}, {"n": 2}):
+            answer = remote.invoke({"question": "kelp"}, {"configurable": configurable})
+            assert "Kelp" in answer, configurable
+
+
+@contextlib.contextmanager
+def _uvicorn_on_loopback(app: Any) -> Iterator[str]:
+    """``app`` served by uvicorn on 127.0.0.1 (a free port, in a thread); yields its base URL."""
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, name="uvicorn-hybrid", daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 15
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the test server did not start")
+            time.sleep(0.01)
+        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
 
 
 def test_foreign_hosts_and_origins_are_refused_and_allowed_ones_answered(
