@@ -52,6 +52,7 @@ from rag_fusion_chain.retrievers.index_directory import (
     open_index,
 )
 from rag_fusion_chain.retrievers.stores import UntrustedIndexError
+from rag_fusion_chain.validation import question_of
 
 DEFAULT_K = 10
 """Documents per retriever call."""
@@ -74,9 +75,10 @@ def _choice(name: str, value: str, choices: Sequence[str]) -> str:
 
 
 def _check_question(question: str) -> None:
-    """An empty question is refused before anything loads."""
+    """An empty or over-long question is refused before anything loads."""
     if not question.strip():
         raise ValueError("QUESTION is empty: give the question to search for, in quotes")
+    question_of(question)  # the length and encoding bounds the chains apply, checked up front
 
 
 def _check_index(directory: Path) -> None:

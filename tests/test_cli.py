@@ -721,3 +721,15 @@ def test_version_flag_prints_the_package_version() -> None:
     result = CliRunner().invoke(app, ["--version"])
     assert result.exit_code == 0
     assert result.output.strip() == f"rag-fusion {__version__}"
+
+
+def test_an_over_long_question_is_refused_before_the_index_is_opened(tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from rag_fusion_chain.cli import app
+
+    missing = tmp_path / "no-index-here"
+    result = CliRunner().invoke(app, ["ask", "x" * 50_000, "--index", str(missing)])
+    assert result.exit_code != 0
+    assert "50000 characters long" in result.output
+    assert "no-index-here" not in result.output
