@@ -118,8 +118,10 @@ def test_template_exports_a_chain_typed_question_to_answer(
     chain = getattr(importlib.import_module(export["module"]), export["attr"])
 
     schema = chain.get_input_jsonschema()
-    assert schema["required"] == ["question"]
-    assert schema["properties"]["question"]["type"] == "string"
+    question, text = schema["anyOf"]
+    definition = schema["$defs"][question["$ref"].rsplit("/", 1)[1]]
+    assert definition["required"] == ["question"] and text["type"] == "string"
+    assert definition["properties"]["question"]["type"] == "string"
     assert chain.get_output_jsonschema()["type"] == "string"
     assert chain.bound.strategy == strategy
 
