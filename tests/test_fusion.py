@@ -141,7 +141,7 @@ def test_equal_text_from_two_stores_merges_keeping_the_first_appearance() -> Non
 def test_id_key_identifies_by_metadata_or_document_id_and_falls_back_to_text() -> None:
     by_id = [[Document("text one", id="x")], [Document("text two", id="x")]]
     assert len(fusion.reciprocal_rank_fusion.invoke(by_id)) == 2  # default: by text
-    assert len(ReciprocalRankFusion(id_key="id").invoke(by_id)) == 1
+    assert len(ReciprocalRankFusion(id_key=fusion.DOCUMENT_ID).invoke(by_id)) == 1
     keyed = [[doc("v1", chunk="c1")], [doc("v2", chunk="c1")], [doc("v1")], [doc("c1")]]
     # "v1" and "v2" share chunk c1; the key-less "v1" is identified by its text, and the text
     # "c1" never equals the key value "c1".
@@ -409,7 +409,7 @@ documents_with_collisions = st.builds(
 def oracle_identity(document: Document, id_key: str | None) -> tuple[str, object]:
     """The identity contract written out plainly: text, or the key's value when it is set."""
     if id_key is not None:
-        value = document.id if id_key == "id" else document.metadata.get(id_key)
+        value = document.id if id_key == fusion.DOCUMENT_ID else document.metadata.get(id_key)
         if value:
             return ("key", value)
     return ("text", document.page_content)
@@ -418,7 +418,7 @@ def oracle_identity(document: Document, id_key: str | None) -> tuple[str, object
 @settings(max_examples=150, deadline=None)
 @given(
     st.lists(st.lists(documents_with_collisions, max_size=10), min_size=1, max_size=6),
-    st.sampled_from([None, "id", "source"]),
+    st.sampled_from([None, fusion.DOCUMENT_ID, "id", "source"]),
 )
 def test_property_identity_matches_the_oracle_and_outputs_are_distinct(
     lists: list[list[Document]], id_key: str | None
@@ -462,8 +462,42 @@ def test_the_kits_content_hash_ids_group_as_before() -> None:
     ]
     vectors = [hashed[1], hashed[0]]
     by_text = texts(fusion.reciprocal_rank_fusion.invoke([keyword, vectors]))
-    by_id = texts(ReciprocalRankFusion(id_key="id").invoke([keyword, vectors]))
+    by_id = texts(ReciprocalRankFusion(id_key=fusion.DOCUMENT_ID).invoke([keyword, vectors]))
     assert by_text == by_id == ["alpha", "beta", "gamma"]
+
+
+def test_id_key_id_is_metadata_id_as_in_langchains_ensemble_retriever() -> None:
+    """LangChain's own EnsembleRetriever test (id_key="id" over metadata ids, one document
+    repeated across retrievers) ported: the same three documents, the same order, no duplicates."""
+    from langchain_classic.retrievers import EnsembleRetriever
+
+    first = [
+        Document("a", metadata={"id": 1}),
+        Document("b", metadata={"id": 2}),
+        Document("c", metadata={"id": 3}),
+    ]
+    second = [Document("b", metadata={"id": 2}), Document("a", metadata={"id": 1})]
+    # Same ids, other texts: LangChain merges by metadata["id"], so must the kit.
+    third = [Document("a (revised)", metadata={"id": 1}), Document("d", metadata={"id": 4})]
+    lists = [first, second, third]
+    from langchain_core.runnables import RunnableLambda
+
+    unused = [RunnableLambda(lambda query: []) for _ in lists]  # only its fusion is called
+    ensemble = EnsembleRetriever(retrievers=unused, weights=[1.0] * len(lists), id_key="id")
+    expected = [d.page_content for d in ensemble.weighted_reciprocal_rank(lists)]
+    for fuse in (
+        ReciprocalRankFusion(id_key="id"),
+        fusion.reciprocal_rank_fusion.model_copy(update={"id_key": "id"}),
+    ):
+        fused = fuse.invoke(lists)
+        assert texts(fused) == expected
+        assert len({d.metadata["id"] for d in fused}) == len(fused)
+
+
+def test_id_key_id_warns_when_documents_carry_only_document_ids() -> None:
+    by_id = [[Document("text one", id="x")], [Document("text two", id="x")]]
+    with pytest.warns(UserWarning, match="DOCUMENT_ID"):
+        assert len(ReciprocalRankFusion(id_key="id").invoke(by_id)) == 2
 
 
 def test_plain_copies_equal_documents_built_from_scratch() -> None:

@@ -10,7 +10,8 @@ Contracts (see DESIGN.md):
   over several queries produces. A :class:`RankedList` carries its own weight.
 * **Identity**: the passage text by default, as LangChain's ``EnsembleRetriever`` does, so the same
   passage returned by two stores (each with its own ids, or none) is one document. ``id_key`` names a
-  metadata key, or ``"id"`` for ``Document.id``, to identify documents by key instead (a document
+  metadata key, as in LangChain (``id_key="id"`` is ``metadata["id"]``), or :data:`DOCUMENT_ID` for
+  ``Document.id``, to identify documents by key instead (a document
   without that key falls back to its text). The first appearance's metadata (and id) is kept.
 * **Output**: fresh copies (inputs are never mutated) with ``metadata["fusion_score"]``, sorted by score
   descending, ties broken by first appearance, cut to ``top_n``.
@@ -18,7 +19,7 @@ Contracts (see DESIGN.md):
   ``.bind(...)`` or ``invoke(..., top_n=3)``; any other keyword raises TypeError naming it.
 """
 
-from rag_fusion_chain.fusion.identity import ID_FIELD, IdentityIndex, document_id
+from rag_fusion_chain.fusion.identity import DOCUMENT_ID, IdentityIndex, document_id
 from rag_fusion_chain.fusion.ranked_lists import (
     FUSION_SCORE_KEY,
     SCORE_KEY,
@@ -52,6 +53,7 @@ from rag_fusion_chain.fusion.scores import (
 )
 
 __all__ = [
+    "DOCUMENT_ID",
     "FUSIONS",
     "FUSION_SCORE_KEY",
     "SCORE_KEY",
@@ -68,7 +70,6 @@ __all__ = [
     "distribution_based_scores",
     "document_id",
     "flatten_ranked_lists",
-    "ID_FIELD",
     "IdentityIndex",
     "normalize_scores",
     "normalized_list_scores",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,21 +16,22 @@ from rag_fusion_chain.fusion.ranked_lists import FUSION_SCORE_KEY, SCORE_KEY
 # Identity
 # --------------------------------------------------------------------------------------------
 
-ID_FIELD = "id"
-"""``id_key`` value that identifies documents by ``Document.id``."""
+DOCUMENT_ID = "Document.id"
+"""``id_key`` value that identifies documents by ``Document.id`` (any other value names a metadata
+key, as ``id_key`` does in LangChain's ``EnsembleRetriever``)."""
 
 
 class IdentityIndex:
     """Gives each distinct document a slot number, in first-seen order.
 
-    Identity is the text (the default), or with ``id_key`` the value of ``metadata[id_key]``
-    (``Document.id`` for ``id_key="id"``); a document lacking that key is identified by its text.
-    The document registered for a slot is its first appearance.
+    Identity is the text (the default), or with ``id_key`` the value of ``metadata[id_key]``, as in
+    LangChain (``Document.id`` for ``id_key=DOCUMENT_ID``); a document lacking that key is
+    identified by its text. The document registered for a slot is its first appearance.
 
     >>> index = IdentityIndex()
     >>> index.slot(Document("a", id="x")), index.slot(Document("a", metadata={"source": "other"}))
     (0, 0)
-    >>> IdentityIndex(id_key="id").slot(Document("b", id="x"))
+    >>> IdentityIndex(id_key=DOCUMENT_ID).slot(Document("b", id="x"))
     0
     """
 
@@ -40,12 +42,18 @@ class IdentityIndex:
         self._last_list: list[int] = []
         """Per slot, the number of the last ranked list that held it (to spot in-list repeats)."""
         self._lists = 0
+        self._warned = False
 
     def key(self, document: Document) -> Any:
         """The identity of ``document``: its text, or a ``(id_key, value)`` pair."""
         if self.id_key is None:
             return document.page_content
-        value = document.id if self.id_key == ID_FIELD else document.metadata.get(self.id_key)
+        if self.id_key == DOCUMENT_ID:
+            value = document.id
+        else:
+            value = document.metadata.get(self.id_key)
+            if value is None and self.id_key == "id" and document.id:
+                self._warn_about_document_id()
         if value is None or (isinstance(value, str) and not value):
             return document.page_content
         try:
@@ -53,6 +61,17 @@ class IdentityIndex:
         except TypeError:  # a list or dict in metadata: compare its canonical form
             value = json.dumps(value, sort_keys=True, default=repr)
         return (self.id_key, value)  # a tuple never equals a text
+
+    def _warn_about_document_id(self) -> None:
+        """Once per fusion: ``id_key="id"`` used to mean ``Document.id`` in this kit."""
+        if not self._warned:
+            self._warned = True
+            warnings.warn(
+                'id_key="id" names metadata["id"] (as in LangChain); these documents have a '
+                "Document.id but no metadata['id'], so they are identified by their text. "
+                f"For identity by Document.id pass id_key={DOCUMENT_ID!r} (fusion.DOCUMENT_ID).",
+                stacklevel=4,
+            )
 
     def slot(self, document: Document) -> int:
         """The slot of ``document``, registering it when first seen."""
