@@ -190,27 +190,71 @@ def json_text(record: Any) -> str:
 # --------------------------------------------------------------------------------------------
 
 
+RETRIEVAL_RUN_NAMES = frozenset({"retrieve", "fan_out"})
+"""Runs whose list output is ranked lists: a chain's fan-out, or a ``MultiRetriever``."""
+
+
 class RetrievedLists(BaseCallbackHandler):
-    """Collects the ranked lists of every ``retrieve`` run while a chain runs.
+    """Collects the ranked lists a chain fused, from its outermost retrieval runs.
 
     The ready chains return the fused documents only; the lists (one per query and retriever,
-    each knowing its query and source) say where each document was found and how often.
+    each knowing its query and source) say where each document was found and how often. A
+    retriever that fuses lists of its own (the hybrid one) runs a retrieval inside; its inner
+    lists were fused into the one it returned, so they are not counted again.
     Pass it in the config: ``chain.invoke(question, {"callbacks": [lists]})``.
     """
 
     def __init__(self) -> None:
-        self.lists: list[Any] = []
-        self._runs: set[UUID] = set()
+        self._found: dict[UUID, list[Any]] = {}
+        self._parents: dict[UUID, UUID | None] = {}
+        self._retrievals: set[UUID] = set()
+
+    @property
+    def lists(self) -> list[Any]:
+        """The ranked lists of retrieval runs that ran inside no other retrieval run."""
+        return [
+            ranked
+            for run_id, found in self._found.items()
+            if not self._inside_another(run_id)
+            for ranked in found
+        ]
+
+    def _inside_another(self, run_id: UUID) -> bool:
+        parent = self._parents.get(run_id)
+        while parent is not None:
+            if parent in self._found:
+                return True
+            parent = self._parents.get(parent)
+        return False
 
     def on_chain_start(
-        self, serialized: Any, inputs: Any, *, run_id: UUID, name: str | None = None, **_: Any
+        self,
+        serialized: Any,
+        inputs: Any,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        name: str | None = None,
+        **_: Any,
     ) -> None:
-        if name == "retrieve":
-            self._runs.add(run_id)
+        self._parents[run_id] = parent_run_id
+        if name in RETRIEVAL_RUN_NAMES:
+            self._retrievals.add(run_id)
+
+    def on_retriever_start(
+        self,
+        serialized: Any,
+        query: str,
+        *,
+        run_id: UUID,
+        parent_run_id: UUID | None = None,
+        **_: Any,
+    ) -> None:
+        self._parents[run_id] = parent_run_id
 
     def on_chain_end(self, outputs: Any, *, run_id: UUID, **_: Any) -> None:
-        if run_id in self._runs and isinstance(outputs, list):
-            self.lists.extend(ranked for ranked in outputs if isinstance(ranked, list))
+        if run_id in self._retrievals and isinstance(outputs, list):
+            self._found[run_id] = [ranked for ranked in outputs if isinstance(ranked, list)]
 
 
 def _hits(document: Document, retrieved: Sequence[Any]) -> list[dict[str, Any]]:
@@ -221,7 +265,9 @@ def _hits(document: Document, retrieved: Sequence[Any]) -> list[dict[str, Any]]:
             "query": getattr(ranked, "query", None),
             "retriever": getattr(ranked, "source", None),
             "rank": rank,
-            "score": hit.metadata.get(SCORE_KEY),
+            # a fusing retriever's list (hybrid) is ranked by its fused score, not the first
+            # appearance's own score that its documents carry too
+            "score": hit.metadata.get(FUSION_SCORE_KEY, hit.metadata.get(SCORE_KEY)),
         }
         for ranked in retrieved
         for rank, hit in enumerate(ranked, 1)

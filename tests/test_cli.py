@@ -733,3 +733,34 @@ def test_an_over_long_question_is_refused_before_the_index_is_opened(tmp_path) -
     assert result.exit_code != 0
     assert "50000 characters long" in result.output
     assert "no-index-here" not in result.output
+
+
+def test_the_lists_counted_are_the_ones_fused_not_the_hybrids_inner_lists() -> None:
+    """``--hybrid`` said "over the 15 ranked lists" for 5 queries: the hybrid retriever's own
+    BM25 and vector lists were counted beside the 5 it returned, and ``-v`` showed BM25's score
+    as the hybrid's."""
+    from langchain_core.documents import Document
+    from langchain_core.embeddings import DeterministicFakeEmbedding
+    from langchain_core.vectorstores import InMemoryVectorStore
+
+    from rag_fusion_chain import chains
+    from rag_fusion_chain.fusion import FUSION_SCORE_KEY
+    from rag_fusion_chain.rendering import RetrievedLists
+    from rag_fusion_chain.rendering import _hits as hits_of
+    from rag_fusion_chain.retrievers import BM25Retriever, hybrid_retriever
+
+    texts = ["heat pumps move heat", "gas boilers burn gas", "solar panels make power", "heat"]
+    documents = [Document(text, metadata={"source": f"{i}.md"}) for i, text in enumerate(texts)]
+    bm25 = BM25Retriever.from_documents(documents)
+    vectors = InMemoryVectorStore.from_documents(documents, DeterministicFakeEmbedding(size=8))
+    hybrid = hybrid_retriever(bm25, vectors.as_retriever(), k=3)
+    chain = chains.chain_for("multi-query", [hybrid], None, feedback=bm25, n=2, return_sources=True)
+    collected = RetrievedLists()
+    result = chain.invoke("how do heat pumps work", {"callbacks": [collected]})
+    assert len(collected.lists) == len(result["queries"])  # one hybrid list per query
+    assert {ranked.source for ranked in collected.lists} == {"hybrid"}
+    lists_by_query = {ranked.query: ranked for ranked in collected.lists}
+    for document in result["documents"]:
+        for hit in hits_of(document, collected.lists):
+            ranked = lists_by_query[hit["query"]]
+            assert hit["score"] == ranked[hit["rank"] - 1].metadata[FUSION_SCORE_KEY]
