@@ -93,7 +93,8 @@ def describe(error: BaseException) -> str:
 
 @contextlib.contextmanager
 def reported_errors() -> Iterator[None]:
-    """Turn any error into one ``error:`` line on stderr and exit code 1 (no traceback)."""
+    """Turn any error into one ``error:`` line on stderr and exit code 1 (no traceback); Ctrl-C
+    into one ``interrupted:`` line and exit code 130."""
     try:
         with warnings.catch_warnings():
             warnings.showwarning = show_warning
@@ -101,6 +102,7 @@ def reported_errors() -> Iterator[None]:
     except (typer.Exit, typer.Abort):
         raise
     except KeyboardInterrupt:
+        print_line("interrupted", "yellow", "stopped by Ctrl-C")
         raise typer.Exit(130) from None
     except Exception as error:  # noqa: BLE001 - reported on one line, as the CLI promises
         print_line("error", "bold red", describe(error))

@@ -16,8 +16,8 @@ if [[ -x .venv/bin/rag-fusion && -z "${REINSTALL:-}" ]]; then
 else
   step "Installing into .venv: PyTorch (CPU build), then the kit with all its extras" \
     "(LangChain, FAISS, Chroma, bm25s, sentence-transformers with MiniLM, typer, ranx," \
-    "LangServe). About 2 GB on disk; roughly 3 to 5 minutes on a fast connection," \
-    "longer on a slow one. pip shows its progress below."
+    "LangServe). About 3 GB on disk (measured: 3.0 GB with the test extras); roughly 3 to" \
+    "5 minutes on a fast connection, longer on a slow one. pip shows its progress below."
   python3 -m venv .venv
   step "1/3 pip itself (a few seconds)"
   .venv/bin/python -m pip install --upgrade --progress-bar on pip
@@ -30,5 +30,6 @@ fi
 
 step "Running: rag-fusion demo $*"
 echo "The sample's 300 abstracts come with their MiniLM vectors, so nothing is embedded but the"
-echo "question: loading the model and answering takes about 10 to 20 seconds on a laptop CPU."
+echo "question. The first run converts MiniLM for OpenVINO once (about 20 to 40 s on 2 cores);"
+echo "later runs load the model and answer in a few seconds."
 .venv/bin/rag-fusion demo "$@"

@@ -764,3 +764,19 @@ def test_the_lists_counted_are_the_ones_fused_not_the_hybrids_inner_lists() -> N
         for hit in hits_of(document, collected.lists):
             ranked = lists_by_query[hit["query"]]
             assert hit["score"] == ranked[hit["rank"] - 1].metadata[FUSION_SCORE_KEY]
+
+
+def test_ctrl_c_ends_with_one_line_and_exit_status_130(
+    faiss_index: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C used to end the command with status 130 and not a word on the terminal."""
+    from rag_fusion_chain import cli
+
+    def interrupted(*_: Any, **__: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "open_index", interrupted)
+    result = invoke("ask", QUESTION, "--index", faiss_index)
+    assert result.exit_code == 130
+    assert result.stderr.strip() == "interrupted: stopped by Ctrl-C"
+    assert "Traceback" not in result.output
