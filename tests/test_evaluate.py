@@ -364,6 +364,8 @@ def test_eval_command_end_to_end(
     result = CliRunner().invoke(app, arguments, terminal_width=200)
 
     assert result.exit_code == 0, result.output
+    # said before the wait: the dense setups embed the corpus, and where the cache is
+    assert "embed the corpus (" in result.stderr and str(tmp_path / "cache") in result.stderr
     assert "p ndcg@10" in result.output and "paired student test against bm25" in result.output
     data = json.loads((tmp_path / "out.json").read_text(encoding="utf-8"))
     assert data["dataset"] == "tiny" and data["split"] == "test" and data["query_count"] == 3
@@ -404,6 +406,20 @@ def test_eval_command_reports_an_unknown_setup(tiny_beir: Path) -> None:
     result = CliRunner().invoke(app, ["eval", str(tiny_beir), "--setups", "bm25,nope"])
     assert result.exit_code == 1
     assert "unknown setup 'nope'" in result.output
+
+
+def test_a_setup_that_would_repeat_another_is_refused_with_the_reason(tiny_beir: Path) -> None:
+    """multi-query-offline equalled bm25 to four decimals (p = 1.0): the union keeps the
+    question's list first. It is not offered, and the user is told why."""
+    from typer.testing import CliRunner
+
+    from rag_fusion_chain.cli import app
+
+    result = CliRunner().invoke(app, ["eval", str(tiny_beir), "--setups", "multi-query-offline"])
+    assert result.exit_code == 1
+    assert "not offered" in result.stderr and "rag-fusion-offline" in result.stderr
+    unknown = CliRunner().invoke(app, ["eval", str(tiny_beir), "--setups", "nope"])
+    assert "multi-query-offline" not in unknown.stderr and "rag-fusion-offline" in unknown.stderr
 
 
 def test_sweep_benchmark_runs_on_the_tiny_dataset(
