@@ -197,6 +197,21 @@ def test_template_readme_has_the_usual_sections(strategy: str) -> None:
 
 
 @pytest.mark.parametrize("strategy", strategies.STRATEGIES)
+def test_template_readme_commands_have_no_placeholder_and_split_before_storing(
+    strategy: str,
+) -> None:
+    """A reader ran into ``<owner>`` in the install line, ``langchain serve`` failing with
+    ModuleNotFoundError (the template was never installed), and a Chroma recipe storing whole
+    files unsplit (documents of 8,000 characters against MiniLM's 256-token window)."""
+    readme = (TEMPLATES / strategy / "README.md").read_text("utf-8")
+    commands = "\n".join(re.findall(r"```shell\n(.*?)```", readme, re.DOTALL))
+    assert "<owner>" not in commands and "github.com" not in commands
+    assert "pip install -e .\nlangchain serve" in commands
+    recipe = next(line for line in commands.splitlines() if "build_chroma(" in line)
+    assert "build_chroma(ingest.split_documents(ingest.load(" in recipe
+
+
+@pytest.mark.parametrize("strategy", strategies.STRATEGIES)
 def test_template_readme_asks_questions_the_sample_answers(strategy: str) -> None:
     """Every question in a README has a relevant abstract in the sample, found by BM25 alone."""
     from rag_fusion_chain import ingest
