@@ -123,6 +123,7 @@ def test_build_and_open_round_trip(
     assert settings["sources"] == [str(path) for path in corpus]
     assert settings["embedding"] is None  # given as an object
     assert settings["embedding_identity"].endswith("DeterministicFakeEmbedding(size=32)")
+    assert settings["embedding_precision"] is None  # a fake model says nothing of its precision
     assert json.loads((out / INDEX_FILE).read_text("utf-8")) == settings
     assert sorted(path.name for path in out.iterdir()) == [VERSIONS_DIRECTORY, INDEX_FILE]
     assert sorted(path.name for path in stores_directory(out, settings).iterdir()) == sorted(
@@ -395,3 +396,16 @@ def test_a_rebuild_killed_at_any_step_leaves_a_loadable_index(
         left = {path.name for path in out.iterdir()}
         assert left == {VERSIONS_DIRECTORY, INDEX_FILE}, f"step {step} left {left}"
         assert len(list((out / VERSIONS_DIRECTORY).iterdir())) <= 2, f"step {step}: debris"
+
+
+def test_the_embedding_precision_is_recorded(corpus: list[Path], tmp_path: Path) -> None:
+    """The precision the vectors were computed in (f32, or bf16 on a CPU that has it) is kept in
+    the signed settings, so an index says what made its vectors."""
+    from langchain_core.embeddings import DeterministicFakeEmbedding
+
+    class HalfPrecision(DeterministicFakeEmbedding):
+        embedding_precision: str = "bf16"
+
+    settings = build_index(corpus, tmp_path / "index", embedding=HalfPrecision(size=8))
+    assert settings["embedding_precision"] == "bf16"
+    assert read_settings(tmp_path / "index")["embedding_precision"] == "bf16"

@@ -187,6 +187,7 @@ def build_index(
         "store": store,
         "embedding": embedding_name,
         "embedding_identity": models.embedding_identity(embeddings),
+        "embedding_precision": models.embedding_precision(embeddings),  # f32 / bf16 / None
         "sources": sources,
         "files": len(loaded.loaded),
         "skipped": [
