@@ -46,7 +46,7 @@ from pydantic import ConfigDict
 
 from rag_fusion_chain import strategies
 from rag_fusion_chain.context import format_answered, format_context
-from rag_fusion_chain.fusion import BaseFusion, IdentityIndex
+from rag_fusion_chain.fusion import BaseFusion
 from rag_fusion_chain.offline import feedback_retriever
 from rag_fusion_chain.retrievers.bm25 import BM25Retriever
 from rag_fusion_chain.retrievers.fanout import MultiRetriever, aadd_up, add_up
@@ -119,7 +119,9 @@ FORMAT_CONTEXT = RunnableLambda(_format_step, name="format_context")
 """The ``format_context`` step: ``{"documents", "start"}`` to numbered ``<passage>`` blocks."""
 
 
-_passage_identity = IdentityIndex().key
+def _passage_identity(document: Document) -> str:
+    return document.page_content
+
 """A passage's identity as fusion sees it by default: its text, whatever its ids or metadata."""
 
 
