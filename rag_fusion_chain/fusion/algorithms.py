@@ -1,0 +1,215 @@
+"""Pure fusion functions, one per algorithm: ranked lists and weights in, one score per distinct
+document out, as ``(scores, documents)`` in first-seen order (the first appearance of each)."""
+
+from __future__ import annotations
+
+import heapq
+import math
+import sys
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from langchain_core.documents import Document
+
+from rag_fusion_chain.fusion.inputs import FUSION_SCORE_KEY, SCORE_KEY, identity
+
+RRF_K = 60
+"""The RRF constant (Cormack et al. 2009): the ``k`` in ``1 / (k + rank)``."""
+
+Fused = tuple[list[float], list[Document]]
+Lists = Sequence[Sequence[Document]]
+Bounds = Callable[[list[float]], tuple[float, float]]
+
+
+def _accumulate(ranked_lists: Lists, contributions: list[list[float]], id_key: str | None) -> Fused:
+    """Sum each list's per-position contribution into one score per distinct document; a document
+    repeated within one list counts once, at its best position."""
+    key_of = identity(id_key)
+    slot_of: dict[Any, int] = {}
+    scores: list[float] = []
+    documents: list[Document] = []
+    last_list: list[int] = []
+    for list_number, (ranked, contribution) in enumerate(zip(ranked_lists, contributions, strict=True)):
+        for document, value in zip(ranked, contribution, strict=True):
+            key = document.page_content if key_of is None else key_of(document)
+            slot = slot_of.get(key)
+            if slot is None:
+                slot_of[key] = len(scores)
+                scores.append(value)
+                documents.append(document)
+                last_list.append(list_number)
+            elif last_list[slot] != list_number:
+                last_list[slot] = list_number
+                scores[slot] += value
+    return scores, documents
+
+
+def reciprocal_rank_scores(
+    ranked_lists: Lists,
+    weights: Sequence[float],
+    *,
+    k: float = RRF_K,
+    rank_start: int = 1,
+    id_key: str | None = None,
+) -> Fused:
+    """RRF: score(d) = sum over lists of weight / (k + rank(d)), ranks from ``rank_start``.
+
+    >>> reciprocal_rank_scores([[Document("A"), Document("B")], [Document("B")]], [1.0, 1.0])[0]
+    [0.01639344262295082, 0.03252247488101534]
+    """
+    first = k + rank_start
+    contributions = [
+        [weight / (first + position) for position in range(len(ranked))]
+        for ranked, weight in zip(ranked_lists, weights, strict=True)
+    ]
+    return _accumulate(ranked_lists, contributions, id_key)
+
+
+def union_scores(
+    ranked_lists: Lists, weights: Sequence[float], *, id_key: str | None = None
+) -> Fused:
+    """Unique union: every distinct document once, scored by the summed weight of its lists."""
+    contributions = [
+        [weight] * len(ranked) for ranked, weight in zip(ranked_lists, weights, strict=True)
+    ]
+    return _accumulate(ranked_lists, contributions, id_key)
+
+
+def normalize_scores(scores: list[float], bounds: tuple[float, float]) -> list[float]:
+    """Scale scores from [low, high] to [0, 1]; equal bounds give 1.0 if positive else 0.0.
+
+    >>> normalize_scores([2.0, 4.0, 3.0], (2.0, 4.0))
+    [0.0, 1.0, 0.5]
+    """
+    low, high = bounds
+    if high == low:
+        return [1.0 if high > 0 else 0.0] * len(scores)
+    return [(score - low) / (high - low) for score in scores]
+
+
+def _min_max(scores: list[float]) -> tuple[float, float]:
+    return min(scores), max(scores)
+
+
+def _mean_three_sigma(scores: list[float]) -> tuple[float, float]:
+    mean = sum(scores) / len(scores)
+    sigma = math.sqrt(sum((score - mean) ** 2 for score in scores) / len(scores))
+    return mean - 3 * sigma, mean + 3 * sigma
+
+
+def _number(value: Any) -> float | None:
+    """A score as a float; None when missing or not a number; beyond the float range is infinite."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an int such as 10**400
+        number = math.inf if value > 0 else -math.inf
+    return None if math.isnan(number) else number
+
+
+def _usable_scores(ranked: Sequence[Document], score_key: str, list_index: int) -> list[float]:
+    """One list's scores, finite: missing ones count as the lowest, infinite ones as the largest
+    float (so they rank first, last when negative), each case with a warning; no scores at all
+    gives rank-derived scores."""
+    raw = [_number(document.metadata.get(score_key)) for document in ranked]
+    present = [score for score in raw if score is not None]
+    if not present:
+        warnings.warn(
+            f"ranked list {list_index} has no numeric metadata[{score_key!r}]; "
+            "using rank-derived scores (len - position) instead",
+            stacklevel=8,
+        )
+        return [float(len(ranked) - position) for position in range(len(ranked))]
+    if len(present) < len(raw):
+        warnings.warn(
+            f"ranked list {list_index}: {len(raw) - len(present)} documents have a missing or "
+            f"non-numeric metadata[{score_key!r}]; they count as the list's lowest score",
+            stacklevel=8,
+        )
+    infinite = sum(1 for score in present if math.isinf(score))
+    if infinite:
+        warnings.warn(
+            f"ranked list {list_index}: {infinite} documents have an infinite (or beyond float "
+            f"range) metadata[{score_key!r}]; treated as infinite: ranked first (last if negative)",
+            stacklevel=8,
+        )
+        largest = sys.float_info.max
+        raw = [None if score is None else max(-largest, min(largest, score)) for score in raw]
+    lowest = min(score for score in raw if score is not None)
+    return [lowest if score is None else score for score in raw]
+
+
+def _normalized(scores: list[float], bounds_of: Bounds) -> list[float]:
+    """One list's scores in [0, 1]; a constant list (min == max, tested before any arithmetic)
+    scores 1.0 if positive else 0.0. Huge scores are scaled down first (both normalisations are
+    scale-invariant) so that differences and squares stay finite."""
+    highest = max(scores)
+    if min(scores) == highest:
+        return [1.0 if highest > 0 else 0.0] * len(scores)
+    largest = max(map(abs, scores))
+    if largest > 1e100:
+        scores = [score / largest for score in scores]
+    return normalize_scores(scores, bounds_of(scores))
+
+
+def _score_based(
+    ranked_lists: Lists,
+    weights: Sequence[float],
+    bounds_of: Bounds,
+    score_key: str,
+    id_key: str | None,
+) -> Fused:
+    count = len(ranked_lists)
+    contributions = [
+        [
+            score * weight / count
+            for score in _normalized(_usable_scores(ranked, score_key, index), bounds_of)
+        ]
+        if ranked
+        else []
+        for index, (ranked, weight) in enumerate(zip(ranked_lists, weights, strict=True))
+    ]
+    return _accumulate(ranked_lists, contributions, id_key)
+
+
+def relative_scores(
+    ranked_lists: Lists,
+    weights: Sequence[float],
+    *,
+    score_key: str = SCORE_KEY,
+    id_key: str | None = None,
+) -> Fused:
+    """Relative score fusion: per-list min-max to [0, 1], times weight, over the list count, summed.
+
+    >>> relative_scores([[Document("A", metadata={"score": 9}), Document("B", metadata={"score": 1})]], [1.0])[0]
+    [1.0, 0.0]
+    """
+    return _score_based(ranked_lists, weights, _min_max, score_key, id_key)
+
+
+def distribution_based_scores(
+    ranked_lists: Lists,
+    weights: Sequence[float],
+    *,
+    score_key: str = SCORE_KEY,
+    id_key: str | None = None,
+) -> Fused:
+    """Distribution-based score fusion: as relative, with bounds mean ± 3σ (population σ)."""
+    return _score_based(ranked_lists, weights, _mean_three_sigma, score_key, id_key)
+
+
+def best_first(scores: list[float], top_n: int | None) -> list[int]:
+    """Positions of the ``top_n`` best scores (all without it), best first, ties in first-seen
+    order (both ``sorted`` and ``heapq.nlargest`` are stable)."""
+    positions = range(len(scores))
+    if top_n is not None and top_n < len(scores):
+        return heapq.nlargest(top_n, positions, key=scores.__getitem__)
+    return sorted(positions, key=scores.__getitem__, reverse=True)
+
+
+def scored_copy(document: Document, score: float) -> Document:
+    """A fresh copy of ``document`` with ``metadata["fusion_score"]`` (pydantic's public shallow
+    copy; the input is left untouched)."""
+    return document.model_copy(update={"metadata": {**document.metadata, FUSION_SCORE_KEY: score}})

@@ -1,0 +1,173 @@
+"""Fusion input: ranked lists, their weights, the score keys and document identity."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from itertools import repeat
+from typing import Any
+
+from langchain_core.documents import Document
+
+SCORE_KEY = "score"
+FUSION_SCORE_KEY = "fusion_score"
+DOCUMENT_ID = "Document.id"
+"""``id_key`` value that identifies documents by ``Document.id`` (any other value names a metadata
+key, as ``id_key`` does in LangChain's ``EnsembleRetriever``)."""
+
+FusionInput = Sequence[Sequence[Document]] | Sequence[Sequence[Sequence[Document]]]
+FusionOutput = list[Document] | list[tuple[Document, float]]
+
+
+class RankedList(list):  # type: ignore[type-arg]
+    """A ranked ``list[Document]`` that also knows its weight, query and source.
+
+    >>> RankedList([Document("a")], weight=2.0).weight
+    2.0
+    """
+
+    def __init__(
+        self,
+        documents: Iterable[Document] = (),
+        *,
+        weight: float = 1.0,
+        query: str | None = None,
+        source: str | None = None,
+    ) -> None:
+        super().__init__(documents)
+        self.weight = weight
+        self.query = query
+        self.source = source
+
+    def __repr__(self) -> str:
+        return f"RankedList({list.__repr__(self)}, weight={self.weight!r}, source={self.source!r})"
+
+
+def validate_weights(weights: Sequence[float]) -> None:
+    """Raise ValueError unless weights are finite, non-negative and not all zero."""
+    if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence):
+        raise TypeError(f"weights must be a sequence of numbers, got {type(weights).__name__}")
+    for weight in weights:
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+            raise TypeError(f"weights must be numbers, got {weight!r}")
+        if not math.isfinite(weight) or weight < 0:
+            raise ValueError(f"weights must be finite and non-negative, got {weight!r}")
+    if weights and not any(weights):
+        raise ValueError("weights must not all be zero")
+
+
+def _is_document_list(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and all(map(isinstance, value, repeat(Document)))
+
+
+def flatten(
+    ranked_lists: FusionInput, weights: Sequence[float] | None = None
+) -> tuple[list[Sequence[Document]], list[float]]:
+    """A flat list of ranked lists and one weight per list.
+
+    Nested input is ``[query][retriever][rank]``; ``weights`` then give one weight per retriever or
+    one per flattened list. Without ``weights``, each :class:`RankedList` carries its own (else 1.0).
+    """
+    if isinstance(ranked_lists, Document) or not isinstance(ranked_lists, (list, tuple)):
+        raise TypeError(
+            "fusion input must be a list of ranked lists of Documents, "
+            f"got {type(ranked_lists).__name__}"
+        )
+    flat: list[Sequence[Document]] = []
+    retriever_of: list[int] = []
+    for position, item in enumerate(ranked_lists):
+        if isinstance(item, Document):
+            raise TypeError(
+                "fusion input must be a list of ranked lists, got a single list of Documents; "
+                "wrap it: [documents]"
+            )
+        if _is_document_list(item):
+            flat.append(item)
+            retriever_of.append(-1)
+        elif isinstance(item, (list, tuple)) and all(map(_is_document_list, item)):
+            flat.extend(item)
+            retriever_of.extend(range(len(item)))
+        else:
+            raise TypeError(
+                f"fusion input item {position} is not a list of Documents "
+                f"(got {type(item).__name__}); expected list[list[Document]] "
+                "or list[list[list[Document]]]"
+            )
+    return flat, _weights_per_list(flat, retriever_of, weights)
+
+
+def _weights_per_list(
+    flat: list[Sequence[Document]], retriever_of: list[int], weights: Sequence[float] | None
+) -> list[float]:
+    if weights is None:
+        own = [float(getattr(ranked, "weight", 1.0)) for ranked in flat]
+        for position, weight in enumerate(own):
+            if not math.isfinite(weight) or weight < 0:
+                raise ValueError(
+                    f"weights: ranked list {position} carries weight {weight!r}; "
+                    "RankedList weights must be finite and non-negative"
+                )
+        return own
+    validate_weights(weights)
+    if len(weights) == len(flat):
+        return [float(weight) for weight in weights]
+    retrievers = max(retriever_of, default=-1) + 1
+    if retrievers and min(retriever_of) >= 0 and len(weights) == retrievers:
+        return [float(weights[index]) for index in retriever_of]
+    raise ValueError(
+        f"weights: got {len(weights)} weights for {len(flat)} ranked lists"
+        + (f" from {retrievers} retrievers" if retrievers else "")
+        + "; give one weight per list (or per retriever for nested input)"
+    )
+
+
+def identity(id_key: str | None) -> Callable[[Document], Any] | None:
+    """The identity of a document for fusion: None for its text (the fast path), else a function
+    giving ``(id_key, value)`` of ``metadata[id_key]`` (``Document.id`` for :data:`DOCUMENT_ID`),
+    or the text when the document has no such value."""
+    if id_key is None:
+        return None
+    warned = False
+
+    def key(document: Document) -> Any:
+        nonlocal warned
+        value = document.id if id_key == DOCUMENT_ID else document.metadata.get(id_key)
+        if value is None and id_key == "id" and document.id and not warned:
+            warned = True  # id_key="id" meant Document.id in this kit before 0.2
+            warnings.warn(
+                'id_key="id" names metadata["id"] (as in LangChain); these documents have a '
+                "Document.id but no metadata['id'], so they are identified by their text. "
+                f"For identity by Document.id pass id_key={DOCUMENT_ID!r} (fusion.DOCUMENT_ID).",
+                stacklevel=7,
+            )
+        if value is None or (isinstance(value, str) and not value):
+            return document.page_content
+        try:
+            hash(value)
+        except TypeError:  # a list or dict in metadata: compare its canonical form
+            value = json.dumps(value, sort_keys=True, default=repr)
+        return (id_key, value)  # a tuple never equals a text
+
+    return key
+
+
+def document_id(document: Document, id_key: str | None = None, score_key: str = SCORE_KEY) -> str:
+    """A stable string id: ``Document.id``, else ``metadata[id_key]``, else a content hash of the
+    text and metadata (score keys left out), the same across processes: the kit's chunk ids.
+
+    >>> document_id(Document("t", metadata={"score": 1})) == document_id(Document("t"))
+    True
+    """
+    if document.id:
+        return document.id
+    if id_key is not None and document.metadata.get(id_key) is not None:
+        return str(document.metadata[id_key])
+    ignored = (SCORE_KEY, FUSION_SCORE_KEY, score_key)
+    metadata = {name: value for name, value in document.metadata.items() if name not in ignored}
+    canonical = json.dumps(
+        [document.page_content, metadata], sort_keys=True, ensure_ascii=False, default=repr
+    )
+    return hashlib.blake2b(canonical.encode("utf-8"), digest_size=16).hexdigest()
