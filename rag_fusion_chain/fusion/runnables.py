@@ -11,7 +11,6 @@ from langchain_core.documents import Document
 from langchain_core.runnables import RunnableConfig, RunnableSerializable
 from langchain_core.runnables.config import (
     ensure_config,
-    get_async_callback_manager_for_config,
     get_callback_manager_for_config,
 )
 from pydantic import field_validator, model_validator
@@ -70,12 +69,8 @@ class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
         raise NotImplementedError
 
     def with_settings(self, **settings: Any) -> BaseFusion:
-        """This fusion with per-call ``settings`` applied and validated; TypeError names any
-        keyword that is not one of :attr:`call_settings`.
-
-        >>> ReciprocalRankFusion().with_settings(top_n=3).top_n
-        3
-        """
+        """This fusion with per-call ``settings`` validated like fields; TypeError names any keyword
+        not in :attr:`call_settings`."""
         if not settings:
             return self
         unknown = sorted(set(settings) - set(self.call_settings))
@@ -91,10 +86,8 @@ class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
     def fuse(self, ranked_lists: FusionInput) -> FusionOutput:
         """Fuse without callbacks: the pure path the Runnable methods wrap."""
         scores, documents = self._scores(*flatten(ranked_lists, self.weights))
-        if self.sorts_by_score:
-            kept: Sequence[int] = best_first(scores, self.top_n)
-        else:
-            kept = range(len(scores))[: self.top_n]
+        order: Sequence[int] = best_first(scores) if self.sorts_by_score else range(len(scores))
+        kept = order[: self.top_n]
         if self.with_scores:
             return [(scored_copy(documents[slot], scores[slot]), scores[slot]) for slot in kept]
         return [scored_copy(documents[slot], scores[slot]) for slot in kept]
@@ -102,8 +95,9 @@ class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
     def invoke(
         self, input: FusionInput, config: RunnableConfig | None = None, **kwargs: Any
     ) -> FusionOutput:
-        # A leaf step: it reports its run to the callbacks directly, skipping the child context
-        # and signature inspection of ``_call_with_config`` that it does not need.
+        """Fuse, reporting one run to the callbacks directly: a leaf step needs neither the child
+        context nor the signature inspection of ``_call_with_config`` (async callers get it in an
+        executor, as langchain-core does by default)."""
         config = ensure_config(config)
         run_manager = get_callback_manager_for_config(config).on_chain_start(
             None,
@@ -117,24 +111,6 @@ class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
             run_manager.on_chain_error(error)
             raise
         run_manager.on_chain_end(output)
-        return output
-
-    async def ainvoke(
-        self, input: FusionInput, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> FusionOutput:
-        config = ensure_config(config)
-        run_manager = await get_async_callback_manager_for_config(config).on_chain_start(
-            None,
-            input,
-            name=config.get("run_name") or self.get_name(),
-            run_id=config.pop("run_id", None),
-        )
-        try:
-            output = self.with_settings(**kwargs).fuse(input)
-        except BaseException as error:
-            await run_manager.on_chain_error(error)
-            raise
-        await run_manager.on_chain_end(output)
         return output
 
 
