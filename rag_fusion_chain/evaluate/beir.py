@@ -1,8 +1,5 @@
-"""Load datasets in the BEIR layout: ``corpus.jsonl``, ``queries.jsonl``, ``qrels/<split>.tsv``.
-
-The corpus becomes Documents whose ``id`` is the BEIR ``_id`` (so fusion's identity and the qrels
-agree), with the title and text joined as in the kit's sample corpus.
-"""
+"""Load datasets in the BEIR layout: ``corpus.jsonl``, ``queries.jsonl``, ``qrels/<split>.tsv``;
+corpus Documents carry the BEIR ``_id`` as ``id``, so the kit's document ids and the qrels agree."""
 
 from __future__ import annotations
 
@@ -85,14 +82,8 @@ def read_qrels(path: Path) -> Qrels:
 def load_beir(
     dataset_dir: str | Path, *, split: str = "test", queries_limit: int | None = None
 ) -> BeirDataset:
-    """Load a BEIR-layout dataset: corpus Documents, the split's queries and its qrels.
-
-    ``queries_limit`` keeps the first N judged queries (in qrels order) for quick runs.
-
-    >>> dataset = load_beir("../shared/data/scifact", queries_limit=10)  # doctest: +SKIP
-    >>> len(dataset.queries), dataset.corpus[0].id  # doctest: +SKIP
-    (10, '4983')
-    """
+    """Load a BEIR-layout dataset: corpus Documents, the split's queries and its qrels;
+    ``queries_limit`` keeps the first N judged queries (in qrels order) for quick runs."""
     directory = Path(dataset_dir)
     if not directory.is_dir():
         raise FileNotFoundError(f"dataset_dir: {directory} is not a directory")

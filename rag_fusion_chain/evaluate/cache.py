@@ -1,8 +1,8 @@
 """A disk cache of embeddings, so that re-running an evaluation skips encoding the corpus.
 
-Vectors live under ``<cache_dir>/<hash of model identity>/`` as numpy ``.npy`` shards (float32,
-loaded with ``allow_pickle=False``) plus ``index.json`` mapping a text hash to ``[shard, row]``.
-Nothing is pickled. Writers add a new shard and replace the index atomically, so an interrupted or
+Vectors live under ``<cache_dir>/<hash of model identity>/`` as float32 ``.npy`` shards (loaded
+with ``allow_pickle=False``: nothing is pickled) plus ``index.json`` mapping a text hash to
+``[shard, row]``. A writer adds a shard and replaces the index atomically, so an interrupted or
 concurrent run loses at most its own new entries.
 """
 
@@ -16,6 +16,7 @@ import threading
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from langchain_core.embeddings import Embeddings
 
@@ -24,13 +25,12 @@ DEFAULT_CACHE_DIR = (
     / "rag-fusion-chain"
     / "embeddings"
 )
-"""``$XDG_CACHE_HOME`` (else ``~/.cache``)``/rag-fusion-chain/embeddings``: outside any repository,
-so the cache is shared between checkouts and never committed."""
-
+"""``$XDG_CACHE_HOME`` (else ``~/.cache``)``/rag-fusion-chain/embeddings``: shared between
+checkouts, never committed."""
 INDEX_FILE = "index.json"
 
 
-def _numpy():  # type: ignore[no-untyped-def]
+def _numpy() -> Any:
     try:
         import numpy
     except ImportError as error:
@@ -41,25 +41,20 @@ def _numpy():  # type: ignore[no-untyped-def]
 
 
 def text_key(text: str, kind: str) -> str:
-    """The cache key of a text: sha256 over its kind (``document``/``query``) and the text.
-
-    >>> text_key("hello", "query") == text_key("hello", "document")
-    False
-    """
+    """The cache key of a text: sha256 over its kind (``document``/``query``) and the text."""
     return hashlib.sha256(f"{kind}\0{text}".encode()).hexdigest()
 
 
 class EmbeddingStore:
-    """Vectors of one embedding model on disk, looked up by :func:`text_key`."""
+    """Vectors of one embedding model on disk, looked up by :func:`text_key` (thread-safe)."""
 
     def __init__(self, cache_dir: str | Path, identity: str) -> None:
         if not identity:
             raise ValueError("identity must name the embedding model (e.g. its name and revision)")
         self.identity = identity
-        digest = hashlib.sha256(identity.encode("utf-8")).hexdigest()[:24]
-        self.directory = Path(cache_dir) / digest
-        self._entries: dict[str, tuple[str, int]] = self._read_index()
-        self._shards: dict[str, object] = {}
+        self.directory = Path(cache_dir) / hashlib.sha256(identity.encode()).hexdigest()[:24]
+        self._entries = self._read_index()
+        self._shards: dict[str, Any] = {}
         self._lock = threading.Lock()
 
     def _read_index(self) -> dict[str, tuple[str, int]]:
@@ -74,23 +69,18 @@ class EmbeddingStore:
         return {key: (shard, int(row)) for key, (shard, row) in data["entries"].items()}
 
     def get_many(self, keys: Sequence[str]) -> dict[str, list[float]]:
-        """The cached vectors among ``keys`` (missing keys are simply absent)."""
-        with self._lock:
-            return self._get_many(keys)
-
-    def _get_many(self, keys: Sequence[str]) -> dict[str, list[float]]:
+        """The cached vectors among ``keys`` (missing keys are absent)."""
         numpy = _numpy()
         found: dict[str, list[float]] = {}
-        for key in keys:
-            location = self._entries.get(key)
-            if location is None:
-                continue
-            shard, row = location
-            if shard not in self._shards:
-                self._shards[shard] = numpy.load(
-                    self.directory / shard, mmap_mode="r", allow_pickle=False
-                )
-            found[key] = [float(value) for value in self._shards[shard][row]]  # type: ignore[index]
+        with self._lock:
+            for key in keys:
+                if (location := self._entries.get(key)) is None:
+                    continue
+                shard, row = location
+                if shard not in self._shards:
+                    path = self.directory / shard
+                    self._shards[shard] = numpy.load(path, mmap_mode="r", allow_pickle=False)
+                found[key] = [float(value) for value in self._shards[shard][row]]
         return found
 
     def put_many(self, keys: Sequence[str], vectors: Sequence[Sequence[float]]) -> None:
@@ -99,36 +89,31 @@ class EmbeddingStore:
             raise ValueError(f"got {len(keys)} keys for {len(vectors)} vectors")
         if not keys:
             return
-        with self._lock:
-            self._put_many(keys, vectors)
-
-    def _put_many(self, keys: Sequence[str], vectors: Sequence[Sequence[float]]) -> None:
         numpy = _numpy()
-        self.directory.mkdir(parents=True, exist_ok=True)
-        shard = f"shard-{uuid.uuid4().hex}.npy"
-        array = numpy.asarray(vectors, dtype=numpy.float32)
-        shard_temporary = self.directory / f".{shard}.tmp"
-        with shard_temporary.open("wb") as handle:
-            numpy.save(handle, array, allow_pickle=False)
-        os.replace(shard_temporary, self.directory / shard)
-        entries = {**self._read_index(), **self._entries}
-        entries.update({key: (shard, row) for row, key in enumerate(keys)})
-        payload = {
-            "identity": self.identity,
-            "entries": {key: list(location) for key, location in entries.items()},
-        }
-        handle_number, temporary = tempfile.mkstemp(dir=self.directory, suffix=".json.tmp")
-        with os.fdopen(handle_number, "w", encoding="utf-8") as handle:
-            json.dump(payload, handle)
-        os.replace(temporary, self.directory / INDEX_FILE)
-        self._entries = entries
+        with self._lock:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            shard = f"shard-{uuid.uuid4().hex}.npy"
+            temporary_shard = self.directory / f".{shard}.tmp"
+            with temporary_shard.open("wb") as handle:
+                numpy.save(handle, numpy.asarray(vectors, dtype=numpy.float32), allow_pickle=False)
+            os.replace(temporary_shard, self.directory / shard)
+            entries = {**self._read_index(), **self._entries}
+            entries.update({key: (shard, row) for row, key in enumerate(keys)})
+            payload = {
+                "identity": self.identity,
+                "entries": {k: list(v) for k, v in entries.items()},
+            }
+            handle_number, temporary = tempfile.mkstemp(dir=self.directory, suffix=".json.tmp")
+            with os.fdopen(handle_number, "w", encoding="utf-8") as index_handle:
+                json.dump(payload, index_handle)
+            os.replace(temporary, self.directory / INDEX_FILE)
+            self._entries = entries
 
 
 class CachedEmbeddings(Embeddings):
-    """Wrap an Embeddings model with an on-disk cache keyed by model identity and text hash.
-
-    Only texts not seen before reach the wrapped model, in one ``embed_documents`` call per batch.
-    ``identity`` must change whenever the vectors would (model name, revision, normalisation).
+    """An Embeddings model with an on-disk cache keyed by model identity and text hash: only
+    unseen texts reach the model, one ``embed_documents`` call per batch. ``identity`` must change
+    whenever the vectors would (model name, revision, normalisation).
 
     >>> from langchain_core.embeddings import DeterministicFakeEmbedding
     >>> import tempfile
@@ -152,28 +137,24 @@ class CachedEmbeddings(Embeddings):
         self.store = EmbeddingStore(cache_dir, identity)
         self.batch_size = batch_size
         self.on_progress = on_progress
-        """Called as ``on_progress(embedded, texts)`` after each batch sent to the model
-        (``embedded`` counts cached texts as done)."""
+        """Called as ``on_progress(embedded, texts)`` after each batch (cached texts count as done)."""
 
     def _embed(self, texts: list[str], kind: str) -> list[list[float]]:
         keys = [text_key(text, kind) for text in texts]
         found = self.store.get_many(keys)
-        missing: dict[str, str] = {}
-        for key, text in zip(keys, texts, strict=True):
-            if key not in found:
-                missing.setdefault(key, text)
+        missing = {key: text for key, text in zip(keys, texts, strict=True) if key not in found}
         if kind == "query" and len(missing) == 1:
             key, text = next(iter(missing.items()))
             self.store.put_many([key], [self.embeddings.embed_query(text)])
         else:
-            missing_keys = list(missing)
-            for start in range(0, len(missing_keys), self.batch_size):
-                batch = missing_keys[start : start + self.batch_size]
-                vectors = self.embeddings.embed_documents([missing[key] for key in batch])
-                self.store.put_many(batch, vectors)
+            pending = list(missing)
+            for start in range(0, len(pending), self.batch_size):
+                batch = pending[start : start + self.batch_size]
+                self.store.put_many(
+                    batch, self.embeddings.embed_documents([missing[key] for key in batch])
+                )
                 if self.on_progress is not None:
-                    still_missing = len(missing_keys) - start - len(batch)
-                    self.on_progress(len(keys) - still_missing, len(keys))
+                    self.on_progress(len(keys) - len(pending) + start + len(batch), len(keys))
         found.update(self.store.get_many(list(missing)))
         return [found[key] for key in keys]
 

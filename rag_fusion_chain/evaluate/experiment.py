@@ -37,7 +37,7 @@ class Experiment:
     runs: dict[str, Run]
     comparison: Comparison
     settings: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Each setup's settings (:attr:`Setup.settings`)."""
+    """Each setup's :attr:`Setup.settings`."""
     indexes: dict[str, Any] = field(default_factory=dict)
     """What the shared indexes were built with (:meth:`Indexes.settings`)."""
     queries_limit: int | None = None
@@ -53,12 +53,12 @@ class Experiment:
         return Summary(
             self.dataset,
             self.scores,
-            split=self.split,
-            query_count=self.query_count,
-            queries_limit=self.queries_limit,
-            settings=self.settings,
-            indexes=self.indexes,
-            comparison=self.comparison,
+            self.split,
+            self.query_count,
+            self.queries_limit,
+            self.settings,
+            self.indexes,
+            self.comparison,
         )
 
 
@@ -76,11 +76,8 @@ def prepare_evaluation(
     query_count: int = 4,
     progress: ProgressCallback = ignore_progress,
 ) -> tuple[BeirDataset, list[Setup], Indexes]:
-    """What every evaluation starts from: the dataset loaded, the setups resolved by name, and the
-    indexes they share (built on first use).
-
-    >>> dataset, setups, indexes = prepare_evaluation("../shared/data/scifact", ["bm25"])  # doctest: +SKIP
-    """
+    """The dataset loaded, the setups resolved by name, and the indexes they share (built on first
+    use; ``embeddings``, an object or a ``models.embeddings`` name, cached under ``cache_dir``)."""
     if not setups:
         raise ValueError("setups must name at least one setup")
     resolved = [
@@ -93,50 +90,28 @@ def prepare_evaluation(
         progress("loading dataset", 0, 1)
         dataset = load_beir(dataset, split=split, queries_limit=queries_limit)
         progress("loading dataset", 1, 1)
-    indexes = Indexes(dataset.corpus, embeddings, cache_dir, depth=depth, progress=progress)
-    return dataset, resolved, indexes
+    return dataset, resolved, Indexes(dataset.corpus, embeddings, cache_dir, depth, progress)
 
 
 def run_experiment(
     dataset: str | Path | BeirDataset,
     setups: Sequence[str | Setup] = DEFAULT_SETUPS,
     *,
-    split: str = "test",
-    queries_limit: int | None = None,
-    llm: Runnable[Any, Any] | None = None,
-    embeddings: Embeddings | str | None = None,
-    cache_dir: str | Path | None = DEFAULT_CACHE_DIR,
-    depth: int = DEFAULT_DEPTH,
-    rrf_k: float = DEFAULT_RRF_K,
-    query_count: int = 4,
     metrics: Sequence[str] = DEFAULT_METRICS,
     stat_test: str = "student",
     max_p: float = 0.05,
     progress: ProgressCallback = ignore_progress,
+    **options: Any,
 ) -> Experiment:
-    """Evaluate ``setups`` (names or :class:`Setup` objects) on a BEIR dataset.
+    """Evaluate ``setups`` (names or :class:`Setup` objects) on a BEIR dataset; the first is the
+    baseline of the paired tests. ``options`` are :func:`prepare_evaluation`'s (``split``,
+    ``queries_limit``, ``llm``, ``embeddings``, ``cache_dir``, ``depth``, ``rrf_k``,
+    ``query_count``).
 
-    The first setup is the baseline of the paired significance tests. Indexes are built once and
-    shared; ``embeddings`` (an object or a ``models.embeddings`` name) are loaded only when a setup
-    needs them, and their vectors cached under ``cache_dir`` (``None``: no cache).
-
-    >>> experiment = run_experiment("../shared/data/scifact", ["bm25"])  # doctest: +SKIP
-    >>> round(experiment.scores["bm25"]["ndcg@10"], 2)  # doctest: +SKIP
-    0.69
+    >>> run_experiment("../shared/data/scifact", ["bm25"]).scores["bm25"]["ndcg@10"]  # doctest: +SKIP
+    0.6898...
     """
-    dataset, resolved, indexes = prepare_evaluation(
-        dataset,
-        setups,
-        split=split,
-        queries_limit=queries_limit,
-        llm=llm,
-        embeddings=embeddings,
-        cache_dir=cache_dir,
-        depth=depth,
-        rrf_k=rrf_k,
-        query_count=query_count,
-        progress=progress,
-    )
+    dataset, resolved, indexes = prepare_evaluation(dataset, setups, progress=progress, **options)
     runs = run_setups(dataset, resolved, indexes, progress=progress)
     comparison = compare_runs(runs, dataset.qrels, metrics, stat_test=stat_test, max_p=max_p)
     return Experiment(
@@ -145,7 +120,7 @@ def run_experiment(
         len(dataset.queries),
         runs,
         comparison,
-        settings={setup.name: dict(setup.settings) for setup in resolved},
-        indexes=indexes.settings(),
-        queries_limit=queries_limit,
+        {setup.name: dict(setup.settings) for setup in resolved},
+        indexes.settings(),
+        options.get("queries_limit"),
     )

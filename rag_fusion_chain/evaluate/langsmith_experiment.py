@@ -1,22 +1,10 @@
 """Retrieval evaluation as a LangSmith experiment: evaluators and a runner for ``langsmith.evaluate``.
 
-The evaluators are plain functions in the ``(outputs, reference_outputs) -> dict`` form that
-``langsmith.evaluate`` accepts, so they work in any experiment whose target returns
-``{"documents": [document ids in rank order]}`` and whose examples hold
-``{"relevant": {document_id: grade}}`` as reference outputs::
-
-    from langsmith import evaluate
-    from rag_fusion_chain.evaluate.langsmith_experiment import ndcg_at_10, recall_at_k
+The evaluators take ``(outputs, reference_outputs)`` as ``langsmith.evaluate`` passes them: a target
+returning ``{"documents": [ids in rank order]}`` and examples holding ``{"relevant": {id: grade}}``.
+Each score is ranx's on a one-query run, so their mean equals :func:`~.metrics.evaluate_run`'s::
 
     evaluate(my_retrieval, data="my-dataset", evaluators=[ndcg_at_10, recall_at_k(20)])
-
-Each score is ranx's on a one-query run (via :func:`~.metrics.evaluate_run`), with the ranking
-turned into rank-derived scores as :func:`~.metrics.run_from_rankings` does, so the mean over the
-examples equals :func:`~.metrics.evaluate_run` on the whole dataset.
-
-:func:`run_langsmith_experiment` runs one :class:`~.setups.Setup` over a BEIR dataset as an
-experiment: uploaded to LangSmith (the dataset created or reused under the BEIR directory's name)
-or, with ``upload=False``, entirely in this process.
 """
 
 from __future__ import annotations
@@ -30,91 +18,35 @@ from pathlib import Path
 from typing import Any
 
 from langchain_core.documents import Document
-from langchain_core.embeddings import Embeddings
-from langchain_core.runnables import Runnable
 
-from rag_fusion_chain.evaluate.beir import BeirDataset, load_beir
-from rag_fusion_chain.evaluate.cache import DEFAULT_CACHE_DIR
+from rag_fusion_chain.evaluate.beir import BeirDataset
 from rag_fusion_chain.evaluate.experiment import prepare_evaluation
-from rag_fusion_chain.evaluate.metrics import DEFAULT_METRICS, evaluate_run
-from rag_fusion_chain.evaluate.setups import (
-    DEFAULT_DEPTH,
-    Indexes,
-    ProgressCallback,
-    Setup,
-    ignore_progress,
-    setup_by_name,
-)
+from rag_fusion_chain.evaluate.metrics import DEFAULT_METRICS, evaluate_run, ranking_scores
+from rag_fusion_chain.evaluate.setups import Indexes, ProgressCallback, Setup, ignore_progress
 from rag_fusion_chain.fusion import document_id
 
 Evaluator = Callable[..., dict[str, Any]]
 """``evaluator(outputs, reference_outputs) -> {"key": metric, "score": value}``."""
 
-API_KEY_ENV = "LANGSMITH_API_KEY"
-ENDPOINT_ENV = "LANGSMITH_ENDPOINT"
 DOCUMENTS_KEY = "documents"
-"""The target's output key: document ids in rank order."""
 RELEVANT_KEY = "relevant"
-"""The example's reference output key: ``{document_id: grade}``."""
 _EXAMPLE_NAMESPACE = uuid.UUID("6f1c0f3e-5a52-4d1e-9a57-3c1f5e0b7a10")
 
 
 def langsmith_configured(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether LangSmith is configured: ``LANGSMITH_API_KEY`` is set (the endpoint is optional).
+    """Whether ``LANGSMITH_API_KEY`` is set (``LANGSMITH_ENDPOINT`` is optional).
 
     >>> langsmith_configured({}), langsmith_configured({"LANGSMITH_API_KEY": "lsv2-..."})
     (False, True)
     """
-    environ = os.environ if environ is None else environ
-    return bool(environ.get(API_KEY_ENV, "").strip())
-
-
-def _langsmith():  # type: ignore[no-untyped-def]
-    try:
-        import langsmith
-    except ImportError as error:  # pragma: no cover - langsmith comes with langchain-core
-        raise ImportError(
-            'LangSmith experiments need langsmith: pip install "langsmith"'
-        ) from error
-    return langsmith
-
-
-# ------------------------------------------------------------------------------------ evaluators
-
-
-def ranking_scores(document_ids: Sequence[str]) -> dict[str, float]:
-    """Rank-derived scores ``len - position`` (duplicates keep their best rank), as ranx input.
-
-    >>> ranking_scores(["d2", "d1", "d2"])
-    {'d2': 3.0, 'd1': 2.0}
-    """
-    scores: dict[str, float] = {}
-    for position, identifier in enumerate(document_ids):
-        scores.setdefault(str(identifier), float(len(document_ids) - position))
-    return scores
-
-
-def score_ranking(document_ids: Sequence[str], relevant: Mapping[str, int], metric: str) -> float:
-    """ranx's ``metric`` (e.g. ``"ndcg@10"``) for one ranked list against its judgements.
-
-    >>> score_ranking(["d1", "d2"], {"d2": 1}, "mrr@10")
-    0.5
-    """
-    judged = {str(key): int(value) for key, value in relevant.items()}
-    if not judged:
-        raise ValueError(f"reference_outputs[{RELEVANT_KEY!r}] must judge at least one document")
-    run = {"q": ranking_scores(document_ids)}
-    return evaluate_run(run, {"q": judged}, [metric])[metric]
+    return bool((os.environ if environ is None else environ).get("LANGSMITH_API_KEY", "").strip())
 
 
 def retrieval_evaluator(metric: str) -> Evaluator:
-    """An evaluator for ``langsmith.evaluate`` scoring ranx's ``metric`` (feedback key: metric).
+    """An evaluator scoring ranx's ``metric`` of ``outputs["documents"]`` (ids, or Documents;
+    missing outputs, as from a failed run, score 0) against ``reference_outputs["relevant"]``.
 
-    It reads ``outputs["documents"]`` (ids in rank order; missing or ``None`` outputs, as from a
-    failed run, score 0) and ``reference_outputs["relevant"]`` (``{id: grade}``).
-
-    >>> map_evaluator = retrieval_evaluator("map")
-    >>> map_evaluator({"documents": ["d1", "d2"]}, {"relevant": {"d2": 1}})
+    >>> retrieval_evaluator("map")({"documents": ["d1", "d2"]}, {"relevant": {"d2": 1}})
     {'key': 'map', 'score': 0.5}
     """
     if not isinstance(metric, str) or not metric:
@@ -127,20 +59,24 @@ def retrieval_evaluator(metric: str) -> Evaluator:
             raise ValueError(
                 f"reference_outputs must hold {RELEVANT_KEY!r}: {{document_id: grade}}"
             )
-        ranked = (outputs or {}).get(DOCUMENTS_KEY) or []
-        identifiers = [
-            document_id(item) if isinstance(item, Document) else str(item) for item in ranked
+        judged = {str(key): int(grade) for key, grade in reference_outputs[RELEVANT_KEY].items()}
+        if not judged:
+            raise ValueError(
+                f"reference_outputs[{RELEVANT_KEY!r}] must judge at least one document"
+            )
+        ranked = [
+            document_id(item) if isinstance(item, Document) else str(item)
+            for item in (outputs or {}).get(DOCUMENTS_KEY) or []
         ]
-        score = score_ranking(identifiers, reference_outputs[RELEVANT_KEY], metric)
+        score = evaluate_run({"q": ranking_scores(ranked)}, {"q": judged}, [metric])[metric]
         return {"key": metric, "score": score}
 
     evaluator.__name__ = evaluator.__qualname__ = metric.replace("@", "_at_")
-    evaluator.__doc__ = f"ranx {metric} of outputs['documents'] against reference 'relevant'."
     return evaluator
 
 
 def recall_at_k(k: int = 100) -> Evaluator:
-    """The ``recall@k`` evaluator (feedback key ``recall@k``).
+    """The ``recall@k`` evaluator.
 
     >>> recall_at_k(2)({"documents": ["d1", "d2", "d3"]}, {"relevant": {"d2": 1, "d3": 1}})
     {'key': 'recall@2', 'score': 0.5}
@@ -151,95 +87,52 @@ def recall_at_k(k: int = 100) -> Evaluator:
 
 
 ndcg_at_10: Evaluator = retrieval_evaluator("ndcg@10")
-"""nDCG@10 (ranx, graded relevance), feedback key ``ndcg@10``."""
 mrr_at_10: Evaluator = retrieval_evaluator("mrr@10")
-"""MRR@10 (ranx), feedback key ``mrr@10``."""
 
 
-def evaluators_for(metrics: Sequence[str] = DEFAULT_METRICS) -> list[Evaluator]:
-    """One evaluator per ranx metric name, e.g. ``DEFAULT_METRICS``."""
-    return [retrieval_evaluator(metric) for metric in metrics]
+def langsmith_dataset_name(dataset: BeirDataset) -> str:
+    """The LangSmith dataset of a BEIR dataset: its directory name and split (``scifact-test``)."""
+    return f"{dataset.name}-{dataset.split}"
 
 
-# ------------------------------------------------------------------------------------ examples
-
-
-def example_id(dataset_name: str, query_id: str) -> uuid.UUID:
-    """A stable example id for a query of a dataset, so a reused dataset is not duplicated."""
-    return uuid.uuid5(_EXAMPLE_NAMESPACE, f"{dataset_name}\x00{query_id}")
-
-
-def example_records(dataset: BeirDataset) -> list[dict[str, Any]]:
-    """The examples of a BEIR dataset: inputs ``{"question", "query_id"}``, outputs ``{"relevant"}``.
-
-    Only judged queries of the split, in qrels order.
-    """
+def _examples(dataset: BeirDataset, name: str) -> list[dict[str, Any]]:
+    """One example per judged query, with an id stable across runs (a reused dataset is not
+    duplicated): inputs ``{"question", "query_id"}``, outputs ``{"relevant"}``."""
     return [
         {
-            "inputs": {"question": dataset.queries[query_id], "query_id": query_id},
+            "id": uuid.uuid5(_EXAMPLE_NAMESPACE, f"{name}\x00{query_id}"),
+            "inputs": {"question": question, "query_id": query_id},
             "outputs": {RELEVANT_KEY: dict(dataset.qrels[query_id])},
         }
-        for query_id in dataset.queries
+        for query_id, question in dataset.queries.items()
     ]
 
 
 def local_examples(dataset: BeirDataset, dataset_name: str | None = None) -> list[Any]:
-    """In-memory ``langsmith.schemas.Example`` objects for an experiment that uploads nothing."""
+    """In-memory ``langsmith.schemas.Example`` objects, for an experiment that uploads nothing."""
     from langsmith.schemas import Example
 
     name = dataset_name or langsmith_dataset_name(dataset)
     dataset_id = uuid.uuid5(_EXAMPLE_NAMESPACE, name)
-    return [
-        Example(
-            id=example_id(name, record["inputs"]["query_id"]),
-            dataset_id=dataset_id,
-            inputs=record["inputs"],
-            outputs=record["outputs"],
-        )
-        for record in example_records(dataset)
-    ]
-
-
-def langsmith_dataset_name(dataset: BeirDataset) -> str:
-    """The LangSmith dataset of a BEIR dataset: its directory name and split, e.g. ``scifact-test``."""
-    return f"{dataset.name}-{dataset.split}"
+    return [Example(dataset_id=dataset_id, **example) for example in _examples(dataset, name)]
 
 
 def sync_dataset(client: Any, dataset: BeirDataset, dataset_name: str | None = None) -> list[Any]:
-    """Create or reuse the LangSmith dataset of ``dataset``; add the queries it lacks.
-
-    Examples have stable ids (:func:`example_id`), so running again, or with more queries,
-    uploads only what is missing. Returns the examples of ``dataset``'s queries, in its order.
-    """
+    """Create or reuse the LangSmith dataset of ``dataset``, upload only the examples it lacks, and
+    return the examples of ``dataset``'s queries in its order."""
     name = dataset_name or langsmith_dataset_name(dataset)
     if client.has_dataset(dataset_name=name):
         remote = client.read_dataset(dataset_name=name)
     else:
-        remote = client.create_dataset(
-            name,
-            description=f"BEIR {dataset.name} ({dataset.split}): queries and graded qrels",
-        )
+        description = f"BEIR {dataset.name} ({dataset.split}): queries and graded qrels"
+        remote = client.create_dataset(name, description=description)
     existing = {str(example.id) for example in client.list_examples(dataset_id=remote.id)}
-    records = example_records(dataset)
-    ids = [str(example_id(name, record["inputs"]["query_id"])) for record in records]
-    missing = [(i, r) for i, r in zip(ids, records, strict=True) if i not in existing]
+    examples = [{**example, "id": str(example["id"])} for example in _examples(dataset, name)]
+    missing = [example for example in examples if example["id"] not in existing]
     if missing:
-        client.create_examples(
-            dataset_id=remote.id,
-            examples=[
-                {"id": i, "inputs": r["inputs"], "outputs": r["outputs"]} for i, r in missing
-            ],
-        )
-    wanted = set(ids)
-    by_id = {
-        str(example.id): example
-        for example in client.list_examples(dataset_id=remote.id)
-        if str(example.id) in wanted
-    }
-    return [by_id[i] for i in ids if i in by_id]
-
-
-# ------------------------------------------------------------------------------------ experiment
+        client.create_examples(dataset_id=remote.id, examples=missing)
+    by_id = {str(example.id): example for example in client.list_examples(dataset_id=remote.id)}
+    return [by_id[example["id"]] for example in examples if example["id"] in by_id]
 
 
 @dataclass(frozen=True)
@@ -256,78 +149,54 @@ class LangSmithExperiment:
     uploaded: bool
 
 
-def retrieval_target(
-    retriever: Runnable[str, list[Document]], *, trace: bool = True
-) -> Callable[[dict[str, Any]], dict[str, list[str]]]:
-    """Wrap a Runnable ``question -> list[Document]`` as a target: ``{"documents": [ids]}``.
-
-    ``trace=False`` turns tracing off inside the target: ``langsmith.evaluate`` without upload
-    keeps its own runs local, but LangChain's tracer would still send the retriever's runs.
-    """
-
-    def retrieve(inputs: dict[str, Any]) -> dict[str, list[str]]:
-        if trace:
-            documents = retriever.invoke(inputs["question"])
-        else:
-            with _langsmith().tracing_context(enabled=False):
-                documents = retriever.invoke(inputs["question"])
-        return {DOCUMENTS_KEY: [document_id(document) for document in documents]}
-
-    return retrieve
-
-
 def run_langsmith_experiment(
     dataset: str | Path | BeirDataset,
     setup: str | Setup,
     *,
+    indexes: Indexes | None = None,
     client: Any = None,
-    experiment_prefix: str | None = None,
     upload: bool = True,
     metrics: Sequence[str] = DEFAULT_METRICS,
-    indexes: Indexes | None = None,
-    split: str = "test",
-    queries_limit: int | None = None,
-    llm: Runnable[Any, Any] | None = None,
-    embeddings: Embeddings | str | None = None,
-    cache_dir: str | Path | None = DEFAULT_CACHE_DIR,
-    depth: int = DEFAULT_DEPTH,
-    max_concurrency: int | None = 0,
+    experiment_prefix: str | None = None,
     dataset_name: str | None = None,
+    max_concurrency: int | None = 0,
+    **options: Any,
 ) -> LangSmithExperiment:
     """Run ``setup``'s retrieval over a BEIR dataset as a ``langsmith.evaluate`` experiment.
 
-    ``upload=True`` creates or reuses the LangSmith dataset (:func:`sync_dataset`) and uploads
-    the experiment through ``client`` (default: ``langsmith.Client()`` from the environment).
-    ``upload=False`` evaluates in-memory examples and uploads nothing; without a ``client`` a
-    local one is made that never asks the API for its settings.
-
-    ``indexes`` lets several setups share the BM25 and dense indexes (default: built here from
-    the dataset's corpus with ``embeddings``, ``cache_dir`` and ``depth``). Returns the mean of
-    each metric over the examples, and where the experiment is.
+    ``upload=True`` syncs the LangSmith dataset (:func:`sync_dataset`) and uploads the experiment
+    through ``client`` (default ``langsmith.Client()``); ``upload=False`` evaluates in-memory
+    examples, uploads nothing and traces nothing. ``indexes`` lets setups share their indexes;
+    ``options`` go to :func:`~.experiment.prepare_evaluation` (``split``, ``embeddings``, ...).
     """
-    langsmith = _langsmith()
-    if not isinstance(dataset, BeirDataset):
-        dataset = load_beir(dataset, split=split, queries_limit=queries_limit)
+    import langsmith
+
+    dataset, (resolved,), prepared = prepare_evaluation(dataset, [setup], **options)
     if not dataset.queries:
         raise ValueError("dataset has no judged queries to evaluate")
-    resolved = setup if isinstance(setup, Setup) else setup_by_name(setup, llm=llm)
-    if indexes is None:
-        indexes = Indexes(dataset.corpus, embeddings, cache_dir, depth=depth)
+    retriever = resolved.build(indexes or prepared)
     name = dataset_name or langsmith_dataset_name(dataset)
     if upload:
         client = client or langsmith.Client()
         data = sync_dataset(client, dataset, name)
-    else:
-        if client is None:
-            client = langsmith.Client(api_key="local", api_url="http://127.0.0.1:9", info={})
+    else:  # a local client never asks the API for its settings
+        client = client or langsmith.Client(api_key="local", api_url="http://127.0.0.1:9", info={})
         data = local_examples(dataset, name)
-    target = retrieval_target(resolved.build(indexes), trace=upload)
+
+    def target(inputs: dict[str, Any]) -> dict[str, list[str]]:
+        if upload:
+            documents = retriever.invoke(inputs["question"])
+        else:  # LangChain's tracer would send the retriever's runs even without upload
+            with langsmith.tracing_context(enabled=False):
+                documents = retriever.invoke(inputs["question"])
+        return {DOCUMENTS_KEY: [document_id(document) for document in documents]}
+
     with warnings.catch_warnings():  # langsmith warns that upload_runs=False is in beta
         warnings.filterwarnings("ignore", message=".*'upload_runs' parameter is in beta")
         results = langsmith.evaluate(
             target,
             data=data,
-            evaluators=evaluators_for(metrics),
+            evaluators=[retrieval_evaluator(metric) for metric in metrics],
             experiment_prefix=experiment_prefix or f"{name}-{resolved.name}",
             description=resolved.description or resolved.name,
             metadata={"setup": resolved.name, "dataset": dataset.name, "split": dataset.split},
@@ -336,34 +205,29 @@ def run_langsmith_experiment(
             upload_runs=upload,
             disable_evaluator_tracing=not upload,
         )
-    return LangSmithExperiment(
-        setup=resolved.name,
-        scores=_mean_scores(results, metrics, len(data)),
-        experiment_name=results.experiment_name,
-        url=_experiment_url(results) if upload else None,
-        dataset_name=name,
-        uploaded=upload,
-    )
+    scores = _mean_scores(results, metrics, len(data))
+    url = _experiment_url(results) if upload else None
+    return LangSmithExperiment(resolved.name, scores, results.experiment_name, url, name, upload)
 
 
 def _mean_scores(results: Any, metrics: Sequence[str], count: int) -> dict[str, float]:
     """Mean of each metric's feedback over the result rows; a missing score is an error."""
     totals = dict.fromkeys(metrics, 0.0)
-    rows = 0
-    for row in results:
-        rows += 1
-        scored = set()
-        for result in row["evaluation_results"]["results"]:
-            if result.key in totals and result.score is not None:
-                totals[result.key] += float(result.score)
-                scored.add(result.key)
-        if scored != set(totals):  # an evaluator failed; langsmith logged it and went on
+    rows = list(results)
+    for row in rows:
+        scored = {
+            r.key: r.score for r in row["evaluation_results"]["results"] if r.score is not None
+        }
+        missing = sorted(set(totals) - set(scored))
+        if missing:  # an evaluator failed; langsmith logged it and went on
             raise RuntimeError(
-                f"example {row['example'].id}: no score for {sorted(set(totals) - scored)}; "
+                f"example {row['example'].id}: no score for {missing}; "
                 "see the evaluator error logged above"
             )
-    if rows != count:
-        raise RuntimeError(f"langsmith.evaluate returned {rows} results for {count} examples")
+        for metric in totals:
+            totals[metric] += float(scored[metric])
+    if len(rows) != count:
+        raise RuntimeError(f"langsmith.evaluate returned {len(rows)} results for {count} examples")
     return {metric: total / count for metric, total in totals.items()}
 
 
@@ -378,36 +242,22 @@ def run_langsmith_experiments(
     dataset: str | Path | BeirDataset,
     setups: Sequence[str | Setup],
     *,
-    split: str = "test",
-    queries_limit: int | None = None,
-    llm: Runnable[Any, Any] | None = None,
-    embeddings: Embeddings | str | None = None,
-    cache_dir: str | Path | None = DEFAULT_CACHE_DIR,
-    depth: int = DEFAULT_DEPTH,
-    query_count: int = 4,
     progress: ProgressCallback = ignore_progress,
+    client: Any = None,
+    upload: bool = True,
+    metrics: Sequence[str] = DEFAULT_METRICS,
     **options: Any,
 ) -> tuple[BeirDataset, list[LangSmithExperiment]]:
-    """One :func:`run_langsmith_experiment` per setup, sharing the dataset and its indexes.
-
-    ``options`` go to :func:`run_langsmith_experiment` (``client``, ``upload``, ``metrics``...).
-    Returns the loaded dataset and the experiments in the order of ``setups``.
-    """
-    dataset, resolved, indexes = prepare_evaluation(
-        dataset,
-        setups,
-        split=split,
-        queries_limit=queries_limit,
-        llm=llm,
-        embeddings=embeddings,
-        cache_dir=cache_dir,
-        depth=depth,
-        query_count=query_count,
-        progress=progress,
-    )
+    """One :func:`run_langsmith_experiment` per setup, sharing the dataset and its indexes
+    (``options``: :func:`~.experiment.prepare_evaluation`'s); returns the dataset and experiments."""
+    dataset, resolved, indexes = prepare_evaluation(dataset, setups, progress=progress, **options)
     experiments = []
     for index, setup in enumerate(resolved):
         progress("langsmith experiments", index, len(resolved))
-        experiments.append(run_langsmith_experiment(dataset, setup, indexes=indexes, **options))
+        experiments.append(
+            run_langsmith_experiment(
+                dataset, setup, indexes=indexes, client=client, upload=upload, metrics=metrics
+            )
+        )
     progress("langsmith experiments", len(resolved), len(resolved))
     return dataset, experiments

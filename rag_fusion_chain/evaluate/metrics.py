@@ -1,8 +1,7 @@
 """Retrieval metrics and paired significance tests, computed by ranx (never by hand here).
 
-A *run* is ``{query_id: {document_id: score}}`` (higher is better); qrels are
-``{query_id: {document_id: relevance}}``. Both are plain dicts, so the functions work on any system's
-output, not only the kit's.
+A run is ``{query_id: {document_id: score}}`` (higher is better), qrels ``{query_id: {document_id:
+relevance}}``: plain dicts, so the functions work on any system's output.
 """
 
 from __future__ import annotations
@@ -11,6 +10,7 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from langchain_core.documents import Document
 
@@ -18,21 +18,17 @@ from rag_fusion_chain.fusion import document_id
 
 Run = dict[str, dict[str, float]]
 """A ranking per query: ``{query_id: {document_id: score}}``."""
+Judgements = Mapping[str, Mapping[str, int]]
 
 DEFAULT_METRICS: tuple[str, ...] = ("ndcg@10", "recall@100", "mrr@10", "map")
 """The metrics reported by default, in ranx's names."""
-
 STAT_TESTS = ("student", "fisher")
 """ranx's paired tests: two-sided paired Student's t-test, Fisher's randomisation test."""
 
 
 def _ranx():  # type: ignore[no-untyped-def]
-    """ranx, with the homes that its imports write to (ir_datasets, matplotlib) in the kit's cache.
-
-    Importing ranx imports ir_datasets, which makes 18 folders under ``~/.ir_datasets``, and
-    matplotlib, which writes a font list under ``~/.cache/matplotlib``; their documented
-    ``IR_DATASETS_HOME`` and ``MPLCONFIGDIR`` move them, unless the user has set them.
-    """
+    """ranx, with the homes its imports write to (ir_datasets, matplotlib) in the kit's cache
+    unless the user set ``IR_DATASETS_HOME`` / ``MPLCONFIGDIR``."""
     from rag_fusion_chain.evaluate.cache import DEFAULT_CACHE_DIR
 
     os.environ.setdefault("IR_DATASETS_HOME", str(DEFAULT_CACHE_DIR.parent / "ir_datasets"))
@@ -44,41 +40,44 @@ def _ranx():  # type: ignore[no-untyped-def]
     return ranx
 
 
-def run_from_rankings(rankings: Mapping[str, Sequence[Document]]) -> Run:
-    """Turn ranked Documents per query into a run, scoring by rank so ranx keeps the kit's order.
+def ranking_scores(identifiers: Sequence[str]) -> dict[str, float]:
+    """Rank-derived scores ``len - position`` (a repeat keeps its best rank), so that ranx keeps
+    the kit's order and tie-breaking.
 
-    The score is ``len(list) - position``: ranx re-sorts by score and would break ties its own way,
-    so the kit's own scores (and tie-breaking) are not passed on. Duplicates keep their best rank.
+    >>> ranking_scores(["d2", "d1", "d2"])
+    {'d2': 3.0, 'd1': 2.0}
+    """
+    scores: dict[str, float] = {}
+    for position, identifier in enumerate(identifiers):
+        scores.setdefault(str(identifier), float(len(identifiers) - position))
+    return scores
+
+
+def run_from_rankings(rankings: Mapping[str, Sequence[Document]]) -> Run:
+    """Ranked Documents per query as a run (:func:`ranking_scores` of their ids).
 
     >>> run_from_rankings({"q1": [Document("a", id="d1"), Document("b", id="d2")]})
     {'q1': {'d1': 2.0, 'd2': 1.0}}
     """
-    run: Run = {}
-    for query_id, documents in rankings.items():
-        scores: dict[str, float] = {}
-        for position, document in enumerate(documents):
-            scores.setdefault(document_id(document), float(len(documents) - position))
-        run[query_id] = scores
-    return run
+    return {
+        query_id: ranking_scores([document_id(document) for document in documents])
+        for query_id, documents in rankings.items()
+    }
 
 
-def _ranx_inputs(
-    run: Mapping[str, Mapping[str, float]], qrels: Mapping[str, Mapping[str, int]], name: str
-):  # type: ignore[no-untyped-def]
-    """Build ranx Qrels and Run; queries with no results are left out (make_comparable scores 0)."""
+def _ranx_inputs(run: Mapping[str, Mapping[str, float]], qrels: Judgements, name: str) -> Any:
+    """ranx Qrels and Run (None when no judged query is answered; unanswered queries score 0)."""
     ranx = _ranx()
     if not qrels:
         raise ValueError("qrels must judge at least one query")
     ranx_qrels = ranx.Qrels.from_dict({query: dict(judged) for query, judged in qrels.items()})
     answered = {query: dict(scores) for query, scores in run.items() if scores and query in qrels}
-    if not answered:  # ranx cannot hold an empty run; a run answering nothing scores 0 everywhere
-        return ranx_qrels, None
-    return ranx_qrels, ranx.Run.from_dict(answered, name=name)
+    return ranx_qrels, ranx.Run.from_dict(answered, name=name) if answered else None
 
 
 def evaluate_run(
     run: Mapping[str, Mapping[str, float]],
-    qrels: Mapping[str, Mapping[str, int]],
+    qrels: Judgements,
     metrics: Sequence[str] = DEFAULT_METRICS,
 ) -> dict[str, float]:
     """Mean of each metric over the judged queries (unanswered queries count as 0).
@@ -88,7 +87,7 @@ def evaluate_run(
     """
     ranx_qrels, ranx_run = _ranx_inputs(run, qrels, "run")
     if ranx_run is None:
-        return {metric: 0.0 for metric in metrics}
+        return dict.fromkeys(metrics, 0.0)
     scores = _ranx().evaluate(ranx_qrels, ranx_run, list(metrics), make_comparable=True)
     if len(metrics) == 1:  # ranx returns a bare number for a single metric
         return {metrics[0]: float(scores)}
@@ -96,24 +95,18 @@ def evaluate_run(
 
 
 def per_query_scores(
-    run: Mapping[str, Mapping[str, float]], qrels: Mapping[str, Mapping[str, int]], metric: str
+    run: Mapping[str, Mapping[str, float]], qrels: Judgements, metric: str
 ) -> dict[str, float]:
-    """Each judged query's ``metric`` (0 when unanswered), for cross-validation over query subsets.
+    """Each judged query's ``metric`` (0 when unanswered), for cross-validation over queries.
 
     >>> per_query_scores({"q1": {"d1": 2.0, "d2": 1.0}}, {"q1": {"d2": 1}, "q2": {"d1": 1}}, "mrr@10")
     {'q1': 0.5, 'q2': 0.0}
     """
     ranx_qrels, ranx_run = _ranx_inputs(run, qrels, "run")
     if ranx_run is None:
-        return {query: 0.0 for query in qrels}
+        return dict.fromkeys(qrels, 0.0)
     _ranx().evaluate(ranx_qrels, ranx_run, metric, make_comparable=True)
-    scores = ranx_run.scores[metric]
-    return {query: float(scores.get(query, 0.0)) for query in qrels}
-
-
-def _p_value(value: float) -> float:
-    """ranx's p-value, with NaN (per-query scores identical to the baseline's) read as 1.0."""
-    return 1.0 if math.isnan(value) else float(value)
+    return {query: float(ranx_run.scores[metric].get(query, 0.0)) for query in qrels}
 
 
 @dataclass(frozen=True)
@@ -136,7 +129,7 @@ class Comparison:
 
 def compare_runs(
     runs: Mapping[str, Mapping[str, Mapping[str, float]]],
-    qrels: Mapping[str, Mapping[str, int]],
+    qrels: Judgements,
     metrics: Sequence[str] = DEFAULT_METRICS,
     *,
     stat_test: str = "student",
@@ -144,67 +137,44 @@ def compare_runs(
     permutations: int = 1000,
     random_seed: int = 42,
 ) -> Comparison:
-    """Evaluate named runs with ranx.compare; p-values compare each run with the first one.
+    """Evaluate named runs with ``ranx.compare``; p-values compare each run with the first.
 
-    ``stat_test`` is ``"student"`` (paired t-test) or ``"fisher"`` (randomisation test with
-    ``permutations`` permutations). A run whose per-query scores equal the baseline's gets
-    p = 1.0. Every run must answer at least one judged query.
+    ``stat_test``: ``"student"`` or ``"fisher"`` (``permutations`` permutations). A run whose
+    per-query scores equal the baseline's gets p = 1.0 (ranx's NaN). Every run must answer at
+    least one judged query.
 
-    >>> qrels = {"q1": {"d1": 1}, "q2": {"d2": 1}}
-    >>> runs = {"a": {"q1": {"d1": 1.0}, "q2": {"d2": 1.0}}, "b": {"q1": {"d1": 1.0}}}
-    >>> comparison = compare_runs(runs, qrels, ["mrr@10"])
-    >>> comparison.scores["b"], comparison.baseline
-    ({'mrr@10': 0.5}, 'a')
+    >>> compare_runs({"a": {"q1": {"d1": 1.0}}}, {"q1": {"d1": 1}}, ["mrr@10"]).scores
+    {'a': {'mrr@10': 1.0}}
     """
     if stat_test not in STAT_TESTS:
         raise ValueError(f"stat_test must be one of {STAT_TESTS}, got {stat_test!r}")
     if not runs:
         raise ValueError("runs must hold at least one named run")
     names = list(runs)
+    baseline = names[0]
     if len(names) == 1:
-        only = names[0]
-        return Comparison(
-            {only: evaluate_run(runs[only], qrels, metrics)}, {only: {}}, only, stat_test, max_p
-        )
+        scores = {baseline: evaluate_run(runs[baseline], qrels, metrics)}
+        return Comparison(scores, {baseline: {}}, baseline, stat_test, max_p)
     ranx_runs = []
-    ranx_qrels = None
     for name in names:
         ranx_qrels, ranx_run = _ranx_inputs(runs[name], qrels, name)
         if ranx_run is None:
             raise ValueError(f"runs[{name!r}] answers none of the judged queries")
         ranx_runs.append(ranx_run)
-    report = (
-        _ranx()
-        .compare(
-            ranx_qrels,
-            ranx_runs,
-            list(metrics),
-            stat_test=stat_test,
-            n_permutations=permutations,
-            max_p=max_p,
-            random_seed=random_seed,
-            make_comparable=True,
-        )
-        .to_dict()
-    )
-    baseline = names[0]
-    return Comparison(
-        scores={
-            name: {metric: float(report[name]["scores"][metric]) for metric in metrics}
-            for name in names
-        },
-        p_values={
-            name: (
-                {}
-                if name == baseline
-                else {
-                    metric: _p_value(report[baseline]["comparisons"][name][metric])
-                    for metric in metrics
-                }
-            )
-            for name in names
-        },
-        baseline=baseline,
+    compared = _ranx().compare(
+        ranx_qrels,
+        ranx_runs,
+        list(metrics),
         stat_test=stat_test,
+        n_permutations=permutations,
         max_p=max_p,
+        random_seed=random_seed,
+        make_comparable=True,
     )
+    report = compared.to_dict()
+    scores = {name: {m: float(report[name]["scores"][m]) for m in metrics} for name in names}
+    p_values: dict[str, dict[str, float]] = {baseline: {}}
+    for name in names[1:]:
+        against = report[baseline]["comparisons"][name]
+        p_values[name] = {m: 1.0 if math.isnan(against[m]) else float(against[m]) for m in metrics}
+    return Comparison(scores, p_values, baseline, stat_test, max_p)

@@ -17,11 +17,8 @@ Scores = Mapping[str, Mapping[str, float]]
 
 @dataclass(frozen=True)
 class Summary:
-    """What an evaluation's outputs describe: the data it ran on, the scores and how they compare.
-
-    ``comparison`` (absent for LangSmith experiments) supplies the p-values and significance
-    marks; ``settings`` holds each setup's settings, ``indexes`` those of the shared indexes.
-    """
+    """What an evaluation's outputs show: the data, the scores, each setup's and the indexes'
+    settings, and the comparison (p-values, significance; absent for LangSmith experiments)."""
 
     dataset: str
     scores: Scores
@@ -34,16 +31,10 @@ class Summary:
 
     @property
     def title(self) -> str:
-        """``dataset (split, N queries)``, naming ``--queries-limit`` when the queries were cut.
-
-        >>> Summary("scifact", {}, query_count=50, queries_limit=50).title
-        'scifact (test, 50 queries, --queries-limit 50)'
-        """
+        """``dataset (split, N queries)``, naming ``--queries-limit`` when the queries were cut."""
         parts = [self.split]
-        if self.query_count is not None:
-            parts.append(f"{self.query_count} queries")
-        if self.queries_limit is not None:
-            parts.append(f"--queries-limit {self.queries_limit}")
+        parts += [] if self.query_count is None else [f"{self.query_count} queries"]
+        parts += [] if self.queries_limit is None else [f"--queries-limit {self.queries_limit}"]
         return f"{self.dataset} ({', '.join(parts)})"
 
     def is_significant(self, setup: str, metric: str) -> bool:
@@ -52,14 +43,8 @@ class Summary:
 
 
 def results_json(summary: Summary) -> dict[str, Any]:
-    """The ``--json`` document: the data evaluated, the scores, each setup's settings and p-values.
-
-    ``setups`` maps each setup to ``{metric: mean}``; ``p_values`` to ``{metric: p}`` against
-    ``test.baseline`` (empty for the baseline; absent without a comparison).
-
-    >>> results_json(Summary("scifact", {"bm25": {"ndcg@10": 0.6863}}, query_count=300))["setups"]
-    {'bm25': {'ndcg@10': 0.6863}}
-    """
+    """The ``--json`` document: the data, ``setups`` (``{metric: mean}`` each), their settings,
+    and ``p_values`` (``{metric: p}`` against ``test.baseline``; absent without a comparison)."""
     document: dict[str, Any] = {
         "dataset": summary.dataset,
         "split": summary.split,
@@ -95,10 +80,8 @@ def write_json(path: str | Path, summary: Summary) -> Path:
 
 
 def y_limits(values: Sequence[float]) -> tuple[float, float]:
-    """The y-axis range of the chart: the data's range with room for the value labels.
-
-    Zoomed to the data (differences of a few hundredths stay visible) but never below 0 or above
-    what the labels need.
+    """The chart's y range: zoomed to the data (differences of hundredths stay visible), never
+    below 0, with room for the value labels.
 
     >>> y_limits([0.64, 0.73])
     (0.6, 0.79)
@@ -113,11 +96,7 @@ def y_limits(values: Sequence[float]) -> tuple[float, float]:
 
 
 def value_labels(summary: Summary, metric: str) -> list[str]:
-    """The chart's label of each setup's bar for ``metric``: the value, ``*`` when significant.
-
-    >>> value_labels(Summary("d", {"bm25": {"map": 0.5}}), "map")
-    ['0.500']
-    """
+    """Each setup's bar label for ``metric``: the value, ``*`` when significant."""
     return [
         f"{values.get(metric, 0.0):.3f}{'*' if summary.is_significant(setup, metric) else ''}"
         for setup, values in summary.scores.items()
@@ -125,13 +104,8 @@ def value_labels(summary: Summary, metric: str) -> list[str]:
 
 
 def write_plot(path: str | Path, summary: Summary) -> Path:
-    """Draw one group of bars per setup, one bar per metric, values printed on the bars.
-
-    The y-axis is zoomed to the scores (:func:`y_limits`); a value that differs significantly from
-    the baseline's is marked ``*`` and its bar hatched. Uses a bare
-    :class:`matplotlib.figure.Figure` (Agg canvas), so it never opens a window and leaves pyplot's
-    global state alone.
-    """
+    """A bar chart: one group per setup, one labelled bar per metric, y zoomed (:func:`y_limits`),
+    significant values marked ``*`` and hatched; a bare Agg ``Figure`` (no window, no pyplot)."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -185,19 +159,9 @@ def write_plot(path: str | Path, summary: Summary) -> Path:
 def comparison_table(
     comparison: Comparison, p_metric: str | None = None
 ) -> tuple[list[str], list[list[str]]]:
-    """Headers and rows of a results table: the metrics, then the p-value of ``p_metric``.
-
-    Every value that differs significantly from the baseline's (``p < max_p``, paired test) is
-    marked ``*``; the p column (default: the first metric, nDCG@10) gives the exact p-value, ``-``
-    for the baseline. One p column keeps the table within 80 columns; all p-values stay in
-    ``comparison.p_values``. The CLI draws these rows; nothing here prints.
-
-    >>> from rag_fusion_chain.evaluate.metrics import Comparison
-    >>> table = comparison_table(Comparison(
-    ...     {"a": {"map": 0.5}, "b": {"map": 0.7}}, {"a": {}, "b": {"map": 0.01}}, "a", "student", 0.05))
-    >>> table
-    (['setup', 'map', 'p map'], [['a', '0.5000', '-'], ['b', '0.7000*', '0.0100']])
-    """
+    """Headers and rows of the results table: the metrics (``*``: significantly different from
+    the baseline) and one p column, of ``p_metric`` (default the first metric), to stay within 80
+    columns; the CLI draws them."""
     metrics = list(comparison.scores[comparison.baseline])
     p_metric = p_metric or metrics[0]
     if p_metric not in metrics:

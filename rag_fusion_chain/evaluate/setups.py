@@ -1,9 +1,5 @@
-"""Retrieval setups to evaluate, built from the kit's own retrievers and fusion runnables.
-
-A :class:`Setup` turns shared :class:`Indexes` (one BM25 index, one dense index, built lazily and
-at most once) into a Runnable ``question -> list[Document]``. :func:`run_setups` feeds it the
-dataset's queries in batches and collects one run per setup.
-"""
+"""Retrieval setups to evaluate: each turns the shared :class:`Indexes` (BM25 and dense, each
+built at most once) into a Runnable ``question -> list[Document]`` made of the kit's own parts."""
 
 from __future__ import annotations
 
@@ -37,19 +33,17 @@ UNOFFERED_SETUPS = {
     "retriever does: it equalled bm25 to four decimals on SciFact (p = 1.0). Use "
     "rag-fusion-offline, or multi-query with a chat model."
 }
-"""Setups that would only repeat another one, with the reason a user is told."""
+"""Setups that would only repeat another, with the reason the user is told."""
 DEFAULT_SETUPS = ("bm25", "dense", "hybrid-rrf", "hybrid-relative", "hybrid-dist")
 DEFAULT_RRF_K = 30
-"""RRF k of ``hybrid-rrf``: k=10 and 30 beat 60 and 100 on both halves of SciFact's queries
-(benchmarks/results/scifact_sweep.md); the kit's ``ReciprocalRankFusion`` keeps k=60."""
+"""RRF k of ``hybrid-rrf``: 10 and 30 beat 60 on both halves of SciFact's queries
+(benchmarks/results/scifact_sweep.md); ``fusion.RRF_K`` stays 60."""
 DEFAULT_HYBRID_FUSION = "dist"
-"""The fusion of the ``hybrid`` setup: distribution-based score fusion was best on SciFact
-(significantly above RRF, and chosen on either half of the queries; see the sweep)."""
+"""The ``hybrid`` setup's fusion: best on SciFact, chosen on either half of the queries."""
 DEFAULT_HYBRID_WEIGHTS = (0.5, 0.5)
-"""Weights of the (bm25, dense) lists in hybrid fusion: equal, as no other weight was stably
-better in the sweep."""
+"""(bm25, dense) weights: no other weight was stably better in the sweep."""
 OFFLINE_SUFFIX = "-offline"
-"""``rag-fusion-offline`` is the rag-fusion strategy with the offline query generator."""
+"""``STRATEGY-offline``: the strategy with its offline query step."""
 
 
 def ignore_progress(task: str, completed: int, total: int) -> None:
@@ -58,12 +52,9 @@ def ignore_progress(task: str, completed: int, total: int) -> None:
 
 @dataclass
 class Indexes:
-    """The corpus indexes setups share, each built on first use and then reused.
-
-    ``embeddings`` is an Embeddings object or a name for ``models.embeddings`` (default: the
-    kit's, offline MiniLM), loaded only if a setup needs the dense index, and wrapped in a
-    :class:`CachedEmbeddings` under ``cache_dir`` (``None`` disables the cache).
-    """
+    """The corpus indexes setups share, each built on first use. ``embeddings`` (an object or a
+    ``models.embeddings`` name; default the kit's) are loaded only for the dense index, and cached
+    under ``cache_dir`` (``None``: no cache)."""
 
     corpus: Sequence[Document]
     embeddings: Embeddings | str | None = None
@@ -72,61 +63,43 @@ class Indexes:
     progress: ProgressCallback = ignore_progress
     built: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
 
-    def _once(self, name: str, build: Callable[[], Any]) -> Any:
-        if name not in self.built:
-            self.built[name] = build()
-        return self.built[name]
-
     def bm25(self) -> BM25Retriever:
-        """The kit's BM25Retriever over the corpus, returning ``depth`` documents."""
-        return self._once("bm25", self._build_bm25)
+        """The kit's BM25Retriever over the corpus, ``depth`` documents (built once)."""
+        if "bm25" not in self.built:
+            from rag_fusion_chain.retrievers.bm25 import BM25Retriever
+
+            self.progress("indexing bm25", 0, 1)
+            self.built["bm25"] = BM25Retriever.from_documents(self.corpus, k=self.depth)
+            self.progress("indexing bm25", 1, 1)
+        return self.built["bm25"]
 
     def dense(self) -> VectorRetriever:
         """The kit's VectorRetriever over a FAISS index of the corpus, ``depth`` documents."""
-        return self._once("dense", self._build_dense)
+        if "dense" not in self.built:
+            self.built["dense"] = self._build_dense()
+        return self.built["dense"]
 
     def settings(self) -> dict[str, Any]:
-        """What the indexes built so far were built with (depth, embedding identity).
-
-        >>> Indexes([]).settings()
-        {'depth': 100}
-        """
-        described: dict[str, Any] = {"depth": self.depth}
-        if "embedding_identity" in self.built:
-            described["embedding"] = self.built["embedding_identity"]
-        return described
-
-    def _build_bm25(self) -> BM25Retriever:
-        from rag_fusion_chain.retrievers.bm25 import BM25Retriever
-
-        self.progress("indexing bm25", 0, 1)
-        retriever = BM25Retriever.from_documents(self.corpus, k=self.depth)
-        self.progress("indexing bm25", 1, 1)
-        return retriever
+        """What the indexes built so far were built with (depth, embedding identity)."""
+        embedding = self.built.get("embedding_identity")
+        return {"depth": self.depth, **({"embedding": embedding} if embedding else {})}
 
     def _build_dense(self) -> VectorRetriever:
         from rag_fusion_chain import models
         from rag_fusion_chain.retrievers.stores import VectorRetriever, build_faiss
 
-        embeddings = (
-            self.embeddings
-            if isinstance(self.embeddings, Embeddings)
-            else models.embeddings(self.embeddings)
-        )
-        self.built["embedding_identity"] = models.embedding_identity(embeddings)
+        embeddings = self.embeddings
+        if not isinstance(embeddings, Embeddings):
+            embeddings = models.embeddings(embeddings)
+        identity = self.built["embedding_identity"] = models.embedding_identity(embeddings)
         task = "embedding corpus"
         self.progress(task, 0, len(self.corpus))
-        if self.cache_dir is None:
-            store = build_faiss(self.corpus, embeddings)
-        else:
-            cached = CachedEmbeddings(
-                embeddings,
-                models.embedding_identity(embeddings),
-                self.cache_dir,
-                on_progress=functools.partial(self.progress, task),
-            )
-            store = build_faiss(self.corpus, cached)
-            cached.on_progress = None  # query batches are reported as querying, not indexing
+        if self.cache_dir is not None:
+            report = functools.partial(self.progress, task)
+            embeddings = CachedEmbeddings(embeddings, identity, self.cache_dir, on_progress=report)
+        store = build_faiss(self.corpus, embeddings)
+        if isinstance(embeddings, CachedEmbeddings):
+            embeddings.on_progress = None  # query batches are reported as querying
         self.progress(task, len(self.corpus), len(self.corpus))
         return VectorRetriever(vectorstore=store, k=self.depth)
 
@@ -149,16 +122,17 @@ def hybrid_setup(
     weights: Sequence[float] = DEFAULT_HYBRID_WEIGHTS,
     rrf_k: float = DEFAULT_RRF_K,
 ) -> Setup:
-    """The kit's ``hybrid_retriever`` over the BM25 and dense indexes, with the given fusion.
-
-    ``fusion`` is a :data:`~rag_fusion_chain.fusion.FUSIONS` name or a fusion object; ``weights``
-    are ``(bm25, dense)``; ``rrf_k`` applies to ``"rrf"``.
-
-    >>> hybrid_setup("rrf", rrf_k=30).name
-    'hybrid-rrf'
-    """
-    fusion_object = _fusion(fusion, rrf_k)
+    """The kit's ``hybrid_retriever`` over BM25 and dense with ``fusion`` (a ``fusion.FUSIONS``
+    name, whose ``"rrf"`` takes ``rrf_k``, or a fusion object) and ``(bm25, dense)`` weights."""
+    if isinstance(fusion, str) and fusion not in FUSIONS:
+        raise ValueError(f"fusion must be one of {sorted(FUSIONS)} or a BaseFusion, got {fusion!r}")
     label = fusion if isinstance(fusion, str) else type(fusion).__name__
+    if isinstance(fusion, str):
+        fusion = FUSIONS[fusion](**({"k": rrf_k} if fusion == "rrf" else {}))
+    fusion_object = fusion
+    settings: dict[str, Any] = {"retrievers": ["bm25", "dense"], "fusion": type(fusion).__name__}
+    if isinstance(fusion, ReciprocalRankFusion):
+        settings["rrf_k"] = fusion.k
 
     def build(indexes: Indexes) -> Runnable[str, list[Document]]:
         from rag_fusion_chain.retrievers.hybrid import hybrid_retriever
@@ -176,48 +150,16 @@ def hybrid_setup(
         name or f"hybrid-{label}",
         build,
         f"bm25 + dense, {label} fusion, weights {tuple(weights)}",
-        {
-            "retrievers": ["bm25", "dense"],
-            **_fusion_settings(fusion_object),
-            "weights": list(weights),
-        },
+        {**settings, "weights": list(weights)},
     )
-
-
-def _fusion_settings(fusion: BaseFusion) -> dict[str, Any]:
-    """The fusion's class and its scalar parameters (RRF's k, ...)."""
-    settings: dict[str, Any] = {"fusion": type(fusion).__name__}
-    if isinstance(fusion, ReciprocalRankFusion):
-        settings["rrf_k"] = fusion.k
-    return settings
-
-
-def _fusion(fusion: str | BaseFusion, rrf_k: float) -> BaseFusion:
-    if isinstance(fusion, BaseFusion):
-        return fusion
-    if fusion not in FUSIONS:
-        raise ValueError(f"fusion must be one of {sorted(FUSIONS)} or a BaseFusion, got {fusion!r}")
-    fusion_class = FUSIONS[fusion]
-    if issubclass(fusion_class, ReciprocalRankFusion):
-        return fusion_class(k=rrf_k)
-    return fusion_class()
 
 
 def strategy_setup(
     strategy: str, llm: Runnable[Any, Any] | None = None, *, query_count: int = 4
 ) -> Setup:
-    """A query strategy (``strategies.STRATEGIES``) over BM25 and dense, as its ready chain
-    retrieves.
-
-    The ready chain's own pipeline (:func:`pipeline.retrieval_pipeline`, the builder every ready
-    chain runs) up to its answer, whose cost (a model call over ``depth`` passages) would measure
-    nothing here: queries from ``llm`` or, with ``llm=None``, the strategy's offline query step on
-    the BM25 index; the question searched too; every query searched with both retrievers; the
-    passages the answer would quote, ``depth`` of them per fused list.
-
-    >>> strategy_setup("rag-fusion").name
-    'rag-fusion-offline'
-    """
+    """A strategy of ``strategies.STRATEGIES`` over BM25 and dense: its ready chain's retrieval
+    (queries from ``llm``, or its offline query step without one), up to the answer, keeping
+    ``depth`` passages."""
     from rag_fusion_chain import strategies
 
     record = strategies.get(strategy)
@@ -259,16 +201,12 @@ def setup_by_name(
     rrf_k: float = DEFAULT_RRF_K,
     query_count: int = 4,
 ) -> Setup:
-    """A setup by its command-line name.
+    """A setup by its command-line name: ``bm25``, ``dense``, ``hybrid`` (with
+    :data:`DEFAULT_HYBRID_FUSION`), ``hybrid-`` and a ``fusion.FUSIONS`` name, any strategy of
+    ``strategies.STRATEGIES`` (with ``llm``) or ``STRATEGY-offline``.
 
-    ``bm25``, ``dense``, ``hybrid`` (the recommended :data:`DEFAULT_HYBRID_FUSION`),
-    ``hybrid-rrf``, ``hybrid-relative``, ``hybrid-dist`` (and the other
-    :data:`~rag_fusion_chain.fusion.FUSIONS` names after ``hybrid-``); a query strategy
-    (``rag-fusion``, ``multi-query``, ``decomposition``, ``step-back``, ``hyde``) with ``llm``,
-    or with ``-offline`` appended for the offline generator.
-
-    >>> setup_by_name("bm25").description
-    'BM25 (bm25s, English stemmer and stopwords)'
+    >>> setup_by_name("hybrid-rrf").settings["rrf_k"]
+    30
     """
     from rag_fusion_chain.strategies import STRATEGIES
 
@@ -317,13 +255,8 @@ def run_setups(
     max_concurrency: int | None = None,
     progress: ProgressCallback = ignore_progress,
 ) -> dict[str, Run]:
-    """Retrieve for every query of ``dataset`` with every setup; one ranx-ready run per setup.
-
-    Queries go to each setup's ``batch`` in chunks of ``batch_size`` (progress is reported after
-    each chunk). Rankings become runs via :func:`run_from_rankings` (rank-derived scores).
-
-    >>> # runs = run_setups(load_beir("scifact"), [setup_by_name("bm25")], Indexes(corpus))
-    """
+    """One run per setup: every query of ``dataset`` through the setup's ``batch``, in chunks
+    of ``batch_size`` (progress reported after each), as :func:`run_from_rankings`."""
     names = [setup.name for setup in setups]
     if len(set(names)) != len(names):
         raise ValueError(f"setups: names must be unique, got {names}")
