@@ -23,16 +23,14 @@ from rag_fusion_chain.evaluate import (
     comparison_table,
     evaluate_run,
     load_beir,
-    results_json,
     run_from_rankings,
     run_setups,
     setup_by_name,
-    value_labels,
     write_json,
     write_plot,
-    y_limits,
 )
 from rag_fusion_chain.evaluate.metrics import per_query_scores
+from rag_fusion_chain.evaluate.report import results_json, value_labels, y_limits
 
 SCIFACT_DIR = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "scifact"
 
@@ -191,7 +189,7 @@ def test_cached_embeddings_encode_each_text_once(tmp_path: Path) -> None:
     assert again.embed_query("alpha") != [] and model.encoded_texts == 4  # queries keyed apart
 
     files = sorted(path.suffix for path in tmp_path.rglob("*") if path.is_file())
-    assert set(files) == {".json", ".npy"}  # npy shards + a JSON index, no pickle
+    assert set(files) == {".npz"}  # one npz shard per batch, read without pickle
 
 
 def test_second_run_calls_the_encoder_zero_times(tiny_beir: Path, tmp_path: Path) -> None:

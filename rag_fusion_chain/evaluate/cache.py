@@ -1,17 +1,14 @@
 """A disk cache of embeddings, so that re-running an evaluation skips encoding the corpus.
 
-Vectors live under ``<cache_dir>/<hash of model identity>/`` as float32 ``.npy`` shards (loaded
-with ``allow_pickle=False``: nothing is pickled) plus ``index.json`` mapping a text hash to
-``[shard, row]``. A writer adds a shard and replaces the index atomically, so an interrupted or
-concurrent run loses at most its own new entries.
+Under ``<cache_dir>/<hash of the model identity>/`` each batch of new vectors is one ``.npz`` shard
+(text hashes and float32 vectors, read with ``allow_pickle=False``: nothing is pickled), written
+under a temporary name and renamed, so an interrupted or concurrent run loses only its own batch.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-import tempfile
 import threading
 import uuid
 from collections.abc import Callable, Sequence
@@ -25,9 +22,7 @@ DEFAULT_CACHE_DIR = (
     / "rag-fusion-chain"
     / "embeddings"
 )
-"""``$XDG_CACHE_HOME`` (else ``~/.cache``)``/rag-fusion-chain/embeddings``: shared between
-checkouts, never committed."""
-INDEX_FILE = "index.json"
+"""``$XDG_CACHE_HOME`` (else ``~/.cache``)``/rag-fusion-chain/embeddings``: outside checkouts."""
 
 
 def _numpy() -> Any:
@@ -38,76 +33,6 @@ def _numpy() -> Any:
             'the embedding cache needs numpy: pip install "rag-fusion-chain[eval]"'
         ) from error
     return numpy
-
-
-def text_key(text: str, kind: str) -> str:
-    """The cache key of a text: sha256 over its kind (``document``/``query``) and the text."""
-    return hashlib.sha256(f"{kind}\0{text}".encode()).hexdigest()
-
-
-class EmbeddingStore:
-    """Vectors of one embedding model on disk, looked up by :func:`text_key` (thread-safe)."""
-
-    def __init__(self, cache_dir: str | Path, identity: str) -> None:
-        if not identity:
-            raise ValueError("identity must name the embedding model (e.g. its name and revision)")
-        self.identity = identity
-        self.directory = Path(cache_dir) / hashlib.sha256(identity.encode()).hexdigest()[:24]
-        self._entries = self._read_index()
-        self._shards: dict[str, Any] = {}
-        self._lock = threading.Lock()
-
-    def _read_index(self) -> dict[str, tuple[str, int]]:
-        path = self.directory / INDEX_FILE
-        if not path.is_file():
-            return {}
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if data.get("identity") != self.identity:
-            raise ValueError(
-                f"{path} belongs to model {data.get('identity')!r}, not {self.identity!r}"
-            )
-        return {key: (shard, int(row)) for key, (shard, row) in data["entries"].items()}
-
-    def get_many(self, keys: Sequence[str]) -> dict[str, list[float]]:
-        """The cached vectors among ``keys`` (missing keys are absent)."""
-        numpy = _numpy()
-        found: dict[str, list[float]] = {}
-        with self._lock:
-            for key in keys:
-                if (location := self._entries.get(key)) is None:
-                    continue
-                shard, row = location
-                if shard not in self._shards:
-                    path = self.directory / shard
-                    self._shards[shard] = numpy.load(path, mmap_mode="r", allow_pickle=False)
-                found[key] = [float(value) for value in self._shards[shard][row]]
-        return found
-
-    def put_many(self, keys: Sequence[str], vectors: Sequence[Sequence[float]]) -> None:
-        """Store new vectors as one shard and merge them into the index on disk."""
-        if len(keys) != len(vectors):
-            raise ValueError(f"got {len(keys)} keys for {len(vectors)} vectors")
-        if not keys:
-            return
-        numpy = _numpy()
-        with self._lock:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            shard = f"shard-{uuid.uuid4().hex}.npy"
-            temporary_shard = self.directory / f".{shard}.tmp"
-            with temporary_shard.open("wb") as handle:
-                numpy.save(handle, numpy.asarray(vectors, dtype=numpy.float32), allow_pickle=False)
-            os.replace(temporary_shard, self.directory / shard)
-            entries = {**self._read_index(), **self._entries}
-            entries.update({key: (shard, row) for row, key in enumerate(keys)})
-            payload = {
-                "identity": self.identity,
-                "entries": {k: list(v) for k, v in entries.items()},
-            }
-            handle_number, temporary = tempfile.mkstemp(dir=self.directory, suffix=".json.tmp")
-            with os.fdopen(handle_number, "w", encoding="utf-8") as index_handle:
-                json.dump(payload, index_handle)
-            os.replace(temporary, self.directory / INDEX_FILE)
-            self._entries = entries
 
 
 class CachedEmbeddings(Embeddings):
@@ -131,32 +56,62 @@ class CachedEmbeddings(Embeddings):
         batch_size: int = 256,
         on_progress: Callable[[int, int], None] | None = None,
     ) -> None:
+        if not identity:
+            raise ValueError("identity must name the embedding model (e.g. its name and revision)")
         if batch_size <= 0:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
         self.embeddings = embeddings
-        self.store = EmbeddingStore(cache_dir, identity)
+        self.directory = Path(cache_dir) / hashlib.sha256(identity.encode()).hexdigest()[:24]
         self.batch_size = batch_size
         self.on_progress = on_progress
         """Called as ``on_progress(embedded, texts)`` after each batch (cached texts count as done)."""
+        self._vectors: dict[str, Any] = {}
+        self._shards_read: set[str] = set()
+        self._lock = threading.Lock()
+
+    def _read_new_shards(self) -> None:
+        """Load the shards written since the last look, by this process or another."""
+        numpy = _numpy()
+        for path in sorted(self.directory.glob("*.npz")):
+            if path.name not in self._shards_read:
+                with numpy.load(path, allow_pickle=False) as shard:
+                    self._vectors.update(zip(shard["keys"].tolist(), shard["vectors"], strict=True))
+                self._shards_read.add(path.name)
+
+    def _write_shard(self, keys: list[str], vectors: Sequence[Sequence[float]]) -> None:
+        numpy = _numpy()
+        array = numpy.asarray(vectors, dtype=numpy.float32)
+        if array.shape[0] != len(keys):
+            raise ValueError(f"the model returned {array.shape[0]} vectors for {len(keys)} texts")
+        name = f"{uuid.uuid4().hex}.npz"
+        temporary = self.directory / f".{name}.tmp"
+        with self._lock:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            with temporary.open("wb") as handle:
+                numpy.savez(handle, keys=numpy.asarray(keys), vectors=array)
+            os.replace(temporary, self.directory / name)
+            self._shards_read.add(name)
+            self._vectors.update(zip(keys, array, strict=True))
 
     def _embed(self, texts: list[str], kind: str) -> list[list[float]]:
-        keys = [text_key(text, kind) for text in texts]
-        found = self.store.get_many(keys)
-        missing = {key: text for key, text in zip(keys, texts, strict=True) if key not in found}
+        keys = [hashlib.sha256(f"{kind}\0{text}".encode()).hexdigest() for text in texts]
+        with self._lock:
+            self._read_new_shards()
+            missing = {
+                key: text for key, text in zip(keys, texts, strict=True) if key not in self._vectors
+            }
         if kind == "query" and len(missing) == 1:
-            key, text = next(iter(missing.items()))
-            self.store.put_many([key], [self.embeddings.embed_query(text)])
+            ((key, text),) = missing.items()
+            self._write_shard([key], [self.embeddings.embed_query(text)])
         else:
             pending = list(missing)
             for start in range(0, len(pending), self.batch_size):
                 batch = pending[start : start + self.batch_size]
-                self.store.put_many(
-                    batch, self.embeddings.embed_documents([missing[key] for key in batch])
-                )
+                vectors = self.embeddings.embed_documents([missing[key] for key in batch])
+                self._write_shard(batch, vectors)
                 if self.on_progress is not None:
                     self.on_progress(len(keys) - len(pending) + start + len(batch), len(keys))
-        found.update(self.store.get_many(list(missing)))
-        return [found[key] for key in keys]
+        return [self._vectors[key].tolist() for key in keys]
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         """Embed documents, encoding only those not in the cache."""
