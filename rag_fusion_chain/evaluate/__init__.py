@@ -14,11 +14,6 @@ from rag_fusion_chain.evaluate.experiment import Experiment, run_experiment
 from rag_fusion_chain.evaluate.langsmith_experiment import (
     LangSmithExperiment,
     langsmith_configured,
-    mrr_at_10,
-    ndcg_at_10,
-    recall_at_k,
-    retrieval_evaluator,
-    run_langsmith_experiment,
     run_langsmith_experiments,
 )
 from rag_fusion_chain.evaluate.metrics import (
@@ -30,20 +25,11 @@ from rag_fusion_chain.evaluate.metrics import (
     run_from_rankings,
 )
 from rag_fusion_chain.evaluate.report import Summary, comparison_table, write_json, write_plot
-from rag_fusion_chain.evaluate.setups import (
-    DEFAULT_SETUPS,
-    Indexes,
-    Setup,
-    hybrid_setup,
-    run_setups,
-    setup_by_name,
-    strategy_setup,
-)
+from rag_fusion_chain.evaluate.setups import Indexes, Setup, run_setups, setup_by_name
 
 __all__ = [
     "DEFAULT_CACHE_DIR",
     "DEFAULT_METRICS",
-    "DEFAULT_SETUPS",
     "STAT_TESTS",
     "BeirDataset",
     "CachedEmbeddings",
@@ -56,20 +42,13 @@ __all__ = [
     "compare_runs",
     "comparison_table",
     "evaluate_run",
-    "hybrid_setup",
     "langsmith_configured",
     "load_beir",
-    "mrr_at_10",
-    "ndcg_at_10",
-    "recall_at_k",
-    "retrieval_evaluator",
     "run_experiment",
     "run_from_rankings",
-    "run_langsmith_experiment",
     "run_langsmith_experiments",
     "run_setups",
     "setup_by_name",
-    "strategy_setup",
     "write_json",
     "write_plot",
 ]

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.embeddings import Embeddings
 from langchain_core.runnables import Runnable
@@ -29,37 +29,21 @@ from rag_fusion_chain.evaluate.setups import (
 
 @dataclass(frozen=True)
 class Experiment:
-    """What an evaluation produced: the runs and their comparison against the first setup."""
+    """What an evaluation produced: its :class:`Summary` (scores, settings, the comparison against
+    the first setup) and the runs."""
 
-    dataset: str
-    split: str
-    query_count: int
+    summary: Summary
     runs: dict[str, Run]
-    comparison: Comparison
-    settings: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Each setup's :attr:`Setup.settings`."""
-    indexes: dict[str, Any] = field(default_factory=dict)
-    """What the shared indexes were built with (:meth:`Indexes.settings`)."""
-    queries_limit: int | None = None
+
+    @property
+    def comparison(self) -> Comparison:
+        """The paired tests against the first setup."""
+        return cast(Comparison, self.summary.comparison)
 
     @property
     def scores(self) -> dict[str, dict[str, float]]:
         """``{setup: {metric: mean}}``, as written to ``--json``."""
         return self.comparison.scores
-
-    @property
-    def summary(self) -> Summary:
-        """Everything the JSON, the table title and the chart show."""
-        return Summary(
-            self.dataset,
-            self.scores,
-            self.split,
-            self.query_count,
-            self.queries_limit,
-            self.settings,
-            self.indexes,
-            self.comparison,
-        )
 
 
 def prepare_evaluation(
@@ -114,13 +98,14 @@ def run_experiment(
     dataset, resolved, indexes = prepare_evaluation(dataset, setups, progress=progress, **options)
     runs = run_setups(dataset, resolved, indexes, progress=progress)
     comparison = compare_runs(runs, dataset.qrels, metrics, stat_test=stat_test, max_p=max_p)
-    return Experiment(
+    summary = Summary(
         dataset.name,
+        comparison.scores,
         dataset.split,
         len(dataset.queries),
-        runs,
-        comparison,
+        options.get("queries_limit"),
         {setup.name: dict(setup.settings) for setup in resolved},
         indexes.settings(),
-        options.get("queries_limit"),
+        comparison,
     )
+    return Experiment(summary, runs)

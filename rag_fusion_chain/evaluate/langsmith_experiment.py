@@ -1,11 +1,6 @@
-"""Retrieval evaluation as a LangSmith experiment: evaluators and a runner for ``langsmith.evaluate``.
-
-The evaluators take ``(outputs, reference_outputs)`` as ``langsmith.evaluate`` passes them: a target
-returning ``{"documents": [ids in rank order]}`` and examples holding ``{"relevant": {id: grade}}``.
-Each score is ranx's on a one-query run, so their mean equals :func:`~.metrics.evaluate_run`'s::
-
-    evaluate(my_retrieval, data="my-dataset", evaluators=[ndcg_at_10, recall_at_k(20)])
-"""
+"""Retrieval evaluation as LangSmith experiments: evaluators for ``langsmith.evaluate`` (a target
+returning ``{"documents": [ids]}``, examples holding ``{"relevant": {id: grade}}``; each score is
+ranx's, so their mean equals :func:`~.metrics.evaluate_run`'s) and a runner over BEIR datasets."""
 
 from __future__ import annotations
 
@@ -26,7 +21,6 @@ from rag_fusion_chain.evaluate.setups import Indexes, ProgressCallback, Setup, i
 from rag_fusion_chain.fusion import document_id
 
 Evaluator = Callable[..., dict[str, Any]]
-"""``evaluator(outputs, reference_outputs) -> {"key": metric, "score": value}``."""
 
 DOCUMENTS_KEY = "documents"
 RELEVANT_KEY = "relevant"
@@ -34,21 +28,13 @@ _EXAMPLE_NAMESPACE = uuid.UUID("6f1c0f3e-5a52-4d1e-9a57-3c1f5e0b7a10")
 
 
 def langsmith_configured(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether ``LANGSMITH_API_KEY`` is set (``LANGSMITH_ENDPOINT`` is optional).
-
-    >>> langsmith_configured({}), langsmith_configured({"LANGSMITH_API_KEY": "lsv2-..."})
-    (False, True)
-    """
+    """Whether ``LANGSMITH_API_KEY`` is set (``LANGSMITH_ENDPOINT`` is optional)."""
     return bool((os.environ if environ is None else environ).get("LANGSMITH_API_KEY", "").strip())
 
 
 def retrieval_evaluator(metric: str) -> Evaluator:
-    """An evaluator scoring ranx's ``metric`` of ``outputs["documents"]`` (ids, or Documents;
-    missing outputs, as from a failed run, score 0) against ``reference_outputs["relevant"]``.
-
-    >>> retrieval_evaluator("map")({"documents": ["d1", "d2"]}, {"relevant": {"d2": 1}})
-    {'key': 'map', 'score': 0.5}
-    """
+    """An evaluator of ranx's ``metric`` for ``outputs["documents"]`` (ids or Documents; none, as
+    from a failed run, scores 0) against ``reference_outputs["relevant"]``."""
     if not isinstance(metric, str) or not metric:
         raise ValueError(f"metric must be a ranx metric name such as 'ndcg@10', got {metric!r}")
 
@@ -76,11 +62,7 @@ def retrieval_evaluator(metric: str) -> Evaluator:
 
 
 def recall_at_k(k: int = 100) -> Evaluator:
-    """The ``recall@k`` evaluator.
-
-    >>> recall_at_k(2)({"documents": ["d1", "d2", "d3"]}, {"relevant": {"d2": 1, "d3": 1}})
-    {'key': 'recall@2', 'score': 0.5}
-    """
+    """The ``recall@k`` evaluator."""
     if not isinstance(k, int) or isinstance(k, bool) or k <= 0:
         raise ValueError(f"k must be a positive integer, got {k!r}")
     return retrieval_evaluator(f"recall@{k}")

@@ -42,11 +42,7 @@ def _ranx():  # type: ignore[no-untyped-def]
 
 def ranking_scores(identifiers: Sequence[str]) -> dict[str, float]:
     """Rank-derived scores ``len - position`` (a repeat keeps its best rank), so that ranx keeps
-    the kit's order and tie-breaking.
-
-    >>> ranking_scores(["d2", "d1", "d2"])
-    {'d2': 3.0, 'd1': 2.0}
-    """
+    the kit's order and tie-breaking."""
     scores: dict[str, float] = {}
     for position, identifier in enumerate(identifiers):
         scores.setdefault(str(identifier), float(len(identifiers) - position))
@@ -54,11 +50,7 @@ def ranking_scores(identifiers: Sequence[str]) -> dict[str, float]:
 
 
 def run_from_rankings(rankings: Mapping[str, Sequence[Document]]) -> Run:
-    """Ranked Documents per query as a run (:func:`ranking_scores` of their ids).
-
-    >>> run_from_rankings({"q1": [Document("a", id="d1"), Document("b", id="d2")]})
-    {'q1': {'d1': 2.0, 'd2': 1.0}}
-    """
+    """Ranked Documents per query as a run (:func:`ranking_scores` of their ids)."""
     return {
         query_id: ranking_scores([document_id(document) for document in documents])
         for query_id, documents in rankings.items()
@@ -66,7 +58,7 @@ def run_from_rankings(rankings: Mapping[str, Sequence[Document]]) -> Run:
 
 
 def _ranx_inputs(run: Mapping[str, Mapping[str, float]], qrels: Judgements, name: str) -> Any:
-    """ranx Qrels and Run (None when no judged query is answered; unanswered queries score 0)."""
+    """ranx Qrels and Run (None when no judged query is answered)."""
     ranx = _ranx()
     if not qrels:
         raise ValueError("qrels must judge at least one query")
@@ -80,11 +72,7 @@ def evaluate_run(
     qrels: Judgements,
     metrics: Sequence[str] = DEFAULT_METRICS,
 ) -> dict[str, float]:
-    """Mean of each metric over the judged queries (unanswered queries count as 0).
-
-    >>> evaluate_run({"q1": {"d1": 2.0, "d2": 1.0}}, {"q1": {"d2": 1}}, ["mrr@10"])
-    {'mrr@10': 0.5}
-    """
+    """Mean of each metric over the judged queries (unanswered queries count as 0)."""
     ranx_qrels, ranx_run = _ranx_inputs(run, qrels, "run")
     if ranx_run is None:
         return dict.fromkeys(metrics, 0.0)
@@ -97,11 +85,7 @@ def evaluate_run(
 def per_query_scores(
     run: Mapping[str, Mapping[str, float]], qrels: Judgements, metric: str
 ) -> dict[str, float]:
-    """Each judged query's ``metric`` (0 when unanswered), for cross-validation over queries.
-
-    >>> per_query_scores({"q1": {"d1": 2.0, "d2": 1.0}}, {"q1": {"d2": 1}, "q2": {"d1": 1}}, "mrr@10")
-    {'q1': 0.5, 'q2': 0.0}
-    """
+    """Each judged query's ``metric`` (0 when unanswered), for cross-validation over queries."""
     ranx_qrels, ranx_run = _ranx_inputs(run, qrels, "run")
     if ranx_run is None:
         return dict.fromkeys(qrels, 0.0)
@@ -137,15 +121,8 @@ def compare_runs(
     permutations: int = 1000,
     random_seed: int = 42,
 ) -> Comparison:
-    """Evaluate named runs with ``ranx.compare``; p-values compare each run with the first.
-
-    ``stat_test``: ``"student"`` or ``"fisher"`` (``permutations`` permutations). A run whose
-    per-query scores equal the baseline's gets p = 1.0 (ranx's NaN). Every run must answer at
-    least one judged query.
-
-    >>> compare_runs({"a": {"q1": {"d1": 1.0}}}, {"q1": {"d1": 1}}, ["mrr@10"]).scores
-    {'a': {'mrr@10': 1.0}}
-    """
+    """Evaluate named runs with ``ranx.compare`` (``stat_test`` ``"student"`` or ``"fisher"``);
+    p-values against the first run, 1.0 for identical per-query scores (ranx's NaN)."""
     if stat_test not in STAT_TESTS:
         raise ValueError(f"stat_test must be one of {STAT_TESTS}, got {stat_test!r}")
     if not runs:

@@ -124,33 +124,29 @@ def hybrid_setup(
 ) -> Setup:
     """The kit's ``hybrid_retriever`` over BM25 and dense with ``fusion`` (a ``fusion.FUSIONS``
     name, whose ``"rrf"`` takes ``rrf_k``, or a fusion object) and ``(bm25, dense)`` weights."""
-    if isinstance(fusion, str) and fusion not in FUSIONS:
-        raise ValueError(f"fusion must be one of {sorted(FUSIONS)} or a BaseFusion, got {fusion!r}")
     label = fusion if isinstance(fusion, str) else type(fusion).__name__
     if isinstance(fusion, str):
+        if fusion not in FUSIONS:
+            raise ValueError(
+                f"fusion must be one of {sorted(FUSIONS)} or a BaseFusion, got {fusion!r}"
+            )
         fusion = FUSIONS[fusion](**({"k": rrf_k} if fusion == "rrf" else {}))
-    fusion_object = fusion
-    settings: dict[str, Any] = {"retrievers": ["bm25", "dense"], "fusion": type(fusion).__name__}
-    if isinstance(fusion, ReciprocalRankFusion):
-        settings["rrf_k"] = fusion.k
+    chosen = fusion
+    settings = {"retrievers": ["bm25", "dense"], "fusion": type(chosen).__name__}
+    if isinstance(chosen, ReciprocalRankFusion):
+        settings["rrf_k"] = chosen.k
 
     def build(indexes: Indexes) -> Runnable[str, list[Document]]:
         from rag_fusion_chain.retrievers.hybrid import hybrid_retriever
 
+        bm25, dense, depth = indexes.bm25(), indexes.dense(), indexes.depth
         return hybrid_retriever(
-            indexes.bm25(),
-            indexes.dense(),
-            fusion=fusion_object,
-            weights=list(weights),
-            k=indexes.depth,
-            fetch_k=indexes.depth,
+            bm25, dense, fusion=chosen, weights=list(weights), k=depth, fetch_k=depth
         )
 
+    description = f"bm25 + dense, {label} fusion, weights {tuple(weights)}"
     return Setup(
-        name or f"hybrid-{label}",
-        build,
-        f"bm25 + dense, {label} fusion, weights {tuple(weights)}",
-        {**settings, "weights": list(weights)},
+        name or f"hybrid-{label}", build, description, {**settings, "weights": list(weights)}
     )
 
 

@@ -54,11 +54,7 @@ def reciprocal_rank_scores(
     rank_start: int = 1,
     id_key: str | None = None,
 ) -> Fused:
-    """RRF: score(d) = sum over lists of weight / (k + rank(d)), ranks from ``rank_start``.
-
-    >>> reciprocal_rank_scores([[Document("A"), Document("B")], [Document("B")]], [1.0, 1.0])[0]
-    [0.01639344262295082, 0.03252247488101534]
-    """
+    """RRF: score(d) = sum over lists of weight / (k + rank(d)), ranks from ``rank_start``."""
     first = k + rank_start
     contributions = [
         [weight / (first + position) for position in range(len(ranked))]
@@ -78,11 +74,7 @@ def union_scores(
 
 
 def normalize_scores(scores: list[float], bounds: tuple[float, float]) -> list[float]:
-    """Scale scores from [low, high] to [0, 1]; equal bounds give 1.0 if positive else 0.0.
-
-    >>> normalize_scores([2.0, 4.0, 3.0], (2.0, 4.0))
-    [0.0, 1.0, 0.5]
-    """
+    """Scale scores from [low, high] to [0, 1]; equal bounds give 1.0 if positive else 0.0."""
     low, high = bounds
     if high == low:
         return [1.0 if high > 0 else 0.0] * len(scores)
@@ -182,11 +174,7 @@ def relative_scores(
     score_key: str = SCORE_KEY,
     id_key: str | None = None,
 ) -> Fused:
-    """Relative score fusion: per-list min-max to [0, 1], times weight, over the list count, summed.
-
-    >>> relative_scores([[Document("A", metadata={"score": 9}), Document("B", metadata={"score": 1})]], [1.0])[0]
-    [1.0, 0.0]
-    """
+    """Relative score fusion: per-list min-max to [0, 1], times weight, over the list count, summed."""
     return _score_based(ranked_lists, weights, _min_max, score_key, id_key)
 
 

@@ -23,11 +23,7 @@ FusionOutput = list[Document] | list[tuple[Document, float]]
 
 
 class RankedList(list):  # type: ignore[type-arg]
-    """A ranked ``list[Document]`` that also knows its weight, query and source.
-
-    >>> RankedList([Document("a")], weight=2.0).weight
-    2.0
-    """
+    """A ranked ``list[Document]`` that also knows its weight, query and source."""
 
     def __init__(
         self,
@@ -66,11 +62,8 @@ def _is_document_list(value: Any) -> bool:
 def flatten(
     ranked_lists: FusionInput, weights: Sequence[float] | None = None
 ) -> tuple[list[Sequence[Document]], list[float]]:
-    """A flat list of ranked lists and one weight per list.
-
-    Nested input is ``[query][retriever][rank]``; ``weights`` then give one weight per retriever or
-    one per flattened list. Without ``weights``, each :class:`RankedList` carries its own (else 1.0).
-    """
+    """A flat list of ranked lists and one weight per list: ``weights`` (one per list, or per
+    retriever for nested ``[query][retriever][rank]`` input), else each RankedList's own, else 1."""
     if isinstance(ranked_lists, Document) or not isinstance(ranked_lists, (list, tuple)):
         raise TypeError(
             "fusion input must be a list of ranked lists of Documents, "
@@ -125,9 +118,8 @@ def _weights_per_list(
 
 
 def identity(id_key: str | None) -> Callable[[Document], Any] | None:
-    """The identity of a document for fusion: None for its text (the fast path), else a function
-    giving ``(id_key, value)`` of ``metadata[id_key]`` (``Document.id`` for :data:`DOCUMENT_ID`),
-    or the text when the document has no such value."""
+    """How fusion identifies a document: None for by text (the fast path), else a function giving
+    ``(id_key, metadata[id_key])`` (``Document.id`` for DOCUMENT_ID), or the text without one."""
     if id_key is None:
         return None
     warned = False
@@ -156,11 +148,7 @@ def identity(id_key: str | None) -> Callable[[Document], Any] | None:
 
 def document_id(document: Document, id_key: str | None = None, score_key: str = SCORE_KEY) -> str:
     """A stable string id: ``Document.id``, else ``metadata[id_key]``, else a content hash of the
-    text and metadata (score keys left out), the same across processes: the kit's chunk ids.
-
-    >>> document_id(Document("t", metadata={"score": 1})) == document_id(Document("t"))
-    True
-    """
+    text and metadata without score keys (the kit's chunk ids, the same in every process)."""
     if document.id:
         return document.id
     if id_key is not None and document.metadata.get(id_key) is not None:

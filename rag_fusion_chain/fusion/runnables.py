@@ -9,29 +9,12 @@ from typing import Any, ClassVar
 
 from langchain_core.documents import Document
 from langchain_core.runnables import RunnableConfig, RunnableSerializable
-from langchain_core.runnables.config import (
-    ensure_config,
-    get_callback_manager_for_config,
-)
-from pydantic import field_validator, model_validator
+from langchain_core.runnables.config import ensure_config, get_callback_manager_for_config
+from pydantic import Field, field_validator, model_validator
 
-from rag_fusion_chain.fusion.algorithms import (
-    RRF_K,
-    Fused,
-    best_first,
-    distribution_based_scores,
-    reciprocal_rank_scores,
-    relative_scores,
-    scored_copy,
-    union_scores,
-)
-from rag_fusion_chain.fusion.inputs import (
-    SCORE_KEY,
-    FusionInput,
-    FusionOutput,
-    flatten,
-    validate_weights,
-)
+from rag_fusion_chain.fusion import algorithms, inputs
+from rag_fusion_chain.fusion.algorithms import Fused
+from rag_fusion_chain.fusion.inputs import SCORE_KEY, FusionInput, FusionOutput
 
 
 class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
@@ -40,7 +23,7 @@ class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
     name: str | None = "fuse"
     weights: list[float] | None = None
     """One weight per ranked list (or per retriever for nested input); default: each list's own."""
-    top_n: int | None = None
+    top_n: int | None = Field(default=None, gt=0)
     """Keep only the best ``top_n`` documents."""
     id_key: str | None = None
     """Identify documents by this metadata key (:data:`DOCUMENT_ID`: by ``Document.id``)."""
@@ -55,18 +38,11 @@ class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
     @classmethod
     def _check_weights(cls, weights: list[float] | None) -> list[float] | None:
         if weights is not None:
-            validate_weights(weights)
+            inputs.validate_weights(weights)
         return weights
 
-    @field_validator("top_n")
-    @classmethod
-    def _check_top_n(cls, top_n: int | None) -> int | None:
-        if top_n is not None and top_n <= 0:
-            raise ValueError(f"top_n must be a positive integer or None, got {top_n}")
-        return top_n
-
     def _scores(self, ranked_lists: list[Sequence[Document]], weights: list[float]) -> Fused:
-        raise NotImplementedError
+        raise NotImplementedError  # each fusion supplies its algorithm
 
     def with_settings(self, **settings: Any) -> BaseFusion:
         """This fusion with per-call ``settings`` validated like fields; TypeError names any keyword
@@ -85,12 +61,17 @@ class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
 
     def fuse(self, ranked_lists: FusionInput) -> FusionOutput:
         """Fuse without callbacks: the pure path the Runnable methods wrap."""
-        scores, documents = self._scores(*flatten(ranked_lists, self.weights))
-        order: Sequence[int] = best_first(scores) if self.sorts_by_score else range(len(scores))
+        scores, documents = self._scores(*inputs.flatten(ranked_lists, self.weights))
+        order: Sequence[int] = (
+            algorithms.best_first(scores) if self.sorts_by_score else range(len(scores))
+        )
         kept = order[: self.top_n]
         if self.with_scores:
-            return [(scored_copy(documents[slot], scores[slot]), scores[slot]) for slot in kept]
-        return [scored_copy(documents[slot], scores[slot]) for slot in kept]
+            return [
+                (algorithms.scored_copy(documents[slot], scores[slot]), scores[slot])
+                for slot in kept
+            ]
+        return [algorithms.scored_copy(documents[slot], scores[slot]) for slot in kept]
 
     def invoke(
         self, input: FusionInput, config: RunnableConfig | None = None, **kwargs: Any
@@ -116,14 +97,9 @@ class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
 
 class ReciprocalRankFusion(BaseFusion):
     """Reciprocal rank fusion: score(d) = Σ_i w_i / (k + rank_i(d)), ranks from ``rank_start``
-    (1 as in Cormack et al. 2009; 0 reproduces the tutorials' ``1 / (rank + k)``).
+    (1 as in Cormack et al. 2009; 0 reproduces the tutorials' ``1 / (rank + k)``)."""
 
-    >>> a, b = Document("A"), Document("B")
-    >>> [d.page_content for d in ReciprocalRankFusion().invoke([[a, b], [b, a]])]
-    ['A', 'B']
-    """
-
-    k: float = RRF_K
+    k: float = algorithms.RRF_K
     rank_start: int = 1
 
     call_settings: ClassVar[tuple[str, ...]] = ("top_n", "weights", "k")
@@ -139,7 +115,7 @@ class ReciprocalRankFusion(BaseFusion):
         return self
 
     def _scores(self, ranked_lists: list[Sequence[Document]], weights: list[float]) -> Fused:
-        return reciprocal_rank_scores(
+        return algorithms.reciprocal_rank_scores(
             ranked_lists, weights, k=self.k, rank_start=self.rank_start, id_key=self.id_key
         )
 
@@ -151,14 +127,16 @@ class RelativeScoreFusion(BaseFusion):
     score_key: str = SCORE_KEY
 
     def _scores(self, ranked_lists: list[Sequence[Document]], weights: list[float]) -> Fused:
-        return relative_scores(ranked_lists, weights, score_key=self.score_key, id_key=self.id_key)
+        return algorithms.relative_scores(
+            ranked_lists, weights, score_key=self.score_key, id_key=self.id_key
+        )
 
 
 class DistBasedScoreFusion(RelativeScoreFusion):
     """Distribution-based score fusion: min-max with bounds mean ± 3σ of each list's scores."""
 
     def _scores(self, ranked_lists: list[Sequence[Document]], weights: list[float]) -> Fused:
-        return distribution_based_scores(
+        return algorithms.distribution_based_scores(
             ranked_lists, weights, score_key=self.score_key, id_key=self.id_key
         )
 
@@ -170,7 +148,7 @@ class UniqueUnion(BaseFusion):
     sorts_by_score: ClassVar[bool] = False
 
     def _scores(self, ranked_lists: list[Sequence[Document]], weights: list[float]) -> Fused:
-        return union_scores(ranked_lists, weights, id_key=self.id_key)
+        return algorithms.union_scores(ranked_lists, weights, id_key=self.id_key)
 
 
 reciprocal_rank_fusion = ReciprocalRankFusion()
