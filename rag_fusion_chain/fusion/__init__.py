@@ -1,11 +1,6 @@
-"""Result fusion: merge several ranked lists of Documents into one.
-
-One pure function per algorithm (:mod:`.algorithms`, as in ranx's ``fusion/``) and thin Runnables
-over them, so that ``generator | retriever.map() | fusion`` works. Input is ``list[list[Document]]``
-or ``[query][retriever][rank]``; identity is the text unless ``id_key`` names a metadata key (or
-:data:`DOCUMENT_ID` for ``Document.id``); output is fresh copies with ``metadata["fusion_score"]``,
-best first, ties in first-seen order, cut to ``top_n``.
-"""
+"""Result fusion: one pure function per algorithm (:mod:`.algorithms`, as in ranx's ``fusion/``)
+and thin Runnables over them (:mod:`.runnables`), so that ``generator | retriever.map() | fusion``
+works; outputs are fresh copies with ``metadata["fusion_score"]``, best first."""
 
 from rag_fusion_chain.fusion.algorithms import (
     RRF_K,

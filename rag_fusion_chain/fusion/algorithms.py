@@ -18,10 +18,12 @@ RRF_K = 60
 
 Fused = tuple[list[float], list[Document]]
 Lists = Sequence[Sequence[Document]]
+Weights = Sequence[float]
+Key = str | None
 Bounds = Callable[[list[float]], tuple[float, float]]
 
 
-def _accumulate(ranked_lists: Lists, contributions: list[list[float]], id_key: str | None) -> Fused:
+def _accumulate(ranked_lists: Lists, contributions: list[list[float]], id_key: Key) -> Fused:
     """Sum each list's per-position contribution into one score per distinct document; a document
     repeated within one list counts once, at its best position."""
     key_of = identity(id_key)
@@ -48,11 +50,11 @@ def _accumulate(ranked_lists: Lists, contributions: list[list[float]], id_key: s
 
 def reciprocal_rank_scores(
     ranked_lists: Lists,
-    weights: Sequence[float],
+    weights: Weights,
     *,
     k: float = RRF_K,
     rank_start: int = 1,
-    id_key: str | None = None,
+    id_key: Key = None,
 ) -> Fused:
     """RRF: score(d) = sum over lists of weight / (k + rank(d)), ranks from ``rank_start``."""
     first = k + rank_start
@@ -63,9 +65,7 @@ def reciprocal_rank_scores(
     return _accumulate(ranked_lists, contributions, id_key)
 
 
-def union_scores(
-    ranked_lists: Lists, weights: Sequence[float], *, id_key: str | None = None
-) -> Fused:
+def union_scores(ranked_lists: Lists, weights: Weights, *, id_key: Key = None) -> Fused:
     """Unique union: every distinct document once, scored by the summed weight of its lists."""
     contributions = [
         [weight] * len(ranked) for ranked, weight in zip(ranked_lists, weights, strict=True)
@@ -79,10 +79,6 @@ def normalize_scores(scores: list[float], bounds: tuple[float, float]) -> list[f
     if high == low:
         return [1.0 if high > 0 else 0.0] * len(scores)
     return [(score - low) / (high - low) for score in scores]
-
-
-def _min_max(scores: list[float]) -> tuple[float, float]:
-    return min(scores), max(scores)
 
 
 def _mean_three_sigma(scores: list[float]) -> tuple[float, float]:
@@ -104,29 +100,25 @@ def _number(value: Any) -> float | None:
 
 def _usable_scores(ranked: Sequence[Document], score_key: str, list_index: int) -> list[float]:
     """One list's scores, finite: missing ones count as the lowest, infinite ones as the largest
-    float (so they rank first, last when negative), each case with a warning; no scores at all
-    gives rank-derived scores."""
+    float (so they rank first, last when negative), with a warning; none at all: rank-derived."""
+
+    def warn(problem: str) -> None:
+        warnings.warn(f"ranked list {list_index}: {problem}", stacklevel=8)
+
     raw = [_number(document.metadata.get(score_key)) for document in ranked]
     present = [score for score in raw if score is not None]
     if not present:
-        warnings.warn(
-            f"ranked list {list_index} has no numeric metadata[{score_key!r}]; "
-            "using rank-derived scores (len - position) instead",
-            stacklevel=8,
-        )
+        warn(f"no numeric metadata[{score_key!r}]; using rank-derived scores (len - position)")
         return [float(len(ranked) - position) for position in range(len(ranked))]
     if len(present) < len(raw):
-        warnings.warn(
-            f"ranked list {list_index}: {len(raw) - len(present)} documents have a missing or "
-            f"non-numeric metadata[{score_key!r}]; they count as the list's lowest score",
-            stacklevel=8,
+        warn(
+            f"{len(raw) - len(present)} documents have a missing or non-numeric "
+            f"metadata[{score_key!r}]; they count as the list's lowest score"
         )
-    infinite = sum(1 for score in present if math.isinf(score))
-    if infinite:
-        warnings.warn(
-            f"ranked list {list_index}: {infinite} documents have an infinite (or beyond float "
-            f"range) metadata[{score_key!r}]; treated as infinite: ranked first (last if negative)",
-            stacklevel=8,
+    if infinite := sum(1 for score in present if math.isinf(score)):
+        warn(
+            f"{infinite} documents have an infinite (or beyond float range) "
+            f"metadata[{score_key!r}]; treated as infinite: ranked first (last if negative)"
         )
         largest = sys.float_info.max
         raw = [None if score is None else max(-largest, min(largest, score)) for score in raw]
@@ -148,42 +140,24 @@ def _normalized(scores: list[float], bounds_of: Bounds) -> list[float]:
 
 
 def _score_based(
-    ranked_lists: Lists,
-    weights: Sequence[float],
-    bounds_of: Bounds,
-    score_key: str,
-    id_key: str | None,
+    ranked_lists: Lists, weights: Weights, bounds_of: Bounds, score_key: str, id_key: Key
 ) -> Fused:
-    count = len(ranked_lists)
-    contributions = [
-        [
-            score * weight / count
-            for score in _normalized(_usable_scores(ranked, score_key, index), bounds_of)
-        ]
-        if ranked
-        else []
-        for index, (ranked, weight) in enumerate(zip(ranked_lists, weights, strict=True))
-    ]
+    contributions = []
+    for index, (ranked, weight) in enumerate(zip(ranked_lists, weights, strict=True)):
+        usable = _normalized(_usable_scores(ranked, score_key, index), bounds_of) if ranked else []
+        contributions.append([score * weight / len(ranked_lists) for score in usable])
     return _accumulate(ranked_lists, contributions, id_key)
 
 
 def relative_scores(
-    ranked_lists: Lists,
-    weights: Sequence[float],
-    *,
-    score_key: str = SCORE_KEY,
-    id_key: str | None = None,
+    ranked_lists: Lists, weights: Weights, *, score_key: str = SCORE_KEY, id_key: Key = None
 ) -> Fused:
     """Relative score fusion: per-list min-max to [0, 1], times weight, over the list count, summed."""
-    return _score_based(ranked_lists, weights, _min_max, score_key, id_key)
+    return _score_based(ranked_lists, weights, lambda s: (min(s), max(s)), score_key, id_key)
 
 
 def distribution_based_scores(
-    ranked_lists: Lists,
-    weights: Sequence[float],
-    *,
-    score_key: str = SCORE_KEY,
-    id_key: str | None = None,
+    ranked_lists: Lists, weights: Weights, *, score_key: str = SCORE_KEY, id_key: Key = None
 ) -> Fused:
     """Distribution-based score fusion: as relative, with bounds mean ± 3σ (population σ)."""
     return _score_based(ranked_lists, weights, _mean_three_sigma, score_key, id_key)
