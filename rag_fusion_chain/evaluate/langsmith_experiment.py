@@ -41,11 +41,8 @@ def retrieval_evaluator(metric: str) -> Evaluator:
     def evaluator(
         outputs: Mapping[str, Any] | None, reference_outputs: Mapping[str, Any] | None
     ) -> dict[str, Any]:
-        if not reference_outputs or RELEVANT_KEY not in reference_outputs:
-            raise ValueError(
-                f"reference_outputs must hold {RELEVANT_KEY!r}: {{document_id: grade}}"
-            )
-        judged = {str(key): int(grade) for key, grade in reference_outputs[RELEVANT_KEY].items()}
+        relevant = (reference_outputs or {}).get(RELEVANT_KEY) or {}
+        judged = {str(key): int(grade) for key, grade in relevant.items()}
         if not judged:
             raise ValueError(
                 f"reference_outputs[{RELEVANT_KEY!r}] must judge at least one document"
@@ -72,11 +69,6 @@ ndcg_at_10: Evaluator = retrieval_evaluator("ndcg@10")
 mrr_at_10: Evaluator = retrieval_evaluator("mrr@10")
 
 
-def langsmith_dataset_name(dataset: BeirDataset) -> str:
-    """The LangSmith dataset of a BEIR dataset: its directory name and split (``scifact-test``)."""
-    return f"{dataset.name}-{dataset.split}"
-
-
 def _examples(dataset: BeirDataset, name: str) -> list[dict[str, Any]]:
     """One example per judged query, with an id stable across runs (a reused dataset is not
     duplicated): inputs ``{"question", "query_id"}``, outputs ``{"relevant"}``."""
@@ -94,7 +86,7 @@ def local_examples(dataset: BeirDataset, dataset_name: str | None = None) -> lis
     """In-memory ``langsmith.schemas.Example`` objects, for an experiment that uploads nothing."""
     from langsmith.schemas import Example
 
-    name = dataset_name or langsmith_dataset_name(dataset)
+    name = dataset_name or f"{dataset.name}-{dataset.split}"
     dataset_id = uuid.uuid5(_EXAMPLE_NAMESPACE, name)
     return [Example(dataset_id=dataset_id, **example) for example in _examples(dataset, name)]
 
@@ -102,7 +94,7 @@ def local_examples(dataset: BeirDataset, dataset_name: str | None = None) -> lis
 def sync_dataset(client: Any, dataset: BeirDataset, dataset_name: str | None = None) -> list[Any]:
     """Create or reuse the LangSmith dataset of ``dataset``, upload only the examples it lacks, and
     return the examples of ``dataset``'s queries in its order."""
-    name = dataset_name or langsmith_dataset_name(dataset)
+    name = dataset_name or f"{dataset.name}-{dataset.split}"
     if client.has_dataset(dataset_name=name):
         remote = client.read_dataset(dataset_name=name)
     else:
@@ -157,7 +149,7 @@ def run_langsmith_experiment(
     if not dataset.queries:
         raise ValueError("dataset has no judged queries to evaluate")
     retriever = resolved.build(indexes or prepared)
-    name = dataset_name or langsmith_dataset_name(dataset)
+    name = dataset_name or f"{dataset.name}-{dataset.split}"  # e.g. scifact-test
     if upload:
         client = client or langsmith.Client()
         data = sync_dataset(client, dataset, name)
@@ -187,15 +179,17 @@ def run_langsmith_experiment(
             upload_runs=upload,
             disable_evaluator_tracing=not upload,
         )
-    scores = _mean_scores(results, metrics, len(data))
-    url = _experiment_url(results) if upload else None
+    try:
+        url = results.url if upload else None
+    except Exception:  # noqa: BLE001 - the link is a convenience; the scores stand without it
+        url = None
+    scores = _mean_scores(list(results), metrics, len(data))
     return LangSmithExperiment(resolved.name, scores, results.experiment_name, url, name, upload)
 
 
-def _mean_scores(results: Any, metrics: Sequence[str], count: int) -> dict[str, float]:
+def _mean_scores(rows: list[Any], metrics: Sequence[str], count: int) -> dict[str, float]:
     """Mean of each metric's feedback over the result rows; a missing score is an error."""
     totals = dict.fromkeys(metrics, 0.0)
-    rows = list(results)
     for row in rows:
         scored = {
             r.key: r.score for r in row["evaluation_results"]["results"] if r.score is not None
@@ -211,13 +205,6 @@ def _mean_scores(results: Any, metrics: Sequence[str], count: int) -> dict[str, 
     if len(rows) != count:
         raise RuntimeError(f"langsmith.evaluate returned {len(rows)} results for {count} examples")
     return {metric: total / count for metric, total in totals.items()}
-
-
-def _experiment_url(results: Any) -> str | None:
-    try:
-        return results.url
-    except Exception:  # noqa: BLE001 - the link is a convenience; the scores stand without it
-        return None
 
 
 def run_langsmith_experiments(

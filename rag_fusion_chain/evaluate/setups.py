@@ -130,9 +130,9 @@ def hybrid_setup(
             raise ValueError(
                 f"fusion must be one of {sorted(FUSIONS)} or a BaseFusion, got {fusion!r}"
             )
-        fusion = FUSIONS[fusion](**({"k": rrf_k} if fusion == "rrf" else {}))
+        fusion = ReciprocalRankFusion(k=rrf_k) if fusion == "rrf" else FUSIONS[fusion]()
     chosen = fusion
-    settings = {"retrievers": ["bm25", "dense"], "fusion": type(chosen).__name__}
+    settings: dict[str, Any] = {"retrievers": ["bm25", "dense"], "fusion": type(chosen).__name__}
     if isinstance(chosen, ReciprocalRankFusion):
         settings["rrf_k"] = chosen.k
 
