@@ -50,11 +50,7 @@ def _require(directory: Path, relative: str) -> Path:
 
 
 def corpus_document(record: dict[str, Any]) -> Document:
-    """One BEIR corpus record as a Document: ``id`` is ``_id``, content is title and text.
-
-    >>> corpus_document({"_id": "7", "title": "Title", "text": "Body."}).page_content
-    'Title\\nBody.'
-    """
+    """One BEIR corpus record as a Document: ``id`` is ``_id``, content is title and text."""
     document_id = str(record["_id"])
     title = (record.get("title") or "").strip()
     text = record.get("text") or ""

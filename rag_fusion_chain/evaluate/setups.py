@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from rag_fusion_chain.retrievers.stores import VectorRetriever
 
 ProgressCallback = Callable[[str, int, int], None]
-"""Called as ``progress(task, completed, total)``; the CLI draws it, the library never prints."""
+"""``progress(task, completed, total)``: the CLI draws it; the library never prints."""
 
 DEFAULT_DEPTH = 100
 """Documents retrieved per list and kept per query: Recall@100 needs 100."""
@@ -199,20 +199,12 @@ def setup_by_name(
 ) -> Setup:
     """A setup by its command-line name: ``bm25``, ``dense``, ``hybrid`` (with
     :data:`DEFAULT_HYBRID_FUSION`), ``hybrid-`` and a ``fusion.FUSIONS`` name, any strategy of
-    ``strategies.STRATEGIES`` (with ``llm``) or ``STRATEGY-offline``.
-
-    >>> setup_by_name("hybrid-rrf").settings["rrf_k"]
-    30
-    """
+    ``strategies.STRATEGIES`` (with ``llm``) or ``STRATEGY-offline``."""
     from rag_fusion_chain.strategies import STRATEGIES
 
     if name == "bm25":
-        return Setup(
-            name,
-            Indexes.bm25,
-            "BM25 (bm25s, English stemmer and stopwords)",
-            {"retrievers": ["bm25"]},
-        )
+        description = "BM25 (bm25s, English stemmer and stopwords)"
+        return Setup(name, Indexes.bm25, description, {"retrievers": ["bm25"]})
     if name == "dense":
         return Setup(name, Indexes.dense, "dense (FAISS, cosine)", {"retrievers": ["dense"]})
     if name == "hybrid":
@@ -230,14 +222,11 @@ def setup_by_name(
                 f"or use {name + OFFLINE_SUFFIX!r} for the offline query generator"
             )
         return strategy_setup(name, llm, query_count=query_count)
+    offline = [strategy + OFFLINE_SUFFIX for strategy in STRATEGIES]
     known = [
         *DEFAULT_SETUPS,
         "hybrid",
-        *(
-            strategy + OFFLINE_SUFFIX
-            for strategy in STRATEGIES
-            if strategy + OFFLINE_SUFFIX not in UNOFFERED_SETUPS
-        ),
+        *(setup for setup in offline if setup not in UNOFFERED_SETUPS),
     ]
     raise ValueError(f"setups: unknown setup {name!r}; known: {', '.join(known)}")
 
