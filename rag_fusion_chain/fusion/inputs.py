@@ -15,8 +15,7 @@ from langchain_core.documents import Document
 SCORE_KEY = "score"
 FUSION_SCORE_KEY = "fusion_score"
 DOCUMENT_ID = "Document.id"
-"""``id_key`` value that identifies documents by ``Document.id`` (any other value names a metadata
-key, as ``id_key`` does in LangChain's ``EnsembleRetriever``)."""
+"""``id_key`` for identity by ``Document.id`` (any other value names a metadata key)."""
 
 FusionInput = Sequence[Sequence[Document]] | Sequence[Sequence[Sequence[Document]]]
 FusionOutput = list[Document] | list[tuple[Document, float]]

@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 from langchain_core.documents import Document
 from langchain_core.runnables import RunnableConfig, RunnableSerializable
 from langchain_core.runnables.config import ensure_config, get_callback_manager_for_config
-from pydantic import Field, field_validator, model_validator
+from pydantic import model_validator
 
 from rag_fusion_chain.fusion import algorithms, inputs
 from rag_fusion_chain.fusion.algorithms import Fused
@@ -23,7 +23,7 @@ class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
     name: str | None = "fuse"
     weights: list[float] | None = None
     """One weight per ranked list (or per retriever for nested input); default: each list's own."""
-    top_n: int | None = Field(default=None, gt=0)
+    top_n: int | None = None
     """Keep only the best ``top_n`` documents."""
     id_key: str | None = None
     """Identify documents by this metadata key (:data:`DOCUMENT_ID`: by ``Document.id``)."""
@@ -34,12 +34,13 @@ class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
     call_settings: ClassVar[tuple[str, ...]] = ("top_n", "weights")
     """Fields that ``invoke(..., **settings)`` and ``.bind(**settings)`` may set per call."""
 
-    @field_validator("weights")
-    @classmethod
-    def _check_weights(cls, weights: list[float] | None) -> list[float] | None:
-        if weights is not None:
-            inputs.validate_weights(weights)
-        return weights
+    @model_validator(mode="after")
+    def _check_settings(self) -> BaseFusion:
+        if self.weights is not None:
+            inputs.validate_weights(self.weights)
+        if self.top_n is not None and self.top_n <= 0:
+            raise ValueError(f"top_n must be a positive integer or None, got {self.top_n}")
+        return self
 
     def _scores(self, ranked_lists: list[Sequence[Document]], weights: list[float]) -> Fused:
         raise NotImplementedError  # each fusion supplies its algorithm
