@@ -122,12 +122,11 @@ def write_plot(path: str | Path, summary: Summary) -> Path:
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
     for index, metric in enumerate(metrics):
-        offsets = [
-            position - group_width / 2 + bar_width * (index + 0.5)
-            for position in range(len(setups))
-        ]
+        start = bar_width * (index + 0.5) - group_width / 2
         values = [scores[setup].get(metric, 0.0) for setup in setups]
-        bars = axes.bar(offsets, values, bar_width, label=metric)
+        bars = axes.bar(
+            [start + position for position in range(len(setups))], values, bar_width, label=metric
+        )
         labels = value_labels(summary, metric)
         for bar, label in zip(bars, labels, strict=True):
             if label.endswith("*"):
@@ -138,15 +137,9 @@ def write_plot(path: str | Path, summary: Summary) -> Path:
     axes.set_xticks(range(len(setups)), setups, rotation=20, ha="right")
     axes.set_ylabel("score (axis zoomed to the data)")
     axes.set_title(f"Retrieval quality on {summary.title}")
-    if summary.comparison is not None:
-        comparison = summary.comparison
-        figure.text(
-            0.01,
-            0.01,
-            f"* hatched: p < {comparison.max_p} against {comparison.baseline} "
-            f"(paired {comparison.stat_test} test)",
-            fontsize=7,
-        )
+    if (test := summary.comparison) is not None:
+        note = f"* hatched: p < {test.max_p} against {test.baseline} (paired {test.stat_test} test)"
+        figure.text(0.01, 0.01, note, fontsize=7)
     axes.legend(loc="upper center", ncols=len(metrics), fontsize=8, frameon=False)
     axes.grid(axis="y", alpha=0.3)
     figure.tight_layout(rect=(0, 0.03, 1, 1))
