@@ -1,12 +1,6 @@
-"""Evaluate retrieval setups on BEIR-layout datasets, with metrics and paired tests from ranx.
-
-:mod:`.beir` loads, :mod:`.metrics` scores (ranx), :mod:`.cache` caches embeddings, :mod:`.setups`
-names the kit's retrievers, :mod:`.experiment` runs and compares, :mod:`.report` writes JSON, table
-rows and a chart, :mod:`.langsmith_experiment` runs LangSmith experiments. Nothing here prints.
-
->>> evaluate_run({"q1": {"d1": 2.0, "d2": 1.0}}, {"q1": {"d2": 1}}, ["mrr@10"])
-{'mrr@10': 0.5}
-"""
+"""Evaluate retrieval setups on BEIR-layout datasets with ranx metrics and paired tests: loading
+(:mod:`.beir`), metrics, an embedding cache, setups, experiments, reports and LangSmith experiments
+(:mod:`.langsmith_experiment`). Nothing here prints."""
 
 from rag_fusion_chain.evaluate.beir import BeirDataset, load_beir
 from rag_fusion_chain.evaluate.cache import DEFAULT_CACHE_DIR, CachedEmbeddings

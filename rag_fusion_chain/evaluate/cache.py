@@ -38,14 +38,7 @@ def _numpy() -> Any:
 class CachedEmbeddings(Embeddings):
     """An Embeddings model with an on-disk cache keyed by model identity and text hash: only
     unseen texts reach the model, one ``embed_documents`` call per batch. ``identity`` must change
-    whenever the vectors would (model name, revision, normalisation).
-
-    >>> from langchain_core.embeddings import DeterministicFakeEmbedding
-    >>> import tempfile
-    >>> cached = CachedEmbeddings(DeterministicFakeEmbedding(size=4), "fake-4", tempfile.mkdtemp())
-    >>> cached.embed_documents(["a", "b"]) == cached.embed_documents(["a", "b"])
-    True
-    """
+    whenever the vectors would (model name, revision, normalisation)."""
 
     def __init__(
         self,

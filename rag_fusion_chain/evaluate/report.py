@@ -37,10 +37,6 @@ class Summary:
         parts += [] if self.queries_limit is None else [f"--queries-limit {self.queries_limit}"]
         return f"{self.dataset} ({', '.join(parts)})"
 
-    def is_significant(self, setup: str, metric: str) -> bool:
-        """Whether ``setup`` differs from the baseline on ``metric`` (False without a comparison)."""
-        return self.comparison is not None and self.comparison.is_significant(setup, metric)
-
 
 def results_json(summary: Summary) -> dict[str, Any]:
     """The ``--json`` document: the data, ``setups`` (``{metric: mean}`` each), their settings,
@@ -97,8 +93,9 @@ def y_limits(values: Sequence[float]) -> tuple[float, float]:
 
 def value_labels(summary: Summary, metric: str) -> list[str]:
     """Each setup's bar label for ``metric``: the value, ``*`` when significant."""
+    test = summary.comparison
     return [
-        f"{values.get(metric, 0.0):.3f}{'*' if summary.is_significant(setup, metric) else ''}"
+        f"{values.get(metric, 0.0):.3f}{'*' if test and test.is_significant(setup, metric) else ''}"
         for setup, values in summary.scores.items()
     ]
 
