@@ -61,8 +61,7 @@ def _is_document_list(value: Any) -> bool:
 def flatten(
     ranked_lists: FusionInput, weights: Sequence[float] | None = None
 ) -> tuple[list[Sequence[Document]], list[float]]:
-    """A flat list of ranked lists and one weight per list: ``weights`` (one per list, or per
-    retriever for nested ``[query][retriever][rank]`` input), else each RankedList's own, else 1."""
+    """Flat ranked lists and one weight each (given per list or per retriever, else their own)."""
     if isinstance(ranked_lists, Document) or not isinstance(ranked_lists, (list, tuple)):
         raise TypeError(
             "fusion input must be a list of ranked lists of Documents, "
@@ -117,8 +116,7 @@ def _weights_per_list(
 
 
 def identity(id_key: str | None) -> Callable[[Document], Any] | None:
-    """How fusion identifies a document: None for by text (the fast path), else a function giving
-    ``(id_key, metadata[id_key])`` (``Document.id`` for DOCUMENT_ID), or the text without one."""
+    """A document's fusion identity: None means by text, else ``(id_key, value)``, else its text."""
     if id_key is None:
         return None
     warned = False
