@@ -20,7 +20,7 @@ from langchain_core.documents import Document
 from langchain_core.runnables import RunnableConfig, RunnableSerializable
 from pydantic import ConfigDict
 
-from rag_fusion_chain.queries import dedupe_key
+from rag_fusion_chain.query_parsing import dedupe_key
 from rag_fusion_chain.retrievers.bm25 import tokenize
 from rag_fusion_chain.validation import question_of, validate_count
 

@@ -50,9 +50,10 @@ from rag_fusion_chain.extractive import (
     passage_sentences,
     split_sentences,
 )
-from rag_fusion_chain.queries import dedupe_key
+from rag_fusion_chain.query_parsing import dedupe_key
 from rag_fusion_chain.retrievers.bm25 import BM25Retriever, tokenize
-from rag_fusion_chain.retrievers.fanout import FusionRetriever, MultiRetriever, as_retriever_list
+from rag_fusion_chain.retrievers.fanout import MultiRetriever, as_retriever_list
+from rag_fusion_chain.retrievers.fusion_retriever import FusionRetriever
 from rag_fusion_chain.validation import MAX_QUERIES, QuestionInput, question_of, validate_count
 
 _WORD = re.compile(r"[^\W_]+")
@@ -427,3 +428,53 @@ __all__ = [
     "passage_sentences",
     "expansion_weights",
 ]
+
+
+# ---- TEMPORARY stand-ins until the offline branch lands (replaced at merge) ----
+def _top_words(question: str, documents: Sequence[Document], count: int) -> list[str]:
+    asked = set(question.lower().split())
+    words: Counter[str] = Counter(
+        word for document in documents for word in document.page_content.lower().split()
+        if word.isalpha() and len(word) > 4 and word not in asked
+    )
+    return [word for word, _ in words.most_common(count)]
+
+
+def feedback_queries(question: str, documents: Sequence[Document], n: int) -> list[str]:
+    return [f"{question} {word}" for word in _top_words(question, documents, n)] or [question]
+
+
+def sub_questions(question: str, documents: Sequence[Document], n: int) -> list[str]:
+    return [part.strip() + "?" for part in question.rstrip("?").split(" and ")][:n]
+
+
+def broader_question(question: str, documents: Sequence[Document]) -> str:
+    return " ".join(_top_words(question, documents, 3)) or question
+
+
+def hypothetical_passage(question: str, documents: Sequence[Document]) -> str:
+    return documents[0].page_content[:300] if documents else question
+
+
+def keyword_rewrite(question: str, documents: Sequence[Document]) -> str:
+    return " ".join(word for word in question.split() if len(word) > 3) or question
+
+
+def extractive_answer(question: str, documents: Sequence[Document], queries: Sequence[str] = ()) -> str:
+    return "[offline extractive answer]\n" + "\n".join(d.page_content[:80] for d in documents[:3])
+
+
+def step_back_answer(question, documents, broader, broader_documents):  # type: ignore[no-untyped-def]
+    return extractive_answer(question, [*documents, *broader_documents]) + f"\nbroader: {broader}"
+
+
+def decomposition_answer(question, answered):  # type: ignore[no-untyped-def]
+    return "[offline extractive answer]\n" + "\n".join(q for q, _ in answered)
+
+
+def hyde_answer(question, passage, documents):  # type: ignore[no-untyped-def]
+    return extractive_answer(question, documents) + f"\npassage: {passage[:60]}"
+
+
+def rewrite_answer(question, rewritten, documents):  # type: ignore[no-untyped-def]
+    return extractive_answer(question, documents) + f"\nrewritten: {rewritten}"

@@ -34,7 +34,7 @@ from rag_fusion_chain.offline import (
     bm25_document_frequency,
     bm25_terms,
 )
-from rag_fusion_chain.queries import dedupe_key
+from rag_fusion_chain.query_parsing import dedupe_key
 from rag_fusion_chain.validation import MAX_QUERIES, validate_count
 
 _QUESTION_WORD = (

@@ -1,54 +1,359 @@
-"""Fan-out over several retrievers: the names users import from here, gathered from their modules.
+"""The fan-out: several queries over several retrievers, each retriever's own ``batch``.
 
-The fan-out lives in one module per concept; this module keeps ``from
-rag_fusion_chain.retrievers.fanout import ...`` working:
+Each retriever gets all the queries in one ``batch`` / ``abatch`` call (so a retriever that batches,
+such as the kit's ``VectorRetriever``, embeds them in one request, and any other gets its calls in
+parallel), all retrievers at once, bounded by the config's ``max_concurrency``. A retriever that
+raises or passes its time bound gives an empty list, a :class:`RetrievalFailure` in the output and
+a warning, while the others are still fused (:class:`GuardedRetriever`).
 
-* :mod:`~rag_fusion_chain.retrievers.results`: ``RetrievalResults``, ``RetrievalFailure``,
-  ``RetrievalError``;
-* :mod:`~rag_fusion_chain.retrievers.calls`: input checks, concurrency split, the time bound
-  (``DEFAULT_TIMEOUT``, ``call_with_timeout``);
-* :mod:`~rag_fusion_chain.retrievers.streams`: ``StreamingInvoke`` and stream helpers;
-* :mod:`~rag_fusion_chain.retrievers.multi`: ``MultiRetriever``;
-* :mod:`~rag_fusion_chain.retrievers.fusion_retriever`: ``FusionRetriever``, ``DEFAULT_K``.
+>>> from langchain_core.runnables import RunnableLambda
+>>> echo = RunnableLambda(lambda query: [Document(query)], name="echo")
+>>> results = MultiRetriever([echo, echo]).invoke(["a", "b"])
+>>> [(ranked.query, ranked.source) for ranked in results]
+[('a', 'echo[0]'), ('a', 'echo[1]'), ('b', 'echo[0]'), ('b', 'echo[1]')]
 """
 
 from __future__ import annotations
 
-from rag_fusion_chain.retrievers.calls import (
-    DEFAULT_TIMEOUT,
-    accepts_k,
-    as_query_list,
-    as_retriever_list,
-    call_with_timeout,
-    source_names,
-    split_concurrency,
-)
-from rag_fusion_chain.retrievers.fusion_retriever import DEFAULT_K, FusionRetriever
-from rag_fusion_chain.retrievers.multi import MultiRetriever
-from rag_fusion_chain.retrievers.results import (
-    RetrievalError,
-    RetrievalFailure,
-    RetrievalResults,
-    describe_error,
-)
-from rag_fusion_chain.retrievers.streams import StreamingInvoke, aadd_up, add_up
+import asyncio
+import math
+import threading
+import warnings
+from collections.abc import Sequence
+from concurrent.futures import Future
+from contextvars import copy_context
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from langchain_core.documents import Document
+from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables import Runnable, RunnableBinding, RunnableConfig, RunnableSerializable
+from langchain_core.runnables.config import get_executor_for_config, patch_config
+from pydantic import ConfigDict, model_validator
+
+from rag_fusion_chain.fusion import RankedList, validate_weights
+from rag_fusion_chain.validation import validate_count
+
+DEFAULT_TIMEOUT = 30.0
+"""Seconds one retriever call (all its queries) may take by default; None waits without a bound."""
+DEFAULT_K = 5
+"""Documents a kit retriever returns unless ``k`` is given."""
+
+
+@dataclass(frozen=True)
+class RetrievalFailure:
+    """One (retriever, query) that raised or was late: kept in the output, never swallowed."""
+
+    source: str
+    query: str
+    error: str
+    exception: BaseException | None = field(default=None, compare=False, repr=False)
+
+
+class RetrievalResults(list):  # type: ignore[type-arg]
+    """The fan-out output: :class:`RankedList` s, query-major then retriever, plus the
+    ``failures`` and the ``queries`` searched. A plain list to every fusion runnable."""
+
+    def __init__(
+        self,
+        ranked_lists: Sequence[RankedList] = (),
+        failures: Sequence[RetrievalFailure] = (),
+        queries: Sequence[str] = (),
+    ) -> None:
+        super().__init__(ranked_lists)
+        self.failures = list(failures)
+        self.queries = list(queries)
+
+    def __add__(self, other: Any) -> RetrievalResults:  # type: ignore[override]
+        return RetrievalResults(
+            [*self, *other],
+            [*self.failures, *getattr(other, "failures", [])],
+            [*self.queries, *getattr(other, "queries", [])],
+        )
+
+
+class RetrievalError(RuntimeError):
+    """Raised when every retriever failed: there is nothing left to fuse."""
+
+    def __init__(self, failures: Sequence[RetrievalFailure]) -> None:
+        self.failures = list(failures)
+        details = "; ".join(f"{failure.source} ({failure.error})" for failure in self.failures)
+        super().__init__(f"every retriever failed: {details}")
+
+
+def _checked_timeout(timeout: float | None) -> float | None:
+    if timeout is not None and not (
+        isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0
+    ):
+        raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout}")
+    return timeout
+
+
+def _unwrapped(runnable: Runnable[Any, Any]) -> Runnable[Any, Any]:
+    while isinstance(runnable, RunnableBinding):
+        runnable = runnable.bound
+    return runnable
+
+
+def _within(timeout: float | None, call: Any) -> Any:
+    """``call()`` in a daemon thread, waited for at most ``timeout`` seconds (TimeoutError after).
+
+    A daemon thread, so a retriever that never answers cannot keep the process from exiting.
+    """
+    if timeout is None:
+        return call()
+    future: Future[Any] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(call())
+        except BaseException as error:  # handed to the waiting caller
+            future.set_exception(error)
+
+    context = copy_context()  # callbacks and tracing follow the call into its thread
+    threading.Thread(target=context.run, args=(run,), daemon=True).start()
+    try:
+        return future.result(timeout)
+    except TimeoutError:
+        raise TimeoutError(f"no answer within {timeout} s") from None
+
+
+class GuardedRetriever(RunnableSerializable[str, list[Document]]):
+    """Any retriever, bounded in time and never raising: a failed or late query gives ``[]``.
+
+    ``batch`` sends all queries in one call of the retriever's own ``batch``; what failed is in
+    :meth:`search`'s failures (the fan-out reports them). It adds no run of its own to traces.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
+
+    retriever: Runnable[Any, Any]
+    source: str = ""
+    timeout: float | None = DEFAULT_TIMEOUT
+    k: int | None = None
+
+    def _keywords(self) -> dict[str, Any]:
+        # BaseRetriever hands extra keywords only to retrievers that declare them; others may not
+        # take any.
+        wants_k = self.k is not None and isinstance(_unwrapped(self.retriever), BaseRetriever)
+        return {"k": self.k} if wants_k else {}
+
+    def _outcomes(
+        self, queries: list[str], found: Any
+    ) -> tuple[list[list[Document]], list[RetrievalFailure]]:
+        if isinstance(found, BaseException):
+            found = [found] * len(queries)
+        documents, failures = [], []
+        for query, result in zip(queries, found, strict=True):
+            if isinstance(result, list) and all(isinstance(item, Document) for item in result):
+                documents.append(result if self.k is None else result[: self.k])
+                continue
+            if not isinstance(result, BaseException):
+                result = TypeError(
+                    f"a retriever must return a list of Documents, got {type(result).__name__}"
+                )
+            documents.append([])
+            error = f"{type(result).__name__}: {result}"
+            failures.append(RetrievalFailure(self.source, query, error, result))
+        return documents, failures
+
+    def search(
+        self, queries: list[str], config: RunnableConfig | None = None
+    ) -> tuple[list[list[Document]], list[RetrievalFailure]]:
+        """Each query's documents (``[]`` where it failed) and the failures."""
+        try:
+            found = _within(
+                self.timeout,
+                lambda: self.retriever.batch(
+                    queries, config, return_exceptions=True, **self._keywords()
+                ),
+            )
+        except Exception as error:  # recorded as a failure of every query
+            found = error
+        return self._outcomes(queries, found)
+
+    async def asearch(
+        self, queries: list[str], config: RunnableConfig | None = None
+    ) -> tuple[list[list[Document]], list[RetrievalFailure]]:
+        """Async :meth:`search`."""
+        call = self.retriever.abatch(queries, config, return_exceptions=True, **self._keywords())
+        try:
+            found = await asyncio.wait_for(call, self.timeout)
+        except asyncio.TimeoutError:
+            found = TimeoutError(f"no answer within {self.timeout} s")
+        except Exception as error:  # recorded as a failure of every query
+            found = error
+        return self._outcomes(queries, found)
+
+    def invoke(
+        self, input: str, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> list[Document]:
+        documents, failures = self.search([input], config)
+        _warn(failures, 1)
+        return documents[0]
+
+    async def ainvoke(
+        self, input: str, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> list[Document]:
+        documents, failures = await self.asearch([input], config)
+        _warn(failures, 1)
+        return documents[0]
+
+
+def _warn(failures: list[RetrievalFailure], query_count: int) -> None:
+    """One warning per failing retriever, naming it, with its first error."""
+    by_source: dict[str, list[RetrievalFailure]] = {}
+    for failure in failures:
+        by_source.setdefault(failure.source, []).append(failure)
+    for source, failed in by_source.items():
+        warnings.warn(
+            f"retriever {source!r} failed for {len(failed)} of {query_count} queries "
+            f"({failed[0].error}); fusing the results of the others",
+            stacklevel=4,
+        )
+
+
+def _source_names(retrievers: Sequence[Runnable[Any, Any]]) -> list[str]:
+    names = [retriever.get_name() for retriever in retrievers]
+    repeated = {name for name in names if names.count(name) > 1}
+    return [f"{name}[{index}]" if name in repeated else name for index, name in enumerate(names)]
+
+
+def as_retriever_list(retrievers: Any) -> list[Runnable[Any, Any]]:
+    """One retriever (any Runnable from str to documents) or a non-empty list of them, as a list."""
+    if isinstance(retrievers, Runnable):
+        return [retrievers]
+    if isinstance(retrievers, (str, bytes)) or not isinstance(retrievers, Sequence):
+        raise TypeError(
+            f"retrievers must be a retriever or a list of retrievers, got {type(retrievers).__name__}"
+        )
+    if not retrievers:
+        raise ValueError("retrievers must not be empty")
+    for position, retriever in enumerate(retrievers):
+        if not isinstance(retriever, Runnable):
+            raise TypeError(
+                f"retrievers[{position}] must be a retriever (a Runnable), "
+                f"got {type(retriever).__name__}"
+            )
+    return list(retrievers)
+
+
+def _as_queries(value: Any) -> list[str]:
+    queries = [value] if isinstance(value, str) else value
+    if not isinstance(queries, (list, tuple)) or not all(isinstance(q, str) for q in queries):
+        raise TypeError(f"queries must be a str or a list of str, got {type(value).__name__}")
+    for position, query in enumerate(queries):
+        if not query.strip():  # a vector store would answer it with arbitrary documents
+            raise ValueError(f"queries must not be empty or whitespace: query {position} is {query!r}")
+    return list(queries)
+
+
+class MultiRetriever(RunnableSerializable[Any, list[list[Document]]]):
+    """Queries (a ``str`` or a list) over several retrievers: ranked lists ready for fusion.
+
+    The output, a :class:`RetrievalResults`, is query-major then retriever; each
+    :class:`RankedList` carries its query, its retriever's name and weight (fusion reads the
+    weights when given none). ``k`` asks each retriever for that many documents (the ``k`` invoke
+    keyword of a ``BaseRetriever``) and cuts every list to ``k``. Failures: see the module;
+    ``on_error="raise"`` raises the first error instead, and :class:`RetrievalError` is raised
+    when every call failed.
+
+    >>> # (MultiRetriever([bm25, vectors], weights=[1.0, 2.0]) | reciprocal_rank_fusion).invoke(q)
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
+
+    name: str | None = "retrieve"
+    retrievers: list[Runnable[Any, Any]]
+    weights: list[float] | None = None
+    k: int | None = None
+    timeout: float | None = DEFAULT_TIMEOUT
+    on_error: Literal["warn", "raise"] = "warn"
+
+    def __init__(self, retrievers: Any, weights: Sequence[float] | None = None, **kwargs: Any):
+        super().__init__(  # type: ignore[call-arg]
+            retrievers=as_retriever_list(retrievers),
+            weights=None if weights is None else list(weights),
+            **kwargs,
+        )
+
+    @model_validator(mode="after")
+    def _check(self) -> MultiRetriever:
+        if self.weights is not None:
+            validate_weights(self.weights)
+            if len(self.weights) != len(self.retrievers):
+                raise ValueError(
+                    f"weights: got {len(self.weights)} weights for {len(self.retrievers)} "
+                    "retrievers; give one weight per retriever"
+                )
+        if self.k is not None:
+            validate_count("k", self.k)
+        _checked_timeout(self.timeout)
+        return self
+
+    def _guarded(self, config: RunnableConfig) -> list[GuardedRetriever]:
+        configured = (config.get("configurable") or {}).get("k")
+        k = self.k if configured is None else validate_count("k", configured)
+        return [
+            GuardedRetriever(retriever=retriever, source=name, timeout=self.timeout, k=k)
+            for retriever, name in zip(self.retrievers, _source_names(self.retrievers), strict=True)
+        ]
+
+    def _collect(self, queries: list[str], searched: list[Any]) -> RetrievalResults:
+        weights = self.weights or [1.0] * len(self.retrievers)
+        failures = [failure for _, failed in searched for failure in failed]
+        if failures and self.on_error == "raise":
+            raise failures[0].exception or RetrievalError(failures)
+        if len(failures) == len(queries) * len(self.retrievers) and queries:
+            raise RetrievalError(failures)
+        failed = {(failure.source, failure.query) for failure in failures}
+        names = _source_names(self.retrievers)
+        ranked_lists = [
+            RankedList(found[position], weight=weights[index], query=query, source=names[index])
+            for position, query in enumerate(queries)
+            for index, (found, _) in enumerate(searched)
+            if (names[index], query) not in failed
+        ]
+        _warn(failures, len(queries))
+        return RetrievalResults(ranked_lists, failures, queries)
+
+    def _retrieve(self, value: Any, run_manager: Any, config: RunnableConfig) -> RetrievalResults:
+        queries = _as_queries(value)
+        config = patch_config(config, callbacks=run_manager.get_child())
+        guarded = self._guarded(config)
+        if len(guarded) == 1:
+            return self._collect(queries, [guarded[0].search(queries, config)])
+        with get_executor_for_config(config) as executor:
+            searched = list(executor.map(lambda one: one.search(queries, config), guarded))
+        return self._collect(queries, searched)
+
+    async def _aretrieve(
+        self, value: Any, run_manager: Any, config: RunnableConfig
+    ) -> RetrievalResults:
+        queries = _as_queries(value)
+        config = patch_config(config, callbacks=run_manager.get_child())
+        guarded = self._guarded(config)
+        searched = await asyncio.gather(*(one.asearch(queries, config) for one in guarded))
+        return self._collect(queries, list(searched))
+
+    def invoke(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> RetrievalResults:
+        return self._call_with_config(self._retrieve, input, config)  # type: ignore[return-value]
+
+    async def ainvoke(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> RetrievalResults:
+        return await self._acall_with_config(self._aretrieve, input, config)  # type: ignore[return-value]
+
 
 __all__ = [
     "DEFAULT_K",
     "DEFAULT_TIMEOUT",
-    "FusionRetriever",
+    "GuardedRetriever",
     "MultiRetriever",
     "RetrievalError",
     "RetrievalFailure",
     "RetrievalResults",
-    "StreamingInvoke",
-    "aadd_up",
-    "accepts_k",
-    "add_up",
-    "as_query_list",
     "as_retriever_list",
-    "call_with_timeout",
-    "describe_error",
-    "source_names",
-    "split_concurrency",
 ]
