@@ -181,7 +181,8 @@ def _generate_step(
 ) -> Step:
     """``generate_queries``: the model's query step with the question searched beside it, or
     offline, the question searched first and the queries drawn from its documents."""
-    beside = RunnableParallel(generated=query_step, first=fan_out) if query_step else None
+    if query_step is not None:
+        query_step = query_step.with_config(run_name="queries")
     feedback = reciprocal_rank_fusion.with_settings(top_n=FEEDBACK_DOCUMENTS)
 
     def offline_queries(question: str, first: Any, config: RunnableConfig) -> State:
@@ -190,28 +191,38 @@ def _generate_step(
         generated = record.offline_queries(question, documents, count)
         return {**_queried(record, question, generated, search_question), "first": first}
 
+    def beside(config: RunnableConfig) -> Runnable[str, dict[str, Any]]:
+        return RunnableParallel(generated=query_step, first=_searching(fan_out, config))
+
     def generate(value: Any, config: RunnableConfig) -> State:
         question = question_of(value)
-        if beside is None:
-            return offline_queries(question, fan_out.invoke(question, config), config)
+        if query_step is None:
+            first = _searching(fan_out, config).invoke(question, config)
+            return offline_queries(question, first, config)
         if not search_question:
-            generated = query_step.invoke(question, config)  # type: ignore[union-attr]
-            return _queried(record, question, generated, False)
-        both = beside.invoke(question, config)
+            return _queried(record, question, query_step.invoke(question, config), False)
+        both = beside(config).invoke(question, config)
         return {**_queried(record, question, both["generated"], True), "first": both["first"]}
 
     async def agenerate(value: Any, config: RunnableConfig) -> State:
         question = question_of(value)
-        if beside is None:
-            return offline_queries(question, await fan_out.ainvoke(question, config), config)
+        if query_step is None:
+            first = await _searching(fan_out, config).ainvoke(question, config)
+            return offline_queries(question, first, config)
         if not search_question:
-            generated = await query_step.ainvoke(question, config)  # type: ignore[union-attr]
-            return _queried(record, question, generated, False)
-        both = await beside.ainvoke(question, config)
+            return _queried(record, question, await query_step.ainvoke(question, config), False)
+        both = await beside(config).ainvoke(question, config)
         return {**_queried(record, question, both["generated"], True), "first": both["first"]}
 
     settings = [N_SPEC] if record.default_n is not None else []
     return Step("generate_queries", generate, agenerate, settings)
+
+
+def _searching(fan_out: MultiRetriever, config: RunnableConfig) -> Runnable[Any, Any]:
+    """The fan-out asking each retriever for the per-call ``k``, if set, run as ``fan_out``."""
+    k = _setting(config, "k", None)
+    asking = fan_out if k is None else fan_out.model_copy(update={"k": k})
+    return asking.with_config(run_name="fan_out")
 
 
 def _retrieve_step(fan_out: MultiRetriever) -> Step:
@@ -229,11 +240,13 @@ def _retrieve_step(fan_out: MultiRetriever) -> Step:
 
     def retrieve(state: State, config: RunnableConfig) -> State:
         first, queries = rest(state)
-        return done(state, first + (fan_out.invoke(queries, config) if queries else []))
+        found = _searching(fan_out, config).invoke(queries, config) if queries else []
+        return done(state, first + found)
 
     async def aretrieve(state: State, config: RunnableConfig) -> State:
         first, queries = rest(state)
-        return done(state, first + (await fan_out.ainvoke(queries, config) if queries else []))
+        found = await _searching(fan_out, config).ainvoke(queries, config) if queries else []
+        return done(state, first + found)
 
     return Step("retrieve", retrieve, aretrieve, [K_SPEC])
 
@@ -241,8 +254,9 @@ def _retrieve_step(fan_out: MultiRetriever) -> Step:
 def _fuse_step(record: Strategy, fusion: BaseFusion) -> Step:
     """``fuse``: one fusion per group of lists (see :attr:`Strategy.grouping`), ``top_n`` each."""
 
-    def configured(config: RunnableConfig) -> BaseFusion:
-        return fusion.with_settings(top_n=_setting(config, "top_n", fusion.top_n))
+    def configured(config: RunnableConfig) -> Runnable[Any, Any]:
+        top_n = _setting(config, "top_n", fusion.top_n)
+        return fusion.with_settings(top_n=top_n).with_config(run_name="fusion")
 
     def fuse(state: State, config: RunnableConfig) -> State:
         groups = [lists for _, lists in _fusion_groups(record, state)]
@@ -405,7 +419,7 @@ def _retrieval_steps(
         _fuse_step(record, chosen_fusion),
         Step("format_context", _formatted),
     ]
-    settings = {"n": count if record.default_n else 1, "k": searching.k, "top_n": chosen_fusion.top_n}
+    settings = {"n": count if record.default_n else 1, "k": k, "top_n": chosen_fusion.top_n}
     return steps, settings
 
 

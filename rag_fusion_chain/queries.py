@@ -40,7 +40,10 @@ def configured_n(config: RunnableConfig | None, n: int) -> int:
 def _fallback(question: str, reason: str, on_failure: OnFailure) -> str:
     if on_failure == "raise":
         raise ValueError(f"query generation failed: {reason}")
-    warnings.warn(f"query generation failed ({reason}); using the question itself", stacklevel=4)
+    warnings.warn(
+        f"query generation failed ({reason}); using the original question itself",
+        stacklevel=4,
+    )
     return question
 
 

@@ -557,9 +557,9 @@ def test_offline_chain_runs_every_strategy(bm25: BM25Retriever, strategy: str) -
     assert 1 <= len(result["documents"]) <= (len(CORPUS) if strategy == "decomposition" else 6)
     assert all("fusion_score" in document.metadata for document in result["documents"])
     assert result["failures"] == []
-    if strategy == chains.HYDE:
+    if strategy == "hyde":
         assert len(result["queries"]) == 1 and result["queries"][0] != QUESTION
-    elif strategy != chains.DECOMPOSITION:
+    elif strategy != "decomposition":
         assert result["queries"][0] == QUESTION
     assert names.root == strategy
     assert {"generate_queries", "retrieve", "fuse", "format_context", "answer"} <= set(names.names)
@@ -586,11 +586,11 @@ def test_feedback_retriever_is_found_inside_a_hybrid_retriever(bm25: BM25Retriev
 
 
 def test_the_step_back_query_step_leads_with_the_question() -> None:
-    record = strategies.get(chains.STEP_BACK)
+    record = strategies.get("step-back")
     step_back = record.query_step(FakeListChatModel(responses=["How do heating systems work?"]))
     assert step_back.invoke(QUESTION) == [QUESTION, "How do heating systems work?"]
     assert list(step_back.stream(QUESTION))[0] == [QUESTION]  # searched before the model answers
-    fusion = strategies.get(chains.RAG_FUSION).query_step(
+    fusion = strategies.get("rag-fusion").query_step(
         FakeListChatModel(responses=["compressor\nrefrigerant"]), n=2, include_original=False
     )
     assert fusion.invoke(QUESTION) == ["compressor", "refrigerant"]
@@ -600,16 +600,16 @@ def test_chain_for_picks_the_model_chain_or_the_offline_chain(bm25: BM25Retrieve
     llm = FakeListChatModel(responses=["refrigerant cycle", "A model answer [1]"])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        with_model = chains.chain_for(chains.RAG_FUSION, [bm25], llm, n=1, return_sources=True)
+        with_model = chains.chain_for("rag-fusion", [bm25], llm, n=1, return_sources=True)
         result = with_model.invoke(QUESTION)
     assert result["answer"] == "A model answer [1]"
     assert result["queries"] == [QUESTION, "refrigerant cycle"]
-    without = chains.chain_for(chains.RAG_FUSION, [bm25], None, feedback=bm25)
+    without = chains.chain_for("rag-fusion", [bm25], None, feedback=bm25)
     assert without.invoke(QUESTION).startswith(OFFLINE_LABEL)
 
 
 def test_retrieval_pipeline_keeps_the_ranked_lists(bm25: BM25Retriever) -> None:
-    state = retrieval_pipeline(chains.MULTI_QUERY, [bm25], n=2, top_n=4).invoke(QUESTION)
+    state = retrieval_pipeline("multi-query", [bm25], n=2, top_n=4).invoke(QUESTION)
     assert len(state["retrieved"]) == len(state["queries"]) == 3
     assert [ranked.query for ranked in state["retrieved"]] == state["queries"]
     assert len(state["documents"]) <= 4
@@ -632,7 +632,7 @@ def test_offline_chains_honour_per_call_settings_and_publish_them(
     assert fields == {spec.id for spec in with_model.config_specs}
     assert fields == ({"n", "k", "top_n"} if strategies.get(strategy).counted else {"k", "top_n"})
     one = chain.invoke(QUESTION, config={"configurable": {"top_n": 1}})
-    if strategy != chains.DECOMPOSITION:  # one passage per sub-question there
+    if strategy != "decomposition":  # one passage per sub-question there
         assert len(one["documents"]) == 1
     assert len(one["documents"]) < len(chain.invoke(QUESTION)["documents"]) or strategy == "hyde"
 
@@ -648,25 +648,25 @@ def test_offline_answers_show_the_strategy(bm25: BM25Retriever) -> None:
         strategy: chains.chain_for(strategy, [bm25], return_sources=True).invoke(question)
         for strategy in strategies.STRATEGIES
     }
-    shown = (chains.RAG_FUSION, chains.DECOMPOSITION, chains.STEP_BACK, chains.HYDE)
+    shown = ("rag-fusion", "decomposition", "step-back", "hyde")
     texts = [answers[strategy]["answer"] for strategy in shown]
     assert len(set(texts)) == len(texts), "two strategies gave the same offline answer"
-    decomposition = answers[chains.DECOMPOSITION]
+    decomposition = answers["decomposition"]
     assert decomposition["queries"] == ["How do heat pumps work?", "What do solar panels make?"]
     assert "Sub-question 1: How do heat pumps work?" in decomposition["answer"]
     assert "Sub-question 2: What do solar panels make?" in decomposition["answer"]
-    step_back = answers[chains.STEP_BACK]
+    step_back = answers["step-back"]
     broader = step_back["queries"][1]
     heading = f"Broader question searched: {broader}"
     assert heading in step_back["answer"]
     assert step_back["answer"].split(heading)[1].strip().startswith("- ")  # what it retrieved
-    hyde = answers[chains.HYDE]
+    hyde = answers["hyde"]
     assert f"Hypothetical passage searched: {hyde['queries'][0]}" in hyde["answer"]
 
 
 def test_offline_sub_questions_of_one_clause_are_the_question_alone(bm25: BM25Retriever) -> None:
     assert OfflineSubQuestions(retriever=bm25, n=2).invoke(QUESTION) == [QUESTION]
-    chain = chains.chain_for(chains.DECOMPOSITION, [bm25], return_sources=True)
+    chain = chains.chain_for("decomposition", [bm25], return_sources=True)
     answer = chain.invoke(QUESTION)["answer"]
     assert SINGLE_CLAUSE_NOTE in answer and "Sub-question" not in answer
     assert answer.count(f"Question: {QUESTION}") == 1 and "\n- " in answer

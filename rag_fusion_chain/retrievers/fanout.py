@@ -29,6 +29,7 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import Runnable, RunnableBinding, RunnableConfig, RunnableSerializable
 from langchain_core.runnables.config import get_executor_for_config, patch_config
+from langchain_core.runnables.utils import gather_with_concurrency
 from pydantic import ConfigDict, model_validator
 
 from rag_fusion_chain.fusion import RankedList, validate_weights
@@ -248,7 +249,10 @@ def _as_queries(value: Any) -> list[str]:
     return list(queries)
 
 
-class MultiRetriever(RunnableSerializable[Any, list[list[Document]]]):
+QueriesInput = str | list[str]
+
+
+class MultiRetriever(RunnableSerializable[QueriesInput, list[list[Document]]]):
     """Queries (a ``str`` or a list) over several retrievers: ranked lists ready for fusion.
 
     The output, a :class:`RetrievalResults`, is query-major then retriever; each
@@ -292,12 +296,18 @@ class MultiRetriever(RunnableSerializable[Any, list[list[Document]]]):
         return self
 
     def _guarded(self, config: RunnableConfig) -> list[GuardedRetriever]:
-        configured = (config.get("configurable") or {}).get("k")
-        k = self.k if configured is None else validate_count("k", configured)
         return [
-            GuardedRetriever(retriever=retriever, source=name, timeout=self.timeout, k=k)
+            GuardedRetriever(retriever=retriever, source=name, timeout=self.timeout, k=self.k)
             for retriever, name in zip(self.retrievers, _source_names(self.retrievers), strict=True)
         ]
+
+    def _shared(self, config: RunnableConfig) -> RunnableConfig:
+        """The retrievers' config: ``max_concurrency`` shared out, so that the retrievers run
+        at once and all their calls together stay within the bound."""
+        limit = config.get("max_concurrency")
+        if limit is None:
+            return config
+        return patch_config(config, max_concurrency=max(1, limit // len(self.retrievers)))
 
     def _collect(self, queries: list[str], searched: list[Any]) -> RetrievalResults:
         weights = self.weights or [1.0] * len(self.retrievers)
@@ -305,7 +315,7 @@ class MultiRetriever(RunnableSerializable[Any, list[list[Document]]]):
         if failures and self.on_error == "raise":
             raise failures[0].exception or RetrievalError(failures)
         if len(failures) == len(queries) * len(self.retrievers) and queries:
-            raise RetrievalError(failures)
+            raise RetrievalError(failures) from failures[0].exception
         failed = {(failure.source, failure.query) for failure in failures}
         names = _source_names(self.retrievers)
         ranked_lists = [
@@ -320,11 +330,11 @@ class MultiRetriever(RunnableSerializable[Any, list[list[Document]]]):
     def _retrieve(self, value: Any, run_manager: Any, config: RunnableConfig) -> RetrievalResults:
         queries = _as_queries(value)
         config = patch_config(config, callbacks=run_manager.get_child())
-        guarded = self._guarded(config)
+        guarded, each = self._guarded(config), self._shared(config)
         if len(guarded) == 1:
-            return self._collect(queries, [guarded[0].search(queries, config)])
+            return self._collect(queries, [guarded[0].search(queries, each)])
         with get_executor_for_config(config) as executor:
-            searched = list(executor.map(lambda one: one.search(queries, config), guarded))
+            searched = list(executor.map(lambda one: one.search(queries, each), guarded))
         return self._collect(queries, searched)
 
     async def _aretrieve(
@@ -332,8 +342,12 @@ class MultiRetriever(RunnableSerializable[Any, list[list[Document]]]):
     ) -> RetrievalResults:
         queries = _as_queries(value)
         config = patch_config(config, callbacks=run_manager.get_child())
-        guarded = self._guarded(config)
-        searched = await asyncio.gather(*(one.asearch(queries, config) for one in guarded))
+        guarded, each = self._guarded(config), self._shared(config)
+        searches = (one.asearch(queries, each) for one in guarded)
+        limit = config.get("max_concurrency")
+        searched = await (
+            gather_with_concurrency(limit, *searches) if limit else asyncio.gather(*searches)
+        )
         return self._collect(queries, list(searched))
 
     def invoke(

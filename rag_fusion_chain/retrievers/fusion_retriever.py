@@ -135,7 +135,8 @@ class FusionRetriever(BaseRetriever):
 
     def _fusion(self, k: int | None, config: RunnableConfig) -> BaseFusion:
         if k is None:  # a configurable k of None (LangServe sends unset fields so) keeps the field
-            k = (config.get("configurable") or {}).get("k") or self.k
+            configured = (config.get("configurable") or {}).get("k")
+            k = self.k if configured is None else configured
         return self.fusion.with_settings(top_n=validate_count("k", k))
 
     def _get_relevant_documents(
