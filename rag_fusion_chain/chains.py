@@ -44,7 +44,7 @@ from rag_fusion_chain.fusion import BaseFusion, reciprocal_rank_fusion
 from rag_fusion_chain.queries import configured_n
 from rag_fusion_chain.retrievers.fanout import MultiRetriever, RetrievalResults
 from rag_fusion_chain.strategies import State, Strategy
-from rag_fusion_chain.validation import question_of, validate_count
+from rag_fusion_chain.validation import MAX_QUERIES, question_of, validate_count
 
 Retrievers = Runnable[Any, Any] | Sequence[Runnable[Any, Any]]
 """One retriever, a list of them, or a configured :class:`MultiRetriever`."""
@@ -401,7 +401,7 @@ def _retrieval_steps(
         raise ValueError(f"n: {record.name} writes one query; n applies to counted strategies")
     if include_original is not None and record.grouping != "flat":
         raise ValueError(f"include_original applies to flat strategies, not {record.name}")
-    count = validate_count("n", n if n is not None else record.default_n or 1)
+    count = validate_count("n", n if n is not None else record.default_n or 1, MAX_QUERIES)
     search_question = record.searches_question if include_original is None else include_original
     if record.grouping == "sub-questions":
         search_question = mode == "recursive"

@@ -50,13 +50,12 @@ def _fallback(question: str, reason: str, on_failure: OnFailure) -> str:
 def _queries(
     question: str, generated: list[str], include_original: bool, on_failure: OnFailure
 ) -> list[str]:
-    if not generated:
-        return [_fallback(question, "the model returned no usable query", on_failure)]
-    first = [question] if include_original else []
-    unique: dict[str, str] = {}
-    for query in [*first, *generated]:
+    unique = {dedupe_key(question): question}  # the question echoed back is no new query
+    for query in generated:
         unique.setdefault(dedupe_key(query), query)
-    return list(unique.values())
+    if len(unique) == 1:
+        return [_fallback(question, "the model returned no usable query", on_failure)]
+    return list(unique.values())[0 if include_original else 1 :]
 
 
 def _query_list(
