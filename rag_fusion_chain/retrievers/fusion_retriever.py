@@ -22,6 +22,7 @@ from langchain_core.runnables.config import patch_config
 from langchain_core.runnables.utils import ConfigurableFieldSpec, get_unique_config_specs
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
+from rag_fusion_chain import queries
 from rag_fusion_chain.fusion import BaseFusion, ReciprocalRankFusion
 from rag_fusion_chain.retrievers.fanout import DEFAULT_K, MultiRetriever
 from rag_fusion_chain.validation import validate_count
@@ -32,8 +33,13 @@ _HINTS = {
 }
 
 
+_FUSED_FLAT = ("rag-fusion", "multi-query", "hyde", "rewrite")
+"""The strategies whose queries are fused as one list (the query step of the same name)."""
+
+
 def _question_first(both: dict[str, Any]) -> list[str]:
-    return list(dict.fromkeys([both["question"], *both["queries"]]))
+    generated = [both["queries"]] if isinstance(both["queries"], str) else both["queries"]
+    return list(dict.fromkeys([both["question"], *generated]))
 
 
 class FusionRetriever(BaseRetriever):
@@ -93,23 +99,21 @@ class FusionRetriever(BaseRetriever):
         llm: Runnable[Any, Any],
         *,
         strategy: str = "rag-fusion",
-        n: int | None = None,
         include_original: bool = True,
+        n: int | None = None,
         **fields: Any,
     ) -> FusionRetriever:
-        """A FusionRetriever whose queries come from ``llm`` with ``strategy``'s query step (as
-        ``MultiQueryRetriever.from_llm``); the question is searched too unless
-        ``include_original=False``.
+        """A FusionRetriever whose queries come from ``llm`` with the query step of ``strategy``
+        (``queries.rag_fusion``, ``queries.multi_query``, ``queries.hyde``, ``queries.rewrite``
+        ...), as ``MultiQueryRetriever.from_llm`` does; the question is searched too unless
+        ``include_original=False``. ``n``: queries generated, where the strategy counts them.
 
         >>> # FusionRetriever.from_llm([bm25, vectors], ChatOpenAI(), n=3, k=5)
         """
-        from rag_fusion_chain import strategies  # strategies builds on retrievers, not the reverse
-
-        record = strategies.get(strategy)
-        if record.grouping != "flat":
-            raise ValueError(f"strategy must fuse one flat list; {record.name} groups its queries")
-        count = validate_count("n", n if n is not None else record.default_n or 1)
-        generator = record.model_queries(llm, count, record.query_prompt)
+        factory = getattr(queries, strategy.replace("-", "_"), None)
+        if strategy not in _FUSED_FLAT or factory is None:
+            raise ValueError(f"strategy must be one of {', '.join(_FUSED_FLAT)}; got {strategy!r}")
+        generator = factory(llm) if n is None else factory(llm, n)
         if include_original:
             both = RunnableParallel(question=RunnablePassthrough(), queries=generator)
             generator = both | _question_first
