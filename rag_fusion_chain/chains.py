@@ -5,7 +5,7 @@
 strategy's query step (or its offline one), :class:`~rag_fusion_chain.retrievers.MultiRetriever`,
 a fusion runnable, :func:`~rag_fusion_chain.context.format_context` and
 ``prompt | llm | StrOutputParser()`` (or the offline extractive answer). The question itself is
-searched beside the query step (a ``RunnableParallel``). Input: ``str`` or ``{"question": str}``;
+searched beside the query step. Input: ``str`` or ``{"question": str}``;
 output: the answer, streamed; with ``return_sources=True`` dict chunks adding up to
 ``{"answer", "queries", "documents", "failures"}``, the sources first.
 
@@ -18,7 +18,9 @@ means); the run is named after the strategy, tagged with it, with the settings i
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from typing import Any
 
 from langchain_core.documents import Document
@@ -29,9 +31,9 @@ from langchain_core.runnables import (
     RunnableBinding,
     RunnableConfig,
     RunnableLambda,
-    RunnableParallel,
     RunnableSequence,
 )
+from langchain_core.runnables.config import ContextThreadPoolExecutor
 from langchain_core.runnables.utils import (
     AddableDict,
     ConfigurableFieldSpec,
@@ -179,8 +181,10 @@ def _generate_step(
     search_question: bool,
     default_n: int | None,
 ) -> Step:
-    """``generate_queries``: the model's query step with the question searched beside it, or
-    offline, the question searched first and the queries drawn from its documents."""
+    """``generate_queries``: the model's query step, the question's search started beside it and
+    handed on unfinished (``retrieve`` searches the other queries without waiting for it, so the
+    chain is never a retrieval round slower than ``generator | retriever.map()``); offline, the
+    question is searched first and the queries are drawn from its documents."""
     if query_step is not None:
         query_step = query_step.with_config(run_name="queries")
     feedback = reciprocal_rank_fusion.with_settings(top_n=FEEDBACK_DOCUMENTS)
@@ -191,28 +195,30 @@ def _generate_step(
         generated = record.offline_queries(question, documents, count)
         return {**_queried(record, question, generated, search_question), "first": first}
 
-    def beside(config: RunnableConfig) -> Runnable[str, dict[str, Any]]:
-        return RunnableParallel(generated=query_step, first=_searching(fan_out, config))
-
     def generate(value: Any, config: RunnableConfig) -> State:
         question = question_of(value)
+        searching = _searching(fan_out, config)
         if query_step is None:
-            first = _searching(fan_out, config).invoke(question, config)
-            return offline_queries(question, first, config)
+            return offline_queries(question, searching.invoke(question, config), config)
         if not search_question:
             return _queried(record, question, query_step.invoke(question, config), False)
-        both = beside(config).invoke(question, config)
-        return {**_queried(record, question, both["generated"], True), "first": both["first"]}
+        executor = ContextThreadPoolExecutor(max_workers=1)
+        first = executor.submit(searching.invoke, question, config)
+        executor.shutdown(wait=False)  # the search goes on; ``retrieve`` collects it
+        generated = query_step.invoke(question, config)
+        return {**_queried(record, question, generated, True), "first": first}
 
     async def agenerate(value: Any, config: RunnableConfig) -> State:
         question = question_of(value)
+        searching = _searching(fan_out, config)
         if query_step is None:
-            first = await _searching(fan_out, config).ainvoke(question, config)
+            first = await searching.ainvoke(question, config)
             return offline_queries(question, first, config)
         if not search_question:
             return _queried(record, question, await query_step.ainvoke(question, config), False)
-        both = await beside(config).ainvoke(question, config)
-        return {**_queried(record, question, both["generated"], True), "first": both["first"]}
+        first = asyncio.ensure_future(searching.ainvoke(question, config))
+        generated = await query_step.ainvoke(question, config)
+        return {**_queried(record, question, generated, True), "first": first}
 
     settings = [N_SPEC] if record.default_n is not None else []
     return Step("generate_queries", generate, agenerate, settings)
@@ -226,27 +232,33 @@ def _searching(fan_out: MultiRetriever, config: RunnableConfig) -> Runnable[Any,
 
 
 def _retrieve_step(fan_out: MultiRetriever) -> Step:
-    """``retrieve``: search what the query step did not, all at once (each retriever's batch)."""
+    """``retrieve``: search what the query step did not, all at once (each retriever's batch),
+    while the question's search ends; with ``max_concurrency`` set, after it (within the bound)."""
 
-    def rest(state: State) -> tuple[RetrievalResults, list[str]]:
-        first = state.get("first")
-        if first is None or state["question"] not in state["searched"]:
-            return RetrievalResults(), state["searched"]
-        return first, [query for query in state["searched"] if query != state["question"]]
+    def rest(state: State) -> list[str]:
+        if "first" not in state or state["question"] not in state["searched"]:
+            return state["searched"]
+        return [query for query in state["searched"] if query != state["question"]]
 
-    def done(state: State, retrieved: RetrievalResults) -> State:
+    def done(state: State, first: Any, found: Any) -> State:
         kept = {key: value for key, value in state.items() if key != "first"}
+        searched_first = first is not None and state["question"] in state["searched"]
+        retrieved = (first if searched_first else RetrievalResults()) + found
         return {**kept, "retrieved": retrieved, "failures": retrieved.failures}
 
     def retrieve(state: State, config: RunnableConfig) -> State:
-        first, queries = rest(state)
+        first, queries = state.get("first"), rest(state)
+        if isinstance(first, Future) and config.get("max_concurrency") is not None:
+            first = first.result()
         found = _searching(fan_out, config).invoke(queries, config) if queries else []
-        return done(state, first + found)
+        return done(state, first.result() if isinstance(first, Future) else first, found)
 
     async def aretrieve(state: State, config: RunnableConfig) -> State:
-        first, queries = rest(state)
+        first, queries = state.get("first"), rest(state)
+        if isinstance(first, asyncio.Future) and config.get("max_concurrency") is not None:
+            first = await first
         found = await _searching(fan_out, config).ainvoke(queries, config) if queries else []
-        return done(state, first + found)
+        return done(state, await first if isinstance(first, asyncio.Future) else first, found)
 
     return Step("retrieve", retrieve, aretrieve, [K_SPEC])
 

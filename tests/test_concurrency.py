@@ -219,7 +219,8 @@ def test_the_generated_queries_go_to_each_retriever_in_one_batch() -> None:
     first, second = RecordingRetriever(timeline=timeline), RecordingRetriever(timeline=timeline, tag="s")
     llm = slow_model(timeline, "\n".join(GENERATED), "An answer.")
     chains.rag_fusion_chain([first, second], llm, n=3).invoke(QUESTION)
-    assert first.batches == second.batches == [[QUESTION], GENERATED]
+    # the question's search runs beside the model's: the two batches may come in either order
+    assert sorted(first.batches) == sorted(second.batches) == sorted([[QUESTION], GENERATED])
 
 
 @pytest.mark.parametrize("call", ["invoke", "ainvoke"])

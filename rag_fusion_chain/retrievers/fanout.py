@@ -16,19 +16,19 @@ a warning, while the others are still fused (:class:`GuardedRetriever`).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import math
-import threading
 import warnings
 from collections.abc import Sequence
 from concurrent.futures import Future
-from contextvars import copy_context
+from functools import partial
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import Runnable, RunnableBinding, RunnableConfig, RunnableSerializable
-from langchain_core.runnables.config import get_executor_for_config, patch_config
+from langchain_core.runnables.config import ContextThreadPoolExecutor, patch_config
 from langchain_core.runnables.utils import gather_with_concurrency
 from pydantic import ConfigDict, model_validator
 
@@ -96,27 +96,23 @@ def _unwrapped(runnable: Runnable[Any, Any]) -> Runnable[Any, Any]:
     return runnable
 
 
-def _within(timeout: float | None, call: Any) -> Any:
-    """``call()`` in a daemon thread, waited for at most ``timeout`` seconds (TimeoutError after).
+def _started(calls: list[Any], workers: int) -> list[Future[Any]]:
+    """Each call started in a thread of its own pool, which is not waited for: a call that never
+    returns is given up at its time bound, not joined."""
+    executor = ContextThreadPoolExecutor(max_workers=workers)
+    futures = [executor.submit(call) for call in calls]
+    executor.shutdown(wait=False)
+    return futures
 
-    A daemon thread, so a retriever that never answers cannot keep the process from exiting.
-    """
-    if timeout is None:
-        return call()
-    future: Future[Any] = Future()
 
-    def run() -> None:
-        try:
-            future.set_result(call())
-        except BaseException as error:  # handed to the waiting caller
-            future.set_exception(error)
-
-    context = copy_context()  # callbacks and tracing follow the call into its thread
-    threading.Thread(target=context.run, args=(run,), daemon=True).start()
+def _result(future: Future[Any], timeout: float | None) -> Any:
+    """The call's result, its error, or a TimeoutError once ``timeout`` seconds have passed."""
     try:
         return future.result(timeout)
-    except TimeoutError:
-        raise TimeoutError(f"no answer within {timeout} s") from None
+    except concurrent.futures.TimeoutError:  # the builtin TimeoutError from Python 3.11
+        return TimeoutError(f"no answer within {timeout} s")
+    except Exception as error:  # recorded as the failure of every query of the call
+        return error
 
 
 class GuardedRetriever(RunnableSerializable[str, list[Document]]):
@@ -158,20 +154,15 @@ class GuardedRetriever(RunnableSerializable[str, list[Document]]):
             failures.append(RetrievalFailure(self.source, query, error, result))
         return documents, failures
 
+    def _call(self, queries: list[str], config: RunnableConfig | None) -> Any:
+        return self.retriever.batch(queries, config, return_exceptions=True, **self._keywords())
+
     def search(
         self, queries: list[str], config: RunnableConfig | None = None
     ) -> tuple[list[list[Document]], list[RetrievalFailure]]:
         """Each query's documents (``[]`` where it failed) and the failures."""
-        try:
-            found = _within(
-                self.timeout,
-                lambda: self.retriever.batch(
-                    queries, config, return_exceptions=True, **self._keywords()
-                ),
-            )
-        except Exception as error:  # recorded as a failure of every query
-            found = error
-        return self._outcomes(queries, found)
+        (future,) = _started([lambda: self._call(queries, config)], 1)
+        return self._outcomes(queries, _result(future, self.timeout))
 
     async def asearch(
         self, queries: list[str], config: RunnableConfig | None = None
@@ -331,10 +322,12 @@ class MultiRetriever(RunnableSerializable[QueriesInput, list[list[Document]]]):
         queries = _as_queries(value)
         config = patch_config(config, callbacks=run_manager.get_child())
         guarded, each = self._guarded(config), self._shared(config)
-        if len(guarded) == 1:
-            return self._collect(queries, [guarded[0].search(queries, each)])
-        with get_executor_for_config(config) as executor:
-            searched = list(executor.map(lambda one: one.search(queries, each), guarded))
+        workers = min(len(guarded), config.get("max_concurrency") or len(guarded))
+        futures = _started([partial(one._call, queries, each) for one in guarded], workers)
+        searched = [
+            one._outcomes(queries, _result(future, self.timeout))
+            for one, future in zip(guarded, futures, strict=True)
+        ]
         return self._collect(queries, searched)
 
     async def _aretrieve(
