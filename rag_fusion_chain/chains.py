@@ -51,15 +51,25 @@ from rag_fusion_chain.validation import MAX_QUERIES, question_of, validate_count
 Retrievers = Runnable[Any, Any] | Sequence[Runnable[Any, Any]]
 """One retriever, a list of them, or a configured :class:`MultiRetriever`."""
 
-N_SPEC = ConfigurableFieldSpec(id="n", annotation=int | None, name="n", default=None,
-                               description="Queries generated")
-K_SPEC = ConfigurableFieldSpec(id="k", annotation=int | None, name="k", default=None,
-                               description="Documents each retriever returns per query")
-TOP_N_SPEC = ConfigurableFieldSpec(id="top_n", annotation=int | None, name="top_n", default=None,
-                                   description="Fused documents kept (and quoted to the model)")
+N_SPEC = ConfigurableFieldSpec(
+    id="n", annotation=int | None, name="n", default=None, description="Queries generated"
+)
+K_SPEC = ConfigurableFieldSpec(
+    id="k",
+    annotation=int | None,
+    name="k",
+    default=None,
+    description="Documents each retriever returns per query",
+)
+TOP_N_SPEC = ConfigurableFieldSpec(
+    id="top_n",
+    annotation=int | None,
+    name="top_n",
+    default=None,
+    description="Fused documents kept (and quoted to the model)",
+)
 FEEDBACK_DOCUMENTS = 5
 """Fused documents of the question that an offline query step reads."""
-
 
 
 def _passage_identity(document: Document) -> str:
@@ -112,8 +122,12 @@ def _queried(record: Strategy, question: str, generated: list[str], search_quest
     """The state after the query step: ``queries`` as users see them, ``searched`` in order."""
     if record.grouping == "step-back":
         queries = [question, *[text for text in generated if text != question][:1]]
-        return {"question": question, "queries": queries, "searched": queries,
-                "step_back_question": queries[-1]}
+        return {
+            "question": question,
+            "queries": queries,
+            "searched": queries,
+            "step_back_question": queries[-1],
+        }
     first = [question] if search_question else []
     searched = list(dict.fromkeys([*first, *generated]))
     shown = generated if record.grouping == "sub-questions" else searched
@@ -146,10 +160,13 @@ def _fused(record: Strategy, state: State, fused: list[list[Document]]) -> State
         broader = state["queries"][-1]
         result["step_back_documents"] = (
             _unique(by_name["step_back"], skip=result["documents"])
-            if broader != state["question"] else []
+            if broader != state["question"]
+            else []
         )
     if record.grouping == "sub-questions":
-        result["sub_documents"] = [(name[4:], by_name[name]) for name in names if name != "documents"]
+        result["sub_documents"] = [
+            (name[4:], by_name[name]) for name in names if name != "documents"
+        ]
     return result
 
 
@@ -291,14 +308,20 @@ def _sub_answers_step(sub_answer: Runnable[Any, str], in_turn: bool) -> Step:
 
     def answered(state: State, answers: list[State]) -> State:
         pairs = format_answered(answers)
-        return {**state, "sub_answers": answers,
-                **({"previous_answers": pairs} if in_turn else {"context": pairs})}
+        return {
+            **state,
+            "sub_answers": answers,
+            **({"previous_answers": pairs} if in_turn else {"context": pairs}),
+        }
 
     def run(state: State, config: RunnableConfig) -> State:
         answers: list[State] = []
         if not in_turn:
-            texts = sub_answer.batch(inputs(state), config)
-            return answered(state, [{**i, "answer": t} for i, t in zip(inputs(state), texts)])
+            items = inputs(state)
+            texts = sub_answer.batch(items, config)
+            return answered(
+                state, [{**item, "answer": text} for item, text in zip(items, texts, strict=True)]
+            )
         for item in inputs(state):
             values = {**item, "previous_answers": format_answered(answers)}
             answers.append({**item, "answer": sub_answer.invoke(values, config)})
@@ -347,7 +370,9 @@ def _checked_prompt(
         raise TypeError(f"{name} must be a prompt template, got {type(chosen).__name__}")
     unknown = set(chosen.input_variables) - available
     if unknown:
-        raise ValueError(f"{name} asks for {sorted(unknown)}; this chain provides {sorted(available)}")
+        raise ValueError(
+            f"{name} asks for {sorted(unknown)}; this chain provides {sorted(available)}"
+        )
     return chosen
 
 
@@ -419,7 +444,9 @@ def _retrieval_steps(
         search_question = mode == "recursive"
     query_step = None
     if llm is not None:
-        chosen = _checked_prompt("query_prompt", query_prompt, record.query_prompt, {"question", "n"})
+        chosen = _checked_prompt(
+            "query_prompt", query_prompt, record.query_prompt, {"question", "n"}
+        )
         query_step = record.model_queries(llm, count, chosen)
     elif query_prompt is not None:
         raise ValueError("query_prompt needs an llm: the offline chain (llm=None) uses no prompt")
@@ -481,8 +508,16 @@ def chain_for(
     if llm is None and (prompt is not None or synthesis_prompt is not None):
         raise ValueError("prompt needs an llm: the offline chain (llm=None) uses no prompt")
     steps, settings = _retrieval_steps(
-        record, retrievers, llm, n=n, k=k, top_n=top_n, fusion=fusion,
-        include_original=include_original, query_prompt=query_prompt, mode=mode,
+        record,
+        retrievers,
+        llm,
+        n=n,
+        k=k,
+        top_n=top_n,
+        fusion=fusion,
+        include_original=include_original,
+        query_prompt=query_prompt,
+        mode=mode,
     )
     answer, sub_answer = _answers(record, llm, mode, prompt, synthesis_prompt)
     if sub_answer is not None:
@@ -533,33 +568,45 @@ def with_step(chain: Runnable[Any, Any], step: Runnable[Any, Any], *, after: str
     return RunnableSequence(*steps).with_config(config)
 
 
-def multi_query_chain(retrievers: Retrievers, llm: Runnable[Any, Any] | None = None, **options: Any) -> Runnable:
+def multi_query_chain(
+    retrievers: Retrievers, llm: Runnable[Any, Any] | None = None, **options: Any
+) -> Runnable:
     """Multi-query: ``n`` rephrasings (default 5), unique union. Options: :func:`chain_for`."""
     return chain_for("multi-query", retrievers, llm, **options)
 
 
-def rag_fusion_chain(retrievers: Retrievers, llm: Runnable[Any, Any] | None = None, **options: Any) -> Runnable:
+def rag_fusion_chain(
+    retrievers: Retrievers, llm: Runnable[Any, Any] | None = None, **options: Any
+) -> Runnable:
     """RAG-Fusion: ``n`` related queries (default 4), reciprocal rank fusion. See :func:`chain_for`."""
     return chain_for("rag-fusion", retrievers, llm, **options)
 
 
-def decomposition_chain(retrievers: Retrievers, llm: Runnable[Any, Any] | None = None, **options: Any) -> Runnable:
+def decomposition_chain(
+    retrievers: Retrievers, llm: Runnable[Any, Any] | None = None, **options: Any
+) -> Runnable:
     """Decomposition: up to ``n`` sub-questions (default 3) answered ``mode="recursive"`` or
     ``"individual"``, then the question. See :func:`chain_for`."""
     return chain_for("decomposition", retrievers, llm, **options)
 
 
-def step_back_chain(retrievers: Retrievers, llm: Runnable[Any, Any] | None = None, **options: Any) -> Runnable:
+def step_back_chain(
+    retrievers: Retrievers, llm: Runnable[Any, Any] | None = None, **options: Any
+) -> Runnable:
     """Step-back: the question and a broader question, each fused apart. See :func:`chain_for`."""
     return chain_for("step-back", retrievers, llm, **options)
 
 
-def hyde_chain(retrievers: Retrievers, llm: Runnable[Any, Any] | None = None, **options: Any) -> Runnable:
+def hyde_chain(
+    retrievers: Retrievers, llm: Runnable[Any, Any] | None = None, **options: Any
+) -> Runnable:
     """HyDE: a hypothetical passage searched instead of the question. See :func:`chain_for`."""
     return chain_for("hyde", retrievers, llm, **options)
 
 
-def rewrite_chain(retrievers: Retrievers, llm: Runnable[Any, Any] | None = None, **options: Any) -> Runnable:
+def rewrite_chain(
+    retrievers: Retrievers, llm: Runnable[Any, Any] | None = None, **options: Any
+) -> Runnable:
     """Rewrite-Retrieve-Read: the question rewritten into one search query. See :func:`chain_for`."""
     return chain_for("rewrite", retrievers, llm, **options)
 

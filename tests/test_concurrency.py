@@ -7,7 +7,6 @@ timeline; the assertions are on the order of those events, never on durations.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -24,16 +23,15 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 from langchain_core.language_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGenerationChunk
-from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.runnables import Runnable
 from langchain_core.vectorstores import InMemoryVectorStore
 from pydantic import ConfigDict, Field
 
 from rag_fusion_chain import chains, queries
-from rag_fusion_chain.fusion import reciprocal_rank_fusion
-from rag_fusion_chain.retrievers import FusionRetriever, MultiRetriever, RetrievalResults
+from rag_fusion_chain.retrievers import MultiRetriever, RetrievalResults
 from rag_fusion_chain.retrievers.bm25 import BatchedRetriever
 from rag_fusion_chain.retrievers.stores import VectorRetriever
-from tests.test_fanout import Probe, RunCollector, TagRetriever, contents, walk
+from tests.test_fanout import Probe, TagRetriever, contents
 
 QUESTION = "How do heat pumps work?"
 GENERATED = ["heat pump refrigerant cycle", "air source heat pump winter", "heat pump efficiency"]

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from langchain_core.language_models import FakeListChatModel, GenericFakeChatModel
 from langchain_core.messages import AIMessage
-from langchain_core.runnables import ConfigurableField, RunnableGenerator, RunnableLambda
+from langchain_core.runnables import RunnableGenerator, RunnableLambda
 
 from rag_fusion_chain import prompts, queries, validation
 from rag_fusion_chain.queries import QueryListParser

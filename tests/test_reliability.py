@@ -58,13 +58,13 @@ from rag_fusion_chain.fusion import (
     UniqueUnion,
 )
 from rag_fusion_chain.query_parsing import QueryListParser, dedupe_key
-from rag_fusion_chain.validation import question_of
 from rag_fusion_chain.retrievers import (
     FusionRetriever,
     MultiRetriever,
     RetrievalError,
     RetrievalFailure,
 )
+from rag_fusion_chain.validation import question_of
 from tests.stub_openai import Message, StubOpenAI
 
 BM25 = pytest.importorskip("rag_fusion_chain.retrievers.bm25")

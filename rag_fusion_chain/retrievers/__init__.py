@@ -14,7 +14,6 @@ from typing import Any
 from rag_fusion_chain.retrievers.fanout import (
     DEFAULT_K,
     DEFAULT_TIMEOUT,
-    GuardedRetriever,
     MultiRetriever,
     RetrievalError,
     RetrievalFailure,
@@ -55,7 +54,6 @@ __all__ = [
     "DEFAULT_TIMEOUT",
     "BM25Retriever",
     "FusionRetriever",
-    "GuardedRetriever",
     "MultiRetriever",
     "RetrievalError",
     "RetrievalFailure",

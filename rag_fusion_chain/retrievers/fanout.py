@@ -4,7 +4,7 @@ Each retriever gets all the queries in one ``batch`` / ``abatch`` call (so a ret
 such as the kit's ``VectorRetriever``, embeds them in one request, and any other gets its calls in
 parallel), all retrievers at once, bounded by the config's ``max_concurrency``. A retriever that
 raises or passes its time bound gives an empty list, a :class:`RetrievalFailure` in the output and
-a warning, while the others are still fused (:class:`GuardedRetriever`).
+a warning, while the others are still fused: :class:`MultiRetriever` does this for any retriever.
 
 >>> from langchain_core.runnables import RunnableLambda
 >>> echo = RunnableLambda(lambda query: [Document(query)], name="echo")
@@ -21,13 +21,18 @@ import math
 import warnings
 from collections.abc import Sequence
 from concurrent.futures import Future
-from functools import partial
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
-from langchain_core.runnables import Runnable, RunnableBinding, RunnableConfig, RunnableSerializable
+from langchain_core.runnables import (
+    Runnable,
+    RunnableBinding,
+    RunnableConfig,
+    RunnableSerializable,
+)
 from langchain_core.runnables.config import ContextThreadPoolExecutor, patch_config
 from langchain_core.runnables.utils import gather_with_concurrency
 from pydantic import ConfigDict, model_validator
@@ -90,14 +95,16 @@ def _checked_timeout(timeout: float | None) -> float | None:
     return timeout
 
 
-def _unwrapped(runnable: Runnable[Any, Any]) -> Runnable[Any, Any]:
-    while isinstance(runnable, RunnableBinding):
-        runnable = runnable.bound
-    return runnable
+def _takes_k(retriever: Runnable[Any, Any]) -> bool:
+    """A ``BaseRetriever`` (maybe bound) hands ``k`` only to retrievers that declare it; another
+    Runnable may not take the keyword at all."""
+    while isinstance(retriever, RunnableBinding):
+        retriever = retriever.bound
+    return isinstance(retriever, BaseRetriever)
 
 
 def _started(calls: list[Any], workers: int) -> list[Future[Any]]:
-    """Each call started in a thread of its own pool, which is not waited for: a call that never
+    """Each call started in a thread of a pool that is not waited for: a call that never
     returns is given up at its time bound, not joined."""
     executor = ContextThreadPoolExecutor(max_workers=workers)
     futures = [executor.submit(call) for call in calls]
@@ -115,81 +122,14 @@ def _result(future: Future[Any], timeout: float | None) -> Any:
         return error
 
 
-class GuardedRetriever(RunnableSerializable[str, list[Document]]):
-    """Any retriever, bounded in time and never raising: a failed or late query gives ``[]``.
-
-    ``batch`` sends all queries in one call of the retriever's own ``batch``; what failed is in
-    :meth:`search`'s failures (the fan-out reports them). It adds no run of its own to traces.
-    """
-
-    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
-
-    retriever: Runnable[Any, Any]
-    source: str = ""
-    timeout: float | None = DEFAULT_TIMEOUT
-    k: int | None = None
-
-    def _keywords(self) -> dict[str, Any]:
-        # BaseRetriever hands extra keywords only to retrievers that declare them; others may not
-        # take any.
-        wants_k = self.k is not None and isinstance(_unwrapped(self.retriever), BaseRetriever)
-        return {"k": self.k} if wants_k else {}
-
-    def _outcomes(
-        self, queries: list[str], found: Any
-    ) -> tuple[list[list[Document]], list[RetrievalFailure]]:
-        if isinstance(found, BaseException):
-            found = [found] * len(queries)
-        documents, failures = [], []
-        for query, result in zip(queries, found, strict=True):
-            if isinstance(result, list) and all(isinstance(item, Document) for item in result):
-                documents.append(result if self.k is None else result[: self.k])
-                continue
-            if not isinstance(result, BaseException):
-                result = TypeError(
-                    f"a retriever must return a list of Documents, got {type(result).__name__}"
-                )
-            documents.append([])
-            error = f"{type(result).__name__}: {result}"
-            failures.append(RetrievalFailure(self.source, query, error, result))
-        return documents, failures
-
-    def _call(self, queries: list[str], config: RunnableConfig | None) -> Any:
-        return self.retriever.batch(queries, config, return_exceptions=True, **self._keywords())
-
-    def search(
-        self, queries: list[str], config: RunnableConfig | None = None
-    ) -> tuple[list[list[Document]], list[RetrievalFailure]]:
-        """Each query's documents (``[]`` where it failed) and the failures."""
-        (future,) = _started([lambda: self._call(queries, config)], 1)
-        return self._outcomes(queries, _result(future, self.timeout))
-
-    async def asearch(
-        self, queries: list[str], config: RunnableConfig | None = None
-    ) -> tuple[list[list[Document]], list[RetrievalFailure]]:
-        """Async :meth:`search`."""
-        call = self.retriever.abatch(queries, config, return_exceptions=True, **self._keywords())
-        try:
-            found = await asyncio.wait_for(call, self.timeout)
-        except asyncio.TimeoutError:
-            found = TimeoutError(f"no answer within {self.timeout} s")
-        except Exception as error:  # recorded as a failure of every query
-            found = error
-        return self._outcomes(queries, found)
-
-    def invoke(
-        self, input: str, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> list[Document]:
-        documents, failures = self.search([input], config)
-        _warn(failures, 1)
-        return documents[0]
-
-    async def ainvoke(
-        self, input: str, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> list[Document]:
-        documents, failures = await self.asearch([input], config)
-        _warn(failures, 1)
-        return documents[0]
+async def _aresult(call: Any, timeout: float | None) -> Any:
+    """Async :func:`_result`."""
+    try:
+        return await asyncio.wait_for(call, timeout)
+    except asyncio.TimeoutError:
+        return TimeoutError(f"no answer within {timeout} s")
+    except Exception as error:  # recorded as the failure of every query of the call
+        return error
 
 
 def _warn(failures: list[RetrievalFailure], query_count: int) -> None:
@@ -236,7 +176,9 @@ def _as_queries(value: Any) -> list[str]:
         raise TypeError(f"queries must be a str or a list of str, got {type(value).__name__}")
     for position, query in enumerate(queries):
         if not query.strip():  # a vector store would answer it with arbitrary documents
-            raise ValueError(f"queries must not be empty or whitespace: query {position} is {query!r}")
+            raise ValueError(
+                f"queries must not be empty or whitespace: query {position} is {query!r}"
+            )
     return list(queries)
 
 
@@ -286,62 +228,61 @@ class MultiRetriever(RunnableSerializable[QueriesInput, list[list[Document]]]):
         _checked_timeout(self.timeout)
         return self
 
-    def _guarded(self, config: RunnableConfig) -> list[GuardedRetriever]:
-        return [
-            GuardedRetriever(retriever=retriever, source=name, timeout=self.timeout, k=self.k)
-            for retriever, name in zip(self.retrievers, _source_names(self.retrievers), strict=True)
-        ]
-
-    def _shared(self, config: RunnableConfig) -> RunnableConfig:
-        """The retrievers' config: ``max_concurrency`` shared out, so that the retrievers run
-        at once and all their calls together stay within the bound."""
+    def _calls(self, queries: list[str], config: RunnableConfig, asynchronous: bool) -> list[Any]:
+        """One ``batch`` (or ``abatch``) call per retriever with all the queries, given the
+        retrievers' share of ``max_concurrency`` so that their calls together stay within it."""
         limit = config.get("max_concurrency")
-        if limit is None:
-            return config
-        return patch_config(config, max_concurrency=max(1, limit // len(self.retrievers)))
+        if limit is not None:
+            config = patch_config(config, max_concurrency=max(1, limit // len(self.retrievers)))
+        calls = []
+        for retriever in self.retrievers:
+            keywords = {"k": self.k} if self.k is not None and _takes_k(retriever) else {}
+            call = retriever.abatch if asynchronous else retriever.batch
+            calls.append(partial(call, queries, config, return_exceptions=True, **keywords))
+        return calls
 
-    def _collect(self, queries: list[str], searched: list[Any]) -> RetrievalResults:
-        weights = self.weights or [1.0] * len(self.retrievers)
-        failures = [failure for _, failed in searched for failure in failed]
+    def _collect(self, queries: list[str], outcomes: list[Any]) -> RetrievalResults:
+        """Ranked lists query-major, then retriever; failures recorded, warned about or raised."""
+        names, weights = _source_names(self.retrievers), self.weights or [1.0] * len(outcomes)
+        ranked_lists, failures = [], []
+        for position, query in enumerate(queries):
+            for index, outcome in enumerate(outcomes):
+                found = outcome if isinstance(outcome, BaseException) else outcome[position]
+                if isinstance(found, list) and all(isinstance(item, Document) for item in found):
+                    kept = found if self.k is None else found[: self.k]
+                    source, weight = names[index], weights[index]
+                    ranked_lists.append(RankedList(kept, weight=weight, query=query, source=source))
+                    continue
+                if not isinstance(found, BaseException):
+                    found = TypeError(
+                        f"a retriever must return a list of Documents, got {type(found).__name__}"
+                    )
+                error = f"{type(found).__name__}: {found}"
+                failures.append(RetrievalFailure(names[index], query, error, found))
         if failures and self.on_error == "raise":
             raise failures[0].exception or RetrievalError(failures)
-        if len(failures) == len(queries) * len(self.retrievers) and queries:
+        if failures and not ranked_lists:
             raise RetrievalError(failures) from failures[0].exception
-        failed = {(failure.source, failure.query) for failure in failures}
-        names = _source_names(self.retrievers)
-        ranked_lists = [
-            RankedList(found[position], weight=weights[index], query=query, source=names[index])
-            for position, query in enumerate(queries)
-            for index, (found, _) in enumerate(searched)
-            if (names[index], query) not in failed
-        ]
         _warn(failures, len(queries))
         return RetrievalResults(ranked_lists, failures, queries)
 
     def _retrieve(self, value: Any, run_manager: Any, config: RunnableConfig) -> RetrievalResults:
         queries = _as_queries(value)
         config = patch_config(config, callbacks=run_manager.get_child())
-        guarded, each = self._guarded(config), self._shared(config)
-        workers = min(len(guarded), config.get("max_concurrency") or len(guarded))
-        futures = _started([partial(one._call, queries, each) for one in guarded], workers)
-        searched = [
-            one._outcomes(queries, _result(future, self.timeout))
-            for one, future in zip(guarded, futures, strict=True)
-        ]
-        return self._collect(queries, searched)
+        workers = min(len(self.retrievers), config.get("max_concurrency") or len(self.retrievers))
+        futures = _started(self._calls(queries, config, asynchronous=False), workers)
+        return self._collect(queries, [_result(future, self.timeout) for future in futures])
 
     async def _aretrieve(
         self, value: Any, run_manager: Any, config: RunnableConfig
     ) -> RetrievalResults:
         queries = _as_queries(value)
         config = patch_config(config, callbacks=run_manager.get_child())
-        guarded, each = self._guarded(config), self._shared(config)
-        searches = (one.asearch(queries, each) for one in guarded)
+        calls = self._calls(queries, config, asynchronous=True)
+        waits = [_aresult(call(), self.timeout) for call in calls]
         limit = config.get("max_concurrency")
-        searched = await (
-            gather_with_concurrency(limit, *searches) if limit else asyncio.gather(*searches)
-        )
-        return self._collect(queries, list(searched))
+        gathered = gather_with_concurrency(limit, *waits) if limit else asyncio.gather(*waits)
+        return self._collect(queries, list(await gathered))
 
     def invoke(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
@@ -357,7 +298,6 @@ class MultiRetriever(RunnableSerializable[QueriesInput, list[list[Document]]]):
 __all__ = [
     "DEFAULT_K",
     "DEFAULT_TIMEOUT",
-    "GuardedRetriever",
     "MultiRetriever",
     "RetrievalError",
     "RetrievalFailure",

@@ -71,7 +71,9 @@ class FusionRetriever(BaseRetriever):
                 close = difflib.get_close_matches(name, list(cls.model_fields), n=1)
                 hint = _HINTS.get(name) or (f"did you mean {close[0]!r}?" if close else "")
                 fields = ", ".join(sorted(cls.model_fields))
-                raise TypeError(f"FusionRetriever got an unknown field {name!r}: {hint} (fields: {fields})")
+                raise TypeError(
+                    f"FusionRetriever got an unknown field {name!r}: {hint} (fields: {fields})"
+                )
         return values
 
     @field_validator("retrievers", mode="before")
@@ -83,8 +85,10 @@ class FusionRetriever(BaseRetriever):
     @classmethod
     def _returns_documents(cls, fusion: BaseFusion) -> BaseFusion:
         if fusion.with_scores:
-            raise ValueError("fusion must return Documents (with_scores=False); the score is in "
-                             "metadata['fusion_score']")
+            raise ValueError(
+                "fusion must return Documents (with_scores=False); the score is in "
+                "metadata['fusion_score']"
+            )
         return fusion
 
     @field_validator("k")
@@ -122,12 +126,15 @@ class FusionRetriever(BaseRetriever):
     @property
     def config_specs(self) -> list[ConfigurableFieldSpec]:
         """``k``, plus what the query generator makes configurable."""
-        own = ConfigurableFieldSpec(id="k", annotation=int, name="k", default=self.k,
-                                    description="Fused documents returned")
+        own = ConfigurableFieldSpec(
+            id="k", annotation=int, name="k", default=self.k, description="Fused documents returned"
+        )
         generated = self.query_generator.config_specs if self.query_generator else []
         return get_unique_config_specs([*super().config_specs, own, *generated])
 
-    def invoke(self, input: str, config: RunnableConfig | None = None, **kwargs: Any) -> list[Document]:
+    def invoke(
+        self, input: str, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> list[Document]:
         # BaseRetriever gives its run only a run manager: pass the config on (max_concurrency,
         # configurable fields, tags).
         return super().invoke(input, config, run_config=ensure_config(config), **kwargs)
