@@ -7,7 +7,7 @@ tables or reference lists. A step with nothing to work from returns the question
 
 >>> feedback_queries("heat pumps", [Document("Heat pumps use a refrigerant. The refrigerant "
 ...     "loop is sealed.")], 1)
-['heat pumps refrigerant, loop, sealed']
+['heat pumps refrigerant, use, loop']
 """
 
 from __future__ import annotations
@@ -82,13 +82,13 @@ def _document_frequency(documents: Sequence[Document]) -> Counter[str]:
 
 def _expansion_weights(
     question: str, texts: Sequence[str], frequency: Counter[str], count: int
-) -> Counter[str]:
+) -> dict[str, float]:
     """Terms of the feedback ``texts`` the question lacks, weighed as a relevance model does
-    (Lavrenko and Croft's RM1, as in RM3): Σ_d tf(t, d) / |d| / (1 + rank of d), times the
-    idf of ``frequency`` over all ``count`` documents retrieved, so a term all of them share
-    (a word of the genre, not of the topic) counts little."""
+    (Lavrenko and Croft's RM1, as in RM3): Σ_d tf(t, d) / |d| / (1 + rank of d), times
+    1 + its idf over all ``count`` documents retrieved, so a term all of them share (a word of
+    the genre) counts less without being lost when only a few documents came back."""
     question_terms = set(tokenize(question))
-    weights: Counter[str] = Counter()
+    weights: dict[str, float] = {}
     for rank, text in enumerate(texts):
         terms = [
             term
@@ -98,13 +98,11 @@ def _expansion_weights(
             and (len(term) >= 3 or not term.isascii())
         ]
         for term, times in Counter(terms).items():
-            weights[term] += times / len(terms) / (1 + rank)
-    return Counter(
-        {
-            term: weight * inverse_document_frequency(frequency[term], count)
-            for term, weight in weights.items()
-        }
-    )
+            weights[term] = weights.get(term, 0.0) + times / len(terms) / (1 + rank)
+    return {
+        term: weight * (1 + inverse_document_frequency(frequency[term], count))
+        for term, weight in weights.items()
+    }
 
 
 def _shown_word(word: str) -> str:
@@ -139,7 +137,7 @@ def _phrase_runs(text: str) -> Iterator[list[str]]:
 
 
 def _keyword_phrases(
-    texts: Sequence[str], weights: Counter[str], max_words: int = 3
+    texts: Sequence[str], weights: dict[str, float], max_words: int = 3
 ) -> list[tuple[str, list[str]]]:
     """Phrases of ``texts`` made of weighted terms, best first, as (phrase, its terms): runs
     of up to ``max_words`` adjacent words, each one weighted term; a phrase of several words
@@ -182,9 +180,8 @@ def _feedback_phrases(question: str, documents: Sequence[Document], terms: int) 
     ]
     frequency = _document_frequency(documents)
     weights = _expansion_weights(question, texts, frequency, len(documents))
-    return [
-        phrase for phrase, _ in _keyword_phrases(texts, Counter(dict(weights.most_common(terms))))
-    ]
+    strongest = sorted(weights, key=lambda term: (-weights[term], term))[:terms]
+    return [phrase for phrase, _ in _keyword_phrases(texts, {t: weights[t] for t in strongest})]
 
 
 def _unique(queries: Sequence[str]) -> list[str]:
@@ -251,7 +248,7 @@ def sub_questions(question: str, documents: Sequence[Document], n: int) -> list[
 
 def _content_words(question: str) -> list[str]:
     """The question's words that are index terms (no stopword), each term once, in order."""
-    words = {}
+    words: dict[str, str] = {}
     for word in _WORD.findall(question):
         terms = tokenize(word)
         if terms:
