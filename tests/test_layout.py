@@ -32,7 +32,6 @@ LAYERS: dict[str, int] = {
     "extractive": 3,
     "offline": 4,
     "data": 3,  # the shipped sample, and its vectors checked with the stores' digest
-    "offline_steps": 5,
     "strategies": 6,
     # composition
     "pipeline": 7,
