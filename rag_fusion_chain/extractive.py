@@ -174,7 +174,7 @@ def _is_title(line: str, following: str) -> bool:
         return False
     words = line.split()
     short = len(words) <= _TITLE_WORDS and (following[:1].isupper() or following[:1].isdigit())
-    return short or all(not word[:1].islower() for word in words)
+    return short or all(word[:1].isupper() or not word[:1].isalpha() for word in words)
 
 
 def _ends_block(line: str) -> bool:

@@ -65,8 +65,10 @@ _COMPARISON = re.compile(
 def _checked(question: str, documents: Sequence[Document]) -> tuple[str, list[Document]]:
     """The stripped question and the distinct documents (by text), in order; bad input raises."""
     question = question_of(question)
-    if isinstance(documents, str | Document) or not all(
-        isinstance(document, Document) for document in documents
+    if (
+        not isinstance(documents, Sequence)
+        or isinstance(documents, str)
+        or not all(isinstance(document, Document) for document in documents)
     ):
         raise TypeError("documents must be a sequence of langchain Document objects")
     distinct: dict[str, Document] = {}
@@ -184,20 +186,12 @@ def _feedback_phrases(question: str, documents: Sequence[Document], terms: int) 
     return [phrase for phrase, _ in _keyword_phrases(texts, {t: weights[t] for t in strongest})]
 
 
-def _unique(queries: Sequence[str]) -> list[str]:
-    """``queries`` without repeats (ignoring case and spacing), in order."""
-    distinct: dict[str, str] = {}
-    for query in queries:
-        distinct.setdefault("".join(query.split()).casefold(), query)
-    return list(distinct.values())
-
-
 def feedback_queries(question: str, documents: Sequence[Document], n: int) -> list[str]:
     """``n`` pseudo-relevance-feedback queries: the question followed by key phrases of its
     documents, comma-separated, about :data:`TERMS_PER_QUERY` words per query (the question
     itself not included). With no phrase to add: ``[question]``, with a warning.
 
-    Deterministic: the same question and documents always give the same queries.
+    The phrases share no term, so the queries differ; the same input gives the same queries.
     """
     validate_count("n", n, MAX_QUERIES)
     question, documents = _checked(question, documents)
@@ -218,7 +212,7 @@ def feedback_queries(question: str, documents: Sequence[Document], n: int) -> li
             stacklevel=2,
         )
         return [question]
-    return _unique([f"{question} {', '.join(group)}" for group in groups])
+    return [f"{question} {', '.join(group)}" for group in groups]
 
 
 def _as_question(clause: str) -> str:
