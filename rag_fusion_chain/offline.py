@@ -282,8 +282,8 @@ def hypothetical_passage(question: str, documents: Sequence[Document]) -> str:
 
 def keyword_rewrite(question: str, documents: Sequence[Document]) -> str:
     """Rewrite-Retrieve-Read without a model: one search query of the question's content
-    words (no stopwords) and at most :data:`REWRITE_TERMS` strong phrases of its documents.
-    The question itself when it has no content word."""
+    words (no stopwords) and at most :data:`REWRITE_TERMS` strong phrases of its documents
+    (none without documents). The question itself when it has no content word."""
     question, documents = _checked(question, documents)
     words = _content_words(question)
     if not words:
