@@ -32,7 +32,6 @@ LAYERS: dict[str, int] = {
     "extractive": 4,
     "offline": 5,
     "data": 4,  # the shipped sample, and its vectors checked with the stores' digest
-    "offline_steps": 6,
     "strategies": 7,
     # composition
     "chains": 8,

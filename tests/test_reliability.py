@@ -190,8 +190,12 @@ GENERATORS: dict[str, Callable[[Any], Runnable[Any, Any]]] = {
     "decomposition": queries.decomposition,
     "step_back": queries.step_back,
     "hyde": queries.hyde,
-    "offline-feedback": lambda llm: offline.PseudoRelevanceFeedback(retriever=bm25()),
-    "offline-passage": lambda llm: offline.FeedbackPassage(retriever=bm25()),
+    "offline-feedback": lambda llm: RunnableLambda(
+        lambda question: offline.feedback_queries(question, [], 3)
+    ),
+    "offline-passage": lambda llm: RunnableLambda(
+        lambda question: offline.hypothetical_passage(question, [])
+    ),
 }
 
 
