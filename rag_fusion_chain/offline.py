@@ -282,13 +282,17 @@ def hypothetical_passage(question: str, documents: Sequence[Document]) -> str:
 
 def keyword_rewrite(question: str, documents: Sequence[Document]) -> str:
     """Rewrite-Retrieve-Read without a model: one search query of the question's content
-    words (no stopwords) and at most :data:`REWRITE_TERMS` strong phrases of its documents
-    (none without documents). The question itself when it has no content word."""
+    words (no stopwords; only those the documents use, when any does) and at most
+    :data:`REWRITE_TERMS` strong phrases of its documents (none without documents). The question
+    itself when it has no content word."""
     question, documents = _checked(question, documents)
     words = _content_words(question)
     if not words:
         return question
-    return " ".join(words + _feedback_phrases(question, documents, TERMS_PER_QUERY)[:REWRITE_TERMS])
+    # words the documents never use ("please", "actually") are conversation, not search terms
+    vocabulary = {term for document in documents for term in tokenize(document.page_content)}
+    used = [word for word in words if tokenize(word)[0] in vocabulary] or words
+    return " ".join(used + _feedback_phrases(question, documents, TERMS_PER_QUERY)[:REWRITE_TERMS])
 
 
 __all__ = [

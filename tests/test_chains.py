@@ -32,6 +32,7 @@ QUESTION = "How do heat pumps work?"
 ANSWER = "Heat pumps move heat from outside to inside [1]."
 STEP_BACK = "What is thermodynamics?"
 PASSAGE = "A heat pump moves heat with a refrigerant cycle."
+REWRITTEN = "heat pump operating principle"
 
 # ---------------------------------------------------------------- fakes
 
@@ -49,6 +50,7 @@ class ScriptedLLM:
             "answer": FakeListChatModel(responses=[ANSWER]),
             "step_back": FakeListChatModel(responses=[STEP_BACK]),
             "passage": FakeListChatModel(responses=[PASSAGE]),
+            "rewrite": FakeListChatModel(responses=[REWRITTEN]),
             "queries": FakeListChatModel(responses=[queries_text]),
         }
         self.runnable: Runnable[Any, Any] = RunnableLambda(self._route, name="scripted_llm")
@@ -61,6 +63,8 @@ class ScriptedLLM:
             return "step_back"
         if "reference text" in text:
             return "passage"
+        if "as one search query" in text:
+            return "rewrite"
         return "queries"
 
     def _route(self, prompt: PromptValue) -> Runnable[Any, Any]:
@@ -130,6 +134,7 @@ BUILDERS: dict[str, Callable[..., Runnable[Any, Any]]] = {
     "decomposition-individual": partial(chains.decomposition_chain, mode="individual"),
     "step-back": chains.step_back_chain,
     "hyde": chains.hyde_chain,
+    "rewrite": chains.rewrite_chain,
 }
 
 
@@ -331,7 +336,8 @@ async def test_n_is_configurable_per_call_in_async_and_for_decomposition() -> No
 @pytest.mark.parametrize("return_sources", [False, True])
 def test_schemas_and_configurable_fields_are_published(name: str, return_sources: bool) -> None:
     chain = build(name, return_sources=return_sources)
-    expected = {"k", "top_n"} if strategy_of(name) in ("step-back", "hyde") else {"k", "n", "top_n"}
+    counted = strategies.get(strategy_of(name)).default_n is not None
+    expected = {"k", "n", "top_n"} if counted else {"k", "top_n"}
     assert {spec.id for spec in chain.config_specs} == expected
     assert chain.input_schema.model_json_schema()
     assert chain.output_schema.model_json_schema()
@@ -507,6 +513,44 @@ def test_step_back_background_never_repeats_a_passage_under_another_id() -> None
     assert "shared background" in about and "shared background" not in background
     texts = [d.page_content for d in result["documents"]]
     assert texts.count("shared background") == 1
+
+
+def test_rewrite_retrieves_with_the_rewritten_query_alone() -> None:
+    retriever, llm = TopicRetriever(), ScriptedLLM()
+    result = chains.rewrite_chain(retriever, llm.runnable, return_sources=True).invoke(QUESTION)
+    assert retriever.queries == [REWRITTEN]
+    assert result["queries"] == [REWRITTEN]
+    assert result["answer"] == ANSWER
+    assert QUESTION in llm.prompts_of("rewrite")[0]
+
+
+def test_rewrite_offline_searches_a_keyword_query_and_says_so() -> None:
+    from rag_fusion_chain import offline
+
+    retriever = bm25_retriever()
+    question = "Could you please tell me how heat pumps actually work?"
+    result = chains.rewrite_chain(retriever, None, return_sources=True).invoke(question)
+    (rewritten,) = result["queries"]
+    assert rewritten != question and "heat" in rewritten and "please" not in rewritten
+    assert result["answer"].startswith(offline.OFFLINE_LABEL)
+    assert rewritten in result["answer"]
+
+
+@pytest.mark.parametrize("name", ["rag-fusion", "step-back", "hyde", "rewrite", "decomposition"])
+def test_an_offline_answer_streams_line_by_line_after_the_sources(name: str) -> None:
+    chain = BUILDERS[name]([bm25_retriever()], None, return_sources=True)
+    chunks = list(chain.stream(QUESTION))
+    assert set(chunks[0]) == {"queries", "documents", "failures"}
+    answer_chunks = [chunk["answer"] for chunk in chunks[1:]]
+    assert len(answer_chunks) > 1 and all(text.endswith("\n") for text in answer_chunks[:-1])
+    assert "".join(answer_chunks) == chain.invoke(QUESTION)["answer"]
+
+
+def test_offline_chains_honour_per_call_n_and_top_n() -> None:
+    chain = chains.rag_fusion_chain([bm25_retriever()], None, return_sources=True)
+    result = chain.invoke(QUESTION, config={"configurable": {"n": 1, "top_n": 1}})
+    assert len(result["queries"]) == 2  # the question and one generated query
+    assert len(result["documents"]) == 1
 
 
 def test_hyde_retrieves_with_the_generated_passage() -> None:

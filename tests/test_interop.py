@@ -24,8 +24,6 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.vectorstores import InMemoryVectorStore
 from langchain_tests.integration_tests import RetrieversIntegrationTests
 
-from rag_fusion_chain.strategies import STRATEGIES
-
 from rag_fusion_chain import fusion
 from rag_fusion_chain.retrievers import (
     BM25Retriever,
@@ -35,6 +33,7 @@ from rag_fusion_chain.retrievers import (
     hybrid_retriever,
 )
 from rag_fusion_chain.retrievers.stores import build_faiss
+from rag_fusion_chain.strategies import STRATEGIES
 
 PASSAGES = [
     "Heat pumps move heat from cold outdoor air into a warm house.",
