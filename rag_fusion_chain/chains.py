@@ -287,15 +287,11 @@ def _fuse_step(record: Strategy, fusion: BaseFusion) -> Step:
         top_n = _setting(config, "top_n", fusion.top_n)
         return fusion.with_settings(top_n=top_n).with_config(run_name="fusion")
 
-    def fuse(state: State, config: RunnableConfig) -> State:
+    def fuse(state: State, config: RunnableConfig) -> State:  # CPU only: no async twin
         groups = [lists for _, lists in _fusion_groups(record, state)]
         return _fused(record, state, configured(config).batch(groups, config))
 
-    async def afuse(state: State, config: RunnableConfig) -> State:
-        groups = [lists for _, lists in _fusion_groups(record, state)]
-        return _fused(record, state, await configured(config).abatch(groups, config))
-
-    return Step("fuse", fuse, afuse, [TOP_N_SPEC])
+    return Step("fuse", fuse, settings=[TOP_N_SPEC])
 
 
 def _sub_answers_step(sub_answer: Runnable[Any, str], in_turn: bool) -> Step:
@@ -315,19 +311,26 @@ def _sub_answers_step(sub_answer: Runnable[Any, str], in_turn: bool) -> Step:
         }
 
     def run(state: State, config: RunnableConfig) -> State:
-        answers: list[State] = []
+        items, answers = inputs(state), []
         if not in_turn:
-            items = inputs(state)
             texts = sub_answer.batch(items, config)
-            return answered(
-                state, [{**item, "answer": text} for item, text in zip(items, texts, strict=True)]
-            )
-        for item in inputs(state):
+            return answered(state, [{**i, "answer": t} for i, t in zip(items, texts, strict=True)])
+        for item in items:
             values = {**item, "previous_answers": format_answered(answers)}
             answers.append({**item, "answer": sub_answer.invoke(values, config)})
         return answered(state, answers)
 
-    return Step("answer_sub_questions", run)
+    async def arun(state: State, config: RunnableConfig) -> State:
+        items, answers = inputs(state), []
+        if not in_turn:
+            texts = await sub_answer.abatch(items, config)
+            return answered(state, [{**i, "answer": t} for i, t in zip(items, texts, strict=True)])
+        for item in items:
+            values = {**item, "previous_answers": format_answered(answers)}
+            answers.append({**item, "answer": await sub_answer.ainvoke(values, config)})
+        return answered(state, answers)
+
+    return Step("answer_sub_questions", run, arun)
 
 
 def _answer_step(answer: Runnable[State, str], return_sources: bool) -> Step:
