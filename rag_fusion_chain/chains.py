@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.documents import Document
 from langchain_core.output_parsers import StrOutputParser
@@ -207,7 +207,7 @@ def _generate_step(
     feedback = reciprocal_rank_fusion.with_settings(top_n=FEEDBACK_DOCUMENTS)
 
     def offline_queries(question: str, first: Any, config: RunnableConfig) -> State:
-        documents = feedback.invoke(first, config)
+        documents: list[Document] = feedback.invoke(first, config)  # type: ignore[assignment]
         count = configured_n(config, default_n or 1)
         generated = record.offline_queries(question, documents, count)
         return {**_queried(record, question, generated, search_question), "first": first}
@@ -311,7 +311,7 @@ def _sub_answers_step(sub_answer: Runnable[Any, str], in_turn: bool) -> Step:
         }
 
     def run(state: State, config: RunnableConfig) -> State:
-        items, answers = inputs(state), []
+        items, answers = inputs(state), cast(list[State], [])
         if not in_turn:
             texts = sub_answer.batch(items, config)
             return answered(state, [{**i, "answer": t} for i, t in zip(items, texts, strict=True)])
@@ -321,7 +321,7 @@ def _sub_answers_step(sub_answer: Runnable[Any, str], in_turn: bool) -> Step:
         return answered(state, answers)
 
     async def arun(state: State, config: RunnableConfig) -> State:
-        items, answers = inputs(state), []
+        items, answers = inputs(state), cast(list[State], [])
         if not in_turn:
             texts = await sub_answer.abatch(items, config)
             return answered(state, [{**i, "answer": t} for i, t in zip(items, texts, strict=True)])
@@ -461,8 +461,8 @@ def _retrieval_steps(
         _fuse_step(record, chosen_fusion),
         Step("format_context", _formatted),
     ]
-    settings = {"n": count if record.default_n else 1, "k": k, "top_n": chosen_fusion.top_n}
-    return steps, settings
+    settings: dict[str, Any] = {"n": count if record.default_n else 1, "k": k}
+    return [*steps], {**settings, "top_n": chosen_fusion.top_n}
 
 
 def _named(
@@ -470,7 +470,7 @@ def _named(
 ) -> Runnable[Any, Any]:
     tags = [record.name, "offline"] if offline else [record.name]
     metadata = {"strategy": record.name, **settings, **({"offline": True} if offline else {})}
-    sequence = RunnableSequence(*steps)
+    sequence: Runnable[Any, Any] = RunnableSequence(*steps)
     return sequence.with_config(run_name=record.name, tags=tags, metadata=metadata)
 
 
@@ -550,7 +550,7 @@ def retrieval_chain(
     unknown = set(options) - set(keys)
     if unknown:
         raise TypeError(f"retrieval_chain got unknown options {sorted(unknown)}; use {list(keys)}")
-    filled = {key: options.get(key) for key in keys}
+    filled: dict[str, Any] = {key: options.get(key) for key in keys}
     steps, settings = _retrieval_steps(record, retrievers, llm, **filled)
     return _named(record, steps, llm is None, settings)
 

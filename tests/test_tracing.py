@@ -232,6 +232,7 @@ def test_a_question_with_three_queries_makes_at_most_thirty_runs(
     chain.invoke(QUESTION, config={"callbacks": [tracer]})
     flush(tracer)
     runs = langsmith_recorder.runs
+    print(f"\nruns for one question with {N} queries over one retriever: {len(runs)}")
     assert len(runs) <= 30, sorted(str(run["name"]) for run in runs.values())
     retrievals = [run for run in runs.values() if run["run_type"] == "retriever"]
     assert len(retrievals) == len(SEARCHED)  # one run per query searched, no wrappers
