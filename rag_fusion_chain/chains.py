@@ -68,8 +68,6 @@ TOP_N_SPEC = ConfigurableFieldSpec(
     default=None,
     description="Fused documents kept (and quoted to the model)",
 )
-FEEDBACK_DOCUMENTS = 5
-"""Fused documents of the question that an offline query step reads."""
 
 
 def _passage_identity(document: Document) -> str:
@@ -204,10 +202,10 @@ def _generate_step(
     question is searched first and the queries are drawn from its documents."""
     if query_step is not None:
         query_step = query_step.with_config(run_name="queries")
-    feedback = reciprocal_rank_fusion.with_settings(top_n=FEEDBACK_DOCUMENTS)
 
     def offline_queries(question: str, first: Any, config: RunnableConfig) -> State:
-        documents: list[Document] = feedback.invoke(first, config)  # type: ignore[assignment]
+        # the question's whole fused ranking: the best documents lead, the rest give term statistics
+        documents: list[Document] = reciprocal_rank_fusion.invoke(first, config)  # type: ignore[assignment]
         count = configured_n(config, default_n or 1)
         generated = record.offline_queries(question, documents, count)
         return {**_queried(record, question, generated, search_question), "first": first}
