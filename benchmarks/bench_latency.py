@@ -175,6 +175,17 @@ class RemoteRetriever(BaseRetriever):
         return overlap_ranking(query, K)
 
 
+class SerialRetriever(RemoteRetriever):
+    """A remote retriever that serves one call at a time (a single-connection store): concurrent
+    calls queue behind a lock, as with ``max_concurrency=1`` on its side."""
+
+    lock: Any = Field(default_factory=threading.Lock)
+
+    def _get_relevant_documents(self, query: str, *, run_manager: Any) -> list[Document]:
+        with self.lock:
+            return super()._get_relevant_documents(query, run_manager=run_manager)
+
+
 class WordEmbeddings(Embeddings):
     """Deterministic bag of words over :data:`WORDS`, instant."""
 
@@ -210,6 +221,8 @@ class RemoteEmbeddings(WordEmbeddings):
 def make_retrievers(kind: str, count: int, latency: float, requests: Counter) -> list[Any]:
     if kind == "plain":
         return [RemoteRetriever(latency=latency, requests=requests) for _ in range(count)]
+    if kind == "serial":
+        return [SerialRetriever(latency=latency, requests=requests) for _ in range(count)]
     store = InMemoryVectorStore.from_documents(CORPUS, WordEmbeddings())
     return [
         VectorRetriever(vectorstore=store, embeddings=RemoteEmbeddings(latency, requests), k=K)
@@ -377,8 +390,8 @@ def parse_arguments(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--latency-ms", type=float, nargs="+", default=[10.0, 100.0, 500.0])
     parser.add_argument("--token-ms", type=float, nargs="+", default=[0.0, 5.0, 20.0])
-    parser.add_argument("--retrievers", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--kinds", nargs="+", default=["plain", "vector"])
+    parser.add_argument("--retrievers", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--kinds", nargs="+", default=["plain", "serial", "vector"])
     parser.add_argument("--n", type=int, default=4, help="generated queries")
     parser.add_argument("--words", type=int, default=6, help="words per generated query")
     parser.add_argument("--runs", type=int, default=7, help="questions timed per cell")
@@ -396,7 +409,11 @@ def main(argv: Sequence[str] | None = None) -> list[Cell]:
     )
     cells = []
     for kind in arguments.kinds:
-        label = "plain BaseRetriever" if kind == "plain" else "the kit's VectorRetriever"
+        label = {
+            "plain": "plain BaseRetriever",
+            "serial": "a retriever serving one call at a time",
+            "vector": "the kit's VectorRetriever",
+        }[kind]
         print(f"\n### {label}\n\n{HEADER}", flush=True)
         for latency, token, count in itertools.product(
             arguments.latency_ms, arguments.token_ms, arguments.retrievers

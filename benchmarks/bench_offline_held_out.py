@@ -7,7 +7,7 @@ python-sklearn-doc``), read at run time from ``--pages``, loaded and split by
 :mod:`rag_fusion_chain.ingest` and indexed with :class:`BM25Retriever`. For each of the
 :data:`QUESTIONS`, RAG-Fusion runs offline (the question plus ``--n`` pseudo-relevance-feedback
 queries, top ``--k`` hits each, RRF to ``--top-n`` passages) and the extractive answer quotes
-``--sentences`` sentences. Each quote is judged with the page's own HTML, not with the kit's
+three sentences (:func:`offline.extractive_answer`). Each quote is judged with the page's own HTML, not with the kit's
 rules:
 
 * *reference line*: the quote lies inside a reference list (a Sphinx ``References`` topic, a
@@ -18,9 +18,9 @@ rules:
   unclosed parenthesis, or starts lowercase;
 * *code word* (queries): a word the feedback added that the page shows only inside code.
 
-``--baseline-ref`` runs the same with ``extractive.py`` and ``offline.py`` of that commit.
+The figures are deterministic (no timing): compare them with another commit run the same way.
 
-    python benchmarks/bench_offline_held_out.py --baseline-ref d056fc0 --show
+    python benchmarks/bench_offline_held_out.py --show
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ import sys
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from bs4 import BeautifulSoup
@@ -40,9 +39,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_offline_answer import fused, git_module  # noqa: E402
+from bench_offline_answer import offline_rag_fusion  # noqa: E402
 
-from rag_fusion_chain import extractive, ingest, offline  # noqa: E402
+from rag_fusion_chain import ingest  # noqa: E402
 from rag_fusion_chain.retrievers.bm25 import BM25Retriever  # noqa: E402
 
 PAGES = Path("/usr/share/doc/python-sklearn-doc/html/modules")
@@ -189,23 +188,17 @@ def code_words(query: str, question: str, sources: Sequence[str]) -> list[str]:
 
 
 def run(
-    answer_module: ModuleType, query_module: ModuleType, retriever: BM25Retriever, options: Any
+    retriever: BM25Retriever, options: Any
 ) -> list[tuple[str, list[str], list[tuple[str, str, list[str]]]]]:
     """(question, queries, [(quote, source, problems)]) per question."""
-    generator = query_module.PseudoRelevanceFeedback(
-        retriever=retriever, n=options.n, include_original=True
-    )
-    answer = answer_module.ExtractiveAnswer(sentences=options.sentences)
     results = []
     for question in QUESTIONS:
-        queries = generator.invoke(question)
-        documents = fused(retriever, queries, options.k, options.top_n)
-        lines = answer.lines({"question": question, "documents": documents, "queries": queries})
+        queries, documents, lines = offline_rag_fusion(retriever, question, options)
         quotes = []
         for line in lines[1:]:
             match = _QUOTE.match(line)
             if match:
-                source = documents[int(match[2]) - 1].metadata["source"]
+                source = str(options.pages / documents[int(match[2]) - 1].metadata["source"])
                 quotes.append((match[1], source, judge(match[1], source)))
         results.append((question, queries, quotes))
     return results
@@ -220,11 +213,9 @@ def main() -> None:
         default="html",
         help="the rendered pages, or their RST sources (--pages .../html/_sources/modules)",
     )
-    parser.add_argument("--baseline-ref", default="d056fc0")
     parser.add_argument("--n", type=int, default=4)
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--top-n", type=int, default=5)
-    parser.add_argument("--sentences", type=int, default=3)
     parser.add_argument("--show", action="store_true", help="print every answer and query")
     options = parser.parse_args()
     pages = sorted(str(page) for page in options.pages.glob(f"*.{options.format}"))
@@ -234,60 +225,45 @@ def main() -> None:
         )
     chunks = ingest.split_documents(ingest.load(pages))
     retriever = BM25Retriever.from_documents(chunks)
-    baseline_extractive = git_module(options.baseline_ref, "extractive")
-    baseline_offline = git_module(
-        options.baseline_ref, "offline", {"rag_fusion_chain.extractive": baseline_extractive}
-    )
     print(
         f"{len(QUESTIONS)} questions, {len(pages)} {options.format} pages of the scikit-learn "
         "user guide, "
-        f"{len(chunks)} chunks, BM25, n={options.n}, k={options.k}, top_n={options.top_n}, "
-        f"{options.sentences} sentences; baseline {options.baseline_ref}"
+        f"{len(chunks)} chunks, BM25, n={options.n}, k={options.k}, top_n={options.top_n}"
     )
     print(
-        "| code | quotes | reference line | broken sentence | answers with either | "
+        "| quotes | reference line | broken sentence | answers with either | "
         "queries with a code-only word |"
     )
-    print("|---|---|---|---|---|---|")
-    shown = {}
-    for name, (answer_module, query_module) in {
-        "baseline": (baseline_extractive, baseline_offline),
-        "current": (extractive, offline),
-    }.items():
-        results = run(answer_module, query_module, retriever, options)
-        shown[name] = results
-        quotes = [quote for _, _, answer in results for quote in answer]
-        reference = sum("reference line" in problems for _, _, problems in quotes)
-        broken = sum(bool(set(problems) - {"reference line"}) for _, _, problems in quotes)
-        bad_answers = sum(any(problems for _, _, problems in answer) for _, _, answer in results)
-        coded = sum(
-            bool(code_words(query, question, pages))
-            for question, queries, _ in results
-            for query in queries[1:]
-        )
-        generated = sum(len(queries) - 1 for _, queries, _ in results)
-        print(
-            f"| {name} | {len(quotes)} | {reference} | {broken} | {bad_answers}/{len(results)} | "
-            f"{coded}/{generated} |"
-        )
-    for name, results in shown.items():
-        print(f"\n### {name}: every flagged quote")
-        for question, _, answer in results:
-            for quote, source, problems in answer:
-                if problems:
-                    print(
-                        f"- {question} -> {', '.join(problems)}: `{quote[:160]}` ({Path(source).name})"
-                    )
-    if options.show:
-        for question, queries, answer in shown["current"]:
-            print(
-                f"\n{question}\n  queries: "
-                + " | ".join(q.removeprefix(question) for q in queries[1:])
-            )
-            for quote, source, problems in answer:
+    print("|---|---|---|---|---|")
+    results = run(retriever, options)
+    quotes = [quote for _, _, answer in results for quote in answer]
+    reference = sum("reference line" in problems for _, _, problems in quotes)
+    broken = sum(bool(set(problems) - {"reference line"}) for _, _, problems in quotes)
+    bad_answers = sum(any(problems for _, _, problems in answer) for _, _, answer in results)
+    coded = sum(
+        bool(code_words(query, question, pages))
+        for question, queries, _ in results
+        for query in queries[1:]
+    )
+    generated = sum(len(queries) - 1 for _, queries, _ in results)
+    print(
+        f"| {len(quotes)} | {reference} | {broken} | {bad_answers}/{len(results)} | "
+        f"{coded}/{generated} |"
+    )
+    print("\n### Every flagged quote")
+    for question, _, answer in results:
+        for quote, source, problems in answer:
+            if problems:
                 print(
-                    f"  - {quote} ({Path(source).name}){' FLAG ' + ', '.join(problems) if problems else ''}"
+                    f"- {question} -> {', '.join(problems)}: `{quote[:160]}` ({Path(source).name})"
                 )
+    for question, queries, answer in results if options.show else []:
+        print(
+            f"\n{question}\n  queries: " + " | ".join(q.removeprefix(question) for q in queries[1:])
+        )
+        for quote, source, problems in answer:
+            flag = " FLAG " + ", ".join(problems) if problems else ""
+            print(f"  - {quote} ({Path(source).name}){flag}")
 
 
 if __name__ == "__main__":

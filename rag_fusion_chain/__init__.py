@@ -15,7 +15,10 @@ from rag_fusion_chain.chains import (
     hyde_chain,
     multi_query_chain,
     rag_fusion_chain,
+    retrieval_chain,
+    rewrite_chain,
     step_back_chain,
+    with_step,
 )
 from rag_fusion_chain.fusion import (
     DistBasedScoreFusion,
@@ -53,7 +56,10 @@ __all__ = [
     "rag_fusion_chain",
     "reciprocal_rank_fusion",
     "relative_score_fusion",
+    "retrieval_chain",
+    "rewrite_chain",
     "step_back_chain",
     "strategies",
     "unique_union",
+    "with_step",
 ]

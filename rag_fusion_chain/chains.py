@@ -1,105 +1,371 @@
-"""Ready-made chains: multi-query, RAG-Fusion, decomposition, step-back and HyDE.
+"""Ready-made chains: each strategy of :mod:`strategies` as one LCEL sequence of named steps.
 
-Each chain is composed from the kit's parts, one traced step each: ``generate_queries``
-(:mod:`queries`), ``retrieve`` (:class:`~rag_fusion_chain.retrievers.MultiRetriever`), ``fuse``
-(:mod:`fusion`), ``format_context`` and ``answer`` (prompt | llm | StrOutputParser). It maps
-``{"question": str}`` (or a plain ``str``) to the answer ``str``, streamed token by token; with
-``return_sources=True`` to ``{"answer", "queries", "documents", "failures"}``, streamed as dict
-chunks that add up to that dict.
+``generate_queries`` → ``retrieve`` → ``fuse`` → ``format_context`` → [``answer_sub_questions``]
+→ ``answer``, each a :class:`Step` over a state dict, built from the kit's public runnables: the
+strategy's query step (or its offline one), :class:`~rag_fusion_chain.retrievers.MultiRetriever`,
+a fusion runnable, :func:`~rag_fusion_chain.context.format_context` and
+``prompt | llm | StrOutputParser()`` (or the offline extractive answer). The question itself is
+searched beside the query step. Input: ``str`` or ``{"question": str}``;
+output: the answer, streamed; with ``return_sources=True`` dict chunks adding up to
+``{"answer", "queries", "documents", "failures"}``, the sources first.
 
-Retrieval overlaps generation: the generated queries are streamed into ``retrieve``, each searched
-as soon as the model has written its line, whether the chain is invoked or streamed. The question
-itself is searched too, first, before the model has answered: ``include_original=True`` is the
-default of :func:`rag_fusion_chain` and :func:`multi_query_chain` (pass ``False`` to search only
-the generated queries); step-back searches the question beside its broader question and
-recursive decomposition answers it last; HyDE searches its hypothetical passage instead.
+Per call: ``config={"configurable": {"n": 2, "k": 10, "top_n": 3}}`` (see the README for what each
+means); the run is named after the strategy, tagged with it, with the settings in its metadata.
 
-The steps are direct children of the chain's run, whose name and tag are the strategy (built by
-:func:`pipeline.build_pipeline`, the same with and without a model).
-
-The chain's run name and tag are its strategy, its metadata holds ``n``, ``k`` and ``top_n``, and
-``n``, ``k`` and ``top_n`` can be changed per call:
-``chain.invoke(question, config={"configurable": {"n": 2, "top_n": 3}})``.
-
-Every chain takes ``k``, the number of documents per retriever call: it is passed as the ``k``
-keyword to ``BaseRetriever`` s (``VectorStoreRetriever`` and the kit's retrievers honour it; a
-retriever whose ``_get_relevant_documents`` takes no extra keyword ignores it) and every ranked
-list is cut to ``k``; None keeps each retriever's default. ``top_n`` is the number of fused
-documents quoted to the model (default: the fusion's own ``top_n``, else 5; multi-query keeps the
-whole union). ``retrievers`` is one retriever, a list, or a configured ``MultiRetriever``
-(weights, timeout, on_error).
-
-``llm`` is a chat model or any Runnable from a prompt to a message or text. With ``llm=None`` the
-same pipeline runs with the strategy's offline steps (:mod:`strategies`): queries from
-pseudo-relevance feedback on ``feedback``, the BM25 index (default: the ``BM25Retriever`` among
-the retrievers; the ``bm25`` extra), and
-an extractive answer that shows the strategy (sub-questions, the broader question, the
-hypothetical passage); no model at all.
-
->>> # chain = rag_fusion_chain([bm25, vectors], ChatOpenAI(), n=4, top_n=5)
->>> # for token in chain.stream("How do heat pumps work in winter?"):
->>> #     print(token, end="")
+>>> # chain = chain_for("rag-fusion", [bm25, vectors], llm, n=4)
+>>> # chain = with_step(chain, reranker, after="fuse")   # a state -> state runnable
 """
 
-import asyncio
-from collections.abc import Callable, Mapping
-from collections.abc import Set as AbstractSet
-from typing import Any, Literal
+from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import Any, cast
+
+from langchain_core.documents import Document
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import BasePromptTemplate
 from langchain_core.runnables import (
     Runnable,
+    RunnableBinding,
     RunnableConfig,
     RunnableLambda,
-    RunnablePassthrough,
+    RunnableSequence,
 )
-from langchain_core.runnables.config import get_executor_for_config
+from langchain_core.runnables.config import ContextThreadPoolExecutor
+from langchain_core.runnables.utils import (
+    AddableDict,
+    ConfigurableFieldSpec,
+    get_unique_config_specs,
+)
 
 from rag_fusion_chain import prompts, strategies
-from rag_fusion_chain.context import (
-    NO_EARLIER_ANSWERS,
-    NO_PASSAGES,
-    escape_passage_tags,
-    format_context,
+from rag_fusion_chain.context import format_answered, format_context
+from rag_fusion_chain.fusion import BaseFusion, reciprocal_rank_fusion
+from rag_fusion_chain.queries import configured_n
+from rag_fusion_chain.retrievers.fanout import MultiRetriever, RetrievalResults
+from rag_fusion_chain.strategies import State, Strategy
+from rag_fusion_chain.validation import MAX_QUERIES, question_of, validate_count
+
+Retrievers = Runnable[Any, Any] | Sequence[Runnable[Any, Any]]
+"""One retriever, a list of them, or a configured :class:`MultiRetriever`."""
+
+N_SPEC = ConfigurableFieldSpec(
+    id="n", annotation=int | None, name="n", default=None, description="Queries generated"
 )
-from rag_fusion_chain.fusion import BaseFusion
-from rag_fusion_chain.pipeline import Retrievers, build_pipeline, named, settings_of
-from rag_fusion_chain.retrievers.bm25 import BM25Retriever
-from rag_fusion_chain.retrievers.results import RetrievalResults
-from rag_fusion_chain.strategies import (
-    DECOMPOSITION,
-    DEFAULT_TOP_N,
-    HYDE,
-    MULTI_QUERY,
-    RAG_FUSION,
-    STEP_BACK,
+K_SPEC = ConfigurableFieldSpec(
+    id="k",
+    annotation=int | None,
+    name="k",
+    default=None,
+    description="Documents each retriever returns per query",
 )
-from rag_fusion_chain.validation import QuestionInput, question_of
-
-DecompositionMode = Literal["recursive", "individual"]
-
-_ANSWER_VARIABLES = frozenset({"question", "context"})
-
-
-# --------------------------------------------------------------------------------------------
-# Building blocks
-# --------------------------------------------------------------------------------------------
+TOP_N_SPEC = ConfigurableFieldSpec(
+    id="top_n",
+    annotation=int | None,
+    name="top_n",
+    default=None,
+    description="Fused documents kept (and quoted to the model)",
+)
 
 
-def _check_llm(llm: Any) -> Runnable[Any, Any] | None:
-    if llm is not None and not isinstance(llm, Runnable):
-        raise TypeError(f"llm must be a chat model or a Runnable, got {type(llm).__name__}")
-    return llm
+def _passage_identity(document: Document) -> str:
+    """A passage's identity as fusion sees it by default: its text."""
+    return document.page_content
 
 
-def _check_prompt(
-    name: str,
-    prompt: BasePromptTemplate | None,
-    default: BasePromptTemplate,
-    available: AbstractSet[str],
+class Step(RunnableLambda):  # type: ignore[type-arg]
+    """A named step of a ready chain: one node in ``get_graph()``, one run in a trace, declaring
+    the per-call settings it reads (``RunnablePassthrough.assign`` would show its inner
+    parallel map and add two runs per step)."""
+
+    def __init__(
+        self,
+        name: str,
+        func: Callable[..., Any],
+        afunc: Callable[..., Any] | None = None,
+        settings: Sequence[ConfigurableFieldSpec] = (),
+    ) -> None:
+        super().__init__(func, afunc=afunc, name=name)
+        self.settings = list(settings)
+
+    @property
+    def config_specs(self) -> list[ConfigurableFieldSpec]:
+        return get_unique_config_specs([*super().config_specs, *self.settings])
+
+    def get_graph(self, config: RunnableConfig | None = None) -> Any:
+        return Runnable.get_graph(self, config)
+
+
+def _setting(config: RunnableConfig, name: str, default: int | None) -> int | None:
+    value = (config.get("configurable") or {}).get(name)
+    return default if value is None else validate_count(name, value)
+
+
+def _unique(documents: Sequence[Document], skip: Sequence[Document] = ()) -> list[Document]:
+    seen = {_passage_identity(document) for document in skip}
+    kept = []
+    for document in documents:
+        if _passage_identity(document) not in seen:
+            seen.add(_passage_identity(document))
+            kept.append(document)
+    return kept
+
+
+# ---- the steps' state transitions (pure) --------------------------------------------------------
+
+
+def _queried(record: Strategy, question: str, generated: list[str], search_question: bool) -> State:
+    """The state after the query step: ``queries`` as users see them, ``searched`` in order."""
+    if record.grouping == "step-back":
+        queries = [question, *[text for text in generated if text != question][:1]]
+        return {
+            "question": question,
+            "queries": queries,
+            "searched": queries,
+            "step_back_question": queries[-1],
+        }
+    first = [question] if search_question else []
+    searched = list(dict.fromkeys([*first, *generated]))
+    shown = generated if record.grouping == "sub-questions" else searched
+    return {"question": question, "queries": shown, "searched": searched}
+
+
+def _fusion_groups(record: Strategy, state: State) -> list[tuple[str, list[Any]]]:
+    """(what the fused list is, the ranked lists fused into it), one per fusion."""
+    retrieved = state["retrieved"]
+    if record.grouping == "flat":
+        return [("documents", list(retrieved))]
+
+    def lists_of(query: str) -> list[Any]:
+        return [ranked for ranked in retrieved if ranked.query == query]
+
+    if record.grouping == "step-back":
+        broader = state["queries"][-1]
+        return [("documents", lists_of(state["question"])), ("step_back", lists_of(broader))]
+    groups = [(f"sub:{query}", lists_of(query)) for query in state["queries"]]
+    if state["question"] in state["searched"]:
+        groups.append(("documents", lists_of(state["question"])))
+    return groups
+
+
+def _fused(record: Strategy, state: State, fused: list[list[Document]]) -> State:
+    names = [name for name, _ in _fusion_groups(record, state)]
+    by_name = dict(zip(names, fused, strict=True))
+    result = {**state, "documents": by_name.get("documents", [])}
+    if record.grouping == "step-back":
+        broader = state["queries"][-1]
+        result["step_back_documents"] = (
+            _unique(by_name["step_back"], skip=result["documents"])
+            if broader != state["question"]
+            else []
+        )
+    if record.grouping == "sub-questions":
+        result["sub_documents"] = [
+            (name[4:], by_name[name]) for name in names if name != "documents"
+        ]
+    return result
+
+
+def _formatted(state: State) -> State:
+    result = {**state, "context": format_context(state["documents"])}
+    if "step_back_documents" in state:
+        start = len(state["documents"]) + 1
+        result["step_back_context"] = format_context(state["step_back_documents"], start=start)
+    if "sub_documents" in state:
+        result["sub_contexts"] = [format_context(docs) for _, docs in state["sub_documents"]]
+    return result
+
+
+def _sources(state: State) -> AddableDict:
+    answered = [document for _, found in state.get("sub_documents", []) for document in found]
+    documents = [*answered, *state["documents"], *state.get("step_back_documents", [])]
+    return AddableDict(
+        queries=state["queries"], documents=_unique(documents), failures=state["failures"]
+    )
+
+
+# ---- the steps ------------------------------------------------------------------------------------
+
+
+def _generate_step(
+    record: Strategy,
+    query_step: Runnable[Any, list[str]] | None,
+    fan_out: MultiRetriever,
+    search_question: bool,
+    default_n: int | None,
+) -> Step:
+    """``generate_queries``: the model's query step, the question's search started beside it and
+    handed on unfinished (``retrieve`` searches the other queries without waiting for it, so the
+    chain is never a retrieval round slower than ``generator | retriever.map()``); offline, the
+    question is searched first and the queries are drawn from its documents."""
+    if query_step is not None:
+        query_step = query_step.with_config(run_name="queries")
+
+    def offline_queries(question: str, first: Any, config: RunnableConfig) -> State:
+        # the question's whole fused ranking: the best documents lead, the rest give term statistics
+        documents: list[Document] = reciprocal_rank_fusion.invoke(first, config)  # type: ignore[assignment]
+        count = configured_n(config, default_n or 1)
+        generated = record.offline_queries(question, documents, count)
+        return {**_queried(record, question, generated, search_question), "first": first}
+
+    def generate(value: Any, config: RunnableConfig) -> State:
+        question = question_of(value)
+        searching = _searching(fan_out, config)
+        if query_step is None:
+            return offline_queries(question, searching.invoke(question, config), config)
+        if not search_question:
+            return _queried(record, question, query_step.invoke(question, config), False)
+        executor = ContextThreadPoolExecutor(max_workers=1)
+        first = executor.submit(searching.invoke, question, config)
+        executor.shutdown(wait=False)  # the search goes on; ``retrieve`` collects it
+        generated = query_step.invoke(question, config)
+        return {**_queried(record, question, generated, True), "first": first}
+
+    async def agenerate(value: Any, config: RunnableConfig) -> State:
+        question = question_of(value)
+        searching = _searching(fan_out, config)
+        if query_step is None:
+            first = await searching.ainvoke(question, config)
+            return offline_queries(question, first, config)
+        if not search_question:
+            return _queried(record, question, await query_step.ainvoke(question, config), False)
+        first = asyncio.ensure_future(searching.ainvoke(question, config))
+        generated = await query_step.ainvoke(question, config)
+        return {**_queried(record, question, generated, True), "first": first}
+
+    settings = [N_SPEC] if record.default_n is not None else []
+    return Step("generate_queries", generate, agenerate, settings)
+
+
+def _searching(fan_out: MultiRetriever, config: RunnableConfig) -> Runnable[Any, Any]:
+    """The fan-out asking each retriever for the per-call ``k``, if set, run as ``fan_out``."""
+    k = _setting(config, "k", None)
+    asking = fan_out if k is None else fan_out.model_copy(update={"k": k})
+    return asking.with_config(run_name="fan_out")
+
+
+def _retrieve_step(fan_out: MultiRetriever) -> Step:
+    """``retrieve``: search what the query step did not, all at once (each retriever's batch),
+    while the question's search ends; with ``max_concurrency`` set, after it (within the bound)."""
+
+    def rest(state: State) -> list[str]:
+        if "first" not in state or state["question"] not in state["searched"]:
+            return state["searched"]
+        return [query for query in state["searched"] if query != state["question"]]
+
+    def done(state: State, first: Any, found: Any) -> State:
+        kept = {key: value for key, value in state.items() if key != "first"}
+        searched_first = first is not None and state["question"] in state["searched"]
+        retrieved = (first if searched_first else RetrievalResults()) + found
+        return {**kept, "retrieved": retrieved, "failures": retrieved.failures}
+
+    def retrieve(state: State, config: RunnableConfig) -> State:
+        first, queries = state.get("first"), rest(state)
+        if isinstance(first, Future) and config.get("max_concurrency") is not None:
+            first = first.result()
+        found = _searching(fan_out, config).invoke(queries, config) if queries else []
+        return done(state, first.result() if isinstance(first, Future) else first, found)
+
+    async def aretrieve(state: State, config: RunnableConfig) -> State:
+        first, queries = state.get("first"), rest(state)
+        if isinstance(first, asyncio.Future) and config.get("max_concurrency") is not None:
+            first = await first
+        found = await _searching(fan_out, config).ainvoke(queries, config) if queries else []
+        return done(state, await first if isinstance(first, asyncio.Future) else first, found)
+
+    return Step("retrieve", retrieve, aretrieve, [K_SPEC])
+
+
+def _fuse_step(record: Strategy, fusion: BaseFusion) -> Step:
+    """``fuse``: one fusion per group of lists (see :attr:`Strategy.grouping`), ``top_n`` each."""
+
+    def configured(config: RunnableConfig) -> Runnable[Any, Any]:
+        top_n = _setting(config, "top_n", fusion.top_n)
+        return fusion.with_settings(top_n=top_n).with_config(run_name="fusion")
+
+    def fuse(state: State, config: RunnableConfig) -> State:  # CPU only: no async twin
+        groups = [lists for _, lists in _fusion_groups(record, state)]
+        return _fused(record, state, configured(config).batch(groups, config))
+
+    return Step("fuse", fuse, settings=[TOP_N_SPEC])
+
+
+def _sub_answers_step(sub_answer: Runnable[Any, str], in_turn: bool) -> Step:
+    """``answer_sub_questions``: each sub-question answered from its passages, in turn (seeing
+    the earlier answers) or all at once (then synthesised by the answer step)."""
+
+    def inputs(state: State) -> list[State]:
+        pairs = zip(state["sub_documents"], state["sub_contexts"], strict=True)
+        return [{"question": query, "context": context} for (query, _), context in pairs]
+
+    def answered(state: State, answers: list[State]) -> State:
+        pairs = format_answered(answers)
+        return {
+            **state,
+            "sub_answers": answers,
+            **({"previous_answers": pairs} if in_turn else {"context": pairs}),
+        }
+
+    def run(state: State, config: RunnableConfig) -> State:
+        items, answers = inputs(state), cast(list[State], [])
+        if not in_turn:
+            texts = sub_answer.batch(items, config)
+            return answered(state, [{**i, "answer": t} for i, t in zip(items, texts, strict=True)])
+        for item in items:
+            values = {**item, "previous_answers": format_answered(answers)}
+            answers.append({**item, "answer": sub_answer.invoke(values, config)})
+        return answered(state, answers)
+
+    async def arun(state: State, config: RunnableConfig) -> State:
+        items, answers = inputs(state), cast(list[State], [])
+        if not in_turn:
+            texts = await sub_answer.abatch(items, config)
+            return answered(state, [{**i, "answer": t} for i, t in zip(items, texts, strict=True)])
+        for item in items:
+            values = {**item, "previous_answers": format_answered(answers)}
+            answers.append({**item, "answer": await sub_answer.ainvoke(values, config)})
+        return answered(state, answers)
+
+    return Step("answer_sub_questions", run, arun)
+
+
+def _answer_step(answer: Runnable[State, str], return_sources: bool) -> Step:
+    """``answer``: the answer's tokens, streamed; with sources, the sources chunk first."""
+
+    def stream(state: State, config: RunnableConfig) -> Any:
+        if return_sources:
+            yield _sources(state)
+        for token in answer.stream(state, config):
+            yield AddableDict(answer=token) if return_sources else token
+
+    async def astream(state: State, config: RunnableConfig) -> Any:
+        if return_sources:
+            yield _sources(state)
+        async for token in answer.astream(state, config):
+            yield AddableDict(answer=token) if return_sources else token
+
+    return Step("answer", stream, astream)
+
+
+def _offline_lines(record: Strategy) -> Runnable[State, str]:
+    def lines(state: State) -> Any:
+        yield from record.offline_answer(state).splitlines(keepends=True)
+
+    async def alines(state: State) -> Any:
+        for line in lines(state):
+            yield line
+
+    return RunnableLambda(lines, afunc=alines, name="extractive_answer")
+
+
+# ---- building ---------------------------------------------------------------------------------
+
+
+def _checked_prompt(
+    name: str, prompt: BasePromptTemplate | None, default: BasePromptTemplate, available: set[str]
 ) -> BasePromptTemplate:
-    """The prompt to use; an override may only ask for the variables this chain provides."""
     chosen = default if prompt is None else prompt
     if not isinstance(chosen, BasePromptTemplate):
         raise TypeError(f"{name} must be a prompt template, got {type(chosen).__name__}")
@@ -111,485 +377,251 @@ def _check_prompt(
     return chosen
 
 
-def _refuse_prompts_offline(overrides: Mapping[str, BasePromptTemplate | None]) -> None:
-    for name, value in overrides.items():
-        if value is not None:
-            raise ValueError(f"{name} needs an llm: the offline chain (llm=None) uses no prompt")
+def _checked_fusion(fusion: Any, record: Strategy, top_n: int | None) -> BaseFusion:
+    chosen = record.default_fusion if fusion is None else fusion
+    if not isinstance(chosen, BaseFusion):
+        raise TypeError(
+            f"fusion must be a fusion runnable such as reciprocal_rank_fusion, got {type(chosen).__name__}"
+        )
+    if chosen.with_scores:
+        raise ValueError("fusion must return Documents: use with_scores=False")
+    kept = top_n if top_n is not None else (chosen.top_n or record.default_top_n)
+    return chosen.with_settings(top_n=None if kept is None else validate_count("top_n", kept))
 
 
-def answer_step(prompt: BasePromptTemplate, llm: Runnable[Any, Any]) -> Runnable[Any, str]:
-    """``prompt | llm | StrOutputParser()`` with run name ``answer``; streams tokens.
-
-    >>> from langchain_core.language_models import FakeListChatModel
-    >>> step = answer_step(prompts.ANSWER_PROMPT, FakeListChatModel(responses=["42"]))
-    >>> step.invoke({"context": "", "question": "?"})
-    '42'
-    """
-    return (prompt | llm | StrOutputParser()).with_config(run_name="answer")
+def fan_out(retrievers: Retrievers, k: int | None = None) -> MultiRetriever:
+    """``retrievers`` as one :class:`MultiRetriever` asking each for ``k`` documents (None: its own)."""
+    multi = retrievers if isinstance(retrievers, MultiRetriever) else MultiRetriever(retrievers)
+    return multi if k is None else multi.model_copy(update={"k": validate_count("k", k)})
 
 
-def _chain(
-    strategy: str,
+def _answers(
+    record: Strategy,
+    llm: Runnable[Any, Any] | None,
+    mode: str,
+    prompt: BasePromptTemplate | None,
+    synthesis_prompt: BasePromptTemplate | None,
+) -> tuple[Runnable[Any, str], Runnable[Any, str] | None]:
+    """(the answer step's runnable, the sub-question answer or None)."""
+    if llm is None:
+        return _offline_lines(record), None
+    provided = {"question", "context", "step_back_context", "step_back_question"}
+    if record.grouping != "sub-questions":
+        chosen = _checked_prompt("prompt", prompt, record.answer_prompt, provided)
+        return chosen | llm | StrOutputParser(), None
+    if mode == "recursive":
+        in_turn = {"question", "context", "previous_answers"}
+        chosen = _checked_prompt("prompt", prompt, record.answer_prompt, in_turn)
+        answer = chosen | llm | StrOutputParser()
+        return answer, answer
+    sub = _checked_prompt("prompt", prompt, prompts.ANSWER_PROMPT, {"question", "context"})
+    synthesis = _checked_prompt(
+        "synthesis_prompt", synthesis_prompt, prompts.SYNTHESIS_PROMPT, {"question", "context"}
+    )
+    return synthesis | llm | StrOutputParser(), sub | llm | StrOutputParser()
+
+
+def _retrieval_steps(
+    record: Strategy,
     retrievers: Retrievers,
     llm: Runnable[Any, Any] | None,
     *,
-    answer_prompt: BasePromptTemplate | None,
-    answer_variables: AbstractSet[str],
-    return_sources: bool,
-    feedback: BM25Retriever | None = None,
-    query_prompt: BasePromptTemplate | None = None,
-    query_variables: AbstractSet[str] = frozenset({"question"}),
-    **options: Any,
-) -> Runnable[QuestionInput, Any]:
-    """A strategy's pipeline with its answer (the model's, or the offline one), named."""
-    record = strategies.get(strategy)
-    llm = _check_llm(llm)
-    if llm is None:
-        _refuse_prompts_offline({"query_prompt": query_prompt, "prompt": answer_prompt})
-        answer = record.offline_answer()
-    else:
-        query_prompt = _check_prompt(
-            "query_prompt", query_prompt, record.query_prompt, query_variables
+    n: int | None,
+    k: int | None,
+    top_n: int | None,
+    fusion: BaseFusion | None,
+    include_original: bool | None,
+    query_prompt: BasePromptTemplate | None,
+    mode: str,
+) -> tuple[list[Runnable[Any, Any]], dict[str, Any]]:
+    """The steps up to ``format_context`` and the settings they were built with."""
+    if n is not None and record.default_n is None:
+        raise ValueError(f"n: {record.name} writes one query; n applies to counted strategies")
+    if include_original is not None and record.grouping != "flat":
+        raise ValueError(f"include_original applies to flat strategies, not {record.name}")
+    count = validate_count("n", n if n is not None else record.default_n or 1, MAX_QUERIES)
+    search_question = record.searches_question if include_original is None else include_original
+    if record.grouping == "sub-questions":
+        search_question = mode == "recursive"
+    query_step = None
+    if llm is not None:
+        chosen = _checked_prompt(
+            "query_prompt", query_prompt, record.query_prompt, {"question", "n"}
         )
-        chosen = _check_prompt("prompt", answer_prompt, record.answer_prompt, answer_variables)
-        answer = answer_step(chosen, llm)
-    pipeline = build_pipeline(
-        record, retrievers, llm, feedback=feedback, query_prompt=query_prompt, **options
-    )
-    if record.shape == "passages":
-        lead = bool(options.get("include_original", False))
-        composed = compose(pipeline, answer, return_sources=return_sources, lead_with_question=lead)
-        return named_composition(record.name, composed, pipeline, offline=llm is None)
-    ready = pipeline.model_copy(update={"answer": answer, "return_sources": return_sources})
-    return named(ready, offline=llm is None)
+        query_step = record.model_queries(llm, count, chosen)
+    elif query_prompt is not None:
+        raise ValueError("query_prompt needs an llm: the offline chain (llm=None) uses no prompt")
+    searching = fan_out(retrievers, k)
+    chosen_fusion = _checked_fusion(fusion, record, top_n)
+    steps = [
+        _generate_step(record, query_step, searching, search_question, count),
+        _retrieve_step(searching),
+        _fuse_step(record, chosen_fusion),
+        Step("format_context", _formatted),
+    ]
+    settings: dict[str, Any] = {"n": count if record.default_n else 1, "k": k}
+    return [*steps], {**settings, "top_n": chosen_fusion.top_n}
 
 
-# The LCEL composition of a flat strategy (one fused list of passages)
-# --------------------------------------------------------------------------------------------
-
-
-def _step(name: str, key: str, source: str, runnable: Runnable[Any, Any]) -> Runnable[Any, Any]:
-    """A named step adding ``key`` = ``runnable(state[source])`` to the state, one run deep."""
-
-    def run(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
-        return {**state, key: runnable.invoke(state[source], config)}
-
-    async def arun(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
-        return {**state, key: await runnable.ainvoke(state[source], config)}
-
-    return RunnableLambda(run, arun, name=name)
-
-
-def _merged(first: Any, rest: Any) -> RetrievalResults:
-    """The question's results, then the other queries', as one fan-out output."""
-    return RetrievalResults(
-        [*first, *rest],
-        failures=[*first.failures, *rest.failures],
-        queries=[*first.queries, *rest.queries],
-    )
-
-
-def _generate_step(
-    generate: Runnable[Any, list[str]], fan_out: Runnable[Any, Any], lead_with_question: bool
+def _named(
+    record: Strategy, steps: list[Runnable[Any, Any]], offline: bool, settings: dict[str, Any]
 ) -> Runnable[Any, Any]:
-    """``generate_queries``: the query step; with ``lead_with_question`` the question is searched
-    beside it, on the config's executor (so ``max_concurrency`` bounds it)."""
-
-    def run(value: QuestionInput, config: RunnableConfig) -> dict[str, Any]:
-        question = question_of(value)
-        if not lead_with_question:
-            return {"question": question, "queries": generate.invoke(question, config)}
-        with get_executor_for_config(config) as executor:
-            searched = executor.submit(fan_out.invoke, [question], config)
-            queries = generate.invoke(question, config)
-            return {"question": question, "queries": queries, "first": searched.result()}
-
-    async def arun(value: QuestionInput, config: RunnableConfig) -> dict[str, Any]:
-        question = question_of(value)
-        if not lead_with_question:
-            return {"question": question, "queries": await generate.ainvoke(question, config)}
-        searched, queries = await asyncio.gather(
-            fan_out.ainvoke([question], config), generate.ainvoke(question, config)
-        )
-        return {"question": question, "queries": queries, "first": searched}
-
-    return RunnableLambda(run, arun, name="generate_queries")
+    tags = [record.name, "offline"] if offline else [record.name]
+    metadata = {"strategy": record.name, **settings, **({"offline": True} if offline else {})}
+    sequence: Runnable[Any, Any] = RunnableSequence(*steps)
+    return sequence.with_config(run_name=record.name, tags=tags, metadata=metadata)
 
 
-def _retrieve_step(fan_out: Runnable[Any, Any]) -> Runnable[Any, Any]:
-    """``retrieve``: search the generated queries, reusing the question's results when it was
-    searched beside the query step and leads them."""
-
-    def rest(state: dict[str, Any]) -> list[str] | None:
-        queries = state["queries"]
-        return queries[1:] if "first" in state and queries[:1] == [state["question"]] else None
-
-    def done(state: dict[str, Any], retrieved: Any) -> dict[str, Any]:
-        failures = list(retrieved.failures)
-        return {**state, "retrieved": retrieved, "failures": failures}
-
-    def run(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
-        others = rest(state)
-        if others is None:
-            return done(state, fan_out.invoke(state["queries"], config))
-        found = fan_out.invoke(others, config) if others else RetrievalResults()
-        return done(state, _merged(state["first"], found))
-
-    async def arun(state: dict[str, Any], config: RunnableConfig) -> dict[str, Any]:
-        others = rest(state)
-        if others is None:
-            return done(state, await fan_out.ainvoke(state["queries"], config))
-        found = await fan_out.ainvoke(others, config) if others else RetrievalResults()
-        return done(state, _merged(state["first"], found))
-
-    return RunnableLambda(run, arun, name="retrieve")
-
-
-def _format_step(state: dict[str, Any]) -> dict[str, Any]:
-    return {**state, "context": format_context(state["documents"])}
-
-
-def compose(
-    pipeline: Any,
-    answer: Runnable[Any, str],
-    *,
-    return_sources: bool,
-    lead_with_question: bool = False,
-) -> Runnable[QuestionInput, Any]:
-    """A flat strategy as an LCEL sequence of named steps: ``generate_queries`` → ``retrieve`` →
-    ``fuse`` → ``format_context`` → ``answer``; take it apart with ``.steps`` to insert one.
-
-    With ``lead_with_question`` the question is searched in parallel with the query step."""
-    fan_out = pipeline.retrieve.with_config(run_name="fan_out")
-    generate = pipeline.generate.with_config(run_name="queries")
-    steps = (
-        _generate_step(generate, fan_out, lead_with_question)
-        | _retrieve_step(fan_out)
-        | _step("fuse", "documents", "retrieved", pipeline.fuse.with_config(run_name="fusion"))
-        | RunnableLambda(_format_step, name="format_context")
-    )
-    if not return_sources:
-        return (steps | answer.with_config(run_name="answer")).with_types(
-            input_type=QuestionInput,  # type: ignore[arg-type]  # a union, as langchain accepts
-            output_type=str,
-        )
-    assign = RunnablePassthrough.assign(answer=answer.with_config(run_name="answer_text"))
-    with_answer = assign.with_config(run_name="answer")
-    sources = steps | with_answer.pick(["answer", "queries", "documents", "failures"])
-    return sources.with_types(
-        input_type=QuestionInput,  # type: ignore[arg-type]
-        output_type=dict[str, Any],
-    )
-
-
-def named_composition(
-    strategy: str, composed: Runnable[QuestionInput, Any], pipeline: Any, *, offline: bool
-) -> Runnable[QuestionInput, Any]:
-    """``composed`` run under the strategy's name and tag, with its settings in metadata."""
-    tags = [strategy, "offline"] if offline else [strategy]
-    details = {"strategy": strategy, **settings_of(pipeline)}
-    if offline:
-        details["offline"] = True
-    return composed.with_config(run_name=strategy, tags=tags, metadata=details)
-
-
-# --------------------------------------------------------------------------------------------
-# The chains
-# --------------------------------------------------------------------------------------------
-
-
-def multi_query_chain(
+def chain_for(
+    strategy: str | Strategy,
     retrievers: Retrievers,
     llm: Runnable[Any, Any] | None = None,
     *,
-    n: int = 5,
+    n: int | None = None,
     k: int | None = None,
     top_n: int | None = None,
     fusion: BaseFusion | None = None,
-    include_original: bool = True,
-    query_prompt: BasePromptTemplate | None = None,
-    prompt: BasePromptTemplate | None = None,
-    return_sources: bool = False,
-    feedback: BM25Retriever | None = None,
-) -> Runnable[QuestionInput, Any]:
-    """Multi-query RAG: rephrase the question ``n`` ways, retrieve for each (and for the question
-    itself unless ``include_original=False``), take the unique union.
-
-    The union keeps first-seen order, query by query, so by default the whole union is quoted
-    to the model (as LangChain's MultiQueryRetriever does): cutting it with ``top_n`` keeps the
-    first queries' documents. ``query_prompt`` overrides the rephrasing prompt ({question}, {n}),
-    ``prompt`` the answer prompt ({question}, {context}); ``fusion`` replaces the unique union.
-    See the module for ``return_sources`` and per-call configuration.
-
-    >>> # multi_query_chain(retriever, llm, n=3).invoke("What is RAG?")
-    """
-    return _chain(
-        MULTI_QUERY,
-        retrievers,
-        llm,
-        answer_prompt=prompt,
-        answer_variables=_ANSWER_VARIABLES,
-        return_sources=return_sources,
-        feedback=feedback,
-        query_prompt=query_prompt,
-        query_variables={"question", "n"},
-        n=n,
-        k=k,
-        top_n=top_n,
-        fusion=fusion,
-        include_original=include_original,
-    )
-
-
-def rag_fusion_chain(
-    retrievers: Retrievers,
-    llm: Runnable[Any, Any] | None = None,
-    *,
-    n: int = 4,
-    k: int | None = None,
-    top_n: int | None = None,
-    fusion: BaseFusion | None = None,
-    include_original: bool = True,
-    query_prompt: BasePromptTemplate | None = None,
-    prompt: BasePromptTemplate | None = None,
-    return_sources: bool = False,
-    feedback: BM25Retriever | None = None,
-) -> Runnable[QuestionInput, Any]:
-    """RAG-Fusion: generate ``n`` related queries, retrieve for each and for the question itself
-    (unless ``include_original=False``), fuse by reciprocal rank.
-
-    ``top_n`` (default 5) fused documents are quoted to the model. ``query_prompt`` overrides the
-    query prompt ({question}, {n}), ``prompt`` the answer prompt ({question}, {context});
-    ``fusion`` replaces reciprocal rank fusion.
-
-    >>> # rag_fusion_chain([bm25, vectors], llm, n=4).invoke({"question": "What is RAG?"})
-    """
-    return _chain(
-        RAG_FUSION,
-        retrievers,
-        llm,
-        answer_prompt=prompt,
-        answer_variables=_ANSWER_VARIABLES,
-        return_sources=return_sources,
-        feedback=feedback,
-        query_prompt=query_prompt,
-        query_variables={"question", "n"},
-        n=n,
-        k=k,
-        top_n=top_n,
-        fusion=fusion,
-        include_original=include_original,
-    )
-
-
-def decomposition_chain(
-    retrievers: Retrievers,
-    llm: Runnable[Any, Any] | None = None,
-    *,
-    mode: DecompositionMode = "recursive",
-    n: int = 3,
-    k: int | None = None,
-    top_n: int | None = None,
-    fusion: BaseFusion | None = None,
+    include_original: bool | None = None,
+    mode: str | None = None,
     query_prompt: BasePromptTemplate | None = None,
     prompt: BasePromptTemplate | None = None,
     synthesis_prompt: BasePromptTemplate | None = None,
     return_sources: bool = False,
-    feedback: BM25Retriever | None = None,
-) -> Runnable[QuestionInput, Any]:
-    """Decomposition: split the question into at most ``n`` sub-questions and answer them.
+) -> Runnable[Any, Any]:
+    """The ready chain of ``strategy`` over ``retrievers``, with ``llm`` or offline (None).
 
-    Every sub-question is searched as soon as it is written, and its passages fused apart.
-    ``mode="recursive"`` answers the sub-questions in order, each from its own passages and the
-    earlier question/answer pairs (``prompt``, default ``RECURSIVE_ANSWER_PROMPT``: {question},
-    {context}, {previous_answers}); the question itself is searched and answered last the same
-    way, and that answer is streamed. ``mode="individual"`` answers each sub-question on its own,
-    concurrently (``prompt``, default ``ANSWER_PROMPT``), then streams a synthesis of the pairs
-    (``synthesis_prompt``, default ``SYNTHESIS_PROMPT``: {question}, {context}). Without a model
-    the sub-questions are the question's clauses (or the aspects its top BM25 hits show), each
-    quoted in turn (the mode does not apply).
+    ``n`` queries generated, ``k`` documents per retriever and query, ``top_n`` fused documents
+    quoted (None keeps the strategy's defaults and each retriever's own ``k``); ``fusion``
+    replaces the strategy's; ``include_original`` (flat strategies) searches the question too;
+    ``mode`` (decomposition) is ``"recursive"`` (default) or ``"individual"``;
+    ``query_prompt`` / ``prompt`` / ``synthesis_prompt`` replace the strategy's prompts.
 
-    With ``return_sources=True``, ``queries`` are the sub-questions and ``documents`` every
-    document quoted, without repeats.
-
-    >>> # decomposition_chain(retriever, llm, mode="individual").invoke("Compare A and B")
+    >>> # chain_for("rag-fusion", [bm25, vectors], llm, return_sources=True).invoke("What is RRF?")
     """
+    record = strategies.get(strategy)
+    if llm is not None and not isinstance(llm, Runnable):
+        raise TypeError(f"llm must be a chat model or a Runnable, got {type(llm).__name__}")
+    if mode is not None and record.grouping != "sub-questions":
+        raise ValueError(f"mode applies to decomposition, not {record.name}")
+    mode = mode or "recursive"
     if mode not in ("recursive", "individual"):
         raise ValueError(f"mode must be 'recursive' or 'individual', got {mode!r}")
-    record = strategies.get(DECOMPOSITION)
-    llm = _check_llm(llm)
-    recursive = mode == "recursive" or llm is None
-    if llm is None:
-        _refuse_prompts_offline(
-            {"query_prompt": query_prompt, "prompt": prompt, "synthesis_prompt": synthesis_prompt}
-        )
-        sub_answer: Runnable[Any, str] = strategies.get(RAG_FUSION).offline_answer()
-        answer = record.offline_answer()
-    else:
-        query_prompt = _check_prompt(
-            "query_prompt", query_prompt, record.query_prompt, {"question", "n"}
-        )
-        in_turn_variables = _ANSWER_VARIABLES | {"previous_answers"}
-        if recursive:
-            chosen = _check_prompt("prompt", prompt, record.answer_prompt, in_turn_variables)
-            sub_answer = answer = answer_step(chosen, llm)
-        else:
-            chosen = _check_prompt("prompt", prompt, prompts.ANSWER_PROMPT, _ANSWER_VARIABLES)
-            synthesis = _check_prompt(
-                "synthesis_prompt", synthesis_prompt, prompts.SYNTHESIS_PROMPT, _ANSWER_VARIABLES
-            )
-            sub_answer, answer = answer_step(chosen, llm), answer_step(synthesis, llm)
-    pipeline = build_pipeline(
+    if llm is None and (prompt is not None or synthesis_prompt is not None):
+        raise ValueError("prompt needs an llm: the offline chain (llm=None) uses no prompt")
+    steps, settings = _retrieval_steps(
         record,
         retrievers,
         llm,
-        feedback=feedback,
         n=n,
         k=k,
         top_n=top_n,
         fusion=fusion,
+        include_original=include_original,
         query_prompt=query_prompt,
-        question_last=recursive,
+        mode=mode,
     )
-    ready = pipeline.model_copy(
-        update={
-            "sub_answer": sub_answer.with_config(run_name="sub_question"),
-            "in_turn": recursive,
-            "answer": answer,
-            "return_sources": return_sources,
-        }
-    )
-    return named(ready, offline=llm is None, mode="recursive" if recursive else mode)
+    answer, sub_answer = _answers(record, llm, mode, prompt, synthesis_prompt)
+    if sub_answer is not None:
+        steps.append(_sub_answers_step(sub_answer, in_turn=mode == "recursive"))
+    steps.append(_answer_step(answer, return_sources))
+    if record.grouping == "sub-questions":
+        settings["mode"] = mode
+    return _named(record, steps, llm is None, settings)
+
+
+def retrieval_chain(
+    strategy: str | Strategy,
+    retrievers: Retrievers,
+    llm: Runnable[Any, Any] | None = None,
+    **options: Any,
+) -> Runnable[Any, State]:
+    """A ready chain's steps up to ``format_context``: the question to its retrieval state
+    (``question``, ``queries``, ``retrieved`` ranked lists, ``documents``, ``failures``,
+    ``context``). Options as :func:`chain_for` (``n``, ``k``, ``top_n``, ``fusion``, ...).
+
+    >>> # retrieval_chain("multi-query", [bm25], n=2).invoke("What is RRF?")["documents"]
+    """
+    record = strategies.get(strategy)
+    options.setdefault("mode", "recursive" if record.grouping == "sub-questions" else None)
+    options.setdefault("n", None)
+    keys = ("n", "k", "top_n", "fusion", "include_original", "query_prompt", "mode")
+    unknown = set(options) - set(keys)
+    if unknown:
+        raise TypeError(f"retrieval_chain got unknown options {sorted(unknown)}; use {list(keys)}")
+    filled: dict[str, Any] = {key: options.get(key) for key in keys}
+    steps, settings = _retrieval_steps(record, retrievers, llm, **filled)
+    return _named(record, steps, llm is None, settings)
+
+
+def with_step(chain: Runnable[Any, Any], step: Runnable[Any, Any], *, after: str) -> Runnable:
+    """``chain`` (a ready chain) with ``step`` inserted after the step named ``after``, keeping
+    its name, tags and metadata. ``step`` maps the state dict to the state dict, e.g. a reranker:
+    ``RunnablePassthrough.assign(documents=lambda state: rerank(state))`` after ``"fuse"``."""
+    config = chain.config if isinstance(chain, RunnableBinding) else {}
+    sequence = chain.bound if isinstance(chain, RunnableBinding) else chain
+    if not isinstance(sequence, RunnableSequence):
+        raise TypeError("chain must be a ready chain (a RunnableSequence of named steps)")
+    names = [part.get_name() for part in sequence.steps]
+    if after not in names:
+        raise ValueError(f"after must name a step of the chain, one of {names}; got {after!r}")
+    position = names.index(after) + 1
+    steps = [*sequence.steps[:position], step, *sequence.steps[position:]]
+    return RunnableSequence(*steps).with_config(config)
+
+
+def multi_query_chain(
+    retrievers: Retrievers, llm: Runnable[Any, Any] | None = None, **options: Any
+) -> Runnable:
+    """Multi-query: ``n`` rephrasings (default 5), unique union. Options: :func:`chain_for`."""
+    return chain_for("multi-query", retrievers, llm, **options)
+
+
+def rag_fusion_chain(
+    retrievers: Retrievers, llm: Runnable[Any, Any] | None = None, **options: Any
+) -> Runnable:
+    """RAG-Fusion: ``n`` related queries (default 4), reciprocal rank fusion. See :func:`chain_for`."""
+    return chain_for("rag-fusion", retrievers, llm, **options)
+
+
+def decomposition_chain(
+    retrievers: Retrievers, llm: Runnable[Any, Any] | None = None, **options: Any
+) -> Runnable:
+    """Decomposition: up to ``n`` sub-questions (default 3) answered ``mode="recursive"`` or
+    ``"individual"``, then the question. See :func:`chain_for`."""
+    return chain_for("decomposition", retrievers, llm, **options)
 
 
 def step_back_chain(
-    retrievers: Retrievers,
-    llm: Runnable[Any, Any] | None = None,
-    *,
-    k: int | None = None,
-    top_n: int | None = None,
-    fusion: BaseFusion | None = None,
-    query_prompt: BasePromptTemplate | None = None,
-    prompt: BasePromptTemplate | None = None,
-    return_sources: bool = False,
-    feedback: BM25Retriever | None = None,
-) -> Runnable[QuestionInput, Any]:
-    """Step-back prompting: retrieve for the question and for its more general step-back question.
-
-    The question is searched at once, the step-back question as soon as it is written. Each side
-    is fused on its own (``top_n`` each); the answer prompt (``prompt``, default
-    ``STEP_BACK_ANSWER_PROMPT``: {question}, {context}, {step_back_context},
-    {step_back_question}) sees both, background passages numbered on from the question's and
-    never repeated. ``query_prompt`` overrides the step-back prompt ({question}). ``queries`` in
-    the sources are ``[question, step_back_question]``. Without a model the broader question
-    keeps the question's most common words and adds its top BM25 hits' leading terms, and the
-    answer shows what it retrieved.
-
-    >>> # step_back_chain(retriever, llm).invoke("Could my 2019 laptop run this macro?")
-    """
-    variables = _ANSWER_VARIABLES | {"step_back_context", "step_back_question"}
-    return _chain(
-        STEP_BACK,
-        retrievers,
-        llm,
-        answer_prompt=prompt,
-        answer_variables=variables,
-        return_sources=return_sources,
-        feedback=feedback,
-        query_prompt=query_prompt,
-        k=k,
-        top_n=top_n,
-        fusion=fusion,
-    )
+    retrievers: Retrievers, llm: Runnable[Any, Any] | None = None, **options: Any
+) -> Runnable:
+    """Step-back: the question and a broader question, each fused apart. See :func:`chain_for`."""
+    return chain_for("step-back", retrievers, llm, **options)
 
 
 def hyde_chain(
-    retrievers: Retrievers,
-    llm: Runnable[Any, Any] | None = None,
-    *,
-    k: int | None = None,
-    top_n: int | None = None,
-    fusion: BaseFusion | None = None,
-    query_prompt: BasePromptTemplate | None = None,
-    prompt: BasePromptTemplate | None = None,
-    return_sources: bool = False,
-    feedback: BM25Retriever | None = None,
-) -> Runnable[QuestionInput, Any]:
-    """HyDE: write a hypothetical answer passage and retrieve with it instead of the question.
-
-    ``query_prompt`` overrides the passage prompt ({question}), ``prompt`` the answer prompt
-    ({question}, {context}). ``queries`` in the sources is ``[passage]``. Without a model the
-    passage is made of the top BM25 hits' sentences closest to the question, and the answer
-    shows it.
-
-    >>> # hyde_chain(vector_retriever, llm).invoke("Why is the sky blue?")
-    """
-    return _chain(
-        HYDE,
-        retrievers,
-        llm,
-        answer_prompt=prompt,
-        answer_variables=_ANSWER_VARIABLES,
-        return_sources=return_sources,
-        feedback=feedback,
-        query_prompt=query_prompt,
-        k=k,
-        top_n=top_n,
-        fusion=fusion,
-    )
+    retrievers: Retrievers, llm: Runnable[Any, Any] | None = None, **options: Any
+) -> Runnable:
+    """HyDE: a hypothetical passage searched instead of the question. See :func:`chain_for`."""
+    return chain_for("hyde", retrievers, llm, **options)
 
 
-_FACTORIES: dict[str, Callable[..., Runnable[QuestionInput, Any]]] = {
-    RAG_FUSION: rag_fusion_chain,
-    MULTI_QUERY: multi_query_chain,
-    DECOMPOSITION: decomposition_chain,
-    STEP_BACK: step_back_chain,
-    HYDE: hyde_chain,
-}
-
-
-def chain_for(
-    strategy: str,
-    retrievers: Retrievers,
-    llm: Runnable[Any, Any] | None = None,
-    *,
-    feedback: BM25Retriever | None = None,
-    n: int | None = None,
-    k: int | None = None,
-    top_n: int | None = None,
-    return_sources: bool = False,
-) -> Runnable[QuestionInput, Any]:
-    """The ready chain of ``strategy`` (a :data:`strategies.STRATEGIES` name), with ``llm`` or
-    offline (``llm=None``); ``None`` options keep the strategy's defaults.
-
-    ``feedback`` is the BM25 index the offline query step draws on (default: the
-    :class:`BM25Retriever` among ``retrievers``).
-
-    >>> # chain_for("rag-fusion", [bm25, vectors], models.chat_model(), return_sources=True)
-    """
-    record = strategies.get(strategy)
-    options: dict[str, Any] = {"k": k, "top_n": top_n, "return_sources": return_sources}
-    if n is not None and record.counted:
-        options["n"] = n
-    return _FACTORIES[record.name](retrievers, llm, feedback=feedback, **options)
+def rewrite_chain(
+    retrievers: Retrievers, llm: Runnable[Any, Any] | None = None, **options: Any
+) -> Runnable:
+    """Rewrite-Retrieve-Read: the question rewritten into one search query. See :func:`chain_for`."""
+    return chain_for("rewrite", retrievers, llm, **options)
 
 
 __all__ = [
-    "DECOMPOSITION",
-    "DEFAULT_TOP_N",
-    "HYDE",
-    "MULTI_QUERY",
-    "NO_EARLIER_ANSWERS",
-    "NO_PASSAGES",
-    "RAG_FUSION",
-    "STEP_BACK",
-    "answer_step",
+    "Step",
     "chain_for",
     "decomposition_chain",
-    "escape_passage_tags",
-    "format_context",
+    "fan_out",
     "hyde_chain",
     "multi_query_chain",
     "rag_fusion_chain",
+    "retrieval_chain",
+    "rewrite_chain",
     "step_back_chain",
+    "with_step",
 ]

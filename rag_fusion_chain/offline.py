@@ -1,24 +1,13 @@
-"""The kit without a chat model: a pseudo-relevance-feedback query generator and an extractive answer.
+"""The strategies' steps without a chat model: pure functions of the question and the documents
+retrieved for it, over any retriever (stock BM25, any vector store), and the extractive answers.
 
-Nothing here imitates a language model. Queries come from **pseudo-relevance feedback**: the top
-BM25 hits for the question are taken as relevant, their highest-weighted terms that the question
-lacks (tf-idf, with the BM25 index's own tokenizer and document frequencies) are read back as the
-phrases the passages write them in, and each group of phrases is appended to the question. The
-answer is **extractive**: the sentences of the fused passages best supported by the question's
-rarer terms (BM25 over the passages' sentences, the generated queries' terms at half weight),
-headings, titles and table rows left out, each cited by its passage number, under a label saying
-so (:data:`OFFLINE_LABEL`).
+Term statistics come from the documents themselves, tokenized by the kit's BM25 tokenizer
+(bm25s stopwords, Snowball stems); phrases are read from their prose only, never from code,
+tables or reference lists. A step with nothing to work from returns the question, with a warning.
 
-* :class:`PseudoRelevanceFeedback` has the contract of :class:`queries.QueryGenerator`: ``str`` or
-  ``{"question": str}`` to ``list[str]``, run name ``generate_queries``, never empty.
-* :class:`FeedbackPassage` stands in for HyDE's hypothetical passage (``str`` out).
-* :class:`~rag_fusion_chain.extractive.ExtractiveAnswer` (in :mod:`extractive`, re-exported
-  here) takes the chains' state (``question``, ``documents``) where the ``answer`` step goes.
-
-The strategies (:mod:`strategies`) build their offline steps from these, and the chains run them
-when no model is given: ``chains.rag_fusion_chain([bm25, vectors])`` answers offline.
-
->>> # PseudoRelevanceFeedback(retriever=bm25, n=3).invoke("birth weight and breast cancer")
+>>> feedback_queries("heat pumps", [Document("Heat pumps use a refrigerant. The refrigerant "
+...     "loop is sealed.")], 1)
+['heat pumps refrigerant, use, loop']
 """
 
 from __future__ import annotations
@@ -26,112 +15,106 @@ from __future__ import annotations
 import re
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
 
-from langchain_core.callbacks import CallbackManagerForChainRun
 from langchain_core.documents import Document
-from langchain_core.runnables import (
-    RunnableConfig,
-    RunnableSerializable,
-)
-from langchain_core.runnables.config import patch_config
-from pydantic import ConfigDict
 
 from rag_fusion_chain.extractive import (
     CODE_TOKEN,
     OFFLINE_LABEL,
     OFFLINE_NOTE,
-    ExtractiveAnswer,
-    Terms,
+    SINGLE_CLAUSE_NOTE,
     best_sentences,
+    decomposition_answer,
     extractive_answer,
+    hyde_answer,
     inverse_document_frequency,
     passage_sentences,
-    split_sentences,
+    rewrite_answer,
+    step_back_answer,
 )
-from rag_fusion_chain.queries import dedupe_key
-from rag_fusion_chain.retrievers.bm25 import BM25Retriever, tokenize
-from rag_fusion_chain.retrievers.fanout import FusionRetriever, MultiRetriever, as_retriever_list
-from rag_fusion_chain.validation import MAX_QUERIES, QuestionInput, question_of, validate_count
+from rag_fusion_chain.retrievers.bm25 import tokenize
+from rag_fusion_chain.validation import MAX_QUERIES, question_of, validate_count
+
+FEEDBACK_DOCUMENTS = 5
+"""The first distinct documents taken as relevant (pass them best first)."""
+TERMS_PER_QUERY = 3
+"""Words a feedback query adds to the question, about."""
+REWRITE_TERMS = 2
+"""Document phrases a keyword rewrite adds to the question's own words, at most."""
 
 _WORD = re.compile(r"[^\W_]+")
 _WRAPPING = "\"'“”‘’()[]{}<>.,;:!?…"
-"""Punctuation around a word: it ends a phrase there."""
-
-# --------------------------------------------------------------------------------------------
-# Pure functions: expansion terms and the phrases that carry them
-# --------------------------------------------------------------------------------------------
-
-
-def is_expansion_candidate(term: str) -> bool:
-    """Terms worth adding to a query: with a letter, and three characters long unless CJK.
-
-    >>> [is_expansion_candidate(term) for term in ("95", "ci", "insulin", "发电")]
-    [False, False, True, True]
-    """
-    return any(character.isalpha() for character in term) and (len(term) >= 3 or not term.isascii())
-
-
-def expansion_terms(
-    question_terms: set[str],
-    feedback: Sequence[tuple[Sequence[str], float]],
-    document_frequency: Callable[[str], int],
-    document_count: int,
-    count: int,
-) -> list[str]:
-    """The ``count`` best expansion terms from feedback documents (their terms, BM25 score).
-
-    weight(t) = idf(t) · Σ_d w_d · tf(t, d) / |d|, with w_d the document's share of the feedback
-    scores (equal shares when the scores are not positive). Terms of the question and
-    non-candidates (:func:`is_expansion_candidate`) are skipped; ties go to the term that sorts
-    first, so the result is deterministic.
-
-    >>> feedback = [(["insulin", "glucos", "insulin"], 2.0), (["glucos", "liver"], 1.0)]
-    >>> expansion_terms({"liver"}, feedback, lambda term: 1, 10, 2)
-    ['insulin', 'glucos']
-    """
-    weights = expansion_weights(question_terms, feedback, document_frequency, document_count)
-    return sorted(weights, key=lambda term: (-weights[term], term))[:count]
+_QUESTION_WORD = (
+    r"(?:what|how|why|when|where|which|who|whom|whose|is|are|was|were|do|does|did|can|could|"
+    r"should|would|will|has|have)\b"
+)
+_CLAUSE_BREAK = re.compile(
+    rf"\s*[;?？；]\s*|,?\s+\b(?:and|but|or)\s+(?={_QUESTION_WORD})", re.IGNORECASE
+)
+"""Where clauses meet: ``;``, ``?``, or "and"/"but"/"or" before a question word."""
+_COMPARISON = re.compile(
+    r"\b(?:the\s+)?(?:differences?|comparison)\s+between\s+(?P<first>.+?)\s+and\s+"
+    r"(?P<second>.+?)\s*[?.]*$"
+    r"|^(?:(?:how|why|which)\s+)?(?:(?:does|do|did|is|are)\s+)?(?P<left>.+?)\s+(?:versus|vs\.?|"
+    r"compared?s?\s+(?:to|with)|better\s+than|worse\s+than)\s+(?P<right>.+?)\s*[?.]*$",
+    re.IGNORECASE,
+)
 
 
-def expansion_weights(
-    question_terms: set[str],
-    feedback: Sequence[tuple[Sequence[str], float]],
-    document_frequency: Callable[[str], int],
-    document_count: int,
+def _checked(question: str, documents: Sequence[Document]) -> tuple[str, list[Document]]:
+    """The stripped question and the distinct documents (by text), in order; bad input raises."""
+    question = question_of(question)
+    if (
+        not isinstance(documents, Sequence)
+        or isinstance(documents, str)
+        or not all(isinstance(document, Document) for document in documents)
+    ):
+        raise TypeError("documents must be a sequence of langchain Document objects")
+    distinct: dict[str, Document] = {}
+    for document in documents:
+        distinct.setdefault(document.page_content, document)
+    return question, list(distinct.values())
+
+
+def _document_frequency(documents: Sequence[Document]) -> Counter[str]:
+    """How many of ``documents`` hold each term."""
+    return Counter(term for document in documents for term in set(tokenize(document.page_content)))
+
+
+def _expansion_weights(
+    question: str, texts: Sequence[str], frequency: Counter[str], count: int
 ) -> dict[str, float]:
-    """Every expansion candidate's weight, as :func:`expansion_terms` ranks them.
-
-    >>> weights = expansion_weights(set(), [(["insulin", "glucos"], 1.0)], lambda term: 1, 10)
-    >>> {term: round(weight, 3) for term, weight in weights.items()}
-    {'insulin': 0.996, 'glucos': 0.996}
-    """
-    total = sum(max(score, 0.0) for _, score in feedback)
+    """Terms of the feedback ``texts`` the question lacks, weighed as a relevance model does
+    (Lavrenko and Croft's RM1, as in RM3): Σ_d tf(t, d) / |d| / (1 + rank of d), times
+    1 + its idf over all ``count`` documents retrieved, so a term all of them share (a word of
+    the genre) counts less without being lost when only a few documents came back."""
+    question_terms = set(tokenize(question))
     weights: dict[str, float] = {}
-    for terms, score in feedback:
-        if not terms:
-            continue
-        share = max(score, 0.0) / total if total > 0 else 1.0 / len(feedback)
-        for term, frequency in Counter(terms).items():
-            if term in question_terms or not is_expansion_candidate(term):
-                continue
-            weights[term] = weights.get(term, 0.0) + share * frequency / len(terms)
+    for rank, text in enumerate(texts):
+        terms = [
+            term
+            for term in tokenize(text)
+            if term not in question_terms
+            and any(character.isalpha() for character in term)
+            and (len(term) >= 3 or not term.isascii())
+        ]
+        for term, times in Counter(terms).items():
+            weights[term] = weights.get(term, 0.0) + times / len(terms) / (1 + rank)
     return {
-        term: weight * inverse_document_frequency(document_frequency(term), document_count)
+        term: weight * (1 + inverse_document_frequency(frequency[term], count))
         for term, weight in weights.items()
     }
 
 
 def _shown_word(word: str) -> str:
-    """A word as a query shows it: lower case, unless it is an acronym or a gene-like name."""
+    """A word as a query shows it: lower case, unless an acronym or a gene-like name."""
     return word if any(character.isupper() for character in word[1:]) else word.lower()
 
 
 def _phrase_runs(text: str) -> Iterator[list[str]]:
-    """Runs of plain words of ``text``: punctuation ends a run, and a token that is not one
-    plain word (an identifier such as ``delete_file``, a call, a number, ``31mRED`` left by a
-    colour code, a hyphenated compound) ends it without joining it.
+    """Runs of plain words: punctuation ends a run, and a token that is not one plain word
+    (an identifier, a call, a number, a colour code, a compound) ends it without joining it.
 
     >>> list(_phrase_runs('Use "delete_file" to go, then run f(x) in Outside air.'))
     [['Use'], ['to', 'go'], ['then', 'run'], ['in', 'Outside', 'air']]
@@ -155,36 +138,19 @@ def _phrase_runs(text: str) -> Iterator[list[str]]:
         yield run
 
 
-def keyword_phrases(
-    texts: Sequence[str],
-    terms_of: Terms,
-    weights: Mapping[str, float],
-    *,
-    max_words: int = 3,
-    min_repeats: int = 2,
+def _keyword_phrases(
+    texts: Sequence[str], weights: dict[str, float], max_words: int = 3
 ) -> list[tuple[str, list[str]]]:
-    """Phrases of ``texts`` made of weighted terms, best first, as (phrase, its terms).
-
-    A phrase is a run of up to ``max_words`` adjacent plain words of the text
-    (:func:`_phrase_runs`: no punctuation between them, no code) whose every word is one term
-    of ``weights``; a phrase of several words must occur ``min_repeats`` times in ``texts``
-    (a collocation such as "outside air", not a verb next to a noun once). A phrase is worth
-    the sum of its distinct terms' weights. The phrases returned share no term (a lower phrase
-    repeating a term of a better one is dropped), so each adds something new; ties go to the
-    phrase seen first.
-
-    >>> weights = {"outsid": 2.0, "air": 1.5, "boreho": 1.0}
-    >>> terms = lambda word: [word.casefold()[:6].rstrip("e")] if len(word) > 2 else []
-    >>> keyword_phrases(["Outside air, or boreholes.", "Heat the outside air."], terms, weights)
-    [('outside air', ['outsid', 'air']), ('boreholes', ['boreho'])]
-    """
+    """Phrases of ``texts`` made of weighted terms, best first, as (phrase, its terms): runs
+    of up to ``max_words`` adjacent words, each one weighted term; a phrase of several words
+    must occur twice (a collocation, not a verb beside a noun once). Phrases share no term."""
     candidates: dict[str, tuple[float, int, str, list[str]]] = {}
     occurrences: Counter[str] = Counter()
     for text in texts:
         for words in _phrase_runs(text):
             run: list[tuple[str, str]] = []
             for word in words:
-                word_terms = terms_of(word)
+                word_terms = tokenize(word)
                 if len(word_terms) != 1 or word_terms[0] not in weights:
                     run = []
                     continue
@@ -193,237 +159,154 @@ def keyword_phrases(
                     window = run[start:]
                     terms = list(dict.fromkeys(term for _, term in window))
                     phrase = " ".join(_shown_word(word) for word, _ in window)
-                    occurrences[phrase.casefold()] += 1
-                    if len(terms) == len(window) and phrase.casefold() not in candidates:
+                    key = phrase.casefold()
+                    occurrences[key] += 1
+                    if len(terms) == len(window) and key not in candidates:
                         worth = sum(weights[term] for term in terms)
-                        candidates[phrase.casefold()] = (worth, len(candidates), phrase, terms)
+                        candidates[key] = (worth, len(candidates), phrase, terms)
     chosen: list[tuple[str, list[str]]] = []
     used: set[str] = set()
     for _, _, phrase, terms in sorted(candidates.values(), key=lambda item: (-item[0], item[1])):
-        repeated = len(terms) == 1 or occurrences[phrase.casefold()] >= min_repeats
-        if repeated and used.isdisjoint(terms):
+        if (len(terms) == 1 or occurrences[phrase.casefold()] >= 2) and used.isdisjoint(terms):
             chosen.append((phrase, terms))
             used.update(terms)
     return chosen
 
 
-def expanded_queries(
-    question: str, phrases: Sequence[str], n: int, terms_per_query: int
-) -> list[str]:
-    """Up to ``n`` queries: the question followed by consecutive ``phrases``, comma-separated,
-    each query taking phrases until it holds ``terms_per_query`` words.
+def _feedback_phrases(question: str, documents: Sequence[Document], terms: int) -> list[str]:
+    """Key phrases of the first :data:`FEEDBACK_DOCUMENTS` documents' prose, made of about
+    ``terms`` strong terms in all, best first."""
+    texts = [
+        " ".join(passage_sentences(document.page_content))
+        for document in documents[:FEEDBACK_DOCUMENTS]
+    ]
+    frequency = _document_frequency(documents)
+    weights = _expansion_weights(question, texts, frequency, len(documents))
+    strongest = sorted(weights, key=lambda term: (-weights[term], term))[:terms]
+    return [phrase for phrase, _ in _keyword_phrases(texts, {t: weights[t] for t in strongest})]
 
-    >>> expanded_queries("q", ["outside air", "refrigerant", "boreholes", "compressor"], 3, 2)
-    ['q outside air', 'q refrigerant, boreholes', 'q compressor']
+
+def feedback_queries(question: str, documents: Sequence[Document], n: int) -> list[str]:
+    """``n`` pseudo-relevance-feedback queries: the question followed by key phrases of its
+    documents, comma-separated, about :data:`TERMS_PER_QUERY` words per query (the question
+    itself not included). With no phrase to add: ``[question]``, with a warning.
+
+    The phrases share no term, so the queries differ; the same input gives the same queries.
     """
+    validate_count("n", n, MAX_QUERIES)
+    question, documents = _checked(question, documents)
     groups: list[list[str]] = []
-    words = terms_per_query
-    for phrase in phrases:
-        if words >= terms_per_query:
+    words = TERMS_PER_QUERY
+    for phrase in _feedback_phrases(question, documents, 4 * n * TERMS_PER_QUERY):
+        if words >= TERMS_PER_QUERY:
             if len(groups) == n:
                 break
             groups.append([])
             words = 0
         groups[-1].append(phrase)
         words += len(phrase.split())
+    if not groups:
+        warnings.warn(
+            "pseudo-relevance feedback found no expansion terms in the documents; "
+            "using the question alone",
+            stacklevel=2,
+        )
+        return [question]
     return [f"{question} {', '.join(group)}" for group in groups]
 
 
-# --------------------------------------------------------------------------------------------
-# BM25 feedback
-# --------------------------------------------------------------------------------------------
+def _as_question(clause: str) -> str:
+    """A clause as a question: capitalised, ending with "?"."""
+    clause = clause.strip(" ,.")
+    return f"{clause[:1].upper()}{clause[1:]}{'' if clause.endswith('?') else '?'}"
 
 
-def bm25_terms(retriever: BM25Retriever) -> Terms:
-    """The retriever's own tokenizer, with its stemming and stopword settings."""
+def sub_questions(question: str, documents: Sequence[Document], n: int) -> list[str]:
+    """At most ``n`` parts of the question to answer in turn: the two sides of a comparison
+    ("What is A?", "What is B?"), else its clauses (split at ``;``, ``?`` and at "and"/"but"/"or"
+    before a question word), each with two terms at least. One clause gives ``[question]``.
 
-    def terms_of(text: str) -> list[str]:
-        return tokenize(text, stem=retriever.stem, remove_stopwords=retriever.remove_stopwords)
-
-    return terms_of
-
-
-def bm25_document_frequency(retriever: BM25Retriever) -> Callable[[str], int]:
-    """Document frequency of an index term, read from the bm25s index (0 for unknown terms).
-
-    bm25s keeps one column per vocabulary term in a CSC score matrix, so a term's document count
-    is the length of its column: ``indptr[id + 1] - indptr[id]``.
+    The parts come from the question alone; ``documents`` keeps the steps' one signature.
     """
-    vocabulary: dict[str, int] = retriever.index.vocab_dict
-    pointers = retriever.index.scores["indptr"]
+    validate_count("n", n, MAX_QUERIES)
+    question, _ = _checked(question, documents)
+    comparison = _COMPARISON.search(question)
+    if comparison:
+        sides = [side for side in comparison.groups() if side]
+        if len(sides) == 2 and all(tokenize(side) for side in sides):
+            return [_as_question(f"What is {side}") for side in sides][:n]
+    clauses = [part for part in _CLAUSE_BREAK.split(question) if part.strip(" ,.")]
+    kept = [clause for clause in clauses if len(tokenize(clause)) >= 2]
+    return [_as_question(clause) for clause in kept][:n] if len(kept) > 1 else [question]
 
-    def document_frequency(term: str) -> int:
-        term_id = vocabulary.get(term)
-        return 0 if term_id is None else int(pointers[term_id + 1] - pointers[term_id])
 
-    return document_frequency
+def _content_words(question: str) -> list[str]:
+    """The question's words that are index terms (no stopword), each term once, in order."""
+    words: dict[str, str] = {}
+    for word in _WORD.findall(question):
+        terms = tokenize(word)
+        if terms:
+            words.setdefault(terms[0], word)
+    return list(words.values())
 
 
-class _FeedbackRunnable(RunnableSerializable[QuestionInput, Any]):
-    """Shared fields and plumbing: fetch the top BM25 hits for the question, then build output."""
+def broader_question(question: str, documents: Sequence[Document]) -> str:
+    """The step-back question: the half of the question's words found in most documents (the
+    broad ones), in order, then the documents' leading key phrases (:data:`TERMS_PER_QUERY`
+    terms). With no documents: the question, with a warning."""
+    question, documents = _checked(question, documents)
+    if not documents:
+        warnings.warn("no documents to step back from; using the question", stacklevel=2)
+        return question
+    frequency = _document_frequency(documents)
+    words = _content_words(question)
+    ranked = sorted(words, key=lambda word: -frequency[tokenize(word)[0]])
+    kept = set(ranked[: max(1, round(len(words) / 2))])
+    added = _feedback_phrases(question, documents, TERMS_PER_QUERY)
+    return " ".join([word for word in words if word in kept] + added) or question
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    name: str | None = "generate_queries"
-    retriever: BM25Retriever
-    """The BM25 index whose top hits are the feedback and whose tokenizer and statistics are used."""
-    feedback_documents: int = 5
-    """How many top BM25 hits are taken as relevant."""
-
-    def model_post_init(self, context: Any) -> None:
-        validate_count("feedback_documents", self.feedback_documents)
-
-    def _from_feedback(self, question: str, feedback: list[Document]) -> Any:
-        raise NotImplementedError
-
-    def _run(
-        self, value: QuestionInput, run_manager: CallbackManagerForChainRun, config: RunnableConfig
-    ) -> Any:
-        question = question_of(value)
-        feedback = self.retriever.invoke(
-            question,
-            patch_config(config, callbacks=run_manager.get_child()),
-            k=self.feedback_documents,
+def hypothetical_passage(question: str, documents: Sequence[Document]) -> str:
+    """HyDE without a model: the three documents' sentences closest to the question, as one
+    passage to search. With none sharing a term: the question, with a warning."""
+    question, documents = _checked(question, documents)
+    picked = best_sentences(question, [document.page_content for document in documents])
+    if not picked:
+        warnings.warn(
+            "no document sentence shares a term with the question; searching with the question",
+            stacklevel=2,
         )
-        return self._from_feedback(question, feedback)
-
-    def invoke(
-        self, input: QuestionInput, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> Any:
-        return self._call_with_config(self._run, input, config)
+        return question
+    return " ".join(sentence for _, sentence in picked)
 
 
-class PseudoRelevanceFeedback(_FeedbackRunnable):
-    """Queries without a model: the question plus key phrases of its top BM25 hits.
-
-    Same contract as :class:`queries.QueryGenerator` (``str`` or ``{"question"}`` to
-    ``list[str]``, never empty). The top ``feedback_documents`` hits are tokenized with the
-    retriever's tokenizer and their terms absent from the question weighed
-    (:func:`expansion_weights`, idf from the BM25 index); the ``2 * n * terms_per_query``
-    strongest make up :func:`keyword_phrases`, runs of adjacent words as the passages write them
-    ("outside air", "ground source"), which are appended to the question, comma-separated,
-    about ``terms_per_query`` words per query (:func:`expanded_queries`). ``include_original``
-    puts the question itself first. With no feedback (no BM25 hit) the result is the question
-    alone, with a warning. Deterministic: the same index and question always give the same
-    queries.
-
-    >>> # PseudoRelevanceFeedback(retriever=bm25, n=3).invoke("birth weight and breast cancer")
-    >>> # ['birth weight and breast cancer intrauterine growth, premenopausal', ...]
-    """
-
-    n: int = 4
-    terms_per_query: int = 3
-    include_original: bool = False
-
-    def model_post_init(self, context: Any) -> None:
-        super().model_post_init(context)
-        validate_count("n", self.n, MAX_QUERIES)
-        validate_count("terms_per_query", self.terms_per_query)
-
-    def _from_feedback(self, question: str, feedback: list[Document]) -> list[str]:
-        terms_of = bm25_terms(self.retriever)
-        texts = [" ".join(passage_sentences(document.page_content)) for document in feedback]
-        weights = expansion_weights(
-            set(terms_of(question)),
-            [
-                (terms_of(text), float(document.metadata.get("score", 0.0)))
-                for text, document in zip(texts, feedback, strict=True)
-            ],
-            bm25_document_frequency(self.retriever),
-            len(self.retriever.documents),
-        )
-        strongest = sorted(weights, key=lambda term: (-weights[term], term))[
-            : 2 * self.n * self.terms_per_query
-        ]
-        phrases = keyword_phrases(texts, terms_of, {term: weights[term] for term in strongest})
-        expanded = expanded_queries(
-            question, [phrase for phrase, _ in phrases], self.n, self.terms_per_query
-        )
-        if not expanded:
-            warnings.warn(
-                "pseudo-relevance feedback found no expansion terms (no BM25 hit for the "
-                "question); using the original question alone",
-                stacklevel=4,
-            )
-            return [question]
-        generated = [question, *expanded] if self.include_original else expanded
-        return list({dedupe_key(query): query for query in generated}.values())
-
-
-class FeedbackPassage(_FeedbackRunnable):
-    """HyDE without a model: the feedback sentences most like the question, as one search passage.
-
-    Takes the ``sentences`` best sentences (:func:`best_sentences`) of the top BM25 hits and
-    joins them; with no hit, the question itself (with a warning). Output ``str``, like
-    :func:`queries.hyde`.
-    """
-
-    sentences: int = 3
-
-    def model_post_init(self, context: Any) -> None:
-        super().model_post_init(context)
-        validate_count("sentences", self.sentences)
-
-    def _from_feedback(self, question: str, feedback: list[Document]) -> str:
-        terms_of = bm25_terms(self.retriever)
-        picked = best_sentences(
-            set(terms_of(question)),
-            [document.page_content for document in feedback],
-            terms_of,
-            count=self.sentences,
-        )
-        if not picked:
-            warnings.warn(
-                "no BM25 hit shares a term with the question; searching with the question itself",
-                stacklevel=4,
-            )
-            return question
-        return " ".join(sentence for _, sentence in picked)
-
-
-# --------------------------------------------------------------------------------------------
-# Chains
-# --------------------------------------------------------------------------------------------
-
-
-def feedback_retriever(retrievers: Any) -> BM25Retriever:
-    """The first :class:`BM25Retriever` in ``retrievers``, searching inside fan-outs and fusions.
-
-    ``retrievers`` is one retriever, a list, a :class:`MultiRetriever`, or a
-    :class:`FusionRetriever` such as :func:`retrievers.hybrid_retriever`'s (searched depth first).
-    """
-    pending = list(as_retriever_list(retrievers))
-    while pending:
-        retriever = pending.pop(0)
-        if isinstance(retriever, BM25Retriever):
-            return retriever
-        if isinstance(retriever, FusionRetriever):
-            retriever = retriever.retrievers
-        if isinstance(retriever, MultiRetriever):
-            pending[:0] = retriever.retrievers
-    raise ValueError(
-        "feedback: offline query generation needs a BM25Retriever; pass feedback= or include "
-        "one in retrievers"
-    )
+def keyword_rewrite(question: str, documents: Sequence[Document]) -> str:
+    """Rewrite-Retrieve-Read without a model: one search query of the question's content
+    words (no stopwords; only those the documents use, when any does) and at most
+    :data:`REWRITE_TERMS` strong phrases of its documents (none without documents). The question
+    itself when it has no content word."""
+    question, documents = _checked(question, documents)
+    words = _content_words(question)
+    if not words:
+        return question
+    # words the documents never use ("please", "actually") are conversation, not search terms
+    vocabulary = {term for document in documents for term in tokenize(document.page_content)}
+    used = [word for word in words if tokenize(word)[0] in vocabulary] or words
+    return " ".join(used + _feedback_phrases(question, documents, TERMS_PER_QUERY)[:REWRITE_TERMS])
 
 
 __all__ = [
     "OFFLINE_LABEL",
     "OFFLINE_NOTE",
-    "ExtractiveAnswer",
-    "FeedbackPassage",
-    "PseudoRelevanceFeedback",
-    "best_sentences",
-    "bm25_document_frequency",
-    "bm25_terms",
-    "expanded_queries",
-    "expansion_terms",
+    "SINGLE_CLAUSE_NOTE",
+    "broader_question",
+    "decomposition_answer",
     "extractive_answer",
-    "feedback_retriever",
-    "inverse_document_frequency",
-    "is_expansion_candidate",
-    "split_sentences",
-    "keyword_phrases",
-    "passage_sentences",
-    "expansion_weights",
+    "feedback_queries",
+    "hyde_answer",
+    "hypothetical_passage",
+    "keyword_rewrite",
+    "rewrite_answer",
+    "step_back_answer",
+    "sub_questions",
 ]

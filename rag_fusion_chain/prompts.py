@@ -112,6 +112,22 @@ HYDE_PROMPT = ChatPromptTemplate.from_messages(
     ]
 )
 
+REWRITE_PROMPT = ChatPromptTemplate.from_messages(
+    [
+        (
+            "system",
+            "You turn questions into queries for a search engine. A good query keeps the "
+            "question's key terms, names the things it asks about explicitly and drops "
+            "conversational filler.",
+        ),
+        (
+            "human",
+            "Rewrite the question below as one search query, in the language of the question. "
+            "Reply with the query only, on one line.\n\nQuestion: {question}",
+        ),
+    ]
+)
+
 ANSWER_PROMPT = ChatPromptTemplate.from_messages(
     [
         (
@@ -175,6 +191,7 @@ __all__ = [
     "MULTI_QUERY_PROMPT",
     "RAG_FUSION_PROMPT",
     "RECURSIVE_ANSWER_PROMPT",
+    "REWRITE_PROMPT",
     "STEP_BACK_ANSWER_PROMPT",
     "STEP_BACK_PROMPT",
     "SYNTHESIS_PROMPT",

@@ -33,6 +33,7 @@ from rag_fusion_chain.retrievers import (
     hybrid_retriever,
 )
 from rag_fusion_chain.retrievers.stores import build_faiss
+from rag_fusion_chain.strategies import STRATEGIES
 
 PASSAGES = [
     "Heat pumps move heat from cold outdoor air into a warm house.",
@@ -253,17 +254,17 @@ class TestKitFusionRetrieverStandard(TestKitBM25Standard):
 # ---------------------------------------------------------------- the ready chains
 
 
-@pytest.mark.parametrize(
-    "strategy", ["rag-fusion", "multi-query", "decomposition", "step-back", "hyde"]
-)
+@pytest.mark.parametrize("with_model", [True, False], ids=["model", "offline"])
+@pytest.mark.parametrize("strategy", STRATEGIES)
 def test_every_ready_chain_over_community_retrievers_quotes_each_passage_once(
-    community_retrievers: dict[str, BaseRetriever], strategy: str
+    community_retrievers: dict[str, BaseRetriever], strategy: str, with_model: bool
 ) -> None:
     from langchain_core.language_models import FakeListChatModel
 
     from rag_fusion_chain import chains
 
-    llm = FakeListChatModel(responses=["heat pumps in winter\nsolar electricity at night"])
+    replies = ["heat pumps in winter\nsolar electricity at night"]
+    llm = FakeListChatModel(responses=replies) if with_model else None
     chain = chains.chain_for(
         strategy, list(community_retrievers.values()), llm, top_n=50, return_sources=True
     )

@@ -10,10 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from langchain_core.language_models import FakeListChatModel, GenericFakeChatModel
 from langchain_core.messages import AIMessage
-from langchain_core.runnables import ConfigurableField, RunnableGenerator, RunnableLambda
+from langchain_core.runnables import RunnableGenerator, RunnableLambda
 
-from rag_fusion_chain import prompts, queries
-from rag_fusion_chain.queries import QueryListParser, question_of
+from rag_fusion_chain import prompts, queries, validation
+from rag_fusion_chain.queries import QueryListParser
+from rag_fusion_chain.validation import question_of
 
 # ---------------------------------------------------------------- parser
 
@@ -76,7 +77,7 @@ def test_parser_property_never_returns_empty_or_blank_queries(text: str, n: int)
         ("   ", ValueError, "empty"),
         ({"query": "x"}, ValueError, "'question'"),
         (42, TypeError, "str"),
-        ("x" * (queries.MAX_QUESTION_CHARS + 1), ValueError, "limit"),
+        ("x" * (validation.MAX_QUESTION_CHARS + 1), ValueError, "limit"),
     ],
 )
 def test_question_validation(value: object, error: type[Exception], message: str) -> None:
@@ -84,7 +85,7 @@ def test_question_validation(value: object, error: type[Exception], message: str
         question_of(value)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("n", [0, -1, queries.MAX_QUERIES + 1])
+@pytest.mark.parametrize("n", [0, -1, validation.MAX_QUERIES + 1])
 def test_n_is_validated(n: int) -> None:
     with pytest.raises(ValueError, match="n must"):
         queries.rag_fusion(FakeListChatModel(responses=["x"]), n=n)
@@ -114,8 +115,9 @@ def test_list_generators_use_their_prompt_and_n(factory, prompt) -> None:  # typ
 
     generator = factory(RunnableLambda(record), n=2)
     assert generator.invoke({"question": "What is fusion?"}) == ["a", "b"]
-    assert generator.prompt is prompt
-    assert "What is fusion?" in seen_prompts[0]
+    offered = {"question": "What is fusion?", "n": 2}
+    values = {key: value for key, value in offered.items() if key in prompt.input_variables}
+    assert seen_prompts == [prompt.invoke(values).to_string()]
 
 
 def test_include_original_puts_question_first_once() -> None:
@@ -123,19 +125,6 @@ def test_include_original_puts_question_first_once() -> None:
         model("What is RAG?\nretrieval augmented generation"), n=3, include_original=True
     )
     assert generator.invoke("What is RAG?") == ["What is RAG?", "retrieval augmented generation"]
-
-
-def test_include_original_streams_question_before_the_model_answers() -> None:
-    calls: list[str] = []
-
-    def slow_model(value):  # type: ignore[no-untyped-def]
-        calls.append("model")
-        return AIMessage(content="q1\nq2")
-
-    stream = queries.rag_fusion(RunnableLambda(slow_model), n=2, include_original=True).stream("Q?")
-    assert next(stream) == ["Q?"]
-    assert calls == []
-    assert list(stream) == [["q1"], ["q2"]]
 
 
 @pytest.mark.parametrize("reply", ["", "Here are the queries:", "\n\n  \n"])
@@ -180,9 +169,12 @@ async def _astops_after_one_line(_):  # type: ignore[no-untyped-def]
         (queries.rag_fusion(model("Here are the queries:")), "no usable query"),
         (
             queries.rag_fusion(RunnableGenerator(_stops_after_one_line, _astops_after_one_line)),
-            "stopped early",
+            "query generation failed",
         ),
-        (queries.rag_fusion(RunnableLambda(_broken), include_original=True), "stopped early"),
+        (
+            queries.rag_fusion(RunnableLambda(_broken), include_original=True),
+            "query generation failed",
+        ),
         (queries.hyde(RunnableLambda(_broken)), "generation failed"),
         (queries.hyde(model("   ")), "no usable text"),
     ],
@@ -214,10 +206,11 @@ def test_same_query_repeated_and_too_many_queries() -> None:
 
 
 def test_n_is_configurable_per_call() -> None:
-    generator = queries.rag_fusion(model("a\nb\nc\nd"), n=4).configurable_fields(
-        n=ConfigurableField(id="n")
-    )
+    generator = queries.rag_fusion(model("a\nb\nc\nd"), n=4)
     assert generator.invoke("Q?", config={"configurable": {"n": 2}}) == ["a", "b"]
+    assert generator.invoke("Q?", config={"configurable": {"n": None}}) == ["a", "b", "c", "d"]
+    with pytest.raises(ValueError, match="n"):
+        generator.invoke("Q?", config={"configurable": {"n": 0}})
 
 
 def test_every_call_style() -> None:
@@ -231,7 +224,7 @@ def test_every_call_style() -> None:
     async def collect() -> list[list[str]]:
         return [chunk async for chunk in generator.astream("Q?")]
 
-    assert asyncio.run(collect()) == [["a"], ["b"]]
+    assert asyncio.run(collect()) == [["a", "b"]]
     assert asyncio.run(generator.abatch(["Q?"])) == [["a", "b"]]
     assert generator.get_name() == "generate_queries"
 

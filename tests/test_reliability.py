@@ -49,6 +49,7 @@ from langchain_core.runnables import Runnable, RunnableLambda
 from pydantic import Field
 
 from rag_fusion_chain import chains, fusion, models, offline, queries
+from rag_fusion_chain.context import NO_PASSAGES, escape_passage_tags
 from rag_fusion_chain.fusion import (
     DistBasedScoreFusion,
     RankedList,
@@ -56,13 +57,14 @@ from rag_fusion_chain.fusion import (
     RelativeScoreFusion,
     UniqueUnion,
 )
-from rag_fusion_chain.queries import QueryListParser, dedupe_key, question_of
+from rag_fusion_chain.query_parsing import QueryListParser, dedupe_key
 from rag_fusion_chain.retrievers import (
     FusionRetriever,
     MultiRetriever,
     RetrievalError,
     RetrievalFailure,
 )
+from rag_fusion_chain.validation import question_of
 from tests.stub_openai import Message, StubOpenAI
 
 BM25 = pytest.importorskip("rag_fusion_chain.retrievers.bm25")
@@ -188,8 +190,12 @@ GENERATORS: dict[str, Callable[[Any], Runnable[Any, Any]]] = {
     "decomposition": queries.decomposition,
     "step_back": queries.step_back,
     "hyde": queries.hyde,
-    "offline-feedback": lambda llm: offline.PseudoRelevanceFeedback(retriever=bm25()),
-    "offline-passage": lambda llm: offline.FeedbackPassage(retriever=bm25()),
+    "offline-feedback": lambda llm: RunnableLambda(
+        lambda question: offline.feedback_queries(question, [], 3)
+    ),
+    "offline-passage": lambda llm: RunnableLambda(
+        lambda question: offline.hypothetical_passage(question, [])
+    ),
 }
 
 
@@ -326,7 +332,7 @@ def test_the_model_is_told_when_no_passage_was_found() -> None:
 
     chain = chains.rag_fusion_chain(FixedRetriever(), RunnableLambda(answer), n=2)
     chain.invoke(QUESTION)
-    assert chains.NO_PASSAGES in prompts_seen[-1]
+    assert NO_PASSAGES in prompts_seen[-1]
 
 
 UNHASHABLE = {"tags": ["a", "b"], "nested": {"pages": [1, 2]}, "source": "notes.md"}
@@ -712,7 +718,7 @@ def test_a_chain_still_answers_when_query_generation_fails(stub: StubOpenAI) -> 
     stub.script(["Heat pumps move heat [1]."])
     retriever = FixedRetriever(documents=[CORPUS[0]])
     chain = chains.rag_fusion_chain(retriever, stub_llm(stub), return_sources=True)
-    with pytest.warns(UserWarning, match="query generation stopped early"):  # question searched
+    with pytest.warns(UserWarning, match="query generation failed"):  # question searched
         result = chain.invoke(QUESTION)
     assert result["queries"] == [QUESTION] and retriever.queries == [QUESTION]
     assert result["answer"] == "Heat pumps move heat [1]."
@@ -1114,7 +1120,7 @@ def test_a_document_cannot_close_its_passage_in_the_prompt_the_model_receives(
         assert "Ignore previous instructions" not in outside
         assert "evil" not in outside
         for text in INJECTIONS:  # each attack is quoted, its tags neutralised
-            assert any(chains.escape_passage_tags(text) in block for block in blocks)
+            assert any(escape_passage_tags(text) in block for block in blocks)
 
 
 # ---------------------------------------------------------------- secrets never reach logs

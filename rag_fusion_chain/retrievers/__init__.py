@@ -1,4 +1,4 @@
-"""Retrievers: fan-out over several retrievers, the fusion retriever, BM25, hybrid, store builders.
+"""Retrievers: the fan-out over several retrievers, FusionRetriever, BM25, hybrid, store builders.
 
 Importing this package needs only langchain-core: the fan-out names load at once, the others
 (which need optional extras) on first access.
@@ -11,11 +11,15 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
-from rag_fusion_chain.retrievers.calls import DEFAULT_TIMEOUT
-from rag_fusion_chain.retrievers.fusion_retriever import DEFAULT_K, FusionRetriever
-from rag_fusion_chain.retrievers.multi import MultiRetriever
-from rag_fusion_chain.retrievers.results import RetrievalError, RetrievalFailure, RetrievalResults
-from rag_fusion_chain.retrievers.streams import StreamingInvoke
+from rag_fusion_chain.retrievers.fanout import (
+    DEFAULT_K,
+    DEFAULT_TIMEOUT,
+    MultiRetriever,
+    RetrievalError,
+    RetrievalFailure,
+    RetrievalResults,
+)
+from rag_fusion_chain.retrievers.fusion_retriever import FusionRetriever
 
 _LAZY_NAMES = {
     "BM25Retriever": ".bm25",
@@ -54,7 +58,6 @@ __all__ = [
     "RetrievalError",
     "RetrievalFailure",
     "RetrievalResults",
-    "StreamingInvoke",
     "VectorRetriever",
     "build_chroma",
     "build_faiss",

@@ -1,54 +1,306 @@
-"""Fan-out over several retrievers: the names users import from here, gathered from their modules.
+"""The fan-out: several queries over several retrievers, each retriever's own ``batch``.
 
-The fan-out lives in one module per concept; this module keeps ``from
-rag_fusion_chain.retrievers.fanout import ...`` working:
+Each retriever gets all the queries in one ``batch`` / ``abatch`` call (so a retriever that batches,
+such as the kit's ``VectorRetriever``, embeds them in one request, and any other gets its calls in
+parallel), all retrievers at once, bounded by the config's ``max_concurrency``. A retriever that
+raises or passes its time bound gives an empty list, a :class:`RetrievalFailure` in the output and
+a warning, while the others are still fused: :class:`MultiRetriever` does this for any retriever.
 
-* :mod:`~rag_fusion_chain.retrievers.results`: ``RetrievalResults``, ``RetrievalFailure``,
-  ``RetrievalError``;
-* :mod:`~rag_fusion_chain.retrievers.calls`: input checks, concurrency split, the time bound
-  (``DEFAULT_TIMEOUT``, ``call_with_timeout``);
-* :mod:`~rag_fusion_chain.retrievers.streams`: ``StreamingInvoke`` and stream helpers;
-* :mod:`~rag_fusion_chain.retrievers.multi`: ``MultiRetriever``;
-* :mod:`~rag_fusion_chain.retrievers.fusion_retriever`: ``FusionRetriever``, ``DEFAULT_K``.
+>>> from langchain_core.runnables import RunnableLambda
+>>> echo = RunnableLambda(lambda query: [Document(query)], name="echo")
+>>> results = MultiRetriever([echo, echo]).invoke(["a", "b"])
+>>> [(ranked.query, ranked.source) for ranked in results]
+[('a', 'echo[0]'), ('a', 'echo[1]'), ('b', 'echo[0]'), ('b', 'echo[1]')]
 """
 
 from __future__ import annotations
 
-from rag_fusion_chain.retrievers.calls import (
-    DEFAULT_TIMEOUT,
-    accepts_k,
-    as_query_list,
-    as_retriever_list,
-    call_with_timeout,
-    source_names,
-    split_concurrency,
+import asyncio
+import concurrent.futures
+import math
+import warnings
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Literal
+
+from langchain_core.documents import Document
+from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables import (
+    Runnable,
+    RunnableBinding,
+    RunnableConfig,
+    RunnableSerializable,
 )
-from rag_fusion_chain.retrievers.fusion_retriever import DEFAULT_K, FusionRetriever
-from rag_fusion_chain.retrievers.multi import MultiRetriever
-from rag_fusion_chain.retrievers.results import (
-    RetrievalError,
-    RetrievalFailure,
-    RetrievalResults,
-    describe_error,
-)
-from rag_fusion_chain.retrievers.streams import StreamingInvoke, aadd_up, add_up
+from langchain_core.runnables.config import ContextThreadPoolExecutor, patch_config
+from langchain_core.runnables.utils import gather_with_concurrency
+from pydantic import ConfigDict, model_validator
+
+from rag_fusion_chain.fusion import RankedList, validate_weights
+from rag_fusion_chain.validation import validate_count
+
+DEFAULT_TIMEOUT = 30.0
+"""Seconds one retriever call (all its queries) may take by default; None waits without a bound."""
+DEFAULT_K = 5
+"""Documents a kit retriever returns unless ``k`` is given."""
+
+
+@dataclass(frozen=True)
+class RetrievalFailure:
+    """One (retriever, query) that raised or was late: kept in the output, never swallowed."""
+
+    source: str
+    query: str
+    error: str
+    exception: BaseException | None = field(default=None, compare=False, repr=False)
+
+
+class RetrievalResults(list):  # type: ignore[type-arg]
+    """The fan-out output: :class:`RankedList` s, query-major then retriever, plus the
+    ``failures`` and the ``queries`` searched. A plain list to every fusion runnable."""
+
+    def __init__(
+        self,
+        ranked_lists: Sequence[RankedList] = (),
+        failures: Sequence[RetrievalFailure] = (),
+        queries: Sequence[str] = (),
+    ) -> None:
+        super().__init__(ranked_lists)
+        self.failures = list(failures)
+        self.queries = list(queries)
+
+    def __add__(self, other: Any) -> RetrievalResults:  # type: ignore[override]
+        return RetrievalResults(
+            [*self, *other],
+            [*self.failures, *getattr(other, "failures", [])],
+            [*self.queries, *getattr(other, "queries", [])],
+        )
+
+
+class RetrievalError(RuntimeError):
+    """Raised when every retriever failed: there is nothing left to fuse."""
+
+    def __init__(self, failures: Sequence[RetrievalFailure]) -> None:
+        self.failures = list(failures)
+        details = "; ".join(f"{failure.source} ({failure.error})" for failure in self.failures)
+        super().__init__(f"every retriever failed: {details}")
+
+
+def _checked_timeout(timeout: float | None) -> float | None:
+    if timeout is not None and not (
+        isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0
+    ):
+        raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout}")
+    return timeout
+
+
+def _takes_k(retriever: Runnable[Any, Any]) -> bool:
+    """A ``BaseRetriever`` (maybe bound) hands ``k`` only to retrievers that declare it; another
+    Runnable may not take the keyword at all."""
+    while isinstance(retriever, RunnableBinding):
+        retriever = retriever.bound
+    return isinstance(retriever, BaseRetriever)
+
+
+def _started(calls: list[Any], workers: int) -> list[Future[Any]]:
+    """Each call started in a thread of a pool that is not waited for: a call that never
+    returns is given up at its time bound, not joined."""
+    executor = ContextThreadPoolExecutor(max_workers=workers)
+    futures = [executor.submit(call) for call in calls]
+    executor.shutdown(wait=False)
+    return futures
+
+
+def _result(future: Future[Any], timeout: float | None) -> Any:
+    """The call's result, its error, or a TimeoutError once ``timeout`` seconds have passed."""
+    try:
+        return future.result(timeout)
+    except concurrent.futures.TimeoutError:  # the builtin TimeoutError from Python 3.11
+        return TimeoutError(f"no answer within {timeout} s")
+    except Exception as error:  # recorded as the failure of every query of the call
+        return error
+
+
+async def _aresult(call: Any, timeout: float | None) -> Any:
+    """Async :func:`_result`."""
+    try:
+        return await asyncio.wait_for(call, timeout)
+    except asyncio.TimeoutError:
+        return TimeoutError(f"no answer within {timeout} s")
+    except Exception as error:  # recorded as the failure of every query of the call
+        return error
+
+
+def _warn(failures: list[RetrievalFailure], query_count: int) -> None:
+    """One warning per failing retriever, naming it, with its first error."""
+    by_source: dict[str, list[RetrievalFailure]] = {}
+    for failure in failures:
+        by_source.setdefault(failure.source, []).append(failure)
+    for source, failed in by_source.items():
+        warnings.warn(
+            f"retriever {source!r} failed for {len(failed)} of {query_count} queries "
+            f"({failed[0].error}); fusing the results of the others",
+            stacklevel=4,
+        )
+
+
+def _source_names(retrievers: Sequence[Runnable[Any, Any]]) -> list[str]:
+    names = [retriever.get_name() for retriever in retrievers]
+    repeated = {name for name in names if names.count(name) > 1}
+    return [f"{name}[{index}]" if name in repeated else name for index, name in enumerate(names)]
+
+
+def as_retriever_list(retrievers: Any) -> list[Runnable[Any, Any]]:
+    """One retriever (any Runnable from str to documents) or a non-empty list of them, as a list."""
+    if isinstance(retrievers, Runnable):
+        return [retrievers]
+    if isinstance(retrievers, (str, bytes)) or not isinstance(retrievers, Sequence):
+        raise TypeError(
+            f"retrievers must be a retriever or a list of retrievers, got {type(retrievers).__name__}"
+        )
+    if not retrievers:
+        raise ValueError("retrievers must not be empty")
+    for position, retriever in enumerate(retrievers):
+        if not isinstance(retriever, Runnable):
+            raise TypeError(
+                f"retrievers[{position}] must be a retriever (a Runnable), "
+                f"got {type(retriever).__name__}"
+            )
+    return list(retrievers)
+
+
+def _as_queries(value: Any) -> list[str]:
+    queries = [value] if isinstance(value, str) else value
+    if not isinstance(queries, (list, tuple)) or not all(isinstance(q, str) for q in queries):
+        raise TypeError(f"queries must be a str or a list of str, got {type(value).__name__}")
+    for position, query in enumerate(queries):
+        if not query.strip():  # a vector store would answer it with arbitrary documents
+            raise ValueError(
+                f"queries must not be empty or whitespace: query {position} is {query!r}"
+            )
+    return list(queries)
+
+
+QueriesInput = str | list[str]
+
+
+class MultiRetriever(RunnableSerializable[QueriesInput, list[list[Document]]]):
+    """Queries (a ``str`` or a list) over several retrievers: ranked lists ready for fusion.
+
+    The output, a :class:`RetrievalResults`, is query-major then retriever; each
+    :class:`RankedList` carries its query, its retriever's name and weight (fusion reads the
+    weights when given none). ``k`` asks each retriever for that many documents (the ``k`` invoke
+    keyword of a ``BaseRetriever``) and cuts every list to ``k``. Failures: see the module;
+    ``on_error="raise"`` raises the first error instead, and :class:`RetrievalError` is raised
+    when every call failed.
+
+    >>> # (MultiRetriever([bm25, vectors], weights=[1.0, 2.0]) | reciprocal_rank_fusion).invoke(q)
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
+
+    name: str | None = "retrieve"
+    retrievers: list[Runnable[Any, Any]]
+    weights: list[float] | None = None
+    k: int | None = None
+    timeout: float | None = DEFAULT_TIMEOUT
+    on_error: Literal["warn", "raise"] = "warn"
+
+    def __init__(self, retrievers: Any, weights: Sequence[float] | None = None, **kwargs: Any):
+        super().__init__(  # type: ignore[call-arg]
+            retrievers=as_retriever_list(retrievers),
+            weights=None if weights is None else list(weights),
+            **kwargs,
+        )
+
+    @model_validator(mode="after")
+    def _check(self) -> MultiRetriever:
+        if self.weights is not None:
+            validate_weights(self.weights)
+            if len(self.weights) != len(self.retrievers):
+                raise ValueError(
+                    f"weights: got {len(self.weights)} weights for {len(self.retrievers)} "
+                    "retrievers; give one weight per retriever"
+                )
+        if self.k is not None:
+            validate_count("k", self.k)
+        _checked_timeout(self.timeout)
+        return self
+
+    def _calls(self, queries: list[str], config: RunnableConfig, asynchronous: bool) -> list[Any]:
+        """One ``batch`` (or ``abatch``) call per retriever with all the queries, given the
+        retrievers' share of ``max_concurrency`` so that their calls together stay within it."""
+        limit = config.get("max_concurrency")
+        if limit is not None:
+            config = patch_config(config, max_concurrency=max(1, limit // len(self.retrievers)))
+        calls = []
+        for retriever in self.retrievers:
+            keywords = {"k": self.k} if self.k is not None and _takes_k(retriever) else {}
+            call = retriever.abatch if asynchronous else retriever.batch
+            calls.append(partial(call, queries, config, return_exceptions=True, **keywords))
+        return calls
+
+    def _collect(self, queries: list[str], outcomes: list[Any]) -> RetrievalResults:
+        """Ranked lists query-major, then retriever; failures recorded, warned about or raised."""
+        names, weights = _source_names(self.retrievers), self.weights or [1.0] * len(outcomes)
+        ranked_lists, failures = [], []
+        for position, query in enumerate(queries):
+            for index, outcome in enumerate(outcomes):
+                found = outcome if isinstance(outcome, BaseException) else outcome[position]
+                if isinstance(found, list) and all(isinstance(item, Document) for item in found):
+                    kept = found if self.k is None else found[: self.k]
+                    source, weight = names[index], weights[index]
+                    ranked_lists.append(RankedList(kept, weight=weight, query=query, source=source))
+                    continue
+                if not isinstance(found, BaseException):
+                    found = TypeError(
+                        f"a retriever must return a list of Documents, got {type(found).__name__}"
+                    )
+                error = f"{type(found).__name__}: {found}"
+                failures.append(RetrievalFailure(names[index], query, error, found))
+        if failures and self.on_error == "raise":
+            raise failures[0].exception or RetrievalError(failures)
+        if failures and not ranked_lists:
+            raise RetrievalError(failures) from failures[0].exception
+        _warn(failures, len(queries))
+        return RetrievalResults(ranked_lists, failures, queries)
+
+    def _retrieve(self, value: Any, run_manager: Any, config: RunnableConfig) -> RetrievalResults:
+        queries = _as_queries(value)
+        config = patch_config(config, callbacks=run_manager.get_child())
+        workers = min(len(self.retrievers), config.get("max_concurrency") or len(self.retrievers))
+        futures = _started(self._calls(queries, config, asynchronous=False), workers)
+        return self._collect(queries, [_result(future, self.timeout) for future in futures])
+
+    async def _aretrieve(
+        self, value: Any, run_manager: Any, config: RunnableConfig
+    ) -> RetrievalResults:
+        queries = _as_queries(value)
+        config = patch_config(config, callbacks=run_manager.get_child())
+        calls = self._calls(queries, config, asynchronous=True)
+        waits = [_aresult(call(), self.timeout) for call in calls]
+        limit = config.get("max_concurrency")
+        gathered = gather_with_concurrency(limit, *waits) if limit else asyncio.gather(*waits)
+        return self._collect(queries, list(await gathered))
+
+    def invoke(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> RetrievalResults:
+        return self._call_with_config(self._retrieve, input, config)  # type: ignore[return-value]
+
+    async def ainvoke(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> RetrievalResults:
+        return await self._acall_with_config(self._aretrieve, input, config)  # type: ignore[return-value]
+
 
 __all__ = [
     "DEFAULT_K",
     "DEFAULT_TIMEOUT",
-    "FusionRetriever",
     "MultiRetriever",
     "RetrievalError",
     "RetrievalFailure",
     "RetrievalResults",
-    "StreamingInvoke",
-    "aadd_up",
-    "accepts_k",
-    "add_up",
-    "as_query_list",
     "as_retriever_list",
-    "call_with_timeout",
-    "describe_error",
-    "source_names",
-    "split_concurrency",
 ]

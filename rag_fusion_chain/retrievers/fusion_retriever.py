@@ -1,11 +1,8 @@
-"""FusionRetriever: query generation, fan-out and fusion as one ``BaseRetriever``.
-
-The generated queries are streamed into the fan-out, so each is searched as soon as the model
-has written it (see :mod:`rag_fusion_chain.retrievers.multi`).
-"""
+"""FusionRetriever: query generation, fan-out and fusion as one LangChain ``BaseRetriever``."""
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 from langchain_core.callbacks import (
@@ -14,58 +11,82 @@ from langchain_core.callbacks import (
 )
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
-from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
+from langchain_core.runnables import (
+    Runnable,
+    RunnableConfig,
+    RunnableParallel,
+    RunnablePassthrough,
+    ensure_config,
+)
 from langchain_core.runnables.config import patch_config
 from langchain_core.runnables.utils import ConfigurableFieldSpec, get_unique_config_specs
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
+from rag_fusion_chain import queries
 from rag_fusion_chain.fusion import BaseFusion, ReciprocalRankFusion
-from rag_fusion_chain.retrievers.multi import MultiRetriever
-from rag_fusion_chain.retrievers.streams import aadd_up, add_up, one
+from rag_fusion_chain.retrievers.fanout import DEFAULT_K, MultiRetriever
 from rag_fusion_chain.validation import validate_count
 
-DEFAULT_K = 5
-"""Documents a :class:`FusionRetriever` returns unless ``k`` is given at invoke time."""
+_HINTS = {
+    "llm": "use FusionRetriever.from_llm(retrievers, llm) or query_generator=queries.rag_fusion(llm)",
+    "top_n": "k is the number of fused documents a FusionRetriever returns",
+}
 
-K_FIELD = "k"
-"""The configurable field (``config={"configurable": {"k": 3}}``) for the fused documents kept."""
+
+_FUSED_FLAT = ("rag-fusion", "multi-query", "hyde", "rewrite")
+"""The strategies whose queries are fused as one list (the query step of the same name)."""
+
+
+def _question_first(both: dict[str, Any]) -> list[str]:
+    generated = [both["queries"]] if isinstance(both["queries"], str) else both["queries"]
+    return list(dict.fromkeys([both["question"], *generated]))
 
 
 class FusionRetriever(BaseRetriever):
     """Query generation, fan-out and fusion as one ``BaseRetriever``: use it where a retriever goes.
 
-    ``k`` is the number of fused documents returned. Per call, ``retriever.invoke(question, k=3)``
-    (like any LangChain retriever) wins over ``config={"configurable": {"k": 3}}``, which wins over
-    the field; ``k`` is listed in ``config_specs`` (so ``config_schema()`` and LangServe show it).
-    Documents per underlying retriever call are set on the fan-out (``MultiRetriever(..., k=20)``).
-    Without a ``query_generator`` the question itself is the only query, which makes this a
-    hybrid retriever over ``retrievers``.
+    ``k`` is the number of fused documents returned, as for any LangChain retriever: per call
+    ``invoke(question, k=3)`` wins over ``config={"configurable": {"k": 3}}``, which wins over the
+    field. Without a ``query_generator`` only the question is searched: a hybrid retriever.
+    Documents per underlying call are set on the fan-out (``MultiRetriever(..., k=20)``).
 
-    >>> # retriever = FusionRetriever(
-    >>> #     retrievers=[bm25, vectors], query_generator=queries.rag_fusion(llm, n=4), k=5)
+    >>> # retriever = FusionRetriever.from_llm([bm25, vectors], llm, strategy="rag-fusion", k=5)
     >>> # retriever.invoke("How do heat pumps work?", k=3)  # three fused Documents
     """
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
     retrievers: MultiRetriever
-    """The retrievers to fan out over: a list (or one) of them, or a configured MultiRetriever."""
+    """The retrievers to fan out over: one, a list, or a configured MultiRetriever."""
     query_generator: Runnable[Any, Any] | None = None
-    """Question to ``list[str]`` (or to one ``str``), e.g. ``queries.rag_fusion(llm)``."""
+    """Question to ``list[str]`` (or one ``str``), e.g. ``queries.rag_fusion(llm)``."""
     fusion: BaseFusion = Field(default_factory=ReciprocalRankFusion)
     k: int = DEFAULT_K
 
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_unknown(cls, values: Any) -> Any:
+        if isinstance(values, dict):
+            for name in set(values) - set(cls.model_fields):
+                close = difflib.get_close_matches(name, list(cls.model_fields), n=1)
+                hint = _HINTS.get(name) or (f"did you mean {close[0]!r}?" if close else "")
+                fields = ", ".join(sorted(cls.model_fields))
+                raise TypeError(
+                    f"FusionRetriever got an unknown field {name!r}: {hint} (fields: {fields})"
+                )
+        return values
+
     @field_validator("retrievers", mode="before")
     @classmethod
-    def _as_multi_retriever(cls, value: Any) -> MultiRetriever:
+    def _as_fan_out(cls, value: Any) -> MultiRetriever:
         return value if isinstance(value, MultiRetriever) else MultiRetriever(value)
 
     @field_validator("fusion")
     @classmethod
-    def _check_fusion(cls, fusion: BaseFusion) -> BaseFusion:
+    def _returns_documents(cls, fusion: BaseFusion) -> BaseFusion:
         if fusion.with_scores:
             raise ValueError(
-                "fusion must return Documents (with_scores=False); the fused score is in "
+                "fusion must return Documents (with_scores=False); the score is in "
                 "metadata['fusion_score']"
             )
         return fusion
@@ -75,15 +96,38 @@ class FusionRetriever(BaseRetriever):
     def _check_k(cls, k: int) -> int:
         return validate_count("k", k)
 
+    @classmethod
+    def from_llm(
+        cls,
+        retrievers: Any,
+        llm: Runnable[Any, Any],
+        *,
+        strategy: str = "rag-fusion",
+        include_original: bool = True,
+        n: int | None = None,
+        **fields: Any,
+    ) -> FusionRetriever:
+        """A FusionRetriever whose queries come from ``llm`` with the query step of ``strategy``
+        (``queries.rag_fusion``, ``queries.multi_query``, ``queries.hyde``, ``queries.rewrite``
+        ...), as ``MultiQueryRetriever.from_llm`` does; the question is searched too unless
+        ``include_original=False``. ``n``: queries generated, where the strategy counts them.
+
+        >>> # FusionRetriever.from_llm([bm25, vectors], ChatOpenAI(), n=3, k=5)
+        """
+        factory = getattr(queries, strategy.replace("-", "_"), None)
+        if strategy not in _FUSED_FLAT or factory is None:
+            raise ValueError(f"strategy must be one of {', '.join(_FUSED_FLAT)}; got {strategy!r}")
+        generator = factory(llm) if n is None else factory(llm, n)
+        if include_original:
+            both = RunnableParallel(question=RunnablePassthrough(), queries=generator)
+            generator = both | _question_first
+        return cls(retrievers=retrievers, query_generator=generator, **fields)
+
     @property
     def config_specs(self) -> list[ConfigurableFieldSpec]:
-        """``k``, plus whatever the query generator makes configurable (``n``, say)."""
+        """``k``, plus what the query generator makes configurable."""
         own = ConfigurableFieldSpec(
-            id=K_FIELD,
-            annotation=int,
-            name="k",
-            description="Fused documents returned",
-            default=self.k,
+            id="k", annotation=int, name="k", default=self.k, description="Fused documents returned"
         )
         generated = self.query_generator.config_specs if self.query_generator else []
         return get_unique_config_specs([*super().config_specs, own, *generated])
@@ -91,8 +135,8 @@ class FusionRetriever(BaseRetriever):
     def invoke(
         self, input: str, config: RunnableConfig | None = None, **kwargs: Any
     ) -> list[Document]:
-        # BaseRetriever hands its run only a run manager; pass the config on for max_concurrency,
-        # configurable fields and tags.
+        # BaseRetriever gives its run only a run manager: pass the config on (max_concurrency,
+        # configurable fields, tags).
         return super().invoke(input, config, run_config=ensure_config(config), **kwargs)
 
     async def ainvoke(
@@ -100,9 +144,9 @@ class FusionRetriever(BaseRetriever):
     ) -> list[Document]:
         return await super().ainvoke(input, config, run_config=ensure_config(config), **kwargs)
 
-    def _fusion_keeping(self, k: int | None, config: RunnableConfig) -> BaseFusion:
+    def _fusion(self, k: int | None, config: RunnableConfig) -> BaseFusion:
         if k is None:  # a configurable k of None (LangServe sends unset fields so) keeps the field
-            configured = config.get("configurable", {}).get(K_FIELD)
+            configured = (config.get("configurable") or {}).get("k")
             k = self.k if configured is None else configured
         return self.fusion.with_settings(top_n=validate_count("k", k))
 
@@ -115,12 +159,9 @@ class FusionRetriever(BaseRetriever):
         run_config: RunnableConfig | None = None,
     ) -> list[Document]:
         config = patch_config(run_config, callbacks=run_manager.get_child())
-        fusion = self._fusion_keeping(k, config)
-        query_stream = (
-            self.query_generator.stream(query, config) if self.query_generator else iter([query])
-        )
-        ranked_lists = add_up(self.retrievers.transform(query_stream, config))
-        return fusion.invoke(ranked_lists, config)  # type: ignore[return-value]
+        queries = self.query_generator.invoke(query, config) if self.query_generator else [query]
+        ranked_lists = self.retrievers.invoke(queries, config)
+        return self._fusion(k, config).invoke(ranked_lists, config)  # type: ignore[return-value]
 
     async def _aget_relevant_documents(
         self,
@@ -131,12 +172,10 @@ class FusionRetriever(BaseRetriever):
         run_config: RunnableConfig | None = None,
     ) -> list[Document]:
         config = patch_config(run_config, callbacks=run_manager.get_child())
-        fusion = self._fusion_keeping(k, config)
-        query_stream = (
-            self.query_generator.astream(query, config) if self.query_generator else one(query)
-        )
-        ranked_lists = await aadd_up(self.retrievers.atransform(query_stream, config))
-        return await fusion.ainvoke(ranked_lists, config)  # type: ignore[return-value]
+        generator = self.query_generator
+        queries = await generator.ainvoke(query, config) if generator else [query]
+        ranked_lists = await self.retrievers.ainvoke(queries, config)
+        return await self._fusion(k, config).ainvoke(ranked_lists, config)  # type: ignore[return-value]
 
 
-__all__ = ["DEFAULT_K", "FusionRetriever"]
+__all__ = ["FusionRetriever"]

@@ -16,7 +16,8 @@ from langchain_core.retrievers import BaseRetriever
 
 from rag_fusion_chain.fusion import BaseFusion, DistBasedScoreFusion
 from rag_fusion_chain.retrievers.bm25 import BM25Retriever
-from rag_fusion_chain.retrievers.fanout import DEFAULT_K, FusionRetriever, MultiRetriever
+from rag_fusion_chain.retrievers.fanout import DEFAULT_K, MultiRetriever
+from rag_fusion_chain.retrievers.fusion_retriever import FusionRetriever
 from rag_fusion_chain.validation import validate_count
 
 DEFAULT_FETCH_K = 100
