@@ -178,12 +178,17 @@ def _formatted(state: State) -> State:
     return result
 
 
-def _sources(state: State) -> AddableDict:
+def quoted_documents(state: State) -> list[Document]:
+    """Every passage a ready chain's answer quotes, once each, from its retrieval state (the
+    output of :func:`retrieval_chain`): sub-questions' first, then the question's, then the
+    step-back question's."""
     answered = [document for _, found in state.get("sub_documents", []) for document in found]
-    documents = [*answered, *state["documents"], *state.get("step_back_documents", [])]
-    return AddableDict(
-        queries=state["queries"], documents=_unique(documents), failures=state["failures"]
-    )
+    return _unique([*answered, *state["documents"], *state.get("step_back_documents", [])])
+
+
+def _sources(state: State) -> AddableDict:
+    documents = quoted_documents(state)
+    return AddableDict(queries=state["queries"], documents=documents, failures=state["failures"])
 
 
 # ---- the steps ------------------------------------------------------------------------------------
@@ -619,6 +624,7 @@ __all__ = [
     "fan_out",
     "hyde_chain",
     "multi_query_chain",
+    "quoted_documents",
     "rag_fusion_chain",
     "retrieval_chain",
     "rewrite_chain",

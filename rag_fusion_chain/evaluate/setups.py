@@ -161,20 +161,17 @@ def strategy_setup(
     record = strategies.get(strategy)
 
     def build(indexes: Indexes) -> Runnable[str, list[Document]]:
-        from langchain_core.runnables import RunnablePick
+        from rag_fusion_chain import chains
 
-        from rag_fusion_chain.pipeline import retrieval_pipeline
-
-        retrieval = retrieval_pipeline(
+        retrieval = chains.retrieval_chain(
             record,
             [indexes.bm25(), indexes.dense()],
             llm,
-            n=query_count if record.counted else None,
+            n=query_count if record.default_n is not None else None,
             k=indexes.depth,
             top_n=indexes.depth,
-            question_last=record.shape == "sub-questions",
         )
-        return retrieval | RunnablePick("documents")
+        return retrieval | chains.quoted_documents
 
     source = "the offline query step" if llm is None else "the chat model"
     return Setup(
