@@ -1,15 +1,16 @@
 """The chains this template serves, multi-query retrieval (see README.md): the answer, and the answer with sources."""
 
+STRATEGY = "multi-query"
+
 try:
     from rag_fusion_chain.serving import build_chain
 except ModuleNotFoundError as missing:  # the kit is not on PyPI: pip cannot bring it by name
     if missing.name != "rag_fusion_chain":
         raise
     raise ImportError(
-        "the multi-query template needs the rag-fusion-chain kit, which is not on PyPI: pip install "
-        '"rag-fusion-chain[faiss,bm25,hf,openai,serve] @ git+https://github.com/<owner>/rag-fusion-chain.git"'
-        ' (or pip install -e "<your clone>[faiss,bm25,hf,openai,serve]")'
+        f"the {STRATEGY} template needs the rag-fusion-chain kit, which is not on PyPI: in the "
+        'folder holding its clone, pip install -e "rag-fusion-chain[faiss,bm25,hf,openai,serve]"'
     ) from None
 
-chain = build_chain("multi-query")
-sources_chain = build_chain("multi-query", return_sources=True)
+chain = build_chain(STRATEGY)
+sources_chain = build_chain(STRATEGY, return_sources=True)
