@@ -651,8 +651,9 @@ def readme_blocks(strategy: str) -> list[tuple[str, str]]:
 
 
 @pytest.mark.parametrize("strategy", strategies.STRATEGIES)
-def test_template_readmes_differ_only_in_names_and_first_paragraph(strategy: str) -> None:
-    """So running one README fully and the others' per-template blocks runs every command."""
+def test_templates_differ_only_in_names_and_first_paragraph(strategy: str) -> None:
+    """So running one README fully and the others' per-template blocks runs every command, and
+    a new strategy's template is a copy with its names (its package name names the strategy)."""
 
     def normalised(name: str) -> str:
         lines = (TEMPLATES / name / "README.md").read_text("utf-8").splitlines()
@@ -663,6 +664,9 @@ def test_template_readmes_differ_only_in_names_and_first_paragraph(strategy: str
         return text.replace(name, "NAME").replace(module_name(name), "NAME")
 
     assert normalised(strategy) == normalised(FULL_RUN)
+    for source in ("__init__.py", "chain.py"):
+        package = TEMPLATES / strategy / module_name(strategy) / source
+        assert package.read_text() == (TEMPLATES / FULL_RUN / "rag_fusion" / source).read_text()
 
 
 def session_script(blocks_directory: Path) -> str:
@@ -673,7 +677,7 @@ def session_script(blocks_directory: Path) -> str:
     stopping the servers before it (they share ports); blocks that export an index source run in
     a subshell (the README: "skip these two"); ``add_routes`` blocks are put in the app's
     ``server.py``; other Python blocks run with ``python``. Each block's output follows a
-    ``::block <template> <number>`` line.
+    ``::block <file name>`` line.
     """
     lines = [SESSION_FUNCTIONS]
     (blocks_directory / "edit_server.py").write_text(EDIT_SERVER, "utf-8")
@@ -682,13 +686,17 @@ def session_script(blocks_directory: Path) -> str:
         repeated = any(marker in code for marker in PER_TEMPLATE)
         for strategy in strategies.STRATEGIES if repeated else [FULL_RUN]:
             language, code = every[strategy][number]
-            block = blocks_directory / f"{strategy}-{number}.{'sh' if language == 'shell' else 'py'}"
+            block = (
+                blocks_directory / f"{strategy}-{number}.{'sh' if language == 'shell' else 'py'}"
+            )
             block.write_text(code, "utf-8")
-            lines += [f'cd "$WORK"', f"echo '::block {strategy} {number}'"]
+            lines += ['cd "$WORK"', f"echo '::block {block.stem}'"]
             if NEEDS_A_KEY in code:
                 lines.append("echo 'skipped: needs a real LangSmith key'")
             elif language == "python" and "add_routes(" in code:
-                lines.append(f'python "{blocks_directory}/edit_server.py" my-app/app/server.py "{block}"')
+                lines.append(
+                    f'python "{blocks_directory}/edit_server.py" my-app/app/server.py "{block}"'
+                )
             elif language == "python":
                 lines.append(f'python "{block}"')
             elif re.search(r"^(chroma run|langchain serve)", code.strip().splitlines()[-1]):
@@ -698,7 +706,7 @@ def session_script(blocks_directory: Path) -> str:
                 lines.append(f'( . "{block}" )')
             else:
                 lines.append(f'. "{block}"')
-    lines += ["cd \"$WORK\"", "stop_servers", "echo '::done'"]
+    lines += ['cd "$WORK"', "stop_servers", "echo '::done'"]
     return "\n".join(lines) + "\n"
 
 
@@ -725,12 +733,16 @@ def reusing_venv(directory: Path) -> Path:
 
 def fresh_clone(destination: Path) -> Path:
     """The repository's files as they are now (committed or not), as a one-commit clone."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=REPOSITORY,
-        capture_output=True,
-        check=True,
-    ).stdout.decode().split("\0")
+    listed = (
+        subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=REPOSITORY,
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     for name in filter(None, listed):
         if (REPOSITORY / name).is_file():
             (destination / name).parent.mkdir(parents=True, exist_ok=True)
@@ -811,18 +823,13 @@ def test_every_template_readme_command_runs_as_written(tmp_path: Path) -> None:
     text = output.decode("utf-8", "replace")
     assert session.returncode == 0 and text.rstrip().endswith("::done"), text[-6000:]
 
-    outputs = dict(re.findall(r"^::block (\S+ \d+)\n(.*?)(?=^::block |^::done)", text, re.S | re.M))
+    outputs = dict(re.findall(r"^::block (\S+)\n(.*?)(?=^::block |^::done)", text, re.S | re.M))
     assert (home / "indexes" / "notes" / INDEX_FILE).is_file()
-    asked = [
-        (name, output)
-        for name, output in outputs.items()
-        if "RemoteRunnable(" in (blocks / f"{name.replace(' ', '-')}.py").read_text("utf-8")
-        if (blocks / f"{name.replace(' ', '-')}.py").is_file()
-    ]
-    assert sorted(name.split()[0] for name, _ in asked) == sorted(strategies.STRATEGIES)
-    for name, output in asked:
-        assert output.count(offline.OFFLINE_LABEL) >= 3, (name, output)
-        assert re.search(r"\[\d+\]", output), (name, output)
-    (curl_output,) = [output for output in outputs.values() if output.startswith('{"output"')]
-    assert json.loads(curl_output)["output"].startswith(offline.OFFLINE_LABEL)
+    asked = [path.stem for path in blocks.glob("*.py") if "RemoteRunnable(" in path.read_text()]
+    assert sorted(name.rsplit("-", 1)[0] for name in asked) == sorted(strategies.STRATEGIES)
+    for name in asked:  # two answers and a stream, then the queries and documents
+        assert outputs[name].count(offline.OFFLINE_LABEL) == 3, (name, outputs[name])
+        assert outputs[name].splitlines()[-1].startswith("["), (name, outputs[name])
+    (curl,) = [path.stem for path in blocks.glob("*.sh") if path.read_text().startswith("curl")]
+    assert json.loads(outputs[curl])["output"].startswith(offline.OFFLINE_LABEL), outputs[curl]
     assert "skipped: needs a real LangSmith key" in text

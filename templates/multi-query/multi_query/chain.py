@@ -1,6 +1,7 @@
-"""The chains this template serves, multi-query retrieval (see README.md): the answer, and the answer with sources."""
+"""The chains this template serves (see README.md): the answer, and the answer with sources."""
 
-STRATEGY = "multi-query"
+STRATEGY = __name__.split(".")[0].replace("_", "-")
+"""The strategy is named by the package: ``rag_fusion`` serves ``rag-fusion``."""
 
 try:
     from rag_fusion_chain.serving import build_chain
