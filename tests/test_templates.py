@@ -641,6 +641,7 @@ stop_servers() {  # SIGTERM to each server's process group, SIGKILL after 10 s
   SERVERS=()
 }
 trap stop_servers EXIT
+trap 'exit 143' TERM INT
 """
 
 
@@ -690,7 +691,7 @@ def session_script(blocks_directory: Path) -> str:
                 blocks_directory / f"{strategy}-{number}.{'sh' if language == 'shell' else 'py'}"
             )
             block.write_text(code, "utf-8")
-            lines += ['cd "$WORK"', f"echo '::block {block.stem}'"]
+            lines += ['cd "$WORK"', f"printf '\\n::block {block.stem}\\n'"]
             if NEEDS_A_KEY in code:
                 lines.append("echo 'skipped: needs a real LangSmith key'")
             elif language == "python" and "add_routes(" in code:
@@ -706,7 +707,7 @@ def session_script(blocks_directory: Path) -> str:
                 lines.append(f'( . "{block}" )')
             else:
                 lines.append(f'. "{block}"')
-    lines += ['cd "$WORK"', "stop_servers", "echo '::done'"]
+    lines += ['cd "$WORK"', "stop_servers", "printf '\\n::done\\n'"]
     return "\n".join(lines) + "\n"
 
 
@@ -821,6 +822,7 @@ def test_every_template_readme_command_runs_as_written(tmp_path: Path) -> None:
     finally:
         stop_process_group(session)
     text = output.decode("utf-8", "replace")
+    (blocks / "session.log").write_text(text, "utf-8")  # kept with the test's temporary folder
     assert session.returncode == 0 and text.rstrip().endswith("::done"), text[-6000:]
 
     outputs = dict(re.findall(r"^::block (\S+)\n(.*?)(?=^::block |^::done)", text, re.S | re.M))
@@ -829,7 +831,7 @@ def test_every_template_readme_command_runs_as_written(tmp_path: Path) -> None:
     assert sorted(name.rsplit("-", 1)[0] for name in asked) == sorted(strategies.STRATEGIES)
     for name in asked:  # two answers and a stream, then the queries and documents
         assert outputs[name].count(offline.OFFLINE_LABEL) == 3, (name, outputs[name])
-        assert outputs[name].splitlines()[-1].startswith("["), (name, outputs[name])
+        assert outputs[name].strip().splitlines()[-1].startswith("["), (name, outputs[name])
     (curl,) = [path.stem for path in blocks.glob("*.sh") if path.read_text().startswith("curl")]
     assert json.loads(outputs[curl])["output"].startswith(offline.OFFLINE_LABEL), outputs[curl]
     assert "skipped: needs a real LangSmith key" in text
