@@ -14,6 +14,10 @@ Offline: the app's environment already holds the kit, so templates are added wit
 and put on ``PYTHONPATH`` (what ``pip install -e`` would do; building them needs poetry-core).
 langchain-cli 0.0.37 has no telemetry opt-out: ``app add`` posts an event to
 app.firstpartyhq.com without a timeout, so the CLI runs here with that call replaced by a no-op.
+
+Every README command (about 3 minutes, marked slow): one README run block by block from a fresh
+copy of the repository, in a venv over this environment's packages, in a loopback-only network
+namespace where the system allows one (there the CLI's event fails at once).
 """
 
 from __future__ import annotations
@@ -721,12 +725,13 @@ def reusing_venv(directory: Path) -> Path:
     (site_packages,) = directory.glob("lib/python*/site-packages")
     purelib = Path(sysconfig.get_paths()["purelib"])
     (site_packages / "reused_packages.pth").write_text(f"{purelib}\n", "utf-8")
-    python = str(directory / "bin" / "python")
-    for script in Path(sys.executable).parent.iterdir():
+    python, scripts = str(directory / "bin" / "python"), Path(sys.executable).parent
+    for script in scripts.iterdir():
         target = directory / "bin" / script.name
         with contextlib.suppress(UnicodeDecodeError, IsADirectoryError):
             first, _, rest = script.read_text("utf-8").partition("\n")
-            if first == f"#!{sys.executable}" and not target.exists():
+            ours = first.startswith("#!") and Path(first[2:].strip()).parent == scripts
+            if ours and not target.exists():
                 target.write_text(f"#!{python}\n{rest}", "utf-8")
                 target.chmod(0o755)
     return directory
