@@ -14,6 +14,10 @@ Offline: the app's environment already holds the kit, so templates are added wit
 and put on ``PYTHONPATH`` (what ``pip install -e`` would do; building them needs poetry-core).
 langchain-cli 0.0.37 has no telemetry opt-out: ``app add`` posts an event to
 app.firstpartyhq.com without a timeout, so the CLI runs here with that call replaced by a no-op.
+
+Every README command (about 3 minutes, marked slow): one README run block by block from a fresh
+copy of the repository, in a venv over this environment's packages, in a loopback-only network
+namespace where the system allows one (there the CLI's event fails at once).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.metadata
+import importlib.util
 import json
 import os
 import re
@@ -29,6 +34,7 @@ import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -185,7 +191,7 @@ def test_template_readme_has_the_usual_sections(strategy: str) -> None:
         f"from {module}.chain import sources_chain as {module}_sources_chain",
         f'add_routes(app, {module}_sources_chain, path="/{strategy}/sources")',
         "limit_requests(app)",
-        "http://127.0.0.1:8000/playground",
+        "`/playground`",
         f"http://127.0.0.1:8000/{strategy}/playground",
         serving.INDEX_ENV,
         serving.CHROMA_URL_ENV,
@@ -303,7 +309,8 @@ def test_template_without_the_kit_stops_with_one_line(tmp_path: Path) -> None:
         assert last.startswith(
             f"ImportError: the {strategy} template needs the rag-fusion-chain kit"
         )
-        assert 'pip install "rag-fusion-chain[faiss,bm25,hf,openai,serve] @ git+https://' in last
+        assert 'pip install -e "rag-fusion-chain[faiss,bm25,hf,openai,serve]"' in last
+        assert "<" not in last, "a placeholder nobody can run"
 
 
 # ============================================================================================
@@ -580,3 +587,256 @@ def test_app_from_git_serves_the_template_through_remote_runnable(
         request.headers.get("x-api-key") == "fake-langsmith-key"
         for request in langsmith_recorder.requests
     )
+
+
+# ============================================================================================
+# Every README command, run as written
+# ============================================================================================
+
+FULL_RUN = "rag-fusion"
+"""The template whose README runs block by block; the others differ only in names (tested)."""
+PER_TEMPLATE = ("langchain app add", "add_routes(", "RemoteRunnable(")
+"""Blocks also run from every other template's README: add it to the same app, ask it."""
+KIT_NAMES = {
+    "rag-fusion-chain": "KIT",
+    "rag_fusion_chain.": "KIT.",
+    "from rag_fusion_chain ": "from KIT ",
+    "`rag_fusion_chain`": "`KIT`",
+    "rag-fusion index": "KIT index",
+}
+"""The kit's own names in a README, which stay in every template's."""
+NEEDS_A_KEY = "LANGSMITH_API_KEY=<"
+"""The LangSmith block is skipped: it needs a real LangSmith key (the README says so)."""
+NOTES = {
+    "kelp.md": "# Kelp\n\nKelp forests grow fastest in cold, nutrient-rich water along rocky coasts.\n",
+    "basalt.txt": "Basalt columns form when thick lava flows cool and contract slowly.\n",
+}
+"""``~/notes``, the user's own documents of the README's index and Chroma commands."""
+EDIT_SERVER = """
+import sys
+from pathlib import Path
+server, block = Path(sys.argv[1]), Path(sys.argv[2]).read_text()
+source = server.read_text()
+marker = "add_routes(app, NotImplemented)" if "add_routes(app, NotImplemented)" in source else 'if __name__ == "__main__":'
+server.write_text(source.replace(marker, block + ("" if "NotImplemented" in marker else marker)))
+"""
+"""Puts a README's ``add_routes`` block in ``app/server.py`` where the README says (a user's edit)."""
+SESSION_FUNCTIONS = """
+set -euo pipefail
+WORK="$PWD"
+SERVERS=()
+start_server() {  # a block that ends in a server, in a session of its own, until its port answers
+  setsid bash -e "$1" > "$1.log" 2>&1 &
+  SERVERS+=($!)
+  local deadline=$((SECONDS + 240))
+  while ((SECONDS < deadline)); do
+    if curl -s -o /dev/null --max-time 5 "http://127.0.0.1:$2/"; then return 0; fi
+    if ! kill -0 "$!" 2>/dev/null; then break; fi
+    sleep 0.5
+  done
+  cat "$1.log"; return 1
+}
+stop_servers() {  # SIGTERM to each server's process group, SIGKILL after 10 s
+  for pid in "${SERVERS[@]}"; do kill -TERM -- "-$pid" 2>/dev/null || true; done
+  for pid in "${SERVERS[@]}"; do
+    for attempt in $(seq 40); do kill -0 -- "-$pid" 2>/dev/null || break; sleep 0.25; done
+    kill -KILL -- "-$pid" 2>/dev/null || true
+  done
+  SERVERS=()
+}
+trap stop_servers EXIT
+trap 'exit 143' TERM INT
+"""
+
+
+def readme_blocks(strategy: str) -> list[tuple[str, str]]:
+    """The README's ``(language, code)`` blocks, in order."""
+    readme = (TEMPLATES / strategy / "README.md").read_text("utf-8")
+    return re.findall(r"```(shell|python)\n(.*?)```", readme, re.DOTALL)
+
+
+@pytest.mark.parametrize("strategy", strategies.STRATEGIES)
+def test_templates_differ_only_in_names_and_first_paragraph(strategy: str) -> None:
+    """So running one README fully and the others' per-template blocks runs every command, and
+    a new strategy's template is a copy with its names (its package name names the strategy)."""
+
+    def normalised(name: str) -> str:
+        lines = (TEMPLATES / name / "README.md").read_text("utf-8").splitlines()
+        del lines[2]  # the strategy in one paragraph
+        text = "\n".join(lines)
+        for kit, stand_in in KIT_NAMES.items():
+            text = text.replace(kit, stand_in)
+        return text.replace(name, "NAME").replace(module_name(name), "NAME")
+
+    assert normalised(strategy) == normalised(FULL_RUN)
+    for source in ("__init__.py", "chain.py"):
+        package = TEMPLATES / strategy / module_name(strategy) / source
+        assert package.read_text() == (TEMPLATES / FULL_RUN / "rag_fusion" / source).read_text()
+
+
+def session_script(blocks_directory: Path) -> str:
+    """The README blocks as one shell session started in the folder holding the clone.
+
+    Each block starts there (blocks ``cd`` where they need to); a block ending in a server
+    (``chroma run``, ``langchain serve``) runs in the background until its port answers, after
+    stopping the servers before it (they share ports); blocks that export an index source run in
+    a subshell (the README: "skip these two"); ``add_routes`` blocks are put in the app's
+    ``server.py``; other Python blocks run with ``python``. Each block's output follows a
+    ``::block <file name>`` line.
+    """
+    lines = [SESSION_FUNCTIONS]
+    (blocks_directory / "edit_server.py").write_text(EDIT_SERVER, "utf-8")
+    every = {strategy: readme_blocks(strategy) for strategy in strategies.STRATEGIES}
+    for number, (language, code) in enumerate(every[FULL_RUN]):
+        repeated = any(marker in code for marker in PER_TEMPLATE)
+        for strategy in strategies.STRATEGIES if repeated else [FULL_RUN]:
+            language, code = every[strategy][number]
+            block = (
+                blocks_directory / f"{strategy}-{number}.{'sh' if language == 'shell' else 'py'}"
+            )
+            block.write_text(code, "utf-8")
+            lines += ['cd "$WORK"', f"printf '\\n::block {block.stem}\\n'"]
+            if NEEDS_A_KEY in code:
+                lines.append("echo 'skipped: needs a real LangSmith key'")
+            elif language == "python" and "add_routes(" in code:
+                lines.append(
+                    f'python "{blocks_directory}/edit_server.py" my-app/app/server.py "{block}"'
+                )
+            elif language == "python":
+                lines.append(f'python "{block}"')
+            elif re.search(r"^(chroma run|langchain serve)", code.strip().splitlines()[-1]):
+                port = re.search(r"--port (\d+)", code)
+                lines += ["stop_servers", f'start_server "{block}" {port[1] if port else 8000}']
+            elif "export RAG_FUSION_" in code:
+                lines.append(f'( . "{block}" )')
+            else:
+                lines.append(f'. "{block}"')
+    lines += ['cd "$WORK"', "stop_servers", "printf '\\n::done\\n'"]
+    return "\n".join(lines) + "\n"
+
+
+def reusing_venv(directory: Path) -> Path:
+    """A venv over this environment's packages (a ``.pth`` line), without the kit itself.
+
+    Its console scripts are this environment's, run by the new venv's python, so ``pip install
+    -e`` installs the clone there and the CLI, ``langchain`` and ``chroma`` import the clone.
+    """
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(directory)], check=True)
+    (site_packages,) = directory.glob("lib/python*/site-packages")
+    purelib = Path(sysconfig.get_paths()["purelib"])
+    (site_packages / "reused_packages.pth").write_text(f"{purelib}\n", "utf-8")
+    python, scripts = str(directory / "bin" / "python"), Path(sys.executable).parent
+    for script in scripts.iterdir():
+        target = directory / "bin" / script.name
+        with contextlib.suppress(UnicodeDecodeError, IsADirectoryError):
+            first, _, rest = script.read_text("utf-8").partition("\n")
+            ours = first.startswith("#!") and Path(first[2:].strip()).parent == scripts
+            if ours and not target.exists():
+                target.write_text(f"#!{python}\n{rest}", "utf-8")
+                target.chmod(0o755)
+    return directory
+
+
+def fresh_clone(destination: Path) -> Path:
+    """The repository's files as they are now (committed or not), as a one-commit clone."""
+    listed = (
+        subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=REPOSITORY,
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
+    for name in filter(None, listed):
+        if (REPOSITORY / name).is_file():
+            (destination / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPOSITORY / name, destination / name)
+    git = ["git", "-c", "user.name=tests", "-c", "user.email=tests@example.invalid"]
+    for command in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "clone"]):
+        subprocess.run([*git, "-c", "commit.gpgsign=false", *command], cwd=destination, check=True)
+    return destination
+
+
+def loopback_only() -> list[str]:
+    """A private network (loopback only) and process namespace, when the system allows one.
+
+    Nothing but loopback is reachable, the README's fixed ports meet no other process, and
+    every server ends with the namespace. Without it the test runs as is (ports 8000, 8001).
+    """
+    command = ["unshare", "-rnpf", "--mount-proc", "bash", "-c", "ip link set lo up"]
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        if subprocess.run(command, capture_output=True, timeout=30).returncode == 0:
+            return [*command[:-1], 'ip link set lo up && exec bash "$0"']
+    return ["bash"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_every_template_readme_command_runs_as_written(tmp_path: Path) -> None:
+    """From a fresh clone: the kit installed from it, notes indexed and put in a Chroma server,
+    an app made with ``langchain app new`` and every template added with ``langchain app add``
+    from ``git+file://``, served with ``langchain serve`` and asked over 127.0.0.1 by each
+    README's ``RemoteRunnable`` code, then the template served alone and asked with ``curl``.
+
+    Offline: pip uses no index and no build isolation (the packages are this environment's);
+    MiniLM's converted model is the user's cache (a symbolic link), HOME is empty otherwise.
+    """
+    if shutil.which("git") is None or not (REPOSITORY / ".git").exists():
+        pytest.skip("needs git and a git checkout of the kit")
+    if importlib.util.find_spec("poetry.core") is None:
+        pytest.skip("the templates' build backend, poetry-core, is not installed (dev extra)")
+    from rag_fusion_chain.encoders import DEFAULT_EXPORT_DIR
+
+    work, home, blocks = tmp_path / "work", tmp_path / "home", tmp_path / "blocks"
+    for directory in (work, home / "notes", home / ".cache" / "rag-fusion-chain", blocks):
+        directory.mkdir(parents=True)
+    for name, text in NOTES.items():
+        (home / "notes" / name).write_text(text, "utf-8")
+    Path(DEFAULT_EXPORT_DIR).mkdir(parents=True, exist_ok=True)
+    (home / ".cache" / "rag-fusion-chain" / "openvino").symlink_to(DEFAULT_EXPORT_DIR)
+    fresh_clone(work / "rag-fusion-chain")
+    venv = reusing_venv(tmp_path / "venv")
+    (blocks / "session.sh").write_text(session_script(blocks), "utf-8")
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(("PYTHON", "PIP_", "VIRTUAL_ENV", "XDG_", "LANGSMITH", "LANGCHAIN"))
+        and name not in MODEL_ENVIRONMENT_VARIABLES
+        and not name.startswith("RAG_FUSION_")
+    }
+    env.update(
+        HOME=str(home),
+        PATH=f"{venv / 'bin'}:/usr/local/bin:/usr/bin:/bin",
+        PIP_NO_INDEX="1",
+        PIP_NO_BUILD_ISOLATION="0",  # pip's spelling of --no-build-isolation
+        PIP_DISABLE_PIP_VERSION_CHECK="1",
+        PYTHONDONTWRITEBYTECODE="1",
+    )
+    session = subprocess.Popen(
+        [*loopback_only(), str(blocks / "session.sh")],
+        cwd=work,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        output, _ = session.communicate(timeout=840)
+    finally:
+        stop_process_group(session)
+    text = output.decode("utf-8", "replace")
+    (blocks / "session.log").write_text(text, "utf-8")  # kept with the test's temporary folder
+    assert session.returncode == 0 and text.rstrip().endswith("::done"), text[-6000:]
+
+    outputs = dict(re.findall(r"^::block (\S+)\n(.*?)(?=^::block |^::done)", text, re.S | re.M))
+    assert (home / "indexes" / "notes" / INDEX_FILE).is_file()
+    asked = [path.stem for path in blocks.glob("*.py") if "RemoteRunnable(" in path.read_text()]
+    assert sorted(name.rsplit("-", 1)[0] for name in asked) == sorted(strategies.STRATEGIES)
+    for name in asked:  # two answers and a stream, then the queries and documents
+        assert outputs[name].count(offline.OFFLINE_LABEL) == 3, (name, outputs[name])
+        assert outputs[name].strip().splitlines()[-1].startswith("["), (name, outputs[name])
+    (curl,) = [path.stem for path in blocks.glob("*.sh") if path.read_text().startswith("curl")]
+    assert json.loads(outputs[curl])["output"].startswith(offline.OFFLINE_LABEL), outputs[curl]
+    assert "skipped: needs a real LangSmith key" in text

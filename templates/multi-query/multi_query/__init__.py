@@ -1,5 +1,5 @@
-"""LangChain template: multi-query retrieval with rag-fusion-chain."""
+"""A LangChain template of rag-fusion-chain: one strategy's chain (see README.md)."""
 
-from multi_query.chain import chain, sources_chain
+from .chain import chain, sources_chain
 
 __all__ = ["chain", "sources_chain"]

@@ -1,5 +1,5 @@
-"""LangChain template: RAG-Fusion with rag-fusion-chain."""
+"""A LangChain template of rag-fusion-chain: one strategy's chain (see README.md)."""
 
-from rag_fusion.chain import chain, sources_chain
+from .chain import chain, sources_chain
 
 __all__ = ["chain", "sources_chain"]

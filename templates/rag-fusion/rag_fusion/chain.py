@@ -1,4 +1,7 @@
-"""The chains this template serves, RAG-Fusion (see README.md): the answer, and the answer with sources."""
+"""The chains this template serves (see README.md): the answer, and the answer with sources."""
+
+STRATEGY = __name__.split(".")[0].replace("_", "-")
+"""The strategy is named by the package: ``rag_fusion`` serves ``rag-fusion``."""
 
 try:
     from rag_fusion_chain.serving import build_chain
@@ -6,10 +9,9 @@ except ModuleNotFoundError as missing:  # the kit is not on PyPI: pip cannot bri
     if missing.name != "rag_fusion_chain":
         raise
     raise ImportError(
-        "the rag-fusion template needs the rag-fusion-chain kit, which is not on PyPI: pip install "
-        '"rag-fusion-chain[faiss,bm25,hf,openai,serve] @ git+https://github.com/<owner>/rag-fusion-chain.git"'
-        ' (or pip install -e "<your clone>[faiss,bm25,hf,openai,serve]")'
+        f"the {STRATEGY} template needs the rag-fusion-chain kit, which is not on PyPI: in the "
+        'folder holding its clone, pip install -e "rag-fusion-chain[faiss,bm25,hf,openai,serve]"'
     ) from None
 
-chain = build_chain("rag-fusion")
-sources_chain = build_chain("rag-fusion", return_sources=True)
+chain = build_chain(STRATEGY)
+sources_chain = build_chain(STRATEGY, return_sources=True)
