@@ -30,7 +30,7 @@ from pydantic_core import core_schema
 
 from rag_fusion_chain import chains, data, ingest, models, strategies, validation
 from rag_fusion_chain.data import vectors
-from rag_fusion_chain.pipeline import K_FIELD, N_FIELD, TOP_N_FIELD
+from rag_fusion_chain.chains import K_SPEC, N_SPEC, TOP_N_SPEC
 from rag_fusion_chain.retrievers import index_directory, stores
 from rag_fusion_chain.retrievers.bm25 import BM25Retriever
 from rag_fusion_chain.retrievers.index_directory import OpenedIndex
@@ -274,9 +274,9 @@ def _bounded(upper: int) -> Any:
 def per_call_settings(strategy: str) -> list[ConfigurableFieldSpec]:
     """``n`` (where the strategy counts queries), ``k`` and ``top_n``, from 1 to their bounds."""
     record = strategies.get(strategy)
-    settings = [(K_FIELD, None, MAX_K), (TOP_N_FIELD, record.default_top_n, MAX_TOP_N)]
+    settings = [(K_SPEC, None, MAX_K), (TOP_N_SPEC, record.default_top_n, MAX_TOP_N)]
     if record.default_n is not None:
-        settings.insert(0, (N_FIELD, record.default_n, validation.MAX_QUERIES))
+        settings.insert(0, (N_SPEC, record.default_n, validation.MAX_QUERIES))
     return [
         ConfigurableFieldSpec(
             id=field.id,
@@ -320,7 +320,6 @@ class ServedChain(RunnableSerializable[QuestionInput, Any]):
                     self.strategy,
                     [opened.bm25, opened.vectors],
                     models.chat_model(),
-                    feedback=opened.bm25,
                     return_sources=self.return_sources,
                 )
             return self._chain
