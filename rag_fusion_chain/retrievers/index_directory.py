@@ -1,26 +1,17 @@
 """Index directories: a vector store and a BM25 index of the same chunks, in one folder.
 
-An index directory holds ``index.json`` (what built it), the vector store (``faiss/`` or
-``chroma/``) and a BM25 index (``bm25/``), for hybrid search and for the offline query generator.
-:func:`build_index` loads, splits, embeds and stores; :func:`open_index` loads it all back.
+``index.json`` (what built it, signed with this user's key: see
+:mod:`~rag_fusion_chain.retrievers.signing`) names a version folder ``.versions/<id>/`` holding
+the vector store (``faiss/`` or ``chroma/``) and the BM25 index (``bm25/``). A build writes a
+fresh version, then switches ``index.json`` in one ``os.replace``: a reader finds the old index
+or the new one whole, even if the build is killed. The next build removes versions no live
+build holds a lock on. Indexes in the earlier flat layout (stores beside ``index.json``) still
+open. BM25 and Chroma files are data, not signed: whoever can write them can change what is
+retrieved, not run code. An update (``update=True``) re-embeds only the sources whose content
+hash changed and takes the other vectors from the previous version.
 
-A build writes its stores into a fresh version folder, ``out/.versions/<id>/``, then switches
-``out/index.json`` (which names that version) in one ``os.replace``: at every moment a reader finds
-the old index or the new one whole, even if the build is killed. The version replaced is kept
-for readers still loading it and removed by the next build, with any version a killed build left
-(one no live build holds a lock on). Indexes in the earlier flat layout (stores beside
-``index.json``) still open, and are replaced the same way.
-
-``index.json`` is signed with this user's index signing key, like a FAISS manifest (see
-:mod:`~rag_fusion_chain.retrievers.signing`), because it decides what is loaded: which
-embeddings model, which store. :func:`open_index` refuses one that does not verify, unless
-``trust=True``. The BM25 and Chroma files are data (JSON, numpy arrays without pickle, SQLite)
-and are not signed: someone who can write the directory can change what is retrieved, not
-run code.
-
-Progress goes to an optional callback ``on_progress(stage, advance, total)``: each stage
-(``load``, ``embed``, ``bm25``) is announced with ``advance=0``, then advanced as work is done.
-Nothing here prints.
+Progress goes to ``on_progress(stage, advance, total)`` (stages ``load``, ``embed``, ``bm25``,
+each announced with ``advance=0``). Nothing here prints.
 
 >>> settings = build_index(["docs/"], "indexes/docs", store="faiss")  # doctest: +SKIP
 >>> opened = open_index("indexes/docs")  # doctest: +SKIP
@@ -30,6 +21,7 @@ Nothing here prints.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -73,12 +65,8 @@ ProgressCallback = Callable[[str, int, int], None]
 """``on_progress(stage, advance, total)``."""
 
 
-class ProgressEmbeddings(Embeddings):
-    """Embeds documents in batches and reports each batch; same vectors, same identity.
-
-    Texts are batched in order of length (and the vectors put back in input order), so a batch
-    pads its texts to similar lengths.
-    """
+class _ProgressEmbeddings(Embeddings):
+    """Embeds in batches of similar lengths (vectors back in input order), reporting each batch."""
 
     def __init__(self, embeddings: Embeddings, on_batch: Callable[[int], None]) -> None:
         self.embeddings = embeddings
@@ -121,70 +109,53 @@ class OpenedIndex:
 # --------------------------------------------------------------------------------------------
 
 
-def _check_same_embeddings(name: str, embeddings: Embeddings) -> None:
-    """ValueError unless the embeddings ``name`` makes are ``embeddings`` (same identity)."""
-    named = models.embedding_identity(models.embeddings(name))
-    given = models.embedding_identity(embeddings)
-    if named != given:
-        raise ValueError(f"embedding_name: {name!r} makes {named}, not the given {given}")
-
-
 def build_index(
     sources_or_documents: Sequence[str | os.PathLike[str]] | Sequence[Document],
     out: str | os.PathLike[str],
     *,
     store: str = "faiss",
+    faiss_index: str = "flat",
     embedding: str | Embeddings | None = None,
     embedding_name: str | None = None,
     chunk_size: int | None = ingest.DEFAULT_CHUNK_SIZE,
     chunk_overlap: int = ingest.DEFAULT_CHUNK_OVERLAP,
     force: bool = False,
+    update: bool = False,
     on_progress: ProgressCallback | None = None,
     load_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Load, split, embed and store into the index directory ``out``; return its settings.
 
-    ``sources_or_documents``: files, folders, BEIR ``.jsonl`` corpora or URLs (see
-    :func:`ingest.load`), or documents already loaded. ``embedding``: a name for
-    :func:`models.embeddings` (default ``$RAG_FUSION_EMBEDDING``, else MiniLM), recorded so
-    :func:`open_index` can resolve it again, or an Embeddings object (then pass it to
-    :func:`open_index` too, unless ``embedding_name`` names embeddings making the same vectors:
-    it is checked by identity and recorded instead). ``chunk_size=None`` indexes the documents
-    whole. An existing index raises FileExistsError unless ``force``; files in ``out`` that are
-    not the index's are kept.
-    ``load_options``: keyword arguments for :func:`ingest.load_with_report` (``strict``,
-    ``follow_symlinks``, ``max_file_size``, ``deny_private``...); the files read and those
+    ``sources_or_documents``: paths, folders, BEIR ``.jsonl`` corpora, URLs (see
+    :func:`ingest.load`) or documents. ``embedding``: a name for :func:`models.embeddings`
+    (default ``$RAG_FUSION_EMBEDDING``, else MiniLM), recorded, or an Embeddings object (pass it
+    to :func:`open_index` too, unless ``embedding_name`` names embeddings of the same identity,
+    then recorded). ``chunk_size=None`` indexes documents whole. ``faiss_index``: ``"flat"``,
+    ``"hnsw"``, ``"ivfpq"`` or a FAISS factory string (see :func:`build_faiss`), recorded.
+    An existing index raises FileExistsError unless ``force`` (rebuild) or ``update``: keep the
+    chunks and vectors of sources whose content hash is unchanged, embed new and changed ones,
+    drop deleted ones (same settings required; an IVF-PQ index reuses its compressed vectors).
+    ``load_options``: keyword arguments for :func:`ingest.load_with_report`; the files read and
     skipped (with the reason) are in the settings as ``files`` and ``skipped``.
     """
     if store not in STORES:
         raise ValueError(f"unknown store {store!r}: choose one of {', '.join(STORES)}")
-    if embedding_name is not None and not isinstance(embedding, Embeddings):
-        raise TypeError("embedding_name goes with an Embeddings object; a name is recorded as is")
+    if store != "faiss" and faiss_index != "flat":
+        raise ValueError(f"faiss_index: {faiss_index!r} needs store='faiss', not {store!r}")
     out = Path(out)
-    if (out / INDEX_FILE).exists() and not force:
+    if (out / INDEX_FILE).exists() and not (force or update):
         raise _exists_error(out)
     report = on_progress or _no_progress
     sources, loaded = _load(sources_or_documents, report, load_options or {})
-    documents = loaded.documents
-    if isinstance(embedding, Embeddings):
-        embeddings = embedding
-        if embedding_name is not None:
-            _check_same_embeddings(embedding_name, embeddings)
-    else:
-        embedding_name = embedding or os.environ.get(models.EMBEDDING_ENV)
-        embedding_name = embedding_name or models.DEFAULT_EMBEDDING
-        embeddings = models.embeddings(embedding_name)
-    if chunk_size is None:
-        chunks = documents
-    else:
-        chunks = ingest.split_documents(
-            documents, chunk_size=chunk_size, chunk_overlap=chunk_overlap
-        )
-    chunks = [_without_url_credentials(chunk) for chunk in chunks]  # ids, sources: stored
+    embeddings, embedding_name = _chosen_embeddings(embedding, embedding_name)
+    groups: dict[str, list[Document]] = {}
+    for document in loaded.documents:
+        groups.setdefault(_source_of(document), []).append(document)
     settings = {  # signed with this user's key: open_index loads nothing it does not vouch for
         "format": INDEX_FORMAT,
         "kit_version": _kit_version(),
         "store": store,
+        "faiss_index": faiss_index if store == "faiss" else None,
         "embedding": embedding_name,
         "embedding_identity": models.embedding_identity(embeddings),
         "embedding_precision": models.embedding_precision(embeddings),  # f32 / bf16 / None
@@ -194,12 +165,108 @@ def build_index(
             {name: models.redact_credentials(value) for name, value in asdict(skipped).items()}
             for skipped in loaded.skipped
         ],
-        "documents": len(documents),
-        "chunks": len(chunks),
+        "documents": len(loaded.documents),
         "chunk_size": chunk_size,
         "chunk_overlap": chunk_overlap if chunk_size is not None else None,
+        "source_hashes": {source: _content_hash(group) for source, group in groups.items()},
     }
-    return _write_version(out.absolute(), settings, chunks, embeddings, report, force=force)
+    previous = _previous_index(out, settings) if update else None
+    chunks: list[Document] = []
+    fresh: list[int] = []  # positions of the chunks to embed
+    for source, group in groups.items():
+        if previous is not None and source in previous.kept:
+            chunks += previous.kept[source]
+            continue
+        if chunk_size is not None:
+            group = ingest.split_documents(
+                group, chunk_size=chunk_size, chunk_overlap=chunk_overlap
+            )
+        fresh += range(len(chunks), len(chunks) + len(group))
+        chunks += [_without_url_credentials(chunk) for chunk in group]  # ids, sources: stored
+    settings |= {"chunks": len(chunks), "embedded_chunks": len(fresh)}
+    return _write_version(
+        out.absolute(),
+        settings,
+        _Chunks(chunks, fresh, previous),
+        embeddings,
+        report,
+        force=force or update,
+    )
+
+
+def _chosen_embeddings(
+    embedding: str | Embeddings | None, embedding_name: str | None
+) -> tuple[Embeddings, str | None]:
+    """The embeddings to build with and the name recorded for them (checked by identity)."""
+    if not isinstance(embedding, Embeddings):
+        if embedding_name is not None:
+            raise TypeError("embedding_name goes with an Embeddings object; a name is recorded")
+        name = embedding or os.environ.get(models.EMBEDDING_ENV) or models.DEFAULT_EMBEDDING
+        return models.embeddings(name), name
+    if embedding_name is not None:
+        named = models.embedding_identity(models.embeddings(embedding_name))
+        given = models.embedding_identity(embedding)
+        if named != given:
+            raise ValueError(f"embedding_name: {embedding_name!r} makes {named}, not {given}")
+    return embedding, embedding_name
+
+
+def _source_of(document: Document) -> str:
+    """The source a document or chunk came from, as stored (a URL without credentials)."""
+    source = document.metadata.get("source")
+    return models.redact_credentials(source) if isinstance(source, str) else ""
+
+
+def _content_hash(documents: list[Document]) -> str:
+    """SHA-256 of what a source loaded as: ids, texts and metadata."""
+    content = [[document.id, document.page_content, document.metadata] for document in documents]
+    return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()
+
+
+@dataclass
+class _Previous:
+    """What an update takes from the current version: its stores and unchanged chunks."""
+
+    stores: Path
+    kept: dict[str, list[Document]]
+    """The chunks of each source whose content hash is unchanged."""
+    ids: list[str]
+    """The ids of all its chunks."""
+
+
+@dataclass
+class _Chunks:
+    """The chunks of a build, which of them to embed, and the version an update starts from."""
+
+    chunks: list[Document]
+    fresh: list[int]
+    previous: _Previous | None
+
+
+def _previous_index(out: Path, settings: dict[str, Any]) -> _Previous | None:
+    """The current version of ``out`` (None if there is none), verified; ValueError if it was
+    built with other settings than ``settings``."""
+    if not (out / INDEX_FILE).exists():
+        return None
+    previous = read_settings(out)
+    verify_signature(previous, out / INDEX_FILE)
+    for key in ("store", "faiss_index", "embedding_identity", "chunk_size", "chunk_overlap"):
+        if key in previous and previous[key] != settings[key]:
+            raise ValueError(
+                f"{key}: the index in {out} has {previous[key]!r}, not {settings[key]!r}; "
+                "rebuild it with force=True (rag-fusion index --force)"
+            )
+    stores = stores_directory(out, previous)
+    chunks = BM25Retriever.load(stores / BM25_DIRECTORY).documents
+    unchanged = {
+        source
+        for source, digest in previous.get("source_hashes", {}).items()
+        if settings["source_hashes"].get(source) == digest
+    }
+    kept: dict[str, list[Document]] = {source: [] for source in unchanged}
+    for chunk in chunks:
+        kept.get(_source_of(chunk), []).append(chunk)
+    return _Previous(stores, kept, [str(chunk.id) for chunk in chunks])
 
 
 def _no_progress(stage: str, advance: int, total: int) -> None:
@@ -249,29 +316,68 @@ def _without_url_credentials(chunk: Document) -> Document:
 
 def _write_index(
     directory: Path,
-    *,
     store: str,
-    chunks: list[Document],
+    faiss_index: str | None,
+    build: _Chunks,
     embeddings: Embeddings,
     report: ProgressCallback,
 ) -> None:
-    """The vector store and the BM25 index of ``chunks``, written in ``directory``."""
-    report("embed", 0, len(chunks))
-    reporting = ProgressEmbeddings(embeddings, lambda count: report("embed", count, len(chunks)))
+    """The vector store and the BM25 index of ``build.chunks``, written in ``directory``."""
+    chunks, fresh, previous = build.chunks, build.fresh, build.previous
+    report("embed", 0, len(fresh))
+    reporting = _ProgressEmbeddings(embeddings, lambda count: report("embed", count, len(fresh)))
     if store == "faiss":
-        build_faiss(chunks, reporting, path=directory / store)
+        vectors = _vectors(chunks, fresh, reporting, previous)
+        build_faiss(chunks, reporting, directory / store, vectors=vectors, index=str(faiss_index))
     else:
-        chroma = build_chroma(chunks, reporting, persist_directory=directory / store)
-        getattr(chroma._client, "close", lambda: None)()  # release the files
+        if previous is not None:  # a copy of the previous collection, without the stale chunks
+            shutil.copytree(previous.stores / store, directory / store)
+            kept = {chunks[position].id for position in set(range(len(chunks))) - set(fresh)}
+            stale = [identifier for identifier in previous.ids if identifier not in kept]
+            if stale:
+                load_chroma(reporting, persist_directory=directory / store).delete(stale)
+        if fresh or previous is None:
+            new = [chunks[position] for position in fresh]
+            chroma = build_chroma(new, reporting, persist_directory=directory / store)
+            getattr(chroma._client, "close", lambda: None)()  # release the files
     report("bm25", 0, 1)
     BM25Retriever.from_documents(chunks).save(directory / BM25_DIRECTORY)
     report("bm25", 1, 1)
 
 
+def _vectors(
+    chunks: list[Document], fresh: list[int], embeddings: Embeddings, previous: _Previous | None
+) -> Any:
+    """One row per chunk: the ``fresh`` ones embedded, the others read from the previous store."""
+    import faiss
+    import numpy as np
+
+    texts = [chunks[position].page_content for position in fresh]
+    embedded = np.asarray(embeddings.embed_documents(texts) if fresh else [], dtype=np.float32)
+    kept = np.setdiff1d(np.arange(len(chunks)), fresh)
+    if previous is None or not len(kept):
+        return embedded
+    stored = load_faiss(previous.stores / "faiss", embeddings)  # verified
+    rows = {identifier: row for row, identifier in stored.index_to_docstore_id.items()}
+    try:
+        wanted = np.array([rows[chunks[position].id] for position in kept], dtype=np.int64)
+    except KeyError as error:
+        raise ValueError(f"the FAISS store in {previous.stores} lacks chunk {error}") from None
+    ivf = faiss.try_extract_index_ivf(stored.index)
+    if ivf is not None:
+        ivf.make_direct_map()  # PQ codes: the vectors come back approximate
+    old = stored.index.reconstruct_batch(wanted)
+    matrix = np.empty((len(chunks), old.shape[1]), dtype=np.float32)
+    matrix[kept] = old
+    if fresh:
+        matrix[fresh] = embedded
+    return matrix
+
+
 def _write_version(
     out: Path,
     settings: dict[str, Any],
-    chunks: list[Document],
+    build: _Chunks,
     embeddings: Embeddings,
     report: ProgressCallback,
     *,
@@ -292,9 +398,7 @@ def _write_version(
     lock = os.open(folder, os.O_RDONLY)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        _write_index(
-            folder, store=settings["store"], chunks=chunks, embeddings=embeddings, report=report
-        )
+        _write_index(folder, settings["store"], settings["faiss_index"], build, embeddings, report)
         settings = sign({**settings, "version": version})
         previous = _current_version(out)
         _switch(out, folder, settings, force=force)
@@ -471,7 +575,6 @@ __all__ = [
     "STORES",
     "OpenedIndex",
     "ProgressCallback",
-    "ProgressEmbeddings",
     "build_index",
     "open_index",
     "read_settings",
