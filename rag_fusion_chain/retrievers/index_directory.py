@@ -254,7 +254,7 @@ def _previous_index(out: Path, settings: dict[str, Any]) -> _Previous | None:
         if key in previous and previous[key] != settings[key]:
             raise ValueError(
                 f"{key}: the index in {out} has {previous[key]!r}, not {settings[key]!r}; "
-                "rebuild it with force=True (rag-fusion index --force)"
+                "pass force=True (rag-fusion index --force) to rebuild it"
             )
     stores = stores_directory(out, previous)
     chunks = BM25Retriever.load(stores / BM25_DIRECTORY).documents
