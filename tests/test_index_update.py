@@ -107,11 +107,15 @@ def test_an_update_embeds_only_changed_sources_and_equals_a_full_rebuild(
         )
 
 
-def test_an_update_of_an_unchanged_folder_embeds_nothing(folder: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("store", ["faiss", "chroma"])
+def test_an_update_of_an_unchanged_folder_embeds_nothing(
+    store: str, folder: Path, tmp_path: Path
+) -> None:
     embeddings = CountingEmbeddings(size=16, embedded=[])
-    first = build_index([folder], tmp_path / "index", embedding=embeddings, **SMALL)
+    options = {"store": store, "embedding": embeddings, **SMALL}
+    first = build_index([folder], tmp_path / "index", **options)
     embeddings.embedded.clear()
-    again = build_index([folder], tmp_path / "index", embedding=embeddings, **SMALL, update=True)
+    again = build_index([folder], tmp_path / "index", update=True, **options)
     assert embeddings.embedded == [] and again["embedded_chunks"] == 0
     assert again["chunks"] == first["chunks"] and again["version"] != first["version"]
     assert search(tmp_path / "index", embeddings, "solar") != []

@@ -1,25 +1,20 @@
 """Index directories: a vector store and a BM25 index of the same chunks, in one folder.
 
-``index.json`` (what built it, signed with this user's key: see
-:mod:`~rag_fusion_chain.retrievers.signing`) names a version folder ``.versions/<id>/`` holding
-the vector store (``faiss/`` or ``chroma/``) and the BM25 index (``bm25/``). A build writes a
-fresh version, then switches ``index.json`` in one ``os.replace``: a reader finds the old index
-or the new one whole, even if the build is killed. The next build removes versions no live
-build holds a lock on. Indexes in the earlier flat layout (stores beside ``index.json``) still
-open. BM25 and Chroma files are data, not signed: whoever can write them can change what is
-retrieved, not run code. An update (``update=True``) re-embeds only the sources whose content
-hash changed and takes the other vectors from the previous version.
+``index.json`` (signed with this user's key, :mod:`~rag_fusion_chain.retrievers.signing`) says
+what built the index and names the version folder ``.versions/<id>/`` holding ``faiss/`` or
+``chroma/`` and ``bm25/``. A build writes a new version, then switches ``index.json`` with one
+``os.replace``: killed at any step, the old or the new index loads. Indexes in the earlier flat
+layout (stores beside ``index.json``) still open. BM25 and Chroma files are unsigned data.
+Progress goes to ``on_progress(stage, advance, total)`` (``load``, ``embed``, ``bm25``, each
+announced with ``advance=0``); nothing here prints.
 
-Progress goes to ``on_progress(stage, advance, total)`` (stages ``load``, ``embed``, ``bm25``,
-each announced with ``advance=0``). Nothing here prints.
-
->>> settings = build_index(["docs/"], "indexes/docs", store="faiss")  # doctest: +SKIP
->>> opened = open_index("indexes/docs")  # doctest: +SKIP
->>> opened.retrievers(hybrid=True, k=10)  # doctest: +SKIP
+>>> build_index(["docs/"], "indexes/docs", store="faiss")  # doctest: +SKIP
+>>> open_index("indexes/docs").retrievers(hybrid=True, k=10)  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -38,6 +33,7 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.vectorstores import VectorStore
 
 from rag_fusion_chain import ingest, models
+from rag_fusion_chain._version import __version__
 from rag_fusion_chain.retrievers.bm25 import BM25Retriever
 from rag_fusion_chain.retrievers.hybrid import hybrid_retriever
 from rag_fusion_chain.retrievers.signing import sign, verify_signature
@@ -104,11 +100,6 @@ class OpenedIndex:
         return [vectors]
 
 
-# --------------------------------------------------------------------------------------------
-# Building
-# --------------------------------------------------------------------------------------------
-
-
 def build_index(
     sources_or_documents: Sequence[str | os.PathLike[str]] | Sequence[Document],
     out: str | os.PathLike[str],
@@ -126,17 +117,13 @@ def build_index(
 ) -> dict[str, Any]:
     """Load, split, embed and store into the index directory ``out``; return its settings.
 
-    ``sources_or_documents``: paths, folders, BEIR ``.jsonl`` corpora, URLs (see
-    :func:`ingest.load`) or documents. ``embedding``: a name for :func:`models.embeddings`
-    (default ``$RAG_FUSION_EMBEDDING``, else MiniLM), recorded, or an Embeddings object (pass it
-    to :func:`open_index` too, unless ``embedding_name`` names embeddings of the same identity,
-    then recorded). ``chunk_size=None`` indexes documents whole. ``faiss_index``: ``"flat"``,
-    ``"hnsw"``, ``"ivfpq"`` or a FAISS factory string (see :func:`build_faiss`), recorded.
-    An existing index raises FileExistsError unless ``force`` (rebuild) or ``update``: keep the
-    chunks and vectors of sources whose content hash is unchanged, embed new and changed ones,
-    drop deleted ones (same settings required; an IVF-PQ index reuses its compressed vectors).
-    ``load_options``: keyword arguments for :func:`ingest.load_with_report`; the files read and
-    skipped (with the reason) are in the settings as ``files`` and ``skipped``.
+    ``sources_or_documents``: paths, folders, BEIR corpora, URLs (:func:`ingest.load`) or
+    documents. ``embedding``: a name for :func:`models.embeddings` (recorded), or an Embeddings
+    object (recorded as ``embedding_name`` if that makes the same identity). ``chunk_size=None``
+    keeps documents whole. ``faiss_index``: see :func:`build_faiss`. An existing index is a
+    FileExistsError unless ``force`` (rebuild) or ``update``: embed only sources whose content
+    hash is new or changed, reuse the other vectors, drop deleted sources (an IVF-PQ index
+    reuses its compressed vectors). ``load_options`` go to :func:`ingest.load_with_report`.
     """
     if store not in STORES:
         raise ValueError(f"unknown store {store!r}: choose one of {', '.join(STORES)}")
@@ -145,7 +132,7 @@ def build_index(
     out = Path(out)
     if (out / INDEX_FILE).exists() and not (force or update):
         raise _exists_error(out)
-    report = on_progress or _no_progress
+    report = on_progress or (lambda stage, advance, total: None)
     sources, loaded = _load(sources_or_documents, report, load_options or {})
     embeddings, embedding_name = _chosen_embeddings(embedding, embedding_name)
     groups: dict[str, list[Document]] = {}
@@ -153,7 +140,7 @@ def build_index(
         groups.setdefault(_source_of(document), []).append(document)
     settings = {  # signed with this user's key: open_index loads nothing it does not vouch for
         "format": INDEX_FORMAT,
-        "kit_version": _kit_version(),
+        "kit_version": __version__,
         "store": store,
         "faiss_index": faiss_index if store == "faiss" else None,
         "embedding": embedding_name,
@@ -170,12 +157,12 @@ def build_index(
         "chunk_overlap": chunk_overlap if chunk_size is not None else None,
         "source_hashes": {source: _content_hash(group) for source, group in groups.items()},
     }
-    previous = _previous_index(out, settings) if update else None
+    previous, kept = _previous_index(out, settings) if update else (None, {})
     chunks: list[Document] = []
-    fresh: list[int] = []  # positions of the chunks to embed
+    fresh: list[int] = []
     for source, group in groups.items():
-        if previous is not None and source in previous.kept:
-            chunks += previous.kept[source]
+        if source in kept:
+            chunks += kept[source]
             continue
         if chunk_size is not None:
             group = ingest.split_documents(
@@ -187,7 +174,7 @@ def build_index(
     return _write_version(
         out.absolute(),
         settings,
-        _Chunks(chunks, fresh, previous),
+        _Build(chunks, fresh, previous),
         embeddings,
         report,
         force=force or update,
@@ -224,30 +211,21 @@ def _content_hash(documents: list[Document]) -> str:
 
 
 @dataclass
-class _Previous:
-    """What an update takes from the current version: its stores and unchanged chunks."""
-
-    stores: Path
-    kept: dict[str, list[Document]]
-    """The chunks of each source whose content hash is unchanged."""
-    ids: list[str]
-    """The ids of all its chunks."""
-
-
-@dataclass
-class _Chunks:
-    """The chunks of a build, which of them to embed, and the version an update starts from."""
+class _Build:
+    """The chunks to store, the positions of those to embed, the stores an update starts from."""
 
     chunks: list[Document]
     fresh: list[int]
-    previous: _Previous | None
+    previous: Path | None
 
 
-def _previous_index(out: Path, settings: dict[str, Any]) -> _Previous | None:
-    """The current version of ``out`` (None if there is none), verified; ValueError if it was
-    built with other settings than ``settings``."""
+def _previous_index(
+    out: Path, settings: dict[str, Any]
+) -> tuple[Path | None, dict[str, list[Document]]]:
+    """The stores of the verified index in ``out`` (if any) and the chunks of each source whose
+    hash is unchanged; ValueError if it was built with other settings than ``settings``."""
     if not (out / INDEX_FILE).exists():
-        return None
+        return None, {}
     previous = read_settings(out)
     verify_signature(previous, out / INDEX_FILE)
     for key in ("store", "faiss_index", "embedding_identity", "chunk_size", "chunk_overlap"):
@@ -266,17 +244,7 @@ def _previous_index(out: Path, settings: dict[str, Any]) -> _Previous | None:
     kept: dict[str, list[Document]] = {source: [] for source in unchanged}
     for chunk in chunks:
         kept.get(_source_of(chunk), []).append(chunk)
-    return _Previous(stores, kept, [str(chunk.id) for chunk in chunks])
-
-
-def _no_progress(stage: str, advance: int, total: int) -> None:
-    """The default progress callback: nothing."""
-
-
-def _kit_version() -> str:
-    from rag_fusion_chain._version import __version__
-
-    return __version__
+    return stores, kept
 
 
 def _exists_error(out: Path) -> FileExistsError:
@@ -318,7 +286,7 @@ def _write_index(
     directory: Path,
     store: str,
     faiss_index: str | None,
-    build: _Chunks,
+    build: _Build,
     embeddings: Embeddings,
     report: ProgressCallback,
 ) -> None:
@@ -326,19 +294,22 @@ def _write_index(
     chunks, fresh, previous = build.chunks, build.fresh, build.previous
     report("embed", 0, len(fresh))
     reporting = _ProgressEmbeddings(embeddings, lambda count: report("embed", count, len(fresh)))
+    path = directory / store
     if store == "faiss":
         vectors = _vectors(chunks, fresh, reporting, previous)
-        build_faiss(chunks, reporting, directory / store, vectors=vectors, index=str(faiss_index))
+        build_faiss(chunks, reporting, path, vectors=vectors, index=str(faiss_index))
     else:
-        if previous is not None:  # a copy of the previous collection, without the stale chunks
-            shutil.copytree(previous.stores / store, directory / store)
-            kept = {chunks[position].id for position in set(range(len(chunks))) - set(fresh)}
-            stale = [identifier for identifier in previous.ids if identifier not in kept]
+        if previous is not None:  # a copy of the previous collection, less the chunks not kept
+            shutil.copytree(previous / store, path)
+            copied = load_chroma(reporting, persist_directory=path)
+            kept = {chunk.id for chunk in chunks} - {chunks[position].id for position in fresh}
+            stale = [name for name in copied.get(include=[])["ids"] if name not in kept]
             if stale:
-                load_chroma(reporting, persist_directory=directory / store).delete(stale)
+                copied.delete(stale)
         if fresh or previous is None:
-            new = [chunks[position] for position in fresh]
-            chroma = build_chroma(new, reporting, persist_directory=directory / store)
+            chroma = build_chroma(
+                [chunks[position] for position in fresh], reporting, persist_directory=path
+            )
             getattr(chroma._client, "close", lambda: None)()  # release the files
     report("bm25", 0, 1)
     BM25Retriever.from_documents(chunks).save(directory / BM25_DIRECTORY)
@@ -346,7 +317,7 @@ def _write_index(
 
 
 def _vectors(
-    chunks: list[Document], fresh: list[int], embeddings: Embeddings, previous: _Previous | None
+    chunks: list[Document], fresh: list[int], embeddings: Embeddings, previous: Path | None
 ) -> Any:
     """One row per chunk: the ``fresh`` ones embedded, the others read from the previous store."""
     import faiss
@@ -357,12 +328,12 @@ def _vectors(
     kept = np.setdiff1d(np.arange(len(chunks)), fresh)
     if previous is None or not len(kept):
         return embedded
-    stored = load_faiss(previous.stores / "faiss", embeddings)  # verified
+    stored = load_faiss(previous / "faiss", embeddings)  # verified
     rows = {identifier: row for row, identifier in stored.index_to_docstore_id.items()}
     try:
         wanted = np.array([rows[chunks[position].id] for position in kept], dtype=np.int64)
     except KeyError as error:
-        raise ValueError(f"the FAISS store in {previous.stores} lacks chunk {error}") from None
+        raise ValueError(f"the FAISS store in {previous} lacks chunk {error}") from None
     ivf = faiss.try_extract_index_ivf(stored.index)
     if ivf is not None:
         ivf.make_direct_map()  # PQ codes: the vectors come back approximate
@@ -377,17 +348,14 @@ def _vectors(
 def _write_version(
     out: Path,
     settings: dict[str, Any],
-    build: _Chunks,
+    build: _Build,
     embeddings: Embeddings,
     report: ProgressCallback,
     *,
     force: bool,
 ) -> dict[str, Any]:
     """Write the stores into a new version folder of ``out``, then switch ``index.json`` to it.
-
-    The version folder is locked while it is built, so that the cleaning of another build
-    (:func:`_remove_debris`) leaves it alone; a killed build's lock goes with its process.
-    """
+    The folder is locked while it is built (a killed build's lock goes with its process)."""
     created = not out.exists()
     versions = out / VERSIONS_DIRECTORY
     versions.mkdir(parents=True, exist_ok=True)
@@ -404,8 +372,9 @@ def _write_version(
         _switch(out, folder, settings, force=force)
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
-        if created:
-            _remove_if_empty(versions, out)
+        for directory in (versions, out) if created else ():
+            with contextlib.suppress(OSError):  # only if empty: what a failed first build made
+                directory.rmdir()
         raise
     finally:
         os.close(lock)
@@ -471,20 +440,6 @@ def _unlocked(folder: Path) -> bool:
     return True
 
 
-def _remove_if_empty(*directories: Path) -> None:
-    """Remove each of ``directories`` that is empty (what a failed first build created)."""
-    for directory in directories:
-        try:
-            directory.rmdir()
-        except OSError:
-            return
-
-
-# --------------------------------------------------------------------------------------------
-# Opening
-# --------------------------------------------------------------------------------------------
-
-
 def open_index(
     directory: str | os.PathLike[str],
     embedding: str | Embeddings | None = None,
@@ -493,12 +448,10 @@ def open_index(
 ) -> OpenedIndex:
     """Load an index directory written by :func:`build_index`.
 
-    ``index.json`` must be signed with this user's index signing key (it names the embeddings
-    and store to load), else :class:`~rag_fusion_chain.retrievers.signing.UntrustedIndexError`.
-    ``embedding`` (a name or an Embeddings object) overrides the embeddings recorded in
-    ``index.json``. ``trust=True`` skips the signatures of ``index.json`` and of a FAISS store's
-    manifest (see :func:`~rag_fusion_chain.retrievers.faiss_files.load_faiss`; its pickle still
-    goes through the allow-list): only for indexes you trust.
+    ``index.json`` must be signed with this user's key, else ``UntrustedIndexError``.
+    ``embedding`` (a name or an Embeddings object) overrides the recorded one. ``trust=True``
+    skips the signatures of ``index.json`` and of a FAISS manifest (a pickle still goes through
+    the allow-list of :func:`~rag_fusion_chain.retrievers.faiss_files.load_faiss`).
     """
     directory = Path(directory)
     settings = read_settings(directory)
@@ -506,12 +459,11 @@ def open_index(
         verify_signature(settings, directory / INDEX_FILE)
     embeddings = _embeddings(embedding, settings, directory)
     stores = stores_directory(directory, settings)
-    store_path = stores / settings["store"]
     store: VectorStore
     if settings["store"] == "faiss":
-        store = load_faiss(store_path, embeddings, trust=trust)
+        store = load_faiss(stores / "faiss", embeddings, trust=trust)
     else:
-        store = load_chroma(embeddings, persist_directory=store_path)
+        store = load_chroma(embeddings, persist_directory=stores / "chroma")
     return OpenedIndex(
         settings=settings,
         vectors=VectorRetriever(vectorstore=store),
@@ -532,10 +484,8 @@ def read_settings(directory: str | os.PathLike[str]) -> dict[str, Any]:
         settings = json.loads(settings_path.read_text("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ValueError(f"{settings_path} is not valid JSON: {error}") from error
-    if not isinstance(settings, dict) or settings.get("format") not in (
-        INDEX_FORMAT,
-        *LEGACY_INDEX_FORMATS,
-    ):
+    formats = (INDEX_FORMAT, *LEGACY_INDEX_FORMATS)
+    if not isinstance(settings, dict) or settings.get("format") not in formats:
         raise ValueError(f"{settings_path} is not a rag-fusion index description")
     if settings.get("store") not in STORES:
         raise ValueError(f"{settings_path}: unknown store {settings.get('store')!r}")
