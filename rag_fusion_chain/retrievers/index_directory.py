@@ -47,11 +47,9 @@ from rag_fusion_chain.retrievers.stores import (
 
 INDEX_FILE = "index.json"
 INDEX_FORMAT = "rag_fusion_chain.index"
-LEGACY_INDEX_FORMATS = ("rag_fusion_chain.cli_index",)
-"""Earlier names of the format (same layout), still opened."""
+LEGACY_INDEX_FORMATS = ("rag_fusion_chain.cli_index",)  # same layout, still opened
 BM25_DIRECTORY = "bm25"
-VERSIONS_DIRECTORY = ".versions"
-"""Where each build's stores live, one folder per build; ``index.json`` names the current one."""
+VERSIONS_DIRECTORY = ".versions"  # one folder per build; index.json names the current one
 _VERSION_NAME = re.compile(r"[0-9a-f]{16}")
 STORES = ("faiss", "chroma")
 EMBEDDING_BATCH_SIZE = 64
@@ -158,27 +156,19 @@ def build_index(
         "source_hashes": {source: _content_hash(group) for source, group in groups.items()},
     }
     previous, kept = _previous_index(out, settings) if update else (None, {})
-    chunks: list[Document] = []
-    fresh: list[int] = []
+    build = _Build([], [], previous)
     for source, group in groups.items():
         if source in kept:
-            chunks += kept[source]
+            build.chunks += kept[source]
             continue
         if chunk_size is not None:
             group = ingest.split_documents(
                 group, chunk_size=chunk_size, chunk_overlap=chunk_overlap
             )
-        fresh += range(len(chunks), len(chunks) + len(group))
-        chunks += [_without_url_credentials(chunk) for chunk in group]  # ids, sources: stored
-    settings |= {"chunks": len(chunks), "embedded_chunks": len(fresh)}
-    return _write_version(
-        out.absolute(),
-        settings,
-        _Build(chunks, fresh, previous),
-        embeddings,
-        report,
-        force=force or update,
-    )
+        build.fresh += range(len(build.chunks), len(build.chunks) + len(group))
+        build.chunks += [_without_url_credentials(chunk) for chunk in group]  # ids, sources: stored
+    settings |= {"chunks": len(build.chunks), "embedded_chunks": len(build.fresh)}
+    return _write_version(out.absolute(), settings, build, embeddings, report, force or update)
 
 
 def _chosen_embeddings(
@@ -235,14 +225,9 @@ def _previous_index(
                 "pass force=True (rag-fusion index --force) to rebuild it"
             )
     stores = stores_directory(out, previous)
-    chunks = BM25Retriever.load(stores / BM25_DIRECTORY).documents
-    unchanged = {
-        source
-        for source, digest in previous.get("source_hashes", {}).items()
-        if settings["source_hashes"].get(source) == digest
-    }
-    kept: dict[str, list[Document]] = {source: [] for source in unchanged}
-    for chunk in chunks:
+    unchanged = settings["source_hashes"].items() & previous.get("source_hashes", {}).items()
+    kept: dict[str, list[Document]] = {source: [] for source, _ in unchanged}
+    for chunk in BM25Retriever.load(stores / BM25_DIRECTORY).documents:
         kept.get(_source_of(chunk), []).append(chunk)
     return stores, kept
 
@@ -351,7 +336,6 @@ def _write_version(
     build: _Build,
     embeddings: Embeddings,
     report: ProgressCallback,
-    *,
     force: bool,
 ) -> dict[str, Any]:
     """Write the stores into a new version folder of ``out``, then switch ``index.json`` to it.
