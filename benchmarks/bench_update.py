@@ -93,10 +93,19 @@ def change_files(folder: Path, share: float) -> int:
     """Rewrite ``share`` of the files (spread over the folder); return how many."""
     generator = random.Random(1)
     files = sorted(folder.iterdir())
-    changed = files[:: round(1 / share)]
+    count = max(1, round(len(files) * share))
+    changed = files[:: len(files) // count][:count]
     for path in changed:
         path.write_text(file_text(generator, f"Changed {path.stem}"))
     return len(changed)
+
+
+STAGES = {
+    "before load": "resolve the embeddings",
+    "load": "read, hash, split (and read the previous chunks)",
+    "embed": "embed, FAISS (and read the previous vectors)",
+    "bm25": "BM25, switch index.json",
+}
 
 
 class StageClock:
@@ -181,13 +190,12 @@ def report(arguments: Any, first: dict, changed: int, rows: list[dict]) -> None:
     rebuild = statistics.median(row["rebuild"][0] for row in rows)
     ratio = statistics.median(row["update"][0] / row["rebuild"][0] for row in rows)
     print(f"| total, median s | {update:.2f} | {rebuild:.2f} | **{ratio:.3f}** |")
-    stages = list(rows[0]["rebuild"][1])
-    for stage in stages:
+    for stage, label in STAGES.items():
         values = [
             statistics.median(row[kind][1].get(stage, 0.0) for row in rows)
             for kind in ("update", "rebuild")
         ]
-        print(f"| {stage}, median s | {values[0]:.2f} | {values[1]:.2f} | |")
+        print(f"| {label}, median s | {values[0]:.2f} | {values[1]:.2f} | |")
 
 
 if __name__ == "__main__":
