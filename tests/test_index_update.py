@@ -9,10 +9,8 @@ from typing import Any
 
 import pytest
 from langchain_core.embeddings import DeterministicFakeEmbedding
-from typer.testing import CliRunner
 
 from rag_fusion_chain import models
-from rag_fusion_chain.cli import app
 from rag_fusion_chain.retrievers.bm25 import BM25Retriever
 from rag_fusion_chain.retrievers.index_directory import (
     BM25_DIRECTORY,
@@ -180,6 +178,10 @@ def test_a_faiss_index_type_is_built_recorded_and_kept_by_an_update(
 def test_the_index_command_updates_and_takes_a_faiss_index_type(
     folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from typer.testing import CliRunner
+
+    from rag_fusion_chain.cli import app
+
     embeddings = CountingEmbeddings(size=16, embedded=[])
     monkeypatch.setattr(models, "embeddings", lambda name, **_: embeddings)
     out = tmp_path / "index"
