@@ -175,6 +175,16 @@ def test_a_faiss_index_type_is_built_recorded_and_kept_by_an_update(
     )
 
 
+@pytest.mark.parametrize("faiss_index", ["hsnw", "IVF8,PQ5"])
+def test_a_faiss_index_type_faiss_cannot_make_fails_before_anything_is_embedded(
+    faiss_index: str, folder: Path, tmp_path: Path
+) -> None:
+    embeddings = CountingEmbeddings(size=16, embedded=[])
+    with pytest.raises(ValueError, match=f"faiss_index: FAISS cannot make '{faiss_index}'"):
+        build_index([folder], tmp_path / "index", embedding=embeddings, faiss_index=faiss_index)
+    assert embeddings.embedded == [] and not (tmp_path / "index").exists()
+
+
 def test_the_index_command_updates_and_takes_a_faiss_index_type(
     folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -38,6 +38,7 @@ from rag_fusion_chain.retrievers.bm25 import BM25Retriever
 from rag_fusion_chain.retrievers.hybrid import hybrid_retriever
 from rag_fusion_chain.retrievers.signing import sign, verify_signature
 from rag_fusion_chain.retrievers.stores import (
+    FAISS_INDEXES,
     VectorRetriever,
     build_chroma,
     build_faiss,
@@ -51,12 +52,11 @@ LEGACY_INDEX_FORMATS = ("rag_fusion_chain.cli_index",)  # same layout, still ope
 BM25_DIRECTORY = "bm25"
 VERSIONS_DIRECTORY = ".versions"  # one folder per build; index.json names the current one
 _VERSION_NAME = re.compile(r"[0-9a-f]{16}")
+_EXISTS = "an index exists in {}; pass force=True (rag-fusion index --force) to rebuild it"
 STORES = ("faiss", "chroma")
-EMBEDDING_BATCH_SIZE = 64
-"""Texts per embedding call while building (and per progress step)."""
+EMBEDDING_BATCH_SIZE = 64  # texts per embedding call while building (and per progress step)
 
-ProgressCallback = Callable[[str, int, int], None]
-"""``on_progress(stage, advance, total)``."""
+ProgressCallback = Callable[[str, int, int], None]  # on_progress(stage, advance, total)
 
 
 class _ProgressEmbeddings(Embeddings):
@@ -129,10 +129,12 @@ def build_index(
         raise ValueError(f"faiss_index: {faiss_index!r} needs store='faiss', not {store!r}")
     out = Path(out)
     if (out / INDEX_FILE).exists() and not (force or update):
-        raise _exists_error(out)
+        raise FileExistsError(_EXISTS.format(out))
     report = on_progress or (lambda stage, advance, total: None)
     sources, loaded = _load(sources_or_documents, report, load_options or {})
     embeddings, embedding_name = _chosen_embeddings(embedding, embedding_name)
+    if faiss_index != "flat":  # a type FAISS cannot make fails now, not after the embedding
+        _check_faiss_index(faiss_index, len(embeddings.embed_query("dimension")))
     groups: dict[str, list[Document]] = {}
     for document in loaded.documents:
         groups.setdefault(_source_of(document), []).append(document)
@@ -188,6 +190,15 @@ def _chosen_embeddings(
     return embedding, embedding_name
 
 
+def _check_faiss_index(faiss_index: str, dimension: int) -> None:
+    import faiss
+
+    try:
+        faiss.index_factory(dimension, FAISS_INDEXES.get(faiss_index, faiss_index))
+    except RuntimeError as error:
+        raise ValueError(f"faiss_index: FAISS cannot make {faiss_index!r}: {error}") from None
+
+
 def _source_of(document: Document) -> str:
     """The source a document or chunk came from, as stored (a URL without credentials)."""
     source = document.metadata.get("source")
@@ -232,12 +243,6 @@ def _previous_index(
     return stores, kept
 
 
-def _exists_error(out: Path) -> FileExistsError:
-    return FileExistsError(
-        f"an index exists in {out}; pass force=True (rag-fusion index --force) to rebuild it"
-    )
-
-
 def _load(
     sources_or_documents: Sequence[Any], report: ProgressCallback, load_options: dict[str, Any]
 ) -> tuple[list[str], ingest.LoadResult]:
@@ -269,20 +274,19 @@ def _without_url_credentials(chunk: Document) -> Document:
 
 def _write_index(
     directory: Path,
-    store: str,
-    faiss_index: str | None,
+    settings: dict[str, Any],
     build: _Build,
     embeddings: Embeddings,
     report: ProgressCallback,
 ) -> None:
     """The vector store and the BM25 index of ``build.chunks``, written in ``directory``."""
-    chunks, fresh, previous = build.chunks, build.fresh, build.previous
+    chunks, fresh, previous, store = build.chunks, build.fresh, build.previous, settings["store"]
     report("embed", 0, len(fresh))
     reporting = _ProgressEmbeddings(embeddings, lambda count: report("embed", count, len(fresh)))
     path = directory / store
     if store == "faiss":
         vectors = _vectors(chunks, fresh, reporting, previous)
-        build_faiss(chunks, reporting, path, vectors=vectors, index=str(faiss_index))
+        build_faiss(chunks, reporting, path, vectors=vectors, index=settings["faiss_index"])
     else:
         if previous is not None:  # a copy of the previous collection, less the chunks not kept
             shutil.copytree(previous / store, path)
@@ -350,7 +354,7 @@ def _write_version(
     lock = os.open(folder, os.O_RDONLY)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        _write_index(folder, settings["store"], settings["faiss_index"], build, embeddings, report)
+        _write_index(folder, settings, build, embeddings, report)
         settings = sign({**settings, "version": version})
         previous = _current_version(out)
         _switch(out, folder, settings, force=force)
@@ -367,8 +371,8 @@ def _write_version(
 
 
 def _switch(out: Path, folder: Path, settings: dict[str, Any], *, force: bool) -> None:
-    """Make ``out/index.json`` the new settings in one step (a link when not ``force``, so
-    that an index another build finished meanwhile is not replaced)."""
+    """Make ``out/index.json`` the new settings in one step (not ``force``: a link, which keeps
+    an index another build finished meanwhile)."""
     pending = folder / INDEX_FILE
     with pending.open("w", encoding="utf-8") as file:
         file.write(json.dumps(settings, indent=2))
@@ -380,7 +384,7 @@ def _switch(out: Path, folder: Path, settings: dict[str, Any], *, force: bool) -
         try:
             os.link(pending, out / INDEX_FILE)
         except FileExistsError:
-            raise _exists_error(out) from None
+            raise FileExistsError(_EXISTS.format(out)) from None
         pending.unlink()
     directory = os.open(out, os.O_RDONLY)
     try:
