@@ -203,6 +203,20 @@ def index(
         int, typer.Option(help="Tokens shared by neighbouring chunks.")
     ] = ingest.DEFAULT_CHUNK_OVERLAP,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing index.")] = False,
+    update: Annotated[
+        bool,
+        typer.Option(
+            "--update",
+            help="Update an existing index: embed only new and changed sources, drop deleted ones.",
+        ),
+    ] = False,
+    faiss_index: Annotated[
+        str,
+        typer.Option(
+            "--faiss-index",
+            help="FAISS index type: flat (exact), hnsw, ivfpq, or a FAISS index_factory string.",
+        ),
+    ] = "flat",
     strict: Annotated[
         bool,
         typer.Option(
@@ -239,12 +253,16 @@ def index(
     """
     with reported_errors():
         warnings.filterwarnings("ignore", category=ingest.SkippedSourceWarning)  # summarised
-        if (out / INDEX_FILE).exists() and not force:
-            raise FileExistsError(f"an index exists in {out}: add --force to replace it")
+        if (out / INDEX_FILE).exists() and not (force or update):
+            raise FileExistsError(
+                f"an index exists in {out}: add --update to update it or --force to replace it"
+            )
         settings = _build_index(
             sources,
             out,
             store=store,
+            faiss_index=faiss_index,
+            update=update,
             embedding=embedding,
             chunk_size=chunk_size,
             chunk_overlap=chunk_overlap,
@@ -259,7 +277,7 @@ def index(
         output.print(
             f"Indexed {settings['files']} files as {settings['documents']} documents, "
             f"{settings['chunks']} chunks ({settings['store']}, embeddings "
-            f"{settings['embedding']}) in {out}",
+            f"{settings['embedding']}) in {out}; embedded {settings['embedded_chunks']}",
             markup=False,
             soft_wrap=True,
         )

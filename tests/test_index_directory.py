@@ -88,7 +88,11 @@ class FailingEmbeddings(Embeddings):
 
 def many_documents(count: int) -> list[Document]:
     return [
-        Document(f"document number {number} about energy", id=f"d{number}")
+        Document(
+            f"document number {number} about energy",
+            id=f"d{number}",
+            metadata={"source": f"d{number}.txt"},
+        )
         for number in range(count)
     ]
 
@@ -326,9 +330,9 @@ FILE_OPERATIONS = ("mkdir", "rename", "replace", "link", "unlink", "remove", "rm
 """The ``os`` calls that change a folder: a rebuild is killed before each in turn."""
 
 
-def _rebuild_killed_at(step: int | None, out: Path, counter: Path) -> None:
-    """In a forked child: rebuild ``out`` with 5 documents, ``os._exit(9)`` before the
-    ``step``-th file operation (never when None), and write the count of operations."""
+def _rebuild_killed_at(step: int | None, out: Path, counter: Path, update: bool) -> None:
+    """In a forked child: rebuild (or update) ``out`` with 5 documents, ``os._exit(9)`` before
+    the ``step``-th file operation (never when None), and write the count of operations."""
     import os
 
     calls = [0]
@@ -344,15 +348,16 @@ def _rebuild_killed_at(step: int | None, out: Path, counter: Path) -> None:
 
     for name in FILE_OPERATIONS:
         setattr(os, name, counted(getattr(os, name)))
-    build_index(many_documents(5), out, embedding=DeterministicFakeEmbedding(size=32), force=True)
+    embeddings = DeterministicFakeEmbedding(size=32)
+    build_index(many_documents(5), out, embedding=embeddings, force=not update, update=update)
     counter.write_text(str(calls[0]))
 
 
-def _run_child(step: int | None, out: Path, counter: Path) -> int | None:
+def _run_child(step: int | None, out: Path, counter: Path, update: bool) -> int | None:
     import multiprocessing
 
     process = multiprocessing.get_context("fork").Process(
-        target=_rebuild_killed_at, args=(step, out, counter)
+        target=_rebuild_killed_at, args=(step, out, counter, update)
     )
     process.start()
     process.join(60)
@@ -373,9 +378,10 @@ def _make_flat(out: Path) -> None:
     (out / INDEX_FILE).write_text(json.dumps(flat), "utf-8")
 
 
+@pytest.mark.parametrize("update", [False, True], ids=["rebuild", "update"])
 @pytest.mark.parametrize("layout", ["versioned", "flat"])
 def test_a_rebuild_killed_at_any_step_leaves_a_loadable_index(
-    layout: str, tmp_path: Path, embeddings: Embeddings
+    layout: str, update: bool, tmp_path: Path, embeddings: Embeddings
 ) -> None:
     good = tmp_path / "good"
     build_index(many_documents(3), good, embedding=embeddings)
@@ -383,15 +389,15 @@ def test_a_rebuild_killed_at_any_step_leaves_a_loadable_index(
         _make_flat(good)
         assert "version" not in read_settings(good)
     counter = tmp_path / "count"
-    assert _run_child(None, shutil.copytree(good, tmp_path / "dry"), counter) == 0
+    assert _run_child(None, shutil.copytree(good, tmp_path / "dry"), counter, update) == 0
     steps = int(counter.read_text())
     assert steps >= 4  # mkdir, link or replace, the removals
     for step in range(steps):
         out = shutil.copytree(good, tmp_path / f"killed-{step}", symlinks=True)
-        assert _run_child(step, out, counter) == 9, f"step {step} was not reached"
+        assert _run_child(step, out, counter, update) == 9, f"step {step} was not reached"
         loaded = open_index(out, embeddings).vectors.vectorstore.index.ntotal
         assert loaded in (3, 5), f"killed before step {step}: {loaded} documents"
-        build_index(many_documents(5), out, embedding=embeddings, force=True)
+        build_index(many_documents(5), out, embedding=embeddings, force=True, update=update)
         assert open_index(out, embeddings).vectors.vectorstore.index.ntotal == 5
         left = {path.name for path in out.iterdir()}
         assert left == {VERSIONS_DIRECTORY, INDEX_FILE}, f"step {step} left {left}"

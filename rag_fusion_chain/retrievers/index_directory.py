@@ -1,35 +1,22 @@
 """Index directories: a vector store and a BM25 index of the same chunks, in one folder.
 
-An index directory holds ``index.json`` (what built it), the vector store (``faiss/`` or
-``chroma/``) and a BM25 index (``bm25/``), for hybrid search and for the offline query generator.
-:func:`build_index` loads, splits, embeds and stores; :func:`open_index` loads it all back.
+``index.json`` (signed with this user's key, :mod:`~rag_fusion_chain.retrievers.signing`) says
+what built the index and names the version folder ``.versions/<id>/`` holding ``faiss/`` or
+``chroma/`` and ``bm25/``. A build writes a new version, then switches ``index.json`` with one
+``os.replace``: killed at any step, the old or the new index loads. Indexes in the earlier flat
+layout (stores beside ``index.json``) still open. BM25 and Chroma files are unsigned data.
+Progress goes to ``on_progress(stage, advance, total)`` (``load``, ``embed``, ``bm25``, each
+announced with ``advance=0``); nothing here prints.
 
-A build writes its stores into a fresh version folder, ``out/.versions/<id>/``, then switches
-``out/index.json`` (which names that version) in one ``os.replace``: at every moment a reader finds
-the old index or the new one whole, even if the build is killed. The version replaced is kept
-for readers still loading it and removed by the next build, with any version a killed build left
-(one no live build holds a lock on). Indexes in the earlier flat layout (stores beside
-``index.json``) still open, and are replaced the same way.
-
-``index.json`` is signed with this user's index signing key, like a FAISS manifest (see
-:mod:`~rag_fusion_chain.retrievers.signing`), because it decides what is loaded: which
-embeddings model, which store. :func:`open_index` refuses one that does not verify, unless
-``trust=True``. The BM25 and Chroma files are data (JSON, numpy arrays without pickle, SQLite)
-and are not signed: someone who can write the directory can change what is retrieved, not
-run code.
-
-Progress goes to an optional callback ``on_progress(stage, advance, total)``: each stage
-(``load``, ``embed``, ``bm25``) is announced with ``advance=0``, then advanced as work is done.
-Nothing here prints.
-
->>> settings = build_index(["docs/"], "indexes/docs", store="faiss")  # doctest: +SKIP
->>> opened = open_index("indexes/docs")  # doctest: +SKIP
->>> opened.retrievers(hybrid=True, k=10)  # doctest: +SKIP
+>>> build_index(["docs/"], "indexes/docs", store="faiss")  # doctest: +SKIP
+>>> open_index("indexes/docs").retrievers(hybrid=True, k=10)  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -46,10 +33,12 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.vectorstores import VectorStore
 
 from rag_fusion_chain import ingest, models
+from rag_fusion_chain._version import __version__
 from rag_fusion_chain.retrievers.bm25 import BM25Retriever
 from rag_fusion_chain.retrievers.hybrid import hybrid_retriever
 from rag_fusion_chain.retrievers.signing import sign, verify_signature
 from rag_fusion_chain.retrievers.stores import (
+    FAISS_INDEXES,
     VectorRetriever,
     build_chroma,
     build_faiss,
@@ -59,26 +48,19 @@ from rag_fusion_chain.retrievers.stores import (
 
 INDEX_FILE = "index.json"
 INDEX_FORMAT = "rag_fusion_chain.index"
-LEGACY_INDEX_FORMATS = ("rag_fusion_chain.cli_index",)
-"""Earlier names of the format (same layout), still opened."""
+LEGACY_INDEX_FORMATS = ("rag_fusion_chain.cli_index",)  # same layout, still opened
 BM25_DIRECTORY = "bm25"
-VERSIONS_DIRECTORY = ".versions"
-"""Where each build's stores live, one folder per build; ``index.json`` names the current one."""
+VERSIONS_DIRECTORY = ".versions"  # one folder per build; index.json names the current one
 _VERSION_NAME = re.compile(r"[0-9a-f]{16}")
+_EXISTS = "an index exists in {}; pass force=True (rag-fusion index --force) to rebuild it"
 STORES = ("faiss", "chroma")
-EMBEDDING_BATCH_SIZE = 64
-"""Texts per embedding call while building (and per progress step)."""
+EMBEDDING_BATCH_SIZE = 64  # texts per embedding call while building (and per progress step)
 
-ProgressCallback = Callable[[str, int, int], None]
-"""``on_progress(stage, advance, total)``."""
+ProgressCallback = Callable[[str, int, int], None]  # on_progress(stage, advance, total)
 
 
-class ProgressEmbeddings(Embeddings):
-    """Embeds documents in batches and reports each batch; same vectors, same identity.
-
-    Texts are batched in order of length (and the vectors put back in input order), so a batch
-    pads its texts to similar lengths.
-    """
+class _ProgressEmbeddings(Embeddings):
+    """Embeds in batches of similar lengths (vectors back in input order), reporting each batch."""
 
     def __init__(self, embeddings: Embeddings, on_batch: Callable[[int], None]) -> None:
         self.embeddings = embeddings
@@ -116,75 +98,51 @@ class OpenedIndex:
         return [vectors]
 
 
-# --------------------------------------------------------------------------------------------
-# Building
-# --------------------------------------------------------------------------------------------
-
-
-def _check_same_embeddings(name: str, embeddings: Embeddings) -> None:
-    """ValueError unless the embeddings ``name`` makes are ``embeddings`` (same identity)."""
-    named = models.embedding_identity(models.embeddings(name))
-    given = models.embedding_identity(embeddings)
-    if named != given:
-        raise ValueError(f"embedding_name: {name!r} makes {named}, not the given {given}")
-
-
 def build_index(
     sources_or_documents: Sequence[str | os.PathLike[str]] | Sequence[Document],
     out: str | os.PathLike[str],
     *,
     store: str = "faiss",
+    faiss_index: str = "flat",
     embedding: str | Embeddings | None = None,
     embedding_name: str | None = None,
     chunk_size: int | None = ingest.DEFAULT_CHUNK_SIZE,
     chunk_overlap: int = ingest.DEFAULT_CHUNK_OVERLAP,
     force: bool = False,
+    update: bool = False,
     on_progress: ProgressCallback | None = None,
     load_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Load, split, embed and store into the index directory ``out``; return its settings.
 
-    ``sources_or_documents``: files, folders, BEIR ``.jsonl`` corpora or URLs (see
-    :func:`ingest.load`), or documents already loaded. ``embedding``: a name for
-    :func:`models.embeddings` (default ``$RAG_FUSION_EMBEDDING``, else MiniLM), recorded so
-    :func:`open_index` can resolve it again, or an Embeddings object (then pass it to
-    :func:`open_index` too, unless ``embedding_name`` names embeddings making the same vectors:
-    it is checked by identity and recorded instead). ``chunk_size=None`` indexes the documents
-    whole. An existing index raises FileExistsError unless ``force``; files in ``out`` that are
-    not the index's are kept.
-    ``load_options``: keyword arguments for :func:`ingest.load_with_report` (``strict``,
-    ``follow_symlinks``, ``max_file_size``, ``deny_private``...); the files read and those
-    skipped (with the reason) are in the settings as ``files`` and ``skipped``.
+    ``sources_or_documents``: paths, folders, BEIR corpora, URLs (:func:`ingest.load`) or
+    documents. ``embedding``: a name for :func:`models.embeddings` (recorded), or an Embeddings
+    object (recorded as ``embedding_name`` if that makes the same identity). ``chunk_size=None``
+    keeps documents whole. ``faiss_index``: see :func:`build_faiss`. An existing index is a
+    FileExistsError unless ``force`` (rebuild) or ``update``: embed only sources whose content
+    hash is new or changed, reuse the other vectors, drop deleted sources (an IVF-PQ index
+    reuses its compressed vectors). ``load_options`` go to :func:`ingest.load_with_report`.
     """
     if store not in STORES:
         raise ValueError(f"unknown store {store!r}: choose one of {', '.join(STORES)}")
-    if embedding_name is not None and not isinstance(embedding, Embeddings):
-        raise TypeError("embedding_name goes with an Embeddings object; a name is recorded as is")
+    if store != "faiss" and faiss_index != "flat":
+        raise ValueError(f"faiss_index: {faiss_index!r} needs store='faiss', not {store!r}")
     out = Path(out)
-    if (out / INDEX_FILE).exists() and not force:
-        raise _exists_error(out)
-    report = on_progress or _no_progress
+    if (out / INDEX_FILE).exists() and not (force or update):
+        raise FileExistsError(_EXISTS.format(out))
+    report = on_progress or (lambda stage, advance, total: None)
     sources, loaded = _load(sources_or_documents, report, load_options or {})
-    documents = loaded.documents
-    if isinstance(embedding, Embeddings):
-        embeddings = embedding
-        if embedding_name is not None:
-            _check_same_embeddings(embedding_name, embeddings)
-    else:
-        embedding_name = embedding or os.environ.get(models.EMBEDDING_ENV)
-        embedding_name = embedding_name or models.DEFAULT_EMBEDDING
-        embeddings = models.embeddings(embedding_name)
-    if chunk_size is None:
-        chunks = documents
-    else:
-        chunks = ingest.split_documents(
-            documents, chunk_size=chunk_size, chunk_overlap=chunk_overlap
-        )
-    chunks = [_without_url_credentials(chunk) for chunk in chunks]  # ids, sources: stored
+    embeddings, embedding_name = _chosen_embeddings(embedding, embedding_name)
+    if faiss_index != "flat":  # a type FAISS cannot make fails now, not after the embedding
+        _check_faiss_index(faiss_index, len(embeddings.embed_query("dimension")))
+    groups: dict[str, list[Document]] = {}
+    for document in loaded.documents:
+        groups.setdefault(_source_of(document), []).append(document)
     settings = {  # signed with this user's key: open_index loads nothing it does not vouch for
         "format": INDEX_FORMAT,
-        "kit_version": _kit_version(),
+        "kit_version": __version__,
         "store": store,
+        "faiss_index": faiss_index if store == "faiss" else None,
         "embedding": embedding_name,
         "embedding_identity": models.embedding_identity(embeddings),
         "embedding_precision": models.embedding_precision(embeddings),  # f32 / bf16 / None
@@ -194,28 +152,95 @@ def build_index(
             {name: models.redact_credentials(value) for name, value in asdict(skipped).items()}
             for skipped in loaded.skipped
         ],
-        "documents": len(documents),
-        "chunks": len(chunks),
+        "documents": len(loaded.documents),
         "chunk_size": chunk_size,
         "chunk_overlap": chunk_overlap if chunk_size is not None else None,
+        "source_hashes": {source: _content_hash(group) for source, group in groups.items()},
     }
-    return _write_version(out.absolute(), settings, chunks, embeddings, report, force=force)
+    previous, kept = _previous_index(out, settings) if update else (None, {})
+    build = _Build([], [], previous)
+    for source, group in groups.items():
+        if source in kept:
+            build.chunks += kept[source]
+            continue
+        if chunk_size is not None:
+            group = ingest.split_documents(
+                group, chunk_size=chunk_size, chunk_overlap=chunk_overlap
+            )
+        build.fresh += range(len(build.chunks), len(build.chunks) + len(group))
+        build.chunks += [_without_url_credentials(chunk) for chunk in group]  # ids, sources: stored
+    settings |= {"chunks": len(build.chunks), "embedded_chunks": len(build.fresh)}
+    return _write_version(out.absolute(), settings, build, embeddings, report, force or update)
 
 
-def _no_progress(stage: str, advance: int, total: int) -> None:
-    """The default progress callback: nothing."""
+def _chosen_embeddings(
+    embedding: str | Embeddings | None, embedding_name: str | None
+) -> tuple[Embeddings, str | None]:
+    """The embeddings to build with and the name recorded for them (checked by identity)."""
+    if not isinstance(embedding, Embeddings):
+        if embedding_name is not None:
+            raise TypeError("embedding_name goes with an Embeddings object; a name is recorded")
+        name = embedding or os.environ.get(models.EMBEDDING_ENV) or models.DEFAULT_EMBEDDING
+        return models.embeddings(name), name
+    if embedding_name is not None:
+        named = models.embedding_identity(models.embeddings(embedding_name))
+        given = models.embedding_identity(embedding)
+        if named != given:
+            raise ValueError(f"embedding_name: {embedding_name!r} makes {named}, not {given}")
+    return embedding, embedding_name
 
 
-def _kit_version() -> str:
-    from rag_fusion_chain._version import __version__
+def _check_faiss_index(faiss_index: str, dimension: int) -> None:
+    import faiss
 
-    return __version__
+    try:
+        faiss.index_factory(dimension, FAISS_INDEXES.get(faiss_index, faiss_index))
+    except RuntimeError as error:
+        raise ValueError(f"faiss_index: FAISS cannot make {faiss_index!r}: {error}") from None
 
 
-def _exists_error(out: Path) -> FileExistsError:
-    return FileExistsError(
-        f"an index exists in {out}; pass force=True (rag-fusion index --force) to rebuild it"
-    )
+def _source_of(document: Document) -> str:
+    """The source a document or chunk came from, as stored (a URL without credentials)."""
+    source = document.metadata.get("source")
+    return models.redact_credentials(source) if isinstance(source, str) else ""
+
+
+def _content_hash(documents: list[Document]) -> str:
+    """SHA-256 of what a source loaded as: ids, texts and metadata."""
+    content = [[document.id, document.page_content, document.metadata] for document in documents]
+    return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()
+
+
+@dataclass
+class _Build:
+    """The chunks to store, the positions of those to embed, the stores an update starts from."""
+
+    chunks: list[Document]
+    fresh: list[int]
+    previous: Path | None
+
+
+def _previous_index(
+    out: Path, settings: dict[str, Any]
+) -> tuple[Path | None, dict[str, list[Document]]]:
+    """The stores of the verified index in ``out`` (if any) and the chunks of each source whose
+    hash is unchanged; ValueError if it was built with other settings than ``settings``."""
+    if not (out / INDEX_FILE).exists():
+        return None, {}
+    previous = read_settings(out)
+    verify_signature(previous, out / INDEX_FILE)
+    for key in ("store", "faiss_index", "embedding_identity", "chunk_size", "chunk_overlap"):
+        if key in previous and previous[key] != settings[key]:
+            raise ValueError(
+                f"{key}: the index in {out} has {previous[key]!r}, not {settings[key]!r}; "
+                "pass force=True (rag-fusion index --force) to rebuild it"
+            )
+    stores = stores_directory(out, previous)
+    unchanged = settings["source_hashes"].items() & previous.get("source_hashes", {}).items()
+    kept: dict[str, list[Document]] = {source: [] for source, _ in unchanged}
+    for chunk in BM25Retriever.load(stores / BM25_DIRECTORY).documents:
+        kept.get(_source_of(chunk), []).append(chunk)
+    return stores, kept
 
 
 def _load(
@@ -249,39 +274,76 @@ def _without_url_credentials(chunk: Document) -> Document:
 
 def _write_index(
     directory: Path,
-    *,
-    store: str,
-    chunks: list[Document],
+    settings: dict[str, Any],
+    build: _Build,
     embeddings: Embeddings,
     report: ProgressCallback,
 ) -> None:
-    """The vector store and the BM25 index of ``chunks``, written in ``directory``."""
-    report("embed", 0, len(chunks))
-    reporting = ProgressEmbeddings(embeddings, lambda count: report("embed", count, len(chunks)))
+    """The vector store and the BM25 index of ``build.chunks``, written in ``directory``."""
+    chunks, fresh, previous, store = build.chunks, build.fresh, build.previous, settings["store"]
+    report("embed", 0, len(fresh))
+    reporting = _ProgressEmbeddings(embeddings, lambda count: report("embed", count, len(fresh)))
+    path = directory / store
     if store == "faiss":
-        build_faiss(chunks, reporting, path=directory / store)
+        vectors = _vectors(chunks, fresh, reporting, previous)
+        build_faiss(chunks, reporting, path, vectors=vectors, index=settings["faiss_index"])
     else:
-        chroma = build_chroma(chunks, reporting, persist_directory=directory / store)
-        getattr(chroma._client, "close", lambda: None)()  # release the files
+        if previous is not None:  # a copy of the previous collection, less the chunks not kept
+            shutil.copytree(previous / store, path)
+            copied = load_chroma(reporting, persist_directory=path)
+            kept = {chunk.id for chunk in chunks} - {chunks[position].id for position in fresh}
+            stale = [name for name in copied.get(include=[])["ids"] if name not in kept]
+            if stale:
+                copied.delete(stale)
+        if fresh or previous is None:
+            chroma = build_chroma(
+                [chunks[position] for position in fresh], reporting, persist_directory=path
+            )
+            getattr(chroma._client, "close", lambda: None)()  # release the files
     report("bm25", 0, 1)
     BM25Retriever.from_documents(chunks).save(directory / BM25_DIRECTORY)
     report("bm25", 1, 1)
 
 
+def _vectors(
+    chunks: list[Document], fresh: list[int], embeddings: Embeddings, previous: Path | None
+) -> Any:
+    """One row per chunk: the ``fresh`` ones embedded, the others read from the previous store."""
+    import faiss
+    import numpy as np
+
+    texts = [chunks[position].page_content for position in fresh]
+    embedded = np.asarray(embeddings.embed_documents(texts) if fresh else [], dtype=np.float32)
+    kept = np.setdiff1d(np.arange(len(chunks)), fresh)
+    if previous is None or not len(kept):
+        return embedded
+    stored = load_faiss(previous / "faiss", embeddings)  # verified
+    rows = {identifier: row for row, identifier in stored.index_to_docstore_id.items()}
+    try:
+        wanted = np.array([rows[chunks[position].id] for position in kept], dtype=np.int64)
+    except KeyError as error:
+        raise ValueError(f"the FAISS store in {previous} lacks chunk {error}") from None
+    ivf = faiss.try_extract_index_ivf(stored.index)
+    if ivf is not None:
+        ivf.make_direct_map()  # PQ codes: the vectors come back approximate
+    old = stored.index.reconstruct_batch(wanted)
+    matrix = np.empty((len(chunks), old.shape[1]), dtype=np.float32)
+    matrix[kept] = old
+    if fresh:
+        matrix[fresh] = embedded
+    return matrix
+
+
 def _write_version(
     out: Path,
     settings: dict[str, Any],
-    chunks: list[Document],
+    build: _Build,
     embeddings: Embeddings,
     report: ProgressCallback,
-    *,
     force: bool,
 ) -> dict[str, Any]:
     """Write the stores into a new version folder of ``out``, then switch ``index.json`` to it.
-
-    The version folder is locked while it is built, so that the cleaning of another build
-    (:func:`_remove_debris`) leaves it alone; a killed build's lock goes with its process.
-    """
+    The folder is locked while it is built (a killed build's lock goes with its process)."""
     created = not out.exists()
     versions = out / VERSIONS_DIRECTORY
     versions.mkdir(parents=True, exist_ok=True)
@@ -292,16 +354,15 @@ def _write_version(
     lock = os.open(folder, os.O_RDONLY)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        _write_index(
-            folder, store=settings["store"], chunks=chunks, embeddings=embeddings, report=report
-        )
+        _write_index(folder, settings, build, embeddings, report)
         settings = sign({**settings, "version": version})
         previous = _current_version(out)
         _switch(out, folder, settings, force=force)
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
-        if created:
-            _remove_if_empty(versions, out)
+        for directory in (versions, out) if created else ():
+            with contextlib.suppress(OSError):  # only if empty: what a failed first build made
+                directory.rmdir()
         raise
     finally:
         os.close(lock)
@@ -310,8 +371,8 @@ def _write_version(
 
 
 def _switch(out: Path, folder: Path, settings: dict[str, Any], *, force: bool) -> None:
-    """Make ``out/index.json`` the new settings in one step (a link when not ``force``, so
-    that an index another build finished meanwhile is not replaced)."""
+    """Make ``out/index.json`` the new settings in one step (not ``force``: a link, which keeps
+    an index another build finished meanwhile)."""
     pending = folder / INDEX_FILE
     with pending.open("w", encoding="utf-8") as file:
         file.write(json.dumps(settings, indent=2))
@@ -323,7 +384,7 @@ def _switch(out: Path, folder: Path, settings: dict[str, Any], *, force: bool) -
         try:
             os.link(pending, out / INDEX_FILE)
         except FileExistsError:
-            raise _exists_error(out) from None
+            raise FileExistsError(_EXISTS.format(out)) from None
         pending.unlink()
     directory = os.open(out, os.O_RDONLY)
     try:
@@ -367,20 +428,6 @@ def _unlocked(folder: Path) -> bool:
     return True
 
 
-def _remove_if_empty(*directories: Path) -> None:
-    """Remove each of ``directories`` that is empty (what a failed first build created)."""
-    for directory in directories:
-        try:
-            directory.rmdir()
-        except OSError:
-            return
-
-
-# --------------------------------------------------------------------------------------------
-# Opening
-# --------------------------------------------------------------------------------------------
-
-
 def open_index(
     directory: str | os.PathLike[str],
     embedding: str | Embeddings | None = None,
@@ -389,12 +436,10 @@ def open_index(
 ) -> OpenedIndex:
     """Load an index directory written by :func:`build_index`.
 
-    ``index.json`` must be signed with this user's index signing key (it names the embeddings
-    and store to load), else :class:`~rag_fusion_chain.retrievers.signing.UntrustedIndexError`.
-    ``embedding`` (a name or an Embeddings object) overrides the embeddings recorded in
-    ``index.json``. ``trust=True`` skips the signatures of ``index.json`` and of a FAISS store's
-    manifest (see :func:`~rag_fusion_chain.retrievers.faiss_files.load_faiss`; its pickle still
-    goes through the allow-list): only for indexes you trust.
+    ``index.json`` must be signed with this user's key, else ``UntrustedIndexError``.
+    ``embedding`` (a name or an Embeddings object) overrides the recorded one. ``trust=True``
+    skips the signatures of ``index.json`` and of a FAISS manifest (a pickle still goes through
+    the allow-list of :func:`~rag_fusion_chain.retrievers.faiss_files.load_faiss`).
     """
     directory = Path(directory)
     settings = read_settings(directory)
@@ -402,12 +447,11 @@ def open_index(
         verify_signature(settings, directory / INDEX_FILE)
     embeddings = _embeddings(embedding, settings, directory)
     stores = stores_directory(directory, settings)
-    store_path = stores / settings["store"]
     store: VectorStore
     if settings["store"] == "faiss":
-        store = load_faiss(store_path, embeddings, trust=trust)
+        store = load_faiss(stores / "faiss", embeddings, trust=trust)
     else:
-        store = load_chroma(embeddings, persist_directory=store_path)
+        store = load_chroma(embeddings, persist_directory=stores / "chroma")
     return OpenedIndex(
         settings=settings,
         vectors=VectorRetriever(vectorstore=store),
@@ -428,10 +472,8 @@ def read_settings(directory: str | os.PathLike[str]) -> dict[str, Any]:
         settings = json.loads(settings_path.read_text("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ValueError(f"{settings_path} is not valid JSON: {error}") from error
-    if not isinstance(settings, dict) or settings.get("format") not in (
-        INDEX_FORMAT,
-        *LEGACY_INDEX_FORMATS,
-    ):
+    formats = (INDEX_FORMAT, *LEGACY_INDEX_FORMATS)
+    if not isinstance(settings, dict) or settings.get("format") not in formats:
         raise ValueError(f"{settings_path} is not a rag-fusion index description")
     if settings.get("store") not in STORES:
         raise ValueError(f"{settings_path}: unknown store {settings.get('store')!r}")
@@ -471,7 +513,6 @@ __all__ = [
     "STORES",
     "OpenedIndex",
     "ProgressCallback",
-    "ProgressEmbeddings",
     "build_index",
     "open_index",
     "read_settings",
