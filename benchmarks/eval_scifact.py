@@ -65,7 +65,7 @@ METRIC = "ndcg@10"
 def fusions() -> dict[str, BaseFusion]:
     """Every fusion to try, by label; weights are (bm25, dense) with bm25 = 1 - dense."""
     configs: dict[str, BaseFusion] = {
-        f"rrf k={k}": ReciprocalRankFusion(k=k, top_n=KEEP) for k in RRF_KS
+        f"rrf k={k}": ReciprocalRankFusion(rank_constant=k, top_n=KEEP) for k in RRF_KS
     }
     for dense in DENSE_WEIGHTS:
         weights = [round(1 - dense, 2), dense]

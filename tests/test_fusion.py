@@ -41,7 +41,7 @@ def texts(documents: list[Document]) -> list[str]:
 
 def test_rrf_hand_computed_two_lists() -> None:
     a, b, c = doc("A"), doc("B"), doc("C")
-    fused = ReciprocalRankFusion(k=60, with_scores=True).invoke([[a, b, c], [b, a, c]])
+    fused = ReciprocalRankFusion(rank_constant=60, with_scores=True).invoke([[a, b, c], [b, a, c]])
     scores = {document.page_content: score for document, score in fused}
     assert scores["A"] == pytest.approx(1 / 61 + 1 / 62)
     assert scores["B"] == pytest.approx(1 / 62 + 1 / 61)
@@ -53,7 +53,7 @@ def test_rrf_hand_computed_two_lists() -> None:
 def test_rrf_rank_start_zero_reproduces_tutorial_formula() -> None:
     a, b, c = doc("A"), doc("B"), doc("C")
     lists = [[a, b, c], [c, a]]
-    fused = ReciprocalRankFusion(k=60, rank_start=0, with_scores=True).invoke(lists)
+    fused = ReciprocalRankFusion(rank_constant=60, rank_start=0, with_scores=True).invoke(lists)
     scores = {document.page_content: score for document, score in fused}
     # Tutorial: fused_scores[doc] += 1 / (rank + k) with enumerate() ranks starting at 0.
     assert scores == pytest.approx({"A": 1 / 60 + 1 / 61, "B": 1 / 61, "C": 1 / 62 + 1 / 60})
@@ -103,7 +103,7 @@ def test_settings_given_per_call_are_honoured_or_refused_by_name() -> None:
             runnable.invoke(lists, top_n=0)
     weighted = fusion.reciprocal_rank_fusion.bind(weights=[0.0, 1.0]).invoke(lists)
     assert texts(weighted)[:2] == ["10", "9"]
-    scores_k1 = ReciprocalRankFusion(with_scores=True).bind(k=1).invoke([[doc("A")]])
+    scores_k1 = ReciprocalRankFusion(with_scores=True).bind(rank_constant=1).invoke([[doc("A")]])
     assert scores_k1[0][1] == pytest.approx(1 / 2)
     with pytest.raises(TypeError, match="'k'"):
         fusion.relative_score_fusion.invoke(lists, k=1)
@@ -307,10 +307,20 @@ def test_bad_input_types_raise_type_error(bad_input: object) -> None:
         fusion.reciprocal_rank_fusion.invoke(bad_input)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("arguments", [{"top_n": 0}, {"k": -1}, {"k": 0, "rank_start": 0}])
+@pytest.mark.parametrize(
+    "arguments", [{"top_n": 0}, {"rank_constant": -1}, {"rank_constant": 0, "rank_start": 0}]
+)
 def test_parameters_are_validated(arguments: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         ReciprocalRankFusion(**arguments)
+
+
+def test_the_rrf_constant_is_rank_constant_not_k() -> None:
+    with pytest.raises(TypeError, match="rank_constant"):
+        ReciprocalRankFusion(k=30)
+    with pytest.raises(TypeError, match="'k'"):
+        fusion.reciprocal_rank_fusion.invoke([[doc("A")]], k=30)
+    assert ReciprocalRankFusion(rank_constant=30).rank_constant == 30
 
 
 def test_every_call_style_and_run_name() -> None:

@@ -440,8 +440,8 @@ def test_fusions_refuse_top_n_below_one(fusion_class: type[fusion.BaseFusion], t
 
 @pytest.mark.parametrize("k", [-1.0, math.nan, math.inf])
 def test_rrf_refuses_k_that_is_not_a_finite_non_negative_number(k: float) -> None:
-    with pytest.raises(ValueError, match="k must be a finite non-negative number"):
-        ReciprocalRankFusion(k=k)
+    with pytest.raises(ValueError, match="rank_constant must be a finite non-negative number"):
+        ReciprocalRankFusion(rank_constant=k)
 
 
 @pytest.mark.parametrize("fusion_class", [RelativeScoreFusion, DistBasedScoreFusion])

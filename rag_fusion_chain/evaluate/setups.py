@@ -130,11 +130,11 @@ def hybrid_setup(
             raise ValueError(
                 f"fusion must be one of {sorted(FUSIONS)} or a BaseFusion, got {fusion!r}"
             )
-        fusion = ReciprocalRankFusion(k=rrf_k) if fusion == "rrf" else FUSIONS[fusion]()
+        fusion = ReciprocalRankFusion(rank_constant=rrf_k) if fusion == "rrf" else FUSIONS[fusion]()
     chosen = fusion
     settings: dict[str, Any] = {"retrievers": ["bm25", "dense"], "fusion": type(chosen).__name__}
     if isinstance(chosen, ReciprocalRankFusion):
-        settings["rrf_k"] = chosen.k
+        settings["rrf_k"] = chosen.rank_constant
 
     def build(indexes: Indexes) -> Runnable[str, list[Document]]:
         from rag_fusion_chain.retrievers.hybrid import hybrid_retriever

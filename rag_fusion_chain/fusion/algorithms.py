@@ -14,7 +14,7 @@ from langchain_core.documents import Document
 from rag_fusion_chain.fusion.inputs import FUSION_SCORE_KEY, SCORE_KEY, identity
 
 RRF_K = 60
-"""The RRF constant (Cormack et al. 2009): the ``k`` in ``1 / (k + rank)``."""
+"""The RRF constant (Cormack et al. 2009): ``rank_constant`` in ``1 / (rank_constant + rank)``."""
 
 Fused = tuple[list[float], list[Document]]
 Lists = Sequence[Sequence[Document]]
@@ -52,12 +52,12 @@ def reciprocal_rank_scores(
     ranked_lists: Lists,
     weights: Weights,
     *,
-    k: float = RRF_K,
+    rank_constant: float = RRF_K,
     rank_start: int = 1,
     id_key: Key = None,
 ) -> Fused:
-    """RRF: score(d) = sum over lists of weight / (k + rank(d)), ranks from ``rank_start``."""
-    first = k + rank_start
+    """RRF: score(d) = sum of weight / (rank_constant + rank(d)), ranks from ``rank_start``."""
+    first = rank_constant + rank_start
     contributions = [
         [weight / (first + position) for position in range(len(ranked))]
         for ranked, weight in zip(ranked_lists, weights, strict=True)

@@ -1,5 +1,5 @@
 """The fusion Runnables: thin wrappers over :mod:`.algorithms` that report a ``fuse`` run and
-take ``top_n`` / ``weights`` (and RRF's ``k``) per call."""
+take ``top_n`` / ``weights`` (and RRF's ``rank_constant``) per call."""
 
 from __future__ import annotations
 
@@ -97,27 +97,47 @@ class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
 
 
 class ReciprocalRankFusion(BaseFusion):
-    """Reciprocal rank fusion: score(d) = Σ_i w_i / (k + rank_i(d)), ranks from ``rank_start``
-    (1 as in Cormack et al. 2009; 0 reproduces the tutorials' ``1 / (rank + k)``)."""
+    """Reciprocal rank fusion: score(d) = Σ_i w_i / (rank_constant + rank_i(d)), ranks from
+    ``rank_start`` (1 as in Cormack et al. 2009; 0 reproduces the tutorials' ``1 / (rank + k)``).
 
-    k: float = algorithms.RRF_K
+    ``k`` is no field here: in the kit ``k`` is the number of documents a retriever returns."""
+
+    rank_constant: float = algorithms.RRF_K
     rank_start: int = 1
 
-    call_settings: ClassVar[tuple[str, ...]] = ("top_n", "weights", "k")
+    call_settings: ClassVar[tuple[str, ...]] = ("top_n", "weights", "rank_constant")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_k(cls, values: Any) -> Any:
+        if isinstance(values, dict) and "k" in values:
+            raise TypeError(
+                "ReciprocalRankFusion takes the RRF constant as rank_constant (k is the number "
+                "of documents a retriever returns); use rank_constant=..."
+            )
+        return values
 
     @model_validator(mode="after")
-    def _check_k(self) -> ReciprocalRankFusion:
-        if not math.isfinite(self.k) or self.k < 0:
-            raise ValueError(f"k must be a finite non-negative number, got {self.k}")
+    def _check_rank_constant(self) -> ReciprocalRankFusion:
+        if not math.isfinite(self.rank_constant) or self.rank_constant < 0:
+            raise ValueError(
+                f"rank_constant must be a finite non-negative number, got {self.rank_constant}"
+            )
         if self.rank_start not in (0, 1):
             raise ValueError(f"rank_start must be 0 or 1, got {self.rank_start}")
-        if self.k + self.rank_start <= 0:
-            raise ValueError("k must be positive when rank_start=0 (1 / (0 + 0) is undefined)")
+        if self.rank_constant + self.rank_start <= 0:
+            raise ValueError(
+                "rank_constant must be positive when rank_start=0 (1 / (0 + 0) is undefined)"
+            )
         return self
 
     def _scores(self, ranked_lists: list[Sequence[Document]], weights: list[float]) -> Fused:
         return algorithms.reciprocal_rank_scores(
-            ranked_lists, weights, k=self.k, rank_start=self.rank_start, id_key=self.id_key
+            ranked_lists,
+            weights,
+            rank_constant=self.rank_constant,
+            rank_start=self.rank_start,
+            id_key=self.id_key,
         )
 
 
