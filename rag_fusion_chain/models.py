@@ -230,11 +230,9 @@ def vectors_agree(
             f"got {len(reference)} and {len(candidate)}"
         )
     for left, right in zip(reference, candidate, strict=True):
-        if len(left) != len(right):
-            return False
-        dot = sum(a * b for a, b in zip(left, right, strict=True))
-        norms = math.sqrt(sum(a * a for a in left)) * math.sqrt(sum(b * b for b in right))
-        if norms == 0 or dot / norms < min_cosine:
+        dot = sum(a * b for a, b in zip(left, right, strict=False))
+        norms = math.hypot(*left) * math.hypot(*right)
+        if len(left) != len(right) or not norms or dot / norms < min_cosine:
             return False
     return True
 
