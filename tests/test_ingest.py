@@ -22,7 +22,7 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 
 from rag_fusion_chain import ingest, models
 from rag_fusion_chain.ingest import Skipped, SkippedSourceWarning, count_tokens, split_documents
-from rag_fusion_chain.ingest.folders import walk
+from rag_fusion_chain.ingest.sources import walk
 from tests.conftest import StaticSite
 
 BLOG_POST = """<!doctype html>
