@@ -8,16 +8,15 @@ Problems raise :class:`UnreadableSourceError` with a short reason.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import stat
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from langchain_core.documents import Document
 
@@ -102,20 +101,22 @@ def _load_as(kind: str, path: str | os.PathLike[str], max_file_size: int) -> lis
 def _read_as(
     kind: str, file: Path, source: str, max_file_size: int, identity: FileIdentity | None
 ) -> list[Document]:
-    check_max_file_size(max_file_size)
-    if kind == "beir":
-        return _beir_documents(file, source, max_file_size, identity)
     data = _read(file, source, max_file_size, identity)
     if kind == "pdf":
         return pdf_documents(data, source)
     if kind == "html":
         return [html_document(data, source)]
+    if kind == "beir":
+        return _beir_documents(data, source)
+    return [Document(page_content=_utf8(data, source), metadata={"source": source}, id=source)]
+
+
+def _utf8(data: bytes, source: str) -> str:
     try:
-        text = data.decode("utf-8-sig")
+        return clean_text(data.decode("utf-8-sig"))
     except UnicodeDecodeError as error:
         detail = f"byte {error.start}: {error.reason}"
         raise UnreadableSourceError(source, "not UTF-8", detail) from error
-    return [Document(page_content=clean_text(text), metadata={"source": source}, id=source)]
 
 
 def pdf_documents(data: bytes, source: str) -> list[Document]:
@@ -194,35 +195,25 @@ def html_document(
     return Document(page_content=clean_text(page.text), metadata=metadata, id=source)
 
 
-@contextlib.contextmanager
-def _open_bounded(
-    file: Path, source: str, max_file_size: int, identity: FileIdentity | None
-) -> Iterator[BinaryIO]:
-    """``file`` opened non-blocking (a FIFO cannot hang the reader), once it is known to be a
-    regular file within the size cap and, with ``identity``, the file that was checked."""
+def _read(file: Path, source: str, max_file_size: int, identity: FileIdentity | None) -> bytes:
+    """The bytes of ``file``, opened non-blocking (a FIFO cannot hang the reader) once it is
+    known to be a regular file within the size cap and, with ``identity``, the file checked."""
+    check_max_file_size(max_file_size)
     try:
-        descriptor = os.open(file, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(os.open(file, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as stream:
+            status = os.fstat(stream.fileno())
+            if identity is not None and (status.st_dev, status.st_ino) != identity:
+                raise UnreadableSourceError(source, "changed while being read")
+            if not stat.S_ISREG(status.st_mode):
+                raise UnreadableSourceError(source, "not a regular file")
+            too_large = f"larger than the {byte_size(max_file_size)} limit"
+            if status.st_size > max_file_size:
+                raise UnreadableSourceError(source, too_large)
+            data = stream.read(max_file_size + 1)
     except OSError as error:
         raise UnreadableSourceError(source, "cannot be read", error.strerror or "") from error
-    with os.fdopen(descriptor, "rb") as stream:
-        status = os.fstat(descriptor)
-        if identity is not None and (status.st_dev, status.st_ino) != identity:
-            raise UnreadableSourceError(source, "changed while being read")
-        if not stat.S_ISREG(status.st_mode):
-            raise UnreadableSourceError(source, "not a regular file")
-        if status.st_size > max_file_size:
-            raise UnreadableSourceError(source, _too_large(max_file_size))
-        try:
-            yield stream
-        except OSError as error:
-            raise UnreadableSourceError(source, "cannot be read", error.strerror or "") from error
-
-
-def _read(file: Path, source: str, max_file_size: int, identity: FileIdentity | None) -> bytes:
-    with _open_bounded(file, source, max_file_size, identity) as stream:
-        data = stream.read(max_file_size + 1)
     if len(data) > max_file_size:  # grew after it was checked
-        raise UnreadableSourceError(source, _too_large(max_file_size))
+        raise UnreadableSourceError(source, too_large)
     return data
 
 
@@ -230,10 +221,6 @@ def check_max_file_size(max_file_size: int) -> None:
     """ValueError naming ``max_file_size`` unless it is a positive int (bytes)."""
     if isinstance(max_file_size, bool) or not isinstance(max_file_size, int) or max_file_size < 1:
         raise ValueError(f"max_file_size must be a positive int (bytes), got {max_file_size!r}")
-
-
-def _too_large(max_file_size: int) -> str:
-    return f"larger than the {byte_size(max_file_size)} limit"
 
 
 def byte_size(count: int) -> str:
@@ -244,46 +231,33 @@ def byte_size(count: int) -> str:
     return f"{count} bytes"
 
 
-def _beir_documents(
-    file: Path, source: str, max_file_size: int, identity: FileIdentity | None
-) -> list[Document]:
+def _beir_documents(data: bytes, source: str) -> list[Document]:
     documents: list[Document] = []
     seen: set[str] = set()
-    size = 0
-    with _open_bounded(file, source, max_file_size, identity) as stream:
-        for number, raw in enumerate(stream, start=1):
-            size += len(raw)
-            if size > max_file_size:
-                raise UnreadableSourceError(source, _too_large(max_file_size))
-            try:
-                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
-            except UnicodeDecodeError as error:
-                raise UnreadableSourceError(source, f"line {number} is not UTF-8") from error
-            if line.strip():
-                document = _beir_document(line, f"{source}:{number}", source)
-                if document.id in seen:
-                    reason = f"duplicate _id {document.id!r}"
-                    raise UnreadableSourceError(f"{source}:{number}", reason)
-                seen.add(str(document.id))
-                documents.append(document)
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        where = f"{source}:{number}"
+        line = _utf8(raw, where)
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise UnreadableSourceError(where, "invalid JSON", str(error)) from error
+        if not isinstance(record, dict) or "_id" not in record:
+            raise UnreadableSourceError(where, "expected a JSON object with an '_id' key")
+        doc_id = str(record["_id"])
+        if doc_id in seen:
+            raise UnreadableSourceError(where, f"duplicate _id {doc_id!r}")
+        seen.add(doc_id)
+        title = str(record.get("title") or "").strip()
+        text = str(record.get("text") or "")
+        extra = record.get("metadata")
+        metadata = {**(extra if isinstance(extra, dict) else {}), "doc_id": doc_id, "title": title}
+        content = f"{title}\n{text}" if title else text
+        documents.append(
+            Document(clean_text(content), metadata={**metadata, "source": source}, id=doc_id)
+        )
     return documents
-
-
-def _beir_document(line: str, where: str, source: str) -> Document:
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as error:
-        raise UnreadableSourceError(where, "invalid JSON", str(error)) from error
-    if not isinstance(record, dict) or "_id" not in record:
-        raise UnreadableSourceError(where, "expected a JSON object with an '_id' key")
-    doc_id = str(record["_id"])
-    title = str(record.get("title") or "").strip()
-    text = str(record.get("text") or "")
-    extra = record.get("metadata")
-    metadata = {**(extra if isinstance(extra, dict) else {}), "doc_id": doc_id, "title": title}
-    metadata["source"] = source
-    content = clean_text(f"{title}\n{text}" if title else text)
-    return Document(page_content=content, metadata=metadata, id=doc_id)
 
 
 def existing_path(path: str | os.PathLike[str]) -> Path:

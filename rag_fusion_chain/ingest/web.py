@@ -23,13 +23,12 @@ import time
 import warnings
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 from langchain_core.documents import Document
 
-from rag_fusion_chain.ingest.files import html_document, pdf_documents
+from rag_fusion_chain.ingest.files import clean_text, html_document, pdf_documents
 from rag_fusion_chain.ingest.problems import (
     NoTextError,
     SkippedSourceWarning,
@@ -49,16 +48,6 @@ MAX_REDIRECTS = 5
 _REDIRECT_STATUSES = (301, 302, 303, 307, 308)
 _HTML_TYPES = ("text/html", "application/xhtml+xml")
 _TEXT_TYPES = ("application/json", "application/xml")
-
-
-@dataclass(frozen=True)
-class Page:
-    """A fetched response: final URL, media type (``""`` if none), declared charset, body."""
-
-    url: str
-    media_type: str
-    charset: str | None
-    body: bytes
 
 
 def load_web(
@@ -96,28 +85,22 @@ def load_url(
     deny_private: bool | None,
     classes: Sequence[str] | None = None,
 ) -> list[Document]:
-    """The documents of one checked URL, named without ``user:password@`` (never sent either)."""
-    page = _fetch(url, timeout, max_bytes, deny_private)
-    return page_documents(page, redact_credentials(url), classes)
-
-
-def page_documents(page: Page, source: str, classes: Sequence[str] | None = None) -> list[Document]:
-    """The documents of a fetched page, read by its content type; named ``source``."""
-    media = page.media_type
+    """The documents of one checked URL by content type, named without ``user:password@``."""
+    source = redact_credentials(url)
+    media, charset, body = _fetch(url, timeout, max_bytes, deny_private)
     if media == "application/pdf":
-        return pdf_documents(page.body, source)
-    if media in _HTML_TYPES or (not media and b"\0" not in page.body[:1024]):
-        return [html_document(page.body, source, encoding=page.charset, classes=classes)]
-    if media.startswith("text/") or media in _TEXT_TYPES or media.endswith(("+json", "+xml")):
-        charset = page.charset or "utf-8"
-        try:
-            text = page.body.decode(charset)
-        except UnicodeDecodeError as error:
-            raise UnreadableSourceError(source, f"not {charset} text") from error
-        if not text.strip():
-            raise NoTextError(source, "no text found")
-        return [Document(page_content=text, metadata={"source": source}, id=source)]
-    raise UnreadableSourceError(source, f"content type {media or 'unknown'} is not text")
+        return pdf_documents(body, source)
+    if media in _HTML_TYPES or (not media and b"\0" not in body[:1024]):
+        return [html_document(body, source, encoding=charset, classes=classes)]
+    if not (media.startswith("text/") or media in _TEXT_TYPES or media.endswith(("+json", "+xml"))):
+        raise UnreadableSourceError(source, f"content type {media or 'unknown'} is not text")
+    try:
+        text = clean_text(body.decode(charset or "utf-8"))
+    except UnicodeDecodeError as error:
+        raise UnreadableSourceError(source, f"not {charset or 'utf-8'} text") from error
+    if not text.strip():
+        raise NoTextError(source, "no text found")
+    return [Document(page_content=text, metadata={"source": source}, id=source)]
 
 
 def check_web_url(url: str) -> None:
@@ -151,15 +134,17 @@ def is_public_address(address: str) -> bool:
     return ip.is_global and not ip.is_multicast
 
 
-def _fetch(url: str, timeout: float, max_bytes: int, deny_private: bool | None) -> Page:
+def _fetch(
+    url: str, timeout: float, max_bytes: int, deny_private: bool | None
+) -> tuple[str, str | None, bytes]:
     """GET ``url`` within ``timeout`` seconds in all, following redirects."""
     deny = deny_private if deny_private is not None else _environment_denies_private()
     watchdog = _Watchdog(time.monotonic() + timeout)
     try:
-        page = _follow(url, max_bytes, deny, watchdog)
+        fetched = _follow(url, max_bytes, deny, watchdog)
         if watchdog.fired:  # the body ended because the watchdog closed the connection
             raise TimeoutError
-        return page
+        return fetched
     except SourceProblem:
         raise
     except (OSError, http.client.HTTPException) as error:
@@ -171,7 +156,10 @@ def _fetch(url: str, timeout: float, max_bytes: int, deny_private: bool | None) 
         watchdog.stop()
 
 
-def _follow(url: str, max_bytes: int, deny: bool, watchdog: _Watchdog) -> Page:
+def _follow(
+    url: str, max_bytes: int, deny: bool, watchdog: _Watchdog
+) -> tuple[str, str | None, bytes]:
+    """The media type (``""`` if none), known charset and body of ``url`` after redirects."""
     current = url
     for _ in range(MAX_REDIRECTS + 1):
         parts = urlsplit(current)
@@ -196,10 +184,8 @@ def _follow(url: str, max_bytes: int, deny: bool, watchdog: _Watchdog) -> Page:
             if not 200 <= response.status < 300:
                 raise UnreadableSourceError(url, f"answered {response.status}")
             body = _read_body(response, url, max_bytes)
-            media_type = response.msg.get_content_type() if response.msg["Content-Type"] else ""
-            return Page(
-                current, media_type, _known_charset(response.msg.get_content_charset()), body
-            )
+            media = response.msg.get_content_type() if response.msg["Content-Type"] else ""
+            return media, _known_charset(response.msg.get_content_charset()), body
         finally:
             connection.close()
     raise SourceConnectionError(url, f"cannot load: more than {MAX_REDIRECTS} redirects")
