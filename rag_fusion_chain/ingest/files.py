@@ -22,6 +22,7 @@ from langchain_core.documents import Document
 
 from rag_fusion_chain.ingest.html import HtmlLimitError, html_to_text
 from rag_fusion_chain.ingest.problems import NoTextError, UnreadableSourceError, display_name
+from rag_fusion_chain.validation import validate_count
 
 DEFAULT_MAX_FILE_SIZE = 50_000_000
 """Bytes: larger files are skipped (reported), never read."""
@@ -62,40 +63,12 @@ def load_file(
     return _read_as(KINDS.get(suffix, "text"), Path(path), name, max_file_size, identity)
 
 
-def load_text(
-    path: str | os.PathLike[str], *, max_file_size: int = DEFAULT_MAX_FILE_SIZE
-) -> list[Document]:
-    """One Document of a UTF-8 text or markdown file, its path as ``source`` and id."""
-    return _load_as("text", path, max_file_size)
-
-
-def load_html(
-    path: str | os.PathLike[str], *, max_file_size: int = DEFAULT_MAX_FILE_SIZE
-) -> list[Document]:
-    """One Document with the main text of an HTML file, its ``<title>`` in metadata."""
-    return _load_as("html", path, max_file_size)
-
-
 def load_pdf(
     path: str | os.PathLike[str], *, max_file_size: int = DEFAULT_MAX_FILE_SIZE
 ) -> list[Document]:
     """One Document per PDF page that has text (``page`` from 0); pages without are warned."""
-    return _load_as("pdf", path, max_file_size)
-
-
-def load_beir_corpus(
-    path: str | os.PathLike[str], *, max_file_size: int = DEFAULT_MAX_FILE_SIZE
-) -> list[Document]:
-    """Documents of a BEIR ``corpus.jsonl``, streamed: title and text as content, ``_id`` as
-    ``Document.id`` and ``metadata["doc_id"]`` (evaluation maps chunks back to judged ones)."""
-    return _load_as("beir", path, max_file_size)
-
-
-def _load_as(kind: str, path: str | os.PathLike[str], max_file_size: int) -> list[Document]:
     file = existing_path(path)
-    if not file.is_file():
-        raise ValueError(f"not a file: {file}")
-    return _read_as(kind, file, str(file), max_file_size, None)
+    return _read_as("pdf", file, str(file), max_file_size, None)
 
 
 def _read_as(
@@ -198,7 +171,7 @@ def html_document(
 def _read(file: Path, source: str, max_file_size: int, identity: FileIdentity | None) -> bytes:
     """The bytes of ``file``, opened non-blocking (a FIFO cannot hang the reader) once it is
     known to be a regular file within the size cap and, with ``identity``, the file checked."""
-    check_max_file_size(max_file_size)
+    validate_count("max_file_size", max_file_size)
     try:
         with os.fdopen(os.open(file, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as stream:
             status = os.fstat(stream.fileno())
@@ -215,12 +188,6 @@ def _read(file: Path, source: str, max_file_size: int, identity: FileIdentity | 
     if len(data) > max_file_size:  # grew after it was checked
         raise UnreadableSourceError(source, too_large)
     return data
-
-
-def check_max_file_size(max_file_size: int) -> None:
-    """ValueError naming ``max_file_size`` unless it is a positive int (bytes)."""
-    if isinstance(max_file_size, bool) or not isinstance(max_file_size, int) or max_file_size < 1:
-        raise ValueError(f"max_file_size must be a positive int (bytes), got {max_file_size!r}")
 
 
 def byte_size(count: int) -> str:

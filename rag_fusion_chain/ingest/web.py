@@ -1,12 +1,9 @@
-"""Load web pages: one bounded fetch per URL, text by content type, a private-address policy.
+"""Load web pages: one fetch per URL bounded as a whole, text by content type, private addresses.
 
-A fetch is bounded as a whole by ``timeout`` seconds of wall clock (lookup, connect, headers,
-redirects, body: headers dripping a byte at a time are cut off), its body by ``max_bytes`` after
-decompression; at most five redirects, to http(s) only. HTML, text and PDF are read; other
-content types are refused. With ``deny_private`` (or ``RAG_FUSION_DENY_PRIVATE_URLS=1``) a host
-resolving to a non-global address is refused at every redirect, and the connection goes to the
-address checked (no second lookup). No library bounds a synchronous fetch as a whole while
-pinning the checked address (httpx and urllib3 time each read), hence ``http.client`` here.
+``timeout`` bounds lookup, connect, headers, redirects and body together (a watchdog shuts the
+socket), ``max_bytes`` the body after decompression. With ``deny_private``, a host resolving to a
+non-global address is refused at every redirect and the connection goes to the address checked.
+httpx and urllib3 time each read and resolve on their own, hence ``http.client`` here.
 """
 
 from __future__ import annotations
@@ -48,6 +45,7 @@ MAX_REDIRECTS = 5
 _REDIRECT_STATUSES = (301, 302, 303, 307, 308)
 _HTML_TYPES = ("text/html", "application/xhtml+xml")
 _TEXT_TYPES = ("application/json", "application/xml")
+_TRUE = ("1", "true", "yes", "on")
 
 
 def load_web(
@@ -122,10 +120,6 @@ def check_fetch_limits(timeout: float, max_bytes: int) -> None:
         raise ValueError(f"max_bytes must be a positive int, got {max_bytes!r}")
 
 
-def _environment_denies_private() -> bool:
-    return os.environ.get(DENY_PRIVATE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
-
-
 def is_public_address(address: str) -> bool:
     """Whether an IP address is globally routable (IPv4-mapped IPv6 judged as IPv4)."""
     ip = ipaddress.ip_address(address)
@@ -138,10 +132,11 @@ def _fetch(
     url: str, timeout: float, max_bytes: int, deny_private: bool | None
 ) -> tuple[str, str | None, bytes]:
     """GET ``url`` within ``timeout`` seconds in all, following redirects."""
-    deny = deny_private if deny_private is not None else _environment_denies_private()
+    if deny_private is None:
+        deny_private = os.environ.get(DENY_PRIVATE_ENV, "").strip().lower() in _TRUE
     watchdog = _Watchdog(time.monotonic() + timeout)
     try:
-        fetched = _follow(url, max_bytes, deny, watchdog)
+        fetched = _follow(url, max_bytes, deny_private, watchdog)
         if watchdog.fired:  # the body ended because the watchdog closed the connection
             raise TimeoutError
         return fetched
@@ -260,26 +255,22 @@ def _tls() -> ssl.SSLContext:
 
 
 def _read_body(response: http.client.HTTPResponse, url: str, max_bytes: int) -> bytes:
-    """The body, decompressed (gzip/deflate), refused past ``max_bytes`` before and after."""
+    """The body, decompressed (gzip/deflate), refused past ``max_bytes`` (a gzip bomb too)."""
     too_large = UnreadableSourceError(url, f"larger than max_bytes={max_bytes}")
-    declared = (response.getheader("Content-Length") or "").strip()
-    if declared.isdigit() and int(declared) > max_bytes:
-        raise too_large
     encoding = (response.getheader("Content-Encoding") or "identity").strip().lower()
     if encoding not in ("identity", "gzip", "x-gzip", "deflate"):
         raise UnreadableSourceError(url, f"unsupported content encoding {encoding}")
     decoder = zlib.decompressobj(zlib.MAX_WBITS | 32) if encoding != "identity" else None
     blocks: list[bytes] = []
-    size = received = 0
+    size = 0
     try:
         while block := response.read1(65_536):
-            received += len(block)
             if decoder is not None:
                 block = decoder.decompress(block, max_bytes + 1 - size)
                 if decoder.unconsumed_tail:
                     raise too_large
             size += len(block)
-            if size > max_bytes or received > max_bytes:
+            if size > max_bytes:
                 raise too_large
             blocks.append(block)
         if decoder is not None:
