@@ -1,13 +1,8 @@
 """Load documents (web pages, PDF, HTML, text and markdown, folders, BEIR corpora) and split them.
 
-Sources are checked first (a missing path or a malformed URL fails before anything is read);
-then a source that cannot be used is skipped, warned and listed (``strict=True`` raises). Files
-are named without the user's absolute paths: alone by their name, in a folder by the folder's
-name and their path inside it (by the paths as given when two folders share a name). A folder
-walk is sorted, skips hidden entries and stays inside the folder unless ``follow_symlinks``; a
-file is read only if it is still the file that was checked.
-
->>> chunks = split_documents(load(["notes/", "paper.pdf"]))  # doctest: +SKIP
+Files are named without the user's absolute paths: alone by their name, in a folder by the
+folder's name and their path inside it (by the paths as given when two folders share a name).
+A folder walk skips hidden entries and stays inside the folder unless ``follow_symlinks``.
 """
 
 from __future__ import annotations
@@ -32,12 +27,8 @@ from rag_fusion_chain.ingest.files import (
 from rag_fusion_chain.ingest.html import HtmlText, html_to_text
 from rag_fusion_chain.ingest.problems import (
     LoadResult,
-    NoTextError,
     Skipped,
     SkippedSourceWarning,
-    SourceConnectionError,
-    SourceProblem,
-    SourceTimeoutError,
     UnreadableSourceError,
     describe_skipped,
     display_name,
@@ -61,7 +52,6 @@ from rag_fusion_chain.ingest.web import (
 from rag_fusion_chain.validation import validate_count
 
 DIRECTORY_EXTENSIONS = tuple(suffix for suffix, kind in KINDS.items() if kind != "beir")
-"""The files a folder is read for (by default)."""
 ACCEPTED_SOURCES = (
     f"folders (read for {', '.join(DIRECTORY_EXTENSIONS)} files), those files alone, "
     "BEIR .jsonl corpora, other UTF-8 text files, and http(s) URLs"
@@ -85,12 +75,9 @@ def load_with_report(
     deny_private: bool | None = None,
     on_source: Callable[[str], None] | None = None,
 ) -> LoadResult:
-    """Load each source by its kind: the documents, the sources read and those skipped.
-
-    Folders are read for ``extensions``; ``max_file_size`` caps each file (bytes); ``timeout``,
-    ``max_bytes`` and ``deny_private`` bound URL fetches (:func:`load_web`); ``on_source(name)``
-    is called as each source is done. ValueError when nothing could be loaded.
-    """
+    """Load each source by its kind: the documents, the sources read and those skipped (warned,
+    or raised with ``strict``). Paths and URLs are checked before anything is read; ValueError
+    when nothing could be loaded. ``on_source(name)`` is called as each source is done."""
     if isinstance(sources, (str, os.PathLike)):
         raise TypeError("sources must be a list of paths or URLs, not a single string")
     check_fetch_limits(timeout, max_bytes)
@@ -129,8 +116,8 @@ def load_with_report(
 def _walk(
     directory: Path, root: Path, wanted: set[str], follow_symlinks: bool, seen: set[Path]
 ) -> Iterator[tuple[Path, tuple[int, int] | str]]:
-    """The files under ``directory`` with a ``wanted`` suffix and their identity
-    ``(st_dev, st_ino)``, or the entries skipped and why."""
+    """Each file under ``directory`` with a ``wanted`` suffix and its ``(st_dev, st_ino)``, or
+    an entry skipped and why; a file is later read only if it is still the file checked."""
     try:
         entries = sorted(os.scandir(directory), key=lambda entry: entry.name)
     except OSError as error:
@@ -164,14 +151,10 @@ def _walk(
 
 def _shown_names(checked: Sequence[str | Path]) -> list[str]:
     """A URL as itself, a path by its last part, or as given when two share that last part."""
-    last_parts = [
-        source if isinstance(source, str) else source.name or source.resolve().name
-        for source in checked
-    ]
-    repeated = {name for name, count in Counter(last_parts).items() if count > 1}
+    last = [item if isinstance(item, str) else item.name or item.resolve().name for item in checked]
+    count = Counter(last)
     return [
-        str(source) if name in repeated and not isinstance(source, str) else name
-        for source, name in zip(checked, last_parts, strict=True)
+        str(item) if count[name] > 1 else name for item, name in zip(checked, last, strict=True)
     ]
 
 
@@ -191,12 +174,8 @@ __all__ = [
     "DENY_PRIVATE_ENV",
     "HtmlText",
     "LoadResult",
-    "NoTextError",
     "Skipped",
     "SkippedSourceWarning",
-    "SourceConnectionError",
-    "SourceProblem",
-    "SourceTimeoutError",
     "UnreadableSourceError",
     "count_tokens",
     "describe_skipped",

@@ -1,10 +1,6 @@
-"""Load one file: UTF-8 text or markdown, HTML, PDF, or a BEIR ``corpus.jsonl``.
-
-Every file goes through one bounded opening: larger than ``max_file_size`` bytes (50 MB) it is
-refused unread. Parsing is bounded too (:data:`MAX_HTML_SIZE`, :data:`MAX_PDF_CHARACTERS`,
-:data:`PDF_TIME_BUDGET`), and terminal escape sequences and control characters are dropped.
-Problems raise :class:`UnreadableSourceError` with a short reason.
-"""
+"""Load one file (UTF-8 text or markdown, HTML, PDF, a BEIR ``corpus.jsonl``) within bounds:
+``max_file_size`` (a larger file is not read), :data:`MAX_HTML_SIZE`, :data:`MAX_PDF_CHARACTERS`
+and :data:`PDF_TIME_BUDGET`; terminal escape sequences and control characters are dropped."""
 
 from __future__ import annotations
 
@@ -16,7 +12,6 @@ import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from langchain_core.documents import Document
 
@@ -43,8 +38,7 @@ _TERMINAL_ESCAPE = re.compile(
 )
 _CONTROL_CHARACTER = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
-FileIdentity = tuple[int, int]
-"""``(st_dev, st_ino)``: the file opened must be the file that was checked."""
+FileIdentity = tuple[int, int]  # (st_dev, st_ino): the file opened must be the file checked
 
 
 def load_file(
@@ -59,8 +53,15 @@ def load_file(
     name = source or str(path)
     if display_name(name) != name:
         raise UnreadableSourceError(display_name(name), "file name is not UTF-8")
-    suffix = Path(name).suffix.lower() or Path(path).suffix.lower()
-    return _read_as(KINDS.get(suffix, "text"), Path(path), name, max_file_size, identity)
+    kind = KINDS.get(Path(name).suffix.lower() or Path(path).suffix.lower(), "text")
+    data = _read(Path(path), name, max_file_size, identity)
+    if kind == "pdf":
+        return pdf_documents(data, name)
+    if kind == "html":
+        return [html_document(data, name)]
+    if kind == "beir":
+        return _beir_documents(data, name)
+    return [Document(page_content=_utf8(data, name), metadata={"source": name}, id=name)]
 
 
 def load_pdf(
@@ -68,20 +69,7 @@ def load_pdf(
 ) -> list[Document]:
     """One Document per PDF page that has text (``page`` from 0); pages without are warned."""
     file = existing_path(path)
-    return _read_as("pdf", file, str(file), max_file_size, None)
-
-
-def _read_as(
-    kind: str, file: Path, source: str, max_file_size: int, identity: FileIdentity | None
-) -> list[Document]:
-    data = _read(file, source, max_file_size, identity)
-    if kind == "pdf":
-        return pdf_documents(data, source)
-    if kind == "html":
-        return [html_document(data, source)]
-    if kind == "beir":
-        return _beir_documents(data, source)
-    return [Document(page_content=_utf8(data, source), metadata={"source": source}, id=source)]
+    return pdf_documents(_read(file, str(file), max_file_size, None), str(file))
 
 
 def _utf8(data: bytes, source: str) -> str:
@@ -101,9 +89,22 @@ def pdf_documents(data: bytes, source: str) -> list[Document]:
         raise ImportError(message) from error
     if not data:
         raise UnreadableSourceError(source, "empty PDF")
+    deadline = time.monotonic() + PDF_TIME_BUDGET
+    pages: list[str] = []
+    characters = 0
     try:
         with pymupdf.open(stream=data, filetype="pdf") as pdf:
-            pages = _bounded_pages(pdf, source)
+            for page in pdf:
+                if time.monotonic() > deadline:
+                    limit = f"the {PDF_TIME_BUDGET:g} s limit"
+                    raise UnreadableSourceError(
+                        source, f"PDF pages take longer than {limit} to read"
+                    )
+                pages.append(clean_text(page.get_text()))
+                characters += len(pages[-1])
+                if characters > MAX_PDF_CHARACTERS:
+                    limit = f"the {MAX_PDF_CHARACTERS:,}-character limit"
+                    raise UnreadableSourceError(source, f"PDF text beyond {limit}")
     except (pymupdf.FileDataError, RuntimeError, ValueError) as error:
         if isinstance(error, UnreadableSourceError):
             raise
@@ -122,22 +123,6 @@ def pdf_documents(data: bytes, source: str) -> list[Document]:
         message = f"{source}: {blank} of {len(pages)} pages have no text (scanned images?)"
         warnings.warn(f"{message} and were skipped", stacklevel=3)
     return documents
-
-
-def _bounded_pages(pdf: Any, source: str) -> list[str]:
-    deadline = time.monotonic() + PDF_TIME_BUDGET
-    pages: list[str] = []
-    characters = 0
-    for page in pdf:
-        if time.monotonic() > deadline:
-            reason = f"PDF pages take longer than the {PDF_TIME_BUDGET:g} s limit to read"
-            raise UnreadableSourceError(source, reason)
-        pages.append(clean_text(page.get_text()))
-        characters += len(pages[-1])
-        if characters > MAX_PDF_CHARACTERS:
-            reason = f"PDF text beyond the {MAX_PDF_CHARACTERS:,}-character limit"
-            raise UnreadableSourceError(source, reason)
-    return pages
 
 
 def clean_text(text: str) -> str:

@@ -1,9 +1,6 @@
 """HTML to text with beautifulsoup4: a page's main text (one line per block) and its title.
 
-Scripts, styles, forms, navigation, page headers and footers, asides and hidden elements are
-dropped; ``<main>`` (else the only ``<article>``, else ``<body>``) is kept. lxml first checks the
-nesting depth in linear time (BeautifulSoup's cost grows with its square): deeper than
-:data:`MAX_HTML_DEPTH` raises :class:`HtmlLimitError`.
+lxml first checks the nesting depth in linear time (BeautifulSoup's cost grows with its square).
 """
 
 from __future__ import annotations
@@ -16,6 +13,7 @@ from typing import Any, NamedTuple
 DROPPED_TAGS = (
     "script", "style", "noscript", "template", "nav", "aside", "form", "button", "input",
     "select", "textarea", "iframe", "svg", "canvas", "object", "embed", "dialog", "menu",
+    "head", "title",  # the title is kept apart
 )  # fmt: skip
 PAGE_FRAME_TAGS = ("header", "footer")
 """Dropped when they frame the page; kept inside an ``<article>``/``<main>``/``<section>``."""
@@ -44,12 +42,9 @@ class HtmlText(NamedTuple):
 def html_to_text(
     markup: str | bytes, *, classes: Sequence[str] | None = None, encoding: str | None = None
 ) -> HtmlText:
-    """The main text and the title of an HTML page; with ``classes``, only the text of elements
-    having one of them; ``encoding``: the charset a server declared for ``markup`` bytes.
-
-    >>> html_to_text("<title>T</title><nav>Menu</nav><p>Hello <b>world</b>.</p>")
-    HtmlText(text='Hello world.', title='T')
-    """
+    """The title and main text of a page: ``<main>``, else its only ``<article>``, else
+    ``<body>``, without scripts, navigation, forms, page frames and hidden elements; with
+    ``classes``, the text of elements having one of them. HtmlLimitError past the depth bound."""
     try:
         from bs4 import BeautifulSoup
         from lxml import etree, html
@@ -65,7 +60,9 @@ def html_to_text(
     soup = BeautifulSoup(markup, "lxml", **options)
     heading = soup.find("title") or soup.find("h1")
     title = " ".join(heading.get_text(" ").split()) if heading else ""
-    _drop_non_text(soup)
+    for element in soup.find_all(_is_dropped):
+        if not element.decomposed:  # inside one dropped already
+            element.decompose()
     if classes:
         wanted = set(classes)
 
@@ -85,22 +82,11 @@ def html_to_text(
     return HtmlText(text="\n".join(line for line in lines if line), title=title)
 
 
-def _drop_non_text(soup: Any) -> None:
-    for element in soup.find_all(DROPPED_TAGS):
-        element.decompose()
-    for element in soup.find_all(PAGE_FRAME_TAGS):
-        if element.find_parent(("article", "main", "section")) is None:
-            element.decompose()
-    hidden = soup.find_all(
-        lambda tag: (
-            tag.has_attr("hidden")
-            or tag.get("aria-hidden") == "true"
-            or tag.get("role") in DROPPED_ROLES
-        )
-    )
-    for element in [*hidden, *soup.find_all(("head", "title"))]:  # the title is kept apart
-        if not element.decomposed:
-            element.decompose()
+def _is_dropped(tag: Any) -> bool:
+    """Whether ``tag`` holds no reading text: code, controls, navigation, hidden, a page frame."""
+    frame = tag.name in PAGE_FRAME_TAGS and tag.find_parent(("article", "main", "section")) is None
+    hidden = tag.has_attr("hidden") or tag.get("aria-hidden") == "true"
+    return frame or hidden or tag.name in DROPPED_TAGS or tag.get("role") in DROPPED_ROLES
 
 
 def _collect_text(element: Any, parts: list[str], *, preformatted: bool) -> None:

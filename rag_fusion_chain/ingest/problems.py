@@ -13,8 +13,7 @@ from rag_fusion_chain.validation import redact_credentials
 
 
 class SourceProblem(Exception):
-    """A source that cannot be used, with a one-line ``reason``; a URL's ``user:password@``
-    never reaches its source, reason or message (they are shown and stored)."""
+    """A source that cannot be used, and why; a URL's ``user:password@`` is never shown."""
 
     def __init__(self, source: str, reason: str, detail: str = "") -> None:
         self.source = redact_credentials(source)
@@ -70,12 +69,10 @@ class LoadResult:
             self.loaded.append(source)
 
     def skip(self, problem: SourceProblem, *, strict: bool) -> None:
-        """Record and warn ``problem``, or raise it if ``strict``."""
         if strict:
             raise problem
         self.skipped.append(Skipped(problem.source, problem.reason))
-        message = f"skipped {problem.source} ({problem.reason})"
-        warnings.warn(message, SkippedSourceWarning, stacklevel=4)
+        warnings.warn(f"skipped {problem}", SkippedSourceWarning, stacklevel=4)
 
 
 def describe_skipped(skipped: Sequence[Skipped]) -> str:

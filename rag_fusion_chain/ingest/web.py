@@ -8,7 +8,6 @@ httpx and urllib3 time each read and resolve on their own, hence ``http.client``
 
 from __future__ import annotations
 
-import codecs
 import contextlib
 import http.client
 import ipaddress
@@ -34,7 +33,7 @@ from rag_fusion_chain.ingest.problems import (
     SourceTimeoutError,
     UnreadableSourceError,
 )
-from rag_fusion_chain.validation import redact_credentials
+from rag_fusion_chain.validation import redact_credentials, validate_count
 
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_MAX_BYTES = 10_000_000
@@ -56,11 +55,8 @@ def load_web(
     max_bytes: int = DEFAULT_MAX_BYTES,
     deny_private: bool | None = None,
 ) -> list[Document]:
-    """Load web pages (HTML main text, text, PDF pages), keeping only ``classes`` if given.
-
-    TimeoutError past ``timeout``; ValueError for a refused URL, status, size or content type;
-    ConnectionError when it cannot be fetched. Pages without (chosen) text are warned and skipped.
-    """
+    """Web pages (HTML main text or its ``classes``' text, plain text, PDF pages); TimeoutError,
+    ConnectionError, or ValueError (refused). Pages without text are warned and skipped."""
     if isinstance(urls, str):
         raise TypeError("urls must be a list of URLs, not a single string")
     for url in urls:
@@ -94,7 +90,7 @@ def load_url(
         raise UnreadableSourceError(source, f"content type {media or 'unknown'} is not text")
     try:
         text = clean_text(body.decode(charset or "utf-8"))
-    except UnicodeDecodeError as error:
+    except (UnicodeDecodeError, LookupError) as error:  # LookupError: an unknown charset
         raise UnreadableSourceError(source, f"not {charset or 'utf-8'} text") from error
     if not text.strip():
         raise NoTextError(source, "no text found")
@@ -116,8 +112,7 @@ def check_fetch_limits(timeout: float, max_bytes: int) -> None:
     """ValueError/TypeError naming ``timeout`` or ``max_bytes`` when they are not positive."""
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
-        raise ValueError(f"max_bytes must be a positive int, got {max_bytes!r}")
+    validate_count("max_bytes", max_bytes)
 
 
 def is_public_address(address: str) -> bool:
@@ -180,7 +175,7 @@ def _follow(
                 raise UnreadableSourceError(url, f"answered {response.status}")
             body = _read_body(response, url, max_bytes)
             media = response.msg.get_content_type() if response.msg["Content-Type"] else ""
-            return media, _known_charset(response.msg.get_content_charset()), body
+            return media, response.msg.get_content_charset(), body
         finally:
             connection.close()
     raise SourceConnectionError(url, f"cannot load: more than {MAX_REDIRECTS} redirects")
@@ -224,7 +219,9 @@ def _connection(
     timeout = max(0.001, watchdog.deadline - time.monotonic())
     connection: http.client.HTTPConnection
     if scheme == "https":
-        connection = http.client.HTTPSConnection(host, port, timeout=timeout, context=_tls())
+        connection = http.client.HTTPSConnection(
+            host, port, timeout=timeout, context=ssl.create_default_context(cafile=_certificates())
+        )
     else:
         connection = http.client.HTTPConnection(host, port, timeout=timeout)
 
@@ -244,14 +241,6 @@ def _connection(
 
     connection._create_connection = connect_to_checked  # type: ignore[attr-defined]
     return connection
-
-
-def _tls() -> ssl.SSLContext:
-    try:
-        import certifi  # what requests uses; else the system's certificates
-    except ImportError:
-        return ssl.create_default_context()
-    return ssl.create_default_context(cafile=certifi.where())
 
 
 def _read_body(response: http.client.HTTPResponse, url: str, max_bytes: int) -> bytes:
@@ -281,13 +270,6 @@ def _read_body(response: http.client.HTTPResponse, url: str, max_bytes: int) -> 
     if size > max_bytes:
         raise too_large
     return b"".join(blocks)
-
-
-def _known_charset(charset: str | None) -> str | None:
-    with contextlib.suppress(LookupError, TypeError):
-        codecs.lookup(charset)  # type: ignore[arg-type]
-        return charset
-    return None
 
 
 class _Watchdog:
@@ -326,3 +308,12 @@ class _Watchdog:
             for duplicate in self._duplicates:
                 with contextlib.suppress(OSError):
                     duplicate.shutdown(socket.SHUT_RDWR)
+
+
+def _certificates() -> str | None:
+    """certifi's bundle, as requests uses, else the system's certificates."""
+    try:
+        import certifi
+    except ImportError:
+        return None
+    return certifi.where()
