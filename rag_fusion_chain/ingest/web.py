@@ -20,7 +20,7 @@ import warnings
 import zlib
 from collections.abc import Sequence
 from typing import Any
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import SplitResult, urljoin, urlsplit
 
 from langchain_core.documents import Document
 
@@ -126,18 +126,39 @@ def is_public_address(address: str) -> bool:
 def _fetch(
     url: str, timeout: float, max_bytes: int, deny_private: bool | None
 ) -> tuple[str, str | None, bytes]:
-    """GET ``url`` within ``timeout`` seconds in all, following redirects."""
+    """The media type (``""`` if none), declared charset and body of ``url``, redirects
+    followed, within ``timeout`` seconds in all."""
     if deny_private is None:
         deny_private = os.environ.get(DENY_PRIVATE_ENV, "").strip().lower() in _TRUE
     watchdog = _Watchdog(time.monotonic() + timeout)
+    current = url
     try:
-        fetched = _follow(url, max_bytes, deny_private, watchdog)
-        if watchdog.fired:  # the body ended because the watchdog closed the connection
-            raise TimeoutError
-        return fetched
-    except SourceProblem:
-        raise
+        for _ in range(MAX_REDIRECTS + 1):
+            parts = urlsplit(current)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise SourceConnectionError(url, f"cannot load: redirected to {current!r}")
+            connection = _connect(parts, url, deny_private, watchdog)
+            try:
+                target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+                connection.request("GET", target, headers=_HEADERS)
+                response = connection.getresponse()
+                location = response.getheader("Location")
+                if response.status in _REDIRECT_STATUSES and location:
+                    current = urljoin(current, location)
+                    continue
+                if not 200 <= response.status < 300:
+                    raise UnreadableSourceError(url, f"answered {response.status}")
+                body = _read_body(response, url, max_bytes)
+                if watchdog.fired:  # the body ended because the watchdog shut the connection
+                    raise TimeoutError
+                media = response.msg.get_content_type() if response.msg["Content-Type"] else ""
+                return media, response.msg.get_content_charset(), body
+            finally:
+                connection.close()
+        raise SourceConnectionError(url, f"cannot load: more than {MAX_REDIRECTS} redirects")
     except (OSError, http.client.HTTPException) as error:
+        if isinstance(error, SourceProblem):
+            raise
         if watchdog.fired or isinstance(error, TimeoutError):
             raise SourceTimeoutError(url, f"did not answer within {timeout:g} s") from error
         detail = getattr(error, "strerror", None) or str(error) or type(error).__name__
@@ -146,47 +167,46 @@ def _fetch(
         watchdog.stop()
 
 
-def _follow(
-    url: str, max_bytes: int, deny: bool, watchdog: _Watchdog
-) -> tuple[str, str | None, bytes]:
-    """The media type (``""`` if none), known charset and body of ``url`` after redirects."""
-    current = url
-    for _ in range(MAX_REDIRECTS + 1):
-        parts = urlsplit(current)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise SourceConnectionError(url, f"cannot load: redirected to {current!r}")
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        addresses = _resolve(parts.hostname, port, watchdog.deadline)
-        private = [address for address in addresses if not is_public_address(address)]
-        if deny and private:
-            where = f"private address {private[0]}"
-            where = where if parts.hostname == private[0] else f"{parts.hostname} is at the {where}"
-            raise UnreadableSourceError(url, f"{where}: private addresses are denied")
-        connection = _connection(parts.scheme, parts.hostname, port, addresses, watchdog)
-        try:
-            target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-            connection.request("GET", target, headers=_HEADERS)
-            response = connection.getresponse()
-            location = response.getheader("Location")
-            if response.status in _REDIRECT_STATUSES and location:
-                current = urljoin(current, location)
-                continue
-            if not 200 <= response.status < 300:
-                raise UnreadableSourceError(url, f"answered {response.status}")
-            body = _read_body(response, url, max_bytes)
-            media = response.msg.get_content_type() if response.msg["Content-Type"] else ""
-            return media, response.msg.get_content_charset(), body
-        finally:
-            connection.close()
-    raise SourceConnectionError(url, f"cannot load: more than {MAX_REDIRECTS} redirects")
-
-
 _HEADERS = {
     "User-Agent": USER_AGENT,
     "Accept": "text/html, application/xhtml+xml, text/*;q=0.9, application/pdf;q=0.8, */*;q=0.1",
     "Accept-Encoding": "gzip, deflate",
     "Connection": "close",
 }
+
+
+def _connect(
+    parts: SplitResult, url: str, deny_private: bool, watchdog: _Watchdog
+) -> http.client.HTTPConnection:
+    """A connection (TLS for https, proxy settings not used) to an address of the host that was
+    checked against the private-address policy, its socket watched for the deadline."""
+    host, https = str(parts.hostname), parts.scheme == "https"
+    port = parts.port or (443 if https else 80)
+    addresses = _resolve(host, port, watchdog.deadline)
+    private = [address for address in addresses if not is_public_address(address)]
+    if deny_private and private:
+        where = "" if host == private[0] else f"{host} is at the "
+        raise UnreadableSourceError(
+            url, f"{where}private address {private[0]}: private addresses are denied"
+        )
+    timeout = max(0.001, watchdog.deadline - time.monotonic())
+    error = OSError(f"no address for {host}")
+    for address in addresses:
+        try:
+            sock = socket.create_connection((address, port), timeout)
+            break
+        except OSError as failed:
+            error = failed
+    else:
+        raise error
+    watchdog.watch(sock)
+    connection = http.client.HTTPConnection(host, port, timeout=timeout)
+    if https:
+        context = ssl.create_default_context(cafile=_certificates())
+        connection = http.client.HTTPSConnection(host, port, timeout=timeout, context=context)
+        sock = context.wrap_socket(sock, server_hostname=host)
+    connection.sock = sock
+    return connection
 
 
 def _resolve(host: str, port: int, deadline: float) -> list[str]:
@@ -209,38 +229,6 @@ def _resolve(host: str, port: int, deadline: float) -> list[str]:
     if isinstance(outcome[0], OSError):
         raise outcome[0]
     return list(dict.fromkeys(str(info[4][0]) for info in outcome[0]))
-
-
-def _connection(
-    scheme: str, host: str, port: int, addresses: list[str], watchdog: _Watchdog
-) -> http.client.HTTPConnection:
-    """A connection to ``host`` that connects only to the ``addresses`` already checked, and
-    whose socket the watchdog shuts at the deadline. Proxy settings are not used."""
-    timeout = max(0.001, watchdog.deadline - time.monotonic())
-    connection: http.client.HTTPConnection
-    if scheme == "https":
-        connection = http.client.HTTPSConnection(
-            host, port, timeout=timeout, context=ssl.create_default_context(cafile=_certificates())
-        )
-    else:
-        connection = http.client.HTTPConnection(host, port, timeout=timeout)
-
-    def connect_to_checked(
-        _: Any, timeout: float | None = None, source: Any = None
-    ) -> socket.socket:
-        error = OSError(f"no address for {host}")
-        for address in addresses:
-            try:
-                connected = socket.create_connection((address, port), timeout, source)
-            except OSError as failed:
-                error = failed
-                continue
-            watchdog.watch(connected)
-            return connected
-        raise error
-
-    connection._create_connection = connect_to_checked  # type: ignore[attr-defined]
-    return connection
 
 
 def _read_body(response: http.client.HTTPResponse, url: str, max_bytes: int) -> bytes:
