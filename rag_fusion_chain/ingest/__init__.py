@@ -52,10 +52,6 @@ from rag_fusion_chain.ingest.web import (
 from rag_fusion_chain.validation import validate_count
 
 DIRECTORY_EXTENSIONS = tuple(suffix for suffix, kind in KINDS.items() if kind != "beir")
-ACCEPTED_SOURCES = (
-    f"folders (read for {', '.join(DIRECTORY_EXTENSIONS)} files), those files alone, "
-    "BEIR .jsonl corpora, other UTF-8 text files, and http(s) URLs"
-)
 
 
 def load(sources: Sequence[str | os.PathLike[str]], **options: Any) -> list[Document]:
@@ -88,7 +84,7 @@ def load_with_report(
     for source, name in zip(checked, _shown_names(checked), strict=True):
         files: Iterable[tuple[Path, str, Any]] = [(Path(source), name, None)]
         if isinstance(source, str):
-            fetch = functools.partial(load_url, source, timeout, max_bytes, deny_private)
+            fetch = functools.partial(load_url, source, timeout, max_bytes, deny_private, None)
             result.add(source, fetch, strict=strict)
             files = []
         elif source.is_dir():
@@ -109,7 +105,11 @@ def load_with_report(
         if result.skipped:
             skipped = describe_skipped(result.skipped)
             raise ValueError(f"nothing could be loaded from {named}: skipped {skipped}")
-        raise ValueError(f"no documents found in {named}. Accepted: {ACCEPTED_SOURCES}")
+        accepted = f"folders (read for {', '.join(DIRECTORY_EXTENSIONS)} files), those files alone"
+        raise ValueError(
+            f"no documents found in {named}. Accepted: {accepted}, BEIR .jsonl corpora, other "
+            "UTF-8 text files, and http(s) URLs"
+        )
     return result
 
 

@@ -96,10 +96,8 @@ def pdf_documents(data: bytes, source: str) -> list[Document]:
         with pymupdf.open(stream=data, filetype="pdf") as pdf:
             for page in pdf:
                 if time.monotonic() > deadline:
-                    limit = f"the {PDF_TIME_BUDGET:g} s limit"
-                    raise UnreadableSourceError(
-                        source, f"PDF pages take longer than {limit} to read"
-                    )
+                    limit = f"the {PDF_TIME_BUDGET:g} s limit to read"
+                    raise UnreadableSourceError(source, f"PDF pages take longer than {limit}")
                 pages.append(clean_text(page.get_text()))
                 characters += len(pages[-1])
                 if characters > MAX_PDF_CHARACTERS:
@@ -119,15 +117,15 @@ def pdf_documents(data: bytes, source: str) -> list[Document]:
         if text.strip()
     ]
     if len(documents) < len(pages):
-        blank = len(pages) - len(documents)
-        message = f"{source}: {blank} of {len(pages)} pages have no text (scanned images?)"
-        warnings.warn(f"{message} and were skipped", stacklevel=3)
+        blank = f"{len(pages) - len(documents)} of {len(pages)} pages"
+        warnings.warn(
+            f"{source}: {blank} have no text (scanned images?) and were skipped", stacklevel=3
+        )
     return documents
 
 
 def clean_text(text: str) -> str:
-    """``text`` without terminal escape sequences and control characters (tab, ``\\n``, ``\\r``
-    kept): ``"\\x1b[31mRED TEXT\\x1b[0m"`` becomes ``"RED TEXT"``."""
+    """``text`` without terminal escape sequences and control characters but tab and newlines."""
     return _CONTROL_CHARACTER.sub("", _TERMINAL_ESCAPE.sub("", text))
 
 
@@ -203,12 +201,10 @@ def _beir_documents(data: bytes, source: str) -> list[Document]:
         seen.add(doc_id)
         title = str(record.get("title") or "").strip()
         text = str(record.get("text") or "")
-        extra = record.get("metadata")
-        metadata = {**(extra if isinstance(extra, dict) else {}), "doc_id": doc_id, "title": title}
-        content = f"{title}\n{text}" if title else text
-        documents.append(
-            Document(clean_text(content), metadata={**metadata, "source": source}, id=doc_id)
-        )
+        extra = record["metadata"] if isinstance(record.get("metadata"), dict) else {}
+        metadata = {**extra, "doc_id": doc_id, "title": title, "source": source}
+        content = clean_text(f"{title}\n{text}" if title else text)
+        documents.append(Document(content, metadata=metadata, id=doc_id))
     return documents
 
 

@@ -47,9 +47,7 @@ def text_splitter(
     try:
         from langchain_text_splitters import RecursiveCharacterTextSplitter
     except ImportError as error:
-        message = (
-            'langchain-text-splitters is not installed: pip install "rag-fusion-chain[ingest]"'
-        )
+        message = 'langchain-text-splitters is missing: pip install "rag-fusion-chain[ingest]"'
         raise ImportError(message) from error
     return RecursiveCharacterTextSplitter.from_tiktoken_encoder(
         encoding_name=encoding_name,

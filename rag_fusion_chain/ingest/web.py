@@ -1,9 +1,7 @@
 """Load web pages: one fetch per URL bounded as a whole, text by content type, private addresses.
 
-``timeout`` bounds lookup, connect, headers, redirects and body together (a watchdog shuts the
-socket), ``max_bytes`` the body after decompression. With ``deny_private``, a host resolving to a
-non-global address is refused at every redirect and the connection goes to the address checked.
-httpx and urllib3 time each read and resolve on their own, hence ``http.client`` here.
+httpx and urllib3 time each read and resolve on their own; a whole-fetch deadline and a connection
+to the very address checked need ``http.client`` and a watchdog that shuts the socket.
 """
 
 from __future__ import annotations
@@ -73,15 +71,11 @@ def load_web(
 
 
 def load_url(
-    url: str,
-    timeout: float,
-    max_bytes: int,
-    deny_private: bool | None,
-    classes: Sequence[str] | None = None,
+    url: str, timeout: float, max_bytes: int, deny: bool | None, classes: Sequence[str] | None
 ) -> list[Document]:
     """The documents of one checked URL by content type, named without ``user:password@``."""
     source = redact_credentials(url)
-    media, charset, body = _fetch(url, timeout, max_bytes, deny_private)
+    media, charset, body = _fetch(url, timeout, max_bytes, deny)
     if media == "application/pdf":
         return pdf_documents(body, source)
     if media in _HTML_TYPES or (not media and b"\0" not in body[:1024]):
@@ -117,10 +111,9 @@ def check_fetch_limits(timeout: float, max_bytes: int) -> None:
 
 def is_public_address(address: str) -> bool:
     """Whether an IP address is globally routable (IPv4-mapped IPv6 judged as IPv4)."""
-    ip = ipaddress.ip_address(address)
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return ip.is_global and not ip.is_multicast
+    ip: Any = ipaddress.ip_address(address)
+    ip = getattr(ip, "ipv4_mapped", None) or ip
+    return bool(ip.is_global and not ip.is_multicast)
 
 
 def _fetch(
@@ -202,7 +195,12 @@ def _connect(
     watchdog.watch(sock)
     connection = http.client.HTTPConnection(host, port, timeout=timeout)
     if https:
-        context = ssl.create_default_context(cafile=_certificates())
+        try:
+            import certifi  # the bundle requests uses; else the system's certificates
+
+            context = ssl.create_default_context(cafile=certifi.where())
+        except ImportError:
+            context = ssl.create_default_context()
         connection = http.client.HTTPSConnection(host, port, timeout=timeout, context=context)
         sock = context.wrap_socket(sock, server_hostname=host)
     connection.sock = sock
@@ -261,9 +259,8 @@ def _read_body(response: http.client.HTTPResponse, url: str, max_bytes: int) -> 
 
 
 class _Watchdog:
-    """Shuts the watched sockets down at ``deadline``, waking any blocked read (TLS included):
-    it keeps a duplicate descriptor of each, which still ends the connection once TLS has
-    taken the original socket over."""
+    """Shuts the watched sockets down at ``deadline``, waking any blocked read; through duplicate
+    descriptors, which still end a connection once TLS has taken the socket over."""
 
     def __init__(self, deadline: float) -> None:
         self.deadline = deadline
@@ -296,12 +293,3 @@ class _Watchdog:
             for duplicate in self._duplicates:
                 with contextlib.suppress(OSError):
                     duplicate.shutdown(socket.SHUT_RDWR)
-
-
-def _certificates() -> str | None:
-    """certifi's bundle, as requests uses, else the system's certificates."""
-    try:
-        import certifi
-    except ImportError:
-        return None
-    return certifi.where()
