@@ -801,3 +801,63 @@ def test_sources_are_named_relative_to_what_was_given(
     assert [d.id for d in both.documents] == [
         str(tmp_path / parent / "docs" / "sub" / "x.md") for parent in ("a", "b")
     ]
+
+
+@pytest.fixture
+def tls_site(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """BLOG_POST over https on 127.0.0.1, its certificate self-signed for ``localhost`` only."""
+    import http.server
+    import shutil
+    import ssl
+
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command to make a certificate")
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+         "-out", str(cert), "-days", "1", "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=DNS:localhost"],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = BLOG_POST.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *arguments: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"https://localhost:{server.server_address[1]}/post.html", cert
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def test_https_pages_are_verified_by_certificate_and_host_name(
+    tls_site: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
+):
+    import certifi
+
+    url, cert = tls_site
+    with pytest.raises(ConnectionError, match="CERTIFICATE_VERIFY_FAILED"):
+        ingest.load_web([url])  # a certificate no trusted authority signed
+    monkeypatch.setattr(certifi, "where", lambda: str(cert))
+
+    (document,) = ingest.load_web([url])
+
+    assert document.metadata == {"source": url, "title": "Fusion notes"}
+    with pytest.raises(ConnectionError, match="CERTIFICATE_VERIFY_FAILED"):
+        ingest.load_web([url.replace("localhost", "127.0.0.1")])  # not the certificate's name

@@ -123,3 +123,11 @@ def test_escapes_are_dropped_from_pdf_text(tmp_path: Path) -> None:
     [page] = ingest.load_pdf(tmp_path / "colour.pdf")
     assert "\x1b" not in page.page_content and "\x07" not in page.page_content
     assert "[31m" not in page.page_content
+
+
+def test_escapes_are_dropped_from_plain_text_pages(static_site: StaticSite) -> None:
+    url = static_site.add(
+        "/notes", "\x1b[31mRED TEXT\x1b[0m and plain\x00 words", content_type="text/plain"
+    )
+    [page] = ingest.load_web([url])
+    assert page.page_content == "RED TEXT and plain words"
