@@ -232,6 +232,8 @@ def _resolve(host: str, port: int, deadline: float) -> list[str]:
 def _read_body(response: http.client.HTTPResponse, url: str, max_bytes: int) -> bytes:
     """The body, decompressed (gzip/deflate), refused past ``max_bytes`` (a gzip bomb too)."""
     too_large = UnreadableSourceError(url, f"larger than max_bytes={max_bytes}")
+    if (response.length or 0) > max_bytes:  # a declared Content-Length: refused unread
+        raise too_large
     encoding = (response.getheader("Content-Encoding") or "identity").strip().lower()
     if encoding not in ("identity", "gzip", "x-gzip", "deflate"):
         raise UnreadableSourceError(url, f"unsupported content encoding {encoding}")
