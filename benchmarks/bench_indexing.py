@@ -34,6 +34,7 @@ model and at the end (the peak), plus the tracemalloc peak of Python allocations
     python benchmarks/bench_indexing.py --chunks 1000 --rounds 3 [--embedding minilm-torch]
     python benchmarks/bench_indexing.py --memory
     python benchmarks/bench_indexing.py --memory --raw
+    python benchmarks/bench_indexing.py --quality [--embedding minilm-f32]
 """
 
 from __future__ import annotations
@@ -170,6 +171,55 @@ def backends(corpus: Path, count: int, rounds: int, batch_size: int) -> tuple[di
         "ratios": ratios,
         "min_cosines": least,
     }
+    return figures, table
+
+
+def quality(corpus: Path, embedding: str | None) -> tuple[dict[str, Any], str]:
+    """Dense nDCG@10 on the BEIR test queries beside ``corpus``: whole documents (title, text)
+    embedded by ``embedding`` (default ``minilm``), exact inner-product search, ranx's metric."""
+    import faiss
+
+    from rag_fusion_chain.evaluate.metrics import _ranx
+
+    documents = ingest.load([corpus])
+    queries = {}
+    for line in (corpus.parent / "queries.jsonl").read_text("utf-8").splitlines():
+        record = json.loads(line)
+        queries[str(record["_id"])] = record["text"]
+    qrels: dict[str, dict[str, int]] = {}
+    for line in (corpus.parent / "qrels" / "test.tsv").read_text("utf-8").splitlines()[1:]:
+        query, document, score = line.split("\t")
+        qrels.setdefault(query, {})[document] = int(score)
+    encoder = models.embeddings(embedding)
+    start = time.perf_counter()
+    vectors = models.embed_documents_array(encoder, [d.page_content for d in documents])
+    seconds = time.perf_counter() - start
+    index = faiss.IndexFlatIP(vectors.shape[1])
+    index.add(vectors)
+    asked = sorted(qrels)
+    found = index.search(models.embed_documents_array(encoder, [queries[q] for q in asked]), 10)
+    run = {
+        query: {str(documents[row].id): float(score) for score, row in zip(*hits, strict=True)}
+        for query, hits in zip(asked, zip(*found, strict=True), strict=True)
+    }
+    ranx = _ranx()
+    ndcg = float(ranx.evaluate(ranx.Qrels(qrels), ranx.Run(run), "ndcg@10"))
+    figures = {
+        "embedding": models.embedding_identity(encoder),
+        "precision": models.embedding_precision(encoder),
+        "documents": len(documents),
+        "queries": len(asked),
+        "ndcg@10": ndcg,
+        "embed_seconds": seconds,
+    }
+    table = "\n".join(
+        [
+            "| embeddings | precision | documents | queries | dense nDCG@10 | embedding s |",
+            "|---|---|---|---|---|---|",
+            f"| `{embedding or models.DEFAULT_EMBEDDING}` | {figures['precision']} | {len(documents)} "
+            f"| {len(asked)} | {ndcg:.4f} | {seconds:.0f} |",
+        ]
+    )
     return figures, table
 
 
@@ -428,6 +478,7 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--backends", action="store_true", help="torch vs OpenVINO backends")
     parser.add_argument("--threads", action="store_true", help="one query: thread policy")
+    parser.add_argument("--quality", action="store_true", help="dense nDCG@10, BEIR test split")
     parser.add_argument("--background", type=int, default=2, help="--threads: FAISS searchers")
     parser.add_argument("--busy", type=int, default=0, help="--threads: spinning processes")
     parser.add_argument("--memory", action="store_true", help="peak memory, whole corpus, child")
@@ -449,6 +500,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         return figures
     if arguments.memory:
         figures, table = memory(corpus, arguments.docs, arguments.tracemalloc, arguments.raw)
+    elif arguments.quality:
+        figures, table = quality(corpus, arguments.embedding)
     elif arguments.threads:
         figures, table = query_threads(arguments.rounds, arguments.background, arguments.busy)
     elif arguments.backends:

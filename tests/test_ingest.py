@@ -22,7 +22,6 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 
 from rag_fusion_chain import ingest, models
 from rag_fusion_chain.ingest import Skipped, SkippedSourceWarning, count_tokens, split_documents
-from rag_fusion_chain.ingest.folders import walk
 from tests.conftest import StaticSite
 
 BLOG_POST = """<!doctype html>
@@ -204,7 +203,7 @@ def test_folder_extensions_can_be_chosen(tmp_path: Path):
     (tmp_path / "a.md").write_text("markdown", encoding="utf-8")
     (tmp_path / "b.txt").write_text("text", encoding="utf-8")
 
-    documents = ingest.load_directory(tmp_path, extensions=[".MD"])
+    documents = ingest.load([tmp_path], extensions=[".MD"])
 
     assert [document.page_content for document in documents] == ["markdown"]
 
@@ -220,10 +219,8 @@ def test_missing_and_unreadable_files_are_clear_errors(tmp_path: Path):
         pytest.warns(SkippedSourceWarning),
     ):
         ingest.load([latin])
-    with pytest.raises(ValueError, match="not a file"):
-        ingest.load_text(tmp_path)
-    with pytest.raises(ValueError, match="not a directory"):
-        ingest.load_directory(latin)
+    with pytest.raises(ValueError, match="cannot be read .Is a directory"):
+        ingest.load_file(tmp_path)
     with pytest.raises(TypeError, match="list"):
         ingest.load(str(latin))
 
@@ -267,7 +264,7 @@ def test_beir_corpus_maps_ids_titles_and_text(tmp_path: Path):
 )
 def test_broken_beir_corpus_names_the_line(tmp_path: Path, lines: list[str], message: str):
     with pytest.raises(ValueError, match=message):
-        ingest.load_beir_corpus(write_jsonl(tmp_path / "corpus.jsonl", lines))
+        ingest.load_file(write_jsonl(tmp_path / "corpus.jsonl", lines))
 
 
 def test_shipped_sample_corpus_loads_with_unique_ids():
@@ -566,12 +563,13 @@ def test_folder_walk_stays_inside_unless_links_are_followed(tmp_path: Path):
 
 def test_a_file_swapped_for_a_link_after_the_walk_is_not_read(tmp_path: Path):
     folder, key = folder_with_links_out(tmp_path)
-    found = next(entry for entry in walk(folder, {".md"}) if getattr(entry, "path", None))
-    found.target.unlink()
-    found.target.symlink_to(key)  # the race: swapped between the check and the read
+    real = folder / "real.md"
+    checked = real.stat()  # what the folder walk records of each file before reading it
+    real.unlink()
+    real.symlink_to(key)  # the race: swapped between the check and the read
 
     with pytest.raises(ingest.UnreadableSourceError, match="changed while being read"):
-        ingest.load_file(found.target, identity=found.identity)
+        ingest.load_file(real, identity=(checked.st_dev, checked.st_ino))
 
 
 def test_index_command_keeps_a_linked_key_out_of_the_index(tmp_path: Path, fake_embeddings: None):
@@ -623,13 +621,13 @@ def test_a_beir_corpus_over_the_cap_is_refused(tmp_path: Path):
     path = write_jsonl(tmp_path / "corpus.jsonl", [json.dumps({"_id": str(n)}) for n in range(100)])
 
     with pytest.raises(ingest.UnreadableSourceError, match="larger than the 100 bytes limit"):
-        ingest.load_beir_corpus(path, max_file_size=100)
-    assert len(ingest.load_beir_corpus(path)) == 100
+        ingest.load_file(path, max_file_size=100)
+    assert len(ingest.load_file(path)) == 100
 
 
 @pytest.mark.parametrize("size", [0, -1, 1.5, True])
 def test_the_size_cap_must_be_a_positive_int(tmp_path: Path, size: Any):
-    with pytest.raises(ValueError, match="max_file_size"):
+    with pytest.raises((ValueError, TypeError), match="max_file_size"):
         ingest.load([tmp_path], max_file_size=size)
 
 
@@ -803,3 +801,63 @@ def test_sources_are_named_relative_to_what_was_given(
     assert [d.id for d in both.documents] == [
         str(tmp_path / parent / "docs" / "sub" / "x.md") for parent in ("a", "b")
     ]
+
+
+@pytest.fixture
+def tls_site(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """BLOG_POST over https on 127.0.0.1, its certificate self-signed for ``localhost`` only."""
+    import http.server
+    import shutil
+    import ssl
+
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command to make a certificate")
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+         "-out", str(cert), "-days", "1", "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=DNS:localhost"],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = BLOG_POST.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *arguments: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"https://localhost:{server.server_address[1]}/post.html", cert
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def test_https_pages_are_verified_by_certificate_and_host_name(
+    tls_site: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
+):
+    import certifi
+
+    url, cert = tls_site
+    with pytest.raises(ConnectionError, match="CERTIFICATE_VERIFY_FAILED"):
+        ingest.load_web([url])  # a certificate no trusted authority signed
+    monkeypatch.setattr(certifi, "where", lambda: str(cert))
+
+    (document,) = ingest.load_web([url])
+
+    assert document.metadata == {"source": url, "title": "Fusion notes"}
+    with pytest.raises(ConnectionError, match="CERTIFICATE_VERIFY_FAILED"):
+        ingest.load_web([url.replace("localhost", "127.0.0.1")])  # not the certificate's name

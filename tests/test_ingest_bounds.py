@@ -11,7 +11,7 @@ import pytest
 
 from rag_fusion_chain import ingest
 from rag_fusion_chain.ingest import files, html
-from rag_fusion_chain.ingest.web import Page, page_documents
+from tests.conftest import StaticSite
 
 HANG_GUARD = 10.0
 """Seconds: the issue's bound for each hostile file (a hang guard, not a benchmark)."""
@@ -69,12 +69,12 @@ def test_html_within_bounds_still_parses_and_keeps_depth_under_the_limit() -> No
     assert (page.title, page.text) == ("T", "deep text")
 
 
-def test_a_fetched_page_goes_through_the_same_parse_bound() -> None:
-    body = ("<p>" + "<b>" * 300_000 + "t").encode()  # under the size limit: depth is the bound
-    page = Page("http://127.0.0.1/x", "text/html", "utf-8", body)
+def test_a_fetched_page_goes_through_the_same_parse_bound(static_site: StaticSite) -> None:
+    body = "<p>" + "<b>" * 300_000 + "t"  # under the size limit: depth is the bound
+    url = static_site.add("/deep.html", body)
     started = time.monotonic()
     with pytest.raises(ingest.UnreadableSourceError, match="256-element limit"):
-        page_documents(page, "http://127.0.0.1/x")
+        ingest.load_web([url])
     assert time.monotonic() - started < HANG_GUARD
 
 
@@ -123,3 +123,11 @@ def test_escapes_are_dropped_from_pdf_text(tmp_path: Path) -> None:
     [page] = ingest.load_pdf(tmp_path / "colour.pdf")
     assert "\x1b" not in page.page_content and "\x07" not in page.page_content
     assert "[31m" not in page.page_content
+
+
+def test_escapes_are_dropped_from_plain_text_pages(static_site: StaticSite) -> None:
+    url = static_site.add(
+        "/notes", "\x1b[31mRED TEXT\x1b[0m and plain\x00 words", content_type="text/plain"
+    )
+    [page] = ingest.load_web([url])
+    assert page.page_content == "RED TEXT and plain words"

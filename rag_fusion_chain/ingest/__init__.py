@@ -1,49 +1,41 @@
 """Load documents (web pages, PDF, HTML, text and markdown, folders, BEIR corpora) and split them.
 
-Loading and splitting only: nothing here embeds or stores. :func:`load_with_report` loads many
-sources and says which were skipped and why (unreadable, not UTF-8, corrupt PDF, too large, a
-link out of the folder, a content type that is not text...); :func:`load` returns just the
-documents. Every wait and size is bounded: ``max_file_size`` per file (50 MB), ``timeout`` per
-URL fetch as a whole (30 s), ``max_bytes`` per page (10 MB). Every chunk gets a stable id (see
-:func:`split_documents`).
-
->>> chunks = split_documents(load(["notes/", "paper.pdf"]))  # doctest: +SKIP
-
-Modules: ``sources`` (the dispatcher), ``folders``, ``files``, ``html``, ``web``, ``problems``
-(skip reports), ``splitting``.
+Files are named without the user's absolute paths: alone by their name, in a folder by the
+folder's name and their path inside it (by the paths as given when two folders share a name).
+A folder walk skips hidden entries and stays inside the folder unless ``follow_symlinks``.
 """
 
+from __future__ import annotations
+
+import functools
+import os
+import stat
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from langchain_core.documents import Document
+
 from rag_fusion_chain.ingest.files import (
-    BEIR_EXTENSIONS,
     DEFAULT_MAX_FILE_SIZE,
-    HTML_EXTENSIONS,
-    PDF_EXTENSIONS,
-    TEXT_EXTENSIONS,
-    load_beir_corpus,
+    KINDS,
+    existing_path,
     load_file,
-    load_html,
     load_pdf,
-    load_text,
 )
-from rag_fusion_chain.ingest.folders import DIRECTORY_EXTENSIONS, load_directory
 from rag_fusion_chain.ingest.html import HtmlText, html_to_text
 from rag_fusion_chain.ingest.problems import (
     LoadResult,
-    NoTextError,
     Skipped,
     SkippedSourceWarning,
-    SourceConnectionError,
-    SourceProblem,
-    SourceTimeoutError,
     UnreadableSourceError,
     describe_skipped,
+    display_name,
 )
-from rag_fusion_chain.ingest.sources import ACCEPTED_SOURCES, load, load_with_report
 from rag_fusion_chain.ingest.splitting import (
     DEFAULT_CHUNK_OVERLAP,
     DEFAULT_CHUNK_SIZE,
-    DEFAULT_ENCODING,
-    SEPARATORS,
     count_tokens,
     split_documents,
     text_splitter,
@@ -52,45 +44,145 @@ from rag_fusion_chain.ingest.web import (
     DEFAULT_MAX_BYTES,
     DEFAULT_TIMEOUT,
     DENY_PRIVATE_ENV,
-    USER_AGENT,
+    check_fetch_limits,
+    check_web_url,
+    load_url,
     load_web,
 )
+from rag_fusion_chain.validation import validate_count
+
+DIRECTORY_EXTENSIONS = tuple(suffix for suffix, kind in KINDS.items() if kind != "beir")
+
+
+def load(sources: Sequence[str | os.PathLike[str]], **options: Any) -> list[Document]:
+    """The documents of :func:`load_with_report` (same options); skipped sources are warned."""
+    return load_with_report(sources, **options).documents
+
+
+def load_with_report(
+    sources: Sequence[str | os.PathLike[str]],
+    *,
+    strict: bool = False,
+    follow_symlinks: bool = False,
+    extensions: Iterable[str] = DIRECTORY_EXTENSIONS,
+    max_file_size: int = DEFAULT_MAX_FILE_SIZE,
+    timeout: float = DEFAULT_TIMEOUT,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    deny_private: bool | None = None,
+    on_source: Callable[[str], None] | None = None,
+) -> LoadResult:
+    """Load each source by its kind: the documents, the sources read and those skipped (warned,
+    or raised with ``strict``). Paths and URLs are checked before anything is read; ValueError
+    when nothing could be loaded. ``on_source(name)`` is called as each source is done."""
+    if isinstance(sources, (str, os.PathLike)):
+        raise TypeError("sources must be a list of paths or URLs, not a single string")
+    check_fetch_limits(timeout, max_bytes)
+    validate_count("max_file_size", max_file_size)
+    checked = [_checked(source) for source in sources]
+    wanted = {extension.lower() for extension in extensions}
+    result = LoadResult()
+    for source, name in zip(checked, _shown_names(checked), strict=True):
+        files: Iterable[tuple[Path, str, Any]] = [(Path(source), name, None)]
+        if isinstance(source, str):
+            fetch = functools.partial(load_url, source, timeout, max_bytes, deny_private, None)
+            result.add(source, fetch, strict=strict)
+            files = []
+        elif source.is_dir():
+            root = source.resolve()
+            walked = _walk(source, root, wanted, follow_symlinks, {root})
+            files = ((path, str(Path(name, path.relative_to(source))), why) for path, why in walked)
+        for path, shown, identity in files:
+            if isinstance(identity, str):
+                result.skip(UnreadableSourceError(display_name(shown), identity), strict=strict)
+                continue
+            options: dict[str, Any] = {"identity": identity, "source": shown}
+            read = functools.partial(load_file, path, max_file_size=max_file_size, **options)
+            result.add(display_name(shown), read, strict=strict)
+        if on_source is not None:
+            on_source(display_name(source))
+    if not result.documents:
+        named = ", ".join(display_name(source) for source in sources) or "no sources given"
+        if result.skipped:
+            skipped = describe_skipped(result.skipped)
+            raise ValueError(f"nothing could be loaded from {named}: skipped {skipped}")
+        accepted = f"folders (read for {', '.join(DIRECTORY_EXTENSIONS)} files), those files alone"
+        raise ValueError(
+            f"no documents found in {named}. Accepted: {accepted}, BEIR .jsonl corpora, other "
+            "UTF-8 text files, and http(s) URLs"
+        )
+    return result
+
+
+def _walk(
+    directory: Path, root: Path, wanted: set[str], follow_symlinks: bool, seen: set[Path]
+) -> Iterator[tuple[Path, tuple[int, int] | str]]:
+    """Each file under ``directory`` with a ``wanted`` suffix and its ``(st_dev, st_ino)``, or
+    an entry skipped and why; a file is later read only if it is still the file checked."""
+    try:
+        entries = sorted(os.scandir(directory), key=lambda entry: entry.name)
+    except OSError as error:
+        yield directory, f"folder cannot be read ({error.strerror})"
+        return
+    for entry in entries:
+        path = Path(entry.path)
+        if entry.name.startswith("."):
+            continue
+        try:
+            target = path.resolve(strict=True)
+            status = target.stat()
+        except (OSError, RuntimeError):  # a broken link or a link loop
+            if path.suffix.lower() in wanted:
+                yield path, "broken link"
+            continue
+        is_folder = stat.S_ISDIR(status.st_mode)
+        if not is_folder and path.suffix.lower() not in wanted:
+            continue
+        if not follow_symlinks and not target.is_relative_to(root):
+            yield path, "link to outside the folder"
+        elif is_folder:
+            if target not in seen:  # linked folders are walked once: no loops
+                seen.add(target)
+                yield from _walk(path, root, wanted, follow_symlinks, seen)
+        elif stat.S_ISREG(status.st_mode):
+            yield path, (status.st_dev, status.st_ino)
+        else:
+            yield path, "not a regular file"
+
+
+def _shown_names(checked: Sequence[str | Path]) -> list[str]:
+    """A URL as itself, a path by its last part, or as given when two share that last part."""
+    last = [item if isinstance(item, str) else item.name or item.resolve().name for item in checked]
+    count = Counter(last)
+    return [
+        str(item) if count[name] > 1 else name for item, name in zip(checked, last, strict=True)
+    ]
+
+
+def _checked(source: str | os.PathLike[str]) -> str | Path:
+    """A URL (checked) as a string, or an existing path."""
+    text = os.fspath(source)
+    if "://" in text:
+        check_web_url(text)
+        return text
+    return existing_path(text)
+
 
 __all__ = [
-    "ACCEPTED_SOURCES",
-    "BEIR_EXTENSIONS",
     "DEFAULT_CHUNK_OVERLAP",
     "DEFAULT_CHUNK_SIZE",
-    "DEFAULT_ENCODING",
-    "DEFAULT_MAX_BYTES",
     "DEFAULT_MAX_FILE_SIZE",
-    "DEFAULT_TIMEOUT",
     "DENY_PRIVATE_ENV",
-    "DIRECTORY_EXTENSIONS",
-    "HTML_EXTENSIONS",
-    "PDF_EXTENSIONS",
-    "SEPARATORS",
-    "TEXT_EXTENSIONS",
-    "USER_AGENT",
     "HtmlText",
     "LoadResult",
-    "NoTextError",
     "Skipped",
     "SkippedSourceWarning",
-    "SourceConnectionError",
-    "SourceProblem",
-    "SourceTimeoutError",
     "UnreadableSourceError",
     "count_tokens",
     "describe_skipped",
     "html_to_text",
     "load",
-    "load_beir_corpus",
-    "load_directory",
     "load_file",
-    "load_html",
     "load_pdf",
-    "load_text",
     "load_web",
     "load_with_report",
     "split_documents",

@@ -1,15 +1,4 @@
-"""What loading reports: sources that could not be used, and the result of loading many sources.
-
-A loader of one source raises a :class:`SourceProblem` (an unreadable, undecodable, unparsable,
-too large or refused file or page). A loader of many sources (a folder, :func:`load_with_report`)
-skips such a source, warns with a :class:`SkippedSourceWarning`, and lists it in
-:attr:`LoadResult.skipped`; with ``strict=True`` it raises the problem instead.
-
->>> result = LoadResult()
->>> result.skip("a.txt", "not UTF-8", strict=False)  # doctest: +SKIP
->>> describe_skipped(result.skipped)  # doctest: +SKIP
-'a.txt (not UTF-8)'
-"""
+"""Sources that cannot be used, and the report of loading many: skipped, warned and listed."""
 
 from __future__ import annotations
 
@@ -24,11 +13,7 @@ from rag_fusion_chain.validation import redact_credentials
 
 
 class SourceProblem(Exception):
-    """A source that cannot be used; ``reason`` is short enough for a one-line summary.
-
-    A URL's ``user:password@`` never reaches the source, reason or message (they are shown and
-    stored: skip reports, warnings, index records).
-    """
+    """A source that cannot be used, and why; a URL's ``user:password@`` is never shown."""
 
     def __init__(self, source: str, reason: str, detail: str = "") -> None:
         self.source = redact_credentials(source)
@@ -42,7 +27,7 @@ class UnreadableSourceError(SourceProblem, ValueError):
 
 
 class NoTextError(UnreadableSourceError):
-    """A page or file that was read but holds no text (after markup was removed)."""
+    """A page or file that was read but holds no text."""
 
 
 class SourceTimeoutError(SourceProblem, TimeoutError):
@@ -78,44 +63,23 @@ class LoadResult:
         try:
             documents = load()
         except SourceProblem as problem:
-            if strict:
-                raise
-            self._record(Skipped(problem.source, problem.reason))
-            return
-        self.documents.extend(documents)
-        self.loaded.append(source)
+            self.skip(problem, strict=strict)
+        else:
+            self.documents.extend(documents)
+            self.loaded.append(source)
 
-    def skip(self, source: str, reason: str, *, strict: bool) -> None:
-        """Skip ``source`` for ``reason`` (warned and recorded), or raise it if ``strict``."""
+    def skip(self, problem: SourceProblem, *, strict: bool) -> None:
         if strict:
-            raise UnreadableSourceError(source, reason)
-        self._record(Skipped(source, reason))
-
-    def _record(self, skipped: Skipped) -> None:
-        self.skipped.append(skipped)
-        warnings.warn(
-            f"skipped {skipped.source} ({skipped.reason})", SkippedSourceWarning, stacklevel=4
-        )
+            raise problem
+        self.skipped.append(Skipped(problem.source, problem.reason))
+        warnings.warn(f"skipped {problem}", SkippedSourceWarning, stacklevel=4)
 
 
 def describe_skipped(skipped: Sequence[Skipped]) -> str:
-    """The skipped sources for one line of a summary.
-
-    >>> describe_skipped([Skipped("a.txt", "not UTF-8"), Skipped("b.pdf", "corrupt PDF")])
-    'a.txt (not UTF-8), b.pdf (corrupt PDF)'
-    """
+    """The skipped sources for one line of a summary: ``a.txt (not UTF-8), b.pdf (corrupt PDF)``."""
     return ", ".join(f"{entry.source} ({entry.reason})" for entry in skipped)
 
 
 def display_name(path: str | os.PathLike[str]) -> str:
-    """``path`` as printable text: bytes that are not UTF-8 shown as ``\\xNN`` escapes.
-
-    >>> display_name("caf\\udce9.txt")
-    'caf\\\\xe9.txt'
-    """
+    """``path`` as printable text: bytes that are not UTF-8 shown as ``\\xNN`` escapes."""
     return os.fsencode(path).decode("utf-8", "backslashreplace")
-
-
-def missing_extra(package: str, extra: str) -> str:
-    """The ImportError message naming the extra that installs ``package``."""
-    return f'{package} is not installed: pip install "rag-fusion-chain[{extra}]"'
