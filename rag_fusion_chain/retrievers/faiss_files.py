@@ -1,20 +1,9 @@
-"""Saving and loading FAISS stores so that only verified bytes are deserialized, and no pickle.
+"""Saving and loading FAISS stores: signed, hash-checked, and with no pickle in the kit's format.
 
-The kit saves a FAISS store as ``index.faiss`` (FAISS's own format) and ``docstore.json`` (ids,
-texts and metadata as JSON arrays in index order), with ``manifest.json`` holding the SHA-256 of
-both, the index type and the distance settings, signed with this user's index signing key
-(:mod:`~rag_fusion_chain.retrievers.signing`). :func:`load_faiss` checks the signature, reads each
-file once, hashing the very bytes it deserializes (``index.faiss`` is streamed into FAISS's
-reader and the index is used only once its hash matches), and refuses a mismatch
-(:class:`UntrustedIndexError`) unless ``trust=True``. Only regular files of bounded size are
-opened: a FIFO or a link to ``/dev/zero`` fails at once.
-
-LangChain ``FAISS.save_local`` folders (``index.pkl``) and indexes of kit versions before 2 load
-too; their pickle is opened through an allow-list of classes
-(:mod:`~rag_fusion_chain.retrievers.docstore_pickle`), never with the signature skipped silently.
-
->>> save_faiss(store, "indexes/faiss")  # doctest: +SKIP
->>> store = load_faiss("indexes/faiss", embeddings)  # doctest: +SKIP
+The kit writes ``index.faiss`` (FAISS's format), ``docstore.json`` (:mod:`.columns`) and a signed
+``manifest.json`` with both files' SHA-256 (:mod:`.signing`). :func:`load_faiss` hashes the very
+bytes it deserializes and uses nothing before the hashes match. LangChain ``save_local`` folders
+(``index.pkl``) load through the pickle allow-list of :mod:`.docstore_pickle`.
 """
 
 from __future__ import annotations
@@ -24,14 +13,16 @@ import json
 import os
 import secrets
 import warnings
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 
+from rag_fusion_chain._version import __version__
 from rag_fusion_chain.models import backends_agree, embedding_identity
+from rag_fusion_chain.retrievers.columns import DocumentsById, columns_json, parse_columns
 from rag_fusion_chain.retrievers.docstore_pickle import load_docstore
 from rag_fusion_chain.retrievers.signing import (
     TRUST_ADVICE,
@@ -53,9 +44,8 @@ INDEX_FILE = "index.faiss"
 DOCSTORE_FILE = "docstore.json"
 PICKLE_FILE = "index.pkl"
 FAISS_FILES = (INDEX_FILE, DOCSTORE_FILE)
-"""The files :func:`save_faiss` writes; a version-2 manifest must list exactly these."""
 LANGCHAIN_FILES = (INDEX_FILE, PICKLE_FILE)
-"""The files ``FAISS.save_local`` (and the kit before format version 2) writes."""
+"""What ``FAISS.save_local`` (and the kit before format 2) writes."""
 
 
 def faiss_store_class() -> type[FAISS]:
@@ -69,12 +59,6 @@ def faiss_store_class() -> type[FAISS]:
     return FAISS
 
 
-def _kit_version() -> str:
-    from rag_fusion_chain._version import __version__
-
-    return __version__
-
-
 def index_description(index: Any) -> str:
     """The FAISS class of ``index`` (``IndexFlatL2``, ``IndexHNSWFlat``, ``IndexIVFPQ``...)."""
     import faiss
@@ -83,15 +67,11 @@ def index_description(index: Any) -> str:
 
 
 def save_faiss(store: FAISS, path: str | Path) -> Path:
-    """Save a FAISS store as ``index.faiss`` + ``docstore.json``, with a signed ``manifest.json``.
+    """Save ``store`` as ``index.faiss`` + ``docstore.json`` with a signed ``manifest.json``.
 
-    The manifest holds the kit version, each file's SHA-256 (of the bytes as they are written),
-    the embedding identity, the index type and the distance settings (which ``load_local``
-    does not restore by itself). Each file is written under a fresh name and renamed into
-    place: a file changed on disk meanwhile never gets signed. Metadata must be JSON data.
-
-    >>> save_faiss(store, "indexes/faiss")  # doctest: +SKIP
-    PosixPath('indexes/faiss')
+    The manifest records each file's SHA-256 (of the bytes written), the embedding identity,
+    the index type and the distance settings. Files are written under fresh names and renamed.
+    Metadata must be JSON data.
     """
     import faiss
 
@@ -110,7 +90,7 @@ def save_faiss(store: FAISS, path: str | Path) -> Path:
     manifest = {
         "format": FAISS_FORMAT,
         "format_version": FAISS_FORMAT_VERSION,
-        "kit_version": _kit_version(),
+        "kit_version": __version__,
         "files": files,
         "embedding": embedding_identity(embeddings) if embeddings is not None else None,
         "index": index_description(store.index),
@@ -123,31 +103,18 @@ def save_faiss(store: FAISS, path: str | Path) -> Path:
     return directory
 
 
-def _docstore_writer(store: FAISS, where: Path) -> Callable[[Callable[[bytes], int]], None]:
-    """Writes the documents in index order as ``{"ids", "texts", "metadatas"}`` JSON arrays."""
+def _docstore_writer(store: FAISS, where: Path) -> Callable[[Callable[[bytes], int]], object]:
+    """Writes the documents in index order as :mod:`.columns` JSON."""
     ids = [store.index_to_docstore_id[position] for position in range(int(store.index.ntotal))]
-    found = [store.docstore.search(identifier) for identifier in ids]
-    documents = [document for document in found if isinstance(document, Document)]
-    if len(documents) != len(ids):
-        missing = [ids[n] for n, document in enumerate(found) if not isinstance(document, Document)]
-        raise ValueError(f"FAISS docstore has no document for ids {missing[:5]}")
-    columns = {
-        "ids": ids,
-        "texts": [document.page_content for document in documents],
-        "metadatas": [document.metadata for document in documents],
-    }
-    try:
-        data = json.dumps(columns, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    except (TypeError, ValueError) as error:
-        raise ValueError(
-            f"documents: metadata must be JSON data (str, numbers, bools, None, lists, dicts) to "
-            f"be saved in {where}: {error}; convert other values (dates, bytes, sets) first"
-        ) from error
-
-    def write_all(write: Callable[[bytes], int]) -> None:
-        write(data)
-
-    return write_all
+    documents = []
+    for identifier in ids:
+        document = store.docstore.search(identifier)
+        if not isinstance(document, Document):
+            raise ValueError(f"FAISS docstore has no document for id {identifier!r}")
+        same_id = document.id == identifier
+        documents.append(document if same_id else document.model_copy(update={"id": identifier}))
+    data = columns_json(documents, where)
+    return lambda write: write(data)
 
 
 def _write_new_file(path: Path, produce: Callable[[Callable[[bytes], int]], object]) -> str:
@@ -171,19 +138,16 @@ def _write_new_file(path: Path, produce: Callable[[Callable[[bytes], int]], obje
 
 
 def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False) -> FAISS:
-    """Load a FAISS index saved by :func:`build_faiss`/:func:`save_faiss`, verifying it first.
+    """Load a FAISS index saved by :func:`save_faiss`, verified first.
 
-    ``manifest.json`` must carry a valid signature under this user's index signing key and each
-    file's SHA-256, computed over the bytes read and deserialized, must match it; otherwise
-    :class:`UntrustedIndexError`, and nothing read is used. ``trust=True`` skips the signature
-    and hashes (an index from elsewhere whose origin you trust, or plain ``FAISS.save_local``
-    output without a manifest, then loaded with LangChain's default distance settings); a
-    pickle is still opened only through the allow-list. A warning is issued when
-    ``embeddings`` differ from those that built the index.
-
-    >>> store = load_faiss("indexes/faiss", embeddings)  # doctest: +SKIP
+    The manifest must be signed with this user's key and list each file's SHA-256, computed over
+    the bytes deserialized; else :class:`UntrustedIndexError`. ``trust=True`` skips signature and
+    hashes (also for plain ``FAISS.save_local`` folders); a pickle still goes through the
+    allow-list. Other embeddings than those that built the index give a warning.
     """
     FAISS = faiss_store_class()  # noqa: N806 - a class
+    from langchain_community.docstore.in_memory import InMemoryDocstore
+
     directory = Path(path)
     if not directory.is_dir():
         raise FileNotFoundError(f"FAISS index directory not found: {directory}")
@@ -201,7 +165,9 @@ def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False)
         if names[1] == PICKLE_FILE:
             docstore, index_to_docstore_id = load_docstore(docstore_bytes, directory / PICKLE_FILE)
         else:
-            docstore, index_to_docstore_id = _parse_docstore(docstore_bytes, int(index.ntotal))
+            stored = parse_columns(docstore_bytes, directory / DOCSTORE_FILE, int(index.ntotal))
+            docstore = InMemoryDocstore(DocumentsById(stored))  # type: ignore[arg-type]
+            index_to_docstore_id = dict(enumerate(stored.ids))
     except UntrustedIndexError:
         raise
     except Exception as error:  # noqa: BLE001 - re-raised: a corrupt file, named
@@ -246,67 +212,6 @@ def _read_faiss_hashed(path: Path) -> tuple[Any, str, Exception | None]:
         for block in iter(lambda: file.read(1 << 22), b""):
             digest.update(block)
     return index, digest.hexdigest(), failure
-
-
-def _parse_docstore(data: bytearray, total: int) -> tuple[Any, dict[int, str]]:
-    """``(InMemoryDocstore, {position: id})`` from ``docstore.json`` bytes, checked for shape."""
-    from langchain_community.docstore.in_memory import InMemoryDocstore
-
-    columns = json.loads(data)
-    ids, texts, metadatas = (columns.get(name) for name in ("ids", "texts", "metadatas"))
-    if not (
-        isinstance(ids, list)
-        and isinstance(texts, list)
-        and isinstance(metadatas, list)
-        and len(ids) == len(texts) == len(metadatas) == total
-        and all(isinstance(identifier, str) for identifier in ids)
-        and all(isinstance(text, str) for text in texts)
-        and all(isinstance(metadata, dict) for metadata in metadatas)
-    ):
-        raise ValueError(f"{DOCSTORE_FILE} is not {total} ids, texts and metadata dicts")
-    documents = StoredDocuments(ids, texts, metadatas)
-    # InMemoryDocstore only reads, sets and pops items of its ``_dict``: any mutable mapping works.
-    return InMemoryDocstore(cast("dict[str, Document]", documents)), dict(enumerate(ids))
-
-
-class StoredDocuments(MutableMapping[str, Document]):
-    """``{id: Document}`` over the loaded columns, each Document made on first lookup.
-
-    Making a million pydantic Documents at load would cost more than loading the index; a
-    search looks up only the k hits. Writes and deletions behave as on a dict.
-    """
-
-    def __init__(self, ids: list[str], texts: list[str], metadatas: list[dict[str, Any]]) -> None:
-        self._positions = dict(zip(ids, range(len(ids)), strict=True))
-        self._texts, self._metadatas = texts, metadatas
-        self._made: dict[str, Document] = {}
-
-    def __getitem__(self, identifier: str) -> Document:
-        document = self._made.get(identifier)
-        if document is None:
-            position = self._positions[identifier]
-            document = Document(
-                self._texts[position], metadata=self._metadatas[position], id=identifier
-            )
-            self._made[identifier] = document
-        return document
-
-    def __setitem__(self, identifier: str, document: Document) -> None:
-        self._made[identifier] = document
-        self._positions.setdefault(identifier, -1)
-
-    def __delitem__(self, identifier: str) -> None:
-        del self._positions[identifier]
-        self._made.pop(identifier, None)
-
-    def __contains__(self, identifier: object) -> bool:
-        return identifier in self._positions
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._positions)
-
-    def __len__(self) -> int:
-        return len(self._positions)
 
 
 def _read_manifest(directory: Path, *, required: bool) -> dict[str, Any] | None:

@@ -1,22 +1,10 @@
-"""Vector stores (FAISS, Chroma) and :class:`VectorRetriever`, a batched, scored retriever over them.
+"""Vector stores (FAISS, Chroma) and :class:`VectorRetriever`, a batched retriever over them.
 
-Scores: the kit's contract is a higher-is-better relevance in ``metadata["score"]``. Here it is the
-cosine similarity of query and document wherever the store allows it:
-
-* FAISS indexes built by :func:`build_faiss` hold L2-normalised vectors in an L2 index (flat,
-  HNSW or IVF-PQ; LangChain's default Euclidean strategy with ``normalize_L2=True``). FAISS reports the squared
-  L2 distance ``d``; for unit vectors ``cosine = 1 - d / 2``, which is the score. A FAISS store
-  using ``MAX_INNER_PRODUCT`` gets the inner product itself.
-* Chroma collections built by :func:`build_chroma` use the ``cosine`` space; Chroma reports
-  ``1 - cosine``, so the score is ``1 - distance``. (``ip`` gives ``1 - distance`` too, ``l2``
-  gives ``1 - distance / 2``.)
-
-Ids: every document is stored under ``Document.id`` (its content hash when it has none, the same
-id :class:`~rag_fusion_chain.retrievers.bm25.BM25Retriever` uses), so ids survive a round trip and
-fusion merges a chunk found by both keyword and vector search.
-
-Security: FAISS files are written and read back by :mod:`~rag_fusion_chain.retrievers.faiss_files`
-(signed manifest, read-once verification, pickle allow-list); its functions are re-exported here.
+``metadata["score"]`` is the cosine similarity of query and document: FAISS stores of
+:func:`build_faiss` hold unit vectors in an L2 index (cosine = 1 - d / 2, d the squared distance),
+Chroma collections of :func:`build_chroma` use the cosine space (cosine = 1 - distance). Each
+document is stored under ``Document.id`` (its content hash when it has none, as BM25 does), so
+fusion merges a chunk found by keyword and by vector search.
 """
 
 from __future__ import annotations
@@ -40,7 +28,7 @@ from langchain_core.runnables.config import run_in_executor
 from langchain_core.vectorstores import VectorStore
 from pydantic import Field, model_validator
 
-from rag_fusion_chain.models import embedding_identity
+from rag_fusion_chain.models import embed_documents_array, embedding_identity
 from rag_fusion_chain.retrievers.base import BatchedRetriever, scored_copy, with_identity
 from rag_fusion_chain.retrievers.faiss_files import (
     MANIFEST_FILE,
@@ -70,9 +58,6 @@ FAISS_THREADS_ENV: Final = "RAG_FUSION_FAISS_THREADS"
 Vector = list[float]
 
 
-# --------------------------------------------------------------------------------------------
-# Lazy imports
-# --------------------------------------------------------------------------------------------
 
 
 def _chroma_modules() -> tuple[Any, type[Chroma]]:
@@ -86,42 +71,34 @@ def _chroma_modules() -> tuple[Any, type[Chroma]]:
     return chromadb, Chroma
 
 
-# --------------------------------------------------------------------------------------------
-# Shared helpers
-# --------------------------------------------------------------------------------------------
 
 
-def _identified_documents(documents: Sequence[Document]) -> list[Document]:
-    """Documents with ids (content hash where missing); refuse an empty set or duplicate ids."""
+def _documents_by_id(documents: Sequence[Document]) -> dict[str, Document]:
+    """``{id: document}`` in order (content hash where an id is missing); ValueError for an empty
+    set or duplicate ids."""
     if not documents:
         raise ValueError("documents: cannot build a vector store from no documents")
-    identified = [with_identity(document) for document in documents]
-    if len({document.id for document in identified}) == len(identified):
-        return identified
-    counts = Counter(document.id for document in identified)
-    duplicates = sorted(str(identifier) for identifier, count in counts.items() if count > 1)
-    if duplicates:
+    by_id = {str(document.id): document for document in map(with_identity, documents)}
+    if len(by_id) < len(documents):
+        counts = Counter(with_identity(document).id for document in documents)
+        duplicates = sorted(str(identifier) for identifier, count in counts.items() if count > 1)
         raise ValueError(
             f"documents: duplicate ids {duplicates[:5]}; documents without an id get a content "
             "hash, so identical chunks collide: deduplicate them or give each an id"
         )
-    return identified
-
-
-# --------------------------------------------------------------------------------------------
-# FAISS
-# --------------------------------------------------------------------------------------------
+    return by_id
 
 
 FAISS_INDEXES: Final = {"flat": "Flat", "hnsw": "HNSW32", "ivfpq": "IVF1024,PQ48"}
-"""Short names for :func:`build_faiss`'s ``index``; any other value is a FAISS ``index_factory``
-string (e.g. ``"HNSW64"``, ``"IVF4096,PQ32"``)."""
+"""Short names for :func:`build_faiss`'s ``index``; other values are FAISS ``index_factory``
+strings (e.g. ``"HNSW64"``, ``"IVF4096,PQ32"``)."""
+HNSW_EF_CONSTRUCTION: Final = 40
 HNSW_EF_SEARCH: Final = 64
-"""efSearch set on new HNSW indexes (FAISS's default, 16, loses recall at 1M vectors)."""
+"""efSearch of new HNSW indexes (FAISS's default of 16 loses recall on large collections)."""
 TRAINING_SAMPLE: Final = 100_000
 """At most this many vectors train an index that needs training (IVF, PQ)."""
 ADD_BLOCK: Final = 65_536
-"""Vectors normalised (in a copy) and added per step: the only extra memory at build."""
+"""Rows normalised (in a copy) and added per step: the only extra memory at build."""
 
 
 def build_faiss(
@@ -132,90 +109,77 @@ def build_faiss(
     vectors: Any = None,
     index: str = "flat",
 ) -> FAISS:
-    """Index ``documents`` in an in-memory FAISS store (cosine via normalised L2), optionally saved.
+    """Index ``documents`` in an in-memory FAISS store (cosine via unit vectors), saved to ``path``.
 
-    ``vectors``: precomputed embeddings, a float32 array of one row per document, used instead
-    of calling ``embeddings.embed_documents`` (embedders returning numpy are taken as is).
-    ``index``: ``"flat"`` (exact), ``"hnsw"``, ``"ivfpq"`` or a FAISS ``index_factory`` string;
-    the index type is recorded in the manifest. Documents and vectors are not mutated; each
-    document is stored under its id (content hash if missing). With ``path``, the index is
-    written by :func:`save_faiss`.
+    ``vectors``: precomputed embeddings, one row per document, instead of embedding the texts.
+    ``index``: ``"flat"`` (exact), ``"hnsw"``, ``"ivfpq"`` or a FAISS ``index_factory`` string,
+    recorded in the manifest. Documents and vectors are not mutated.
 
     >>> store = build_faiss(documents, embeddings, path="indexes/faiss", index="hnsw")  # doctest: +SKIP
-    >>> VectorRetriever(vectorstore=store, k=5).invoke("solar power")  # doctest: +SKIP
     """
     FAISS = faiss_store_class()  # noqa: N806 - a class
     from langchain_community.docstore.in_memory import InMemoryDocstore
 
-    identified = _identified_documents(documents)
-    matrix = _vector_matrix(identified, embeddings, vectors)
+    by_id = _documents_by_id(documents)
+    if vectors is None:
+        texts = [document.page_content for document in by_id.values()]
+        vectors = embed_documents_array(embeddings, texts)
+    matrix = _as_matrix(vectors, len(by_id))
     faiss_index = _new_faiss_index(index, matrix)
     for start in range(0, len(matrix), ADD_BLOCK):
         faiss_index.add(_unit_rows(matrix[start : start + ADD_BLOCK]))
-    ids = [str(document.id) for document in identified]
-    store = FAISS(
-        embeddings,
-        faiss_index,
-        InMemoryDocstore(dict(zip(ids, identified, strict=True))),
-        dict(enumerate(ids)),
-        normalize_L2=True,
-    )
+    docstore = InMemoryDocstore(by_id)  # type: ignore[arg-type]
+    store = FAISS(embeddings, faiss_index, docstore, dict(enumerate(by_id)), normalize_L2=True)
     if path is not None:
         save_faiss(store, path)
     return store
 
 
-def _vector_matrix(documents: list[Document], embeddings: Embeddings, vectors: Any) -> Any:
-    """The N x d float32 matrix of ``vectors`` or of the embedded texts, copied only if needed."""
-    import numpy as np
-
-    if vectors is None:
-        vectors = embeddings.embed_documents([document.page_content for document in documents])
-    matrix = np.asarray(vectors, dtype=np.float32)
-    if matrix.ndim != 2 or len(matrix) != len(documents) or matrix.shape[1] == 0:
-        raise ValueError(
-            f"vectors: expected {len(documents)} rows (one per document) of d > 0 numbers, "
-            f"got shape {matrix.shape}"
-        )
-    if not np.isfinite(matrix).all():
-        raise ValueError("vectors: contain NaN or infinite values")
-    return matrix
-
-
 def _unit_rows(rows: Any) -> Any:
-    """An L2-normalised float32 copy of ``rows`` (the caller's array is left as it was)."""
+    """An L2-normalised float32 copy of ``rows``; ValueError for NaN or infinite values."""
     import faiss
     import numpy as np
 
     block = np.array(rows, dtype=np.float32, order="C", copy=True)
+    if not np.isfinite(block).all():
+        raise ValueError("vectors: contain NaN or infinite values")
     faiss.normalize_L2(block)
     return block
 
 
-def _new_faiss_index(index: str, matrix: Any) -> Any:
-    """An empty FAISS index of the requested type for ``matrix``'s dimension, trained if needed."""
+def _as_matrix(vectors: Any, count: int) -> Any:
+    """``vectors`` as a 2-D array of ``count`` rows (a numpy array is taken as it is)."""
+    import numpy as np
+
+    matrix = vectors if isinstance(vectors, np.ndarray) else np.asarray(vectors, dtype=np.float32)
+    if matrix.ndim != 2 or len(matrix) != count or matrix.shape[1] == 0:
+        raise ValueError(
+            f"vectors: expected {count} rows (one per document) of d > 0 numbers, "
+            f"got shape {matrix.shape}"
+        )
+    return matrix
+
+
+def _new_faiss_index(index: str, vectors: Any) -> Any:
+    """An empty FAISS index of type ``index`` for ``vectors``' dimension, trained if it must be."""
     import faiss
     import numpy as np
 
     description = FAISS_INDEXES.get(index, index)
     try:
-        faiss_index = faiss.index_factory(int(matrix.shape[1]), description, faiss.METRIC_L2)
+        faiss_index = faiss.index_factory(int(vectors.shape[1]), description, faiss.METRIC_L2)
     except RuntimeError as error:
         raise ValueError(
             f"index: {index!r} is not one of {sorted(FAISS_INDEXES)} nor a FAISS index_factory "
             f"string ({error})"
         ) from error
     if hasattr(faiss_index, "hnsw"):
+        faiss_index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
         faiss_index.hnsw.efSearch = HNSW_EF_SEARCH
     if not faiss_index.is_trained:
-        sample = np.random.default_rng(0).permutation(len(matrix))[:TRAINING_SAMPLE]
-        faiss_index.train(_unit_rows(matrix[np.sort(sample)]))
+        sample = np.random.default_rng(0).permutation(len(vectors))[:TRAINING_SAMPLE]
+        faiss_index.train(_unit_rows(vectors[np.sort(sample)]))
     return faiss_index
-
-
-# --------------------------------------------------------------------------------------------
-# Chroma
-# --------------------------------------------------------------------------------------------
 
 
 def _chroma_client(
@@ -275,7 +239,7 @@ def build_chroma(
     >>> store = build_chroma(documents, embeddings, host="127.0.0.1", port=8000)  # doctest: +SKIP
     """
     _, Chroma = _chroma_modules()  # noqa: N806 - a class
-    identified = _identified_documents(documents)
+    identified = list(_documents_by_id(documents).values())
     chroma_client = _chroma_client(
         persist_directory=persist_directory, client=client, host=host, port=port, must_exist=False
     )
@@ -330,9 +294,6 @@ def load_chroma(
     return store
 
 
-# --------------------------------------------------------------------------------------------
-# Relevance conversions (higher is better)
-# --------------------------------------------------------------------------------------------
 
 
 def _relevance_from_squared_l2(distance: float) -> float:
@@ -381,9 +342,6 @@ def _is_chroma(store: VectorStore) -> TypeGuard[Chroma]:
     return _is_instance(store, "langchain_chroma.vectorstores", "Chroma")
 
 
-# --------------------------------------------------------------------------------------------
-# VectorRetriever
-# --------------------------------------------------------------------------------------------
 
 
 def default_faiss_threads() -> int:
