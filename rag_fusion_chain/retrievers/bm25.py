@@ -1,15 +1,8 @@
-"""Keyword retrieval with BM25 (bm25s), on the batching base class of :mod:`.base`.
+"""Keyword retrieval with BM25 (bm25s): :func:`tokenize` and :class:`BM25Retriever`.
 
-* :func:`tokenize` handles English (lower-casing, stopwords, Snowball English stemming via
-  PyStemmer) and Chinese/Japanese/Korean (character bigrams for each CJK run, so
-  ``光伏发电`` becomes ``光伏 伏发 发电``); mixed text works because each run is handled by its kind.
-* :class:`BM25Retriever` (a :class:`~.base.BatchedRetriever`: one ``bm25s.retrieve`` for a whole
-  batch, ``k`` at invoke time) puts the BM25 score (higher is better) in ``metadata["score"]`` of
-  fresh copies; the stored documents are never mutated.
-
-Identity: a document without ``Document.id`` is given the content hash of
-:func:`rag_fusion_chain.fusion.document_id` as its id, the same id the kit's vector stores use, so
-that fusion merges the keyword and the vector hit of one chunk.
+English words are case-folded, stopword-filtered and Snowball-stemmed; each run of Chinese,
+Japanese or Korean becomes its character bigrams (``光伏发电`` -> ``光伏 伏发 发电``). Documents
+without ``Document.id`` get the content hash the vector stores use, so fusion merges both hits.
 """
 
 from __future__ import annotations
@@ -25,20 +18,18 @@ from typing import Any
 
 from langchain_core.callbacks import CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from rag_fusion_chain.retrievers.base import BatchedRetriever, scored_copy, with_identity
+from rag_fusion_chain.retrievers.columns import StoredDocuments, columns_json, parse_columns
 from rag_fusion_chain.retrievers.fanout import DEFAULT_K
 
 BM25_FORMAT = "rag_fusion_chain.bm25"
-BM25_FORMAT_VERSION = 1
+BM25_FORMAT_VERSION = 2
 DOCUMENTS_FILE = "documents.json"
 SETTINGS_FILE = "retriever.json"
 
 
-# --------------------------------------------------------------------------------------------
-# Tokenizer
-# --------------------------------------------------------------------------------------------
 
 _CJK_RANGES = (
     "\u3040-\u30ff"  # Hiragana, Katakana
@@ -48,12 +39,17 @@ _CJK_RANGES = (
     "\uf900-\ufaff"  # CJK Compatibility Ideographs
     "\U00020000-\U0002ebef"  # CJK Extensions B-F
 )
-_TOKEN_PATTERN = re.compile(f"(?P<cjk>[{_CJK_RANGES}]+)|(?P<word>[^\\W_{_CJK_RANGES}]+)")
+_TOKEN_PATTERN = re.compile(f"([{_CJK_RANGES}]+)|[^\\W_{_CJK_RANGES}]+")
+_WORD_PATTERN = re.compile(f"[^\\W_{_CJK_RANGES}]+")
+_CJK_PATTERN = re.compile(f"[{_CJK_RANGES}]")
 _thread_state = threading.local()
+_stems: dict[str, str] = {}
+"""Snowball stems of the words seen (each word is stemmed once; cleared at a million)."""
+MAX_CACHED_STEMS = 1 << 20
 
 
-def _english_stemmer() -> Any:
-    """One PyStemmer Snowball stemmer per thread (stemmer objects are not thread-safe)."""
+def _stem(word: str) -> str:
+    """``word``'s Snowball English stem, with one PyStemmer stemmer per thread (not thread-safe)."""
     stemmer = getattr(_thread_state, "stemmer", None)
     if stemmer is None:
         try:
@@ -63,7 +59,10 @@ def _english_stemmer() -> Any:
                 'BM25 stemming needs PyStemmer: pip install "rag-fusion-chain[bm25]"'
             ) from error
         stemmer = _thread_state.stemmer = Stemmer.Stemmer("english")
-    return stemmer
+    if len(_stems) >= MAX_CACHED_STEMS:
+        _stems.clear()
+    stemmed = _stems[word] = stemmer.stemWord(word)
+    return str(stemmed)
 
 
 @functools.cache
@@ -82,8 +81,6 @@ def cjk_bigrams(run: str) -> list[str]:
 
     >>> cjk_bigrams("光伏发电")
     ['光伏', '伏发', '发电']
-    >>> cjk_bigrams("电")
-    ['电']
     """
     if len(run) == 1:
         return [run]
@@ -91,39 +88,29 @@ def cjk_bigrams(run: str) -> list[str]:
 
 
 def tokenize(text: str, *, stem: bool = True, remove_stopwords: bool = True) -> list[str]:
-    """Split text into BM25 terms: English words and CJK character bigrams, in text order.
-
-    Text is NFKC-normalised (full-width forms become ASCII) and case-folded. English words are
-    filtered against bm25s's English stopword list (179 words, NLTK's) and Snowball-stemmed;
-    digits are kept; each CJK run becomes its overlapping bigrams.
+    """BM25 terms of ``text`` in text order: NFKC-normalised, case-folded English words without
+    bm25s's English stopwords, Snowball-stemmed, and CJK character bigrams.
 
     >>> tokenize("The panels are running; 光伏发电 works")
     ['panel', 'run', '光伏', '伏发', '发电', 'work']
     """
     normalized = unicodedata.normalize("NFKC", text).casefold()
     stopwords = _english_stopwords() if remove_stopwords else frozenset()
-    tokens: list[str] = []
-    words: list[str] = []
-    for match in _TOKEN_PATTERN.finditer(normalized):
-        if match.lastgroup == "cjk":
-            tokens.extend(_stem_words(words, stem))
-            words = []
-            tokens.extend(cjk_bigrams(match.group()))
-        elif match.group() not in stopwords:
-            words.append(match.group())
-    tokens.extend(_stem_words(words, stem))
-    return tokens
-
-
-def _stem_words(words: list[str], stem: bool) -> list[str]:
-    if not stem or not words:
+    if _CJK_PATTERN.search(normalized) is None:
+        words = [word for word in _WORD_PATTERN.findall(normalized) if word not in stopwords]
+    else:
+        words = []
+        for match in _TOKEN_PATTERN.finditer(normalized):
+            if match.group(1):
+                words.extend(cjk_bigrams(match.group(1)))
+            elif match.group() not in stopwords:
+                words.append(match.group())
+    if not stem:
         return words
-    return list(_english_stemmer().stemWords(words))
-
-
-# --------------------------------------------------------------------------------------------
-# BM25 retriever
-# --------------------------------------------------------------------------------------------
+    stems = _stems
+    return [
+        stems.get(word) or (word if _CJK_PATTERN.match(word) else _stem(word)) for word in words
+    ]
 
 
 def _bm25s_module() -> Any:
@@ -139,9 +126,9 @@ def _bm25s_module() -> Any:
 class BM25Retriever(BatchedRetriever):
     """BM25 keyword retriever over a fixed set of Documents, built on bm25s.
 
-    Scores (higher is better, 0 = no query term matched) go to ``metadata["score"]`` of copies;
-    documents that match no query term are not returned, so a list may be shorter than ``k``.
-    Many queries are scored in one ``bm25s.BM25.retrieve`` call by ``batch``/``abatch``.
+    Scores (higher is better) go to ``metadata["score"]`` of copies; documents matching no query
+    term are left out, so a list may be shorter than ``k``. ``batch`` scores all queries in one
+    ``bm25s.BM25.retrieve`` call.
 
     >>> retriever = BM25Retriever.from_documents(
     ...     [Document("solar panels", id="1"), Document("wind turbines", id="2")], k=1
@@ -150,7 +137,7 @@ class BM25Retriever(BatchedRetriever):
     ['1']
     """
 
-    documents: list[Document]
+    documents: Sequence[Document]
     """The indexed documents, each with an id (a content hash where none was given)."""
     index: Any = Field(repr=False, exclude=True)
     """The ``bm25s.BM25`` index, aligned with ``documents``."""
@@ -158,6 +145,17 @@ class BM25Retriever(BatchedRetriever):
     """Snowball-stem English words (index and queries must agree; saved with the index)."""
     remove_stopwords: bool = True
     """Drop English stopwords (saved with the index)."""
+
+    @field_validator("documents", mode="plain")
+    @classmethod
+    def _documents(cls, documents: Any) -> Sequence[Document]:
+        """Loaded columns as they are (their Documents are made on read); else a list of Documents."""
+        if isinstance(documents, StoredDocuments):
+            return documents
+        listed = list(documents)
+        if not all(isinstance(document, Document) for document in listed):
+            raise TypeError("documents: expected Documents")
+        return listed
 
     @classmethod
     def from_documents(
@@ -172,10 +170,8 @@ class BM25Retriever(BatchedRetriever):
         method: str = "lucene",
         **kwargs: Any,
     ) -> BM25Retriever:
-        """Index ``documents`` (not mutated) with bm25s.
-
-        ``k1``, ``b`` and ``method`` are bm25s's BM25 parameters; ``kwargs`` go to the
-        retriever (``tags``, ``metadata``).
+        """Index ``documents`` (not mutated); ``k1``, ``b``, ``method`` are bm25s's parameters,
+        ``kwargs`` go to the retriever (``tags``, ``metadata``).
 
         >>> BM25Retriever.from_documents([Document("a solar panel")], k=2).k
         2
@@ -183,12 +179,18 @@ class BM25Retriever(BatchedRetriever):
         if not documents:
             raise ValueError("documents: cannot build a BM25 index from no documents")
         identified = [with_identity(document) for document in documents]
-        index = _bm25s_module().BM25(k1=k1, b=b, method=method)
-        corpus_tokens = [
-            tokenize(document.page_content, stem=stem, remove_stopwords=remove_stopwords)
+        vocabulary: dict[str, int] = {}  # terms to ids in one pass, as bm25s.tokenize does
+        term_ids = [
+            [
+                vocabulary.setdefault(term, len(vocabulary))
+                for term in tokenize(
+                    document.page_content, stem=stem, remove_stopwords=remove_stopwords
+                )
+            ]
             for document in identified
         ]
-        index.index(corpus_tokens, show_progress=False)
+        index = _bm25s_module().BM25(k1=k1, b=b, method=method)
+        index.index((term_ids, vocabulary), show_progress=False)
         return cls(
             documents=identified,
             index=index,
@@ -228,12 +230,9 @@ class BM25Retriever(BatchedRetriever):
         return results
 
     def save(self, directory: str | Path) -> Path:
-        """Write the index (bm25s JSON/npy, no pickle), the documents and settings as JSON.
-
-        >>> # retriever.save("indexes/bm25"); BM25Retriever.load("indexes/bm25")
-        """
+        """Write the bm25s index (JSON/npy), the documents (:mod:`.columns`) and settings; no pickle."""
         path = Path(directory)
-        documents = _documents_json(self.documents)
+        documents = columns_json(self.documents, path / DOCUMENTS_FILE)
         path.mkdir(parents=True, exist_ok=True)
         self.index.save(str(path), show_progress=False)
         settings = {
@@ -243,7 +242,7 @@ class BM25Retriever(BatchedRetriever):
             "stem": self.stem,
             "remove_stopwords": self.remove_stopwords,
         }
-        (path / DOCUMENTS_FILE).write_text(documents, "utf-8")
+        (path / DOCUMENTS_FILE).write_bytes(documents)
         (path / SETTINGS_FILE).write_text(json.dumps(settings, indent=2), "utf-8")
         return path
 
@@ -251,9 +250,7 @@ class BM25Retriever(BatchedRetriever):
     def load(cls, directory: str | Path, **kwargs: Any) -> BM25Retriever:
         """Load a retriever written by :meth:`save`; ``kwargs`` override fields (e.g. ``k``).
 
-        No pickle is involved: bm25s arrays load with ``allow_pickle=False``, the rest is JSON.
-
-        >>> # BM25Retriever.load("indexes/bm25", k=10)
+        bm25s arrays load with ``allow_pickle=False``; the rest is JSON.
         """
         path = Path(directory)
         if not path.is_dir():
@@ -261,10 +258,6 @@ class BM25Retriever(BatchedRetriever):
         settings = _read_json(path / SETTINGS_FILE)
         if not isinstance(settings, dict) or settings.get("format") != BM25_FORMAT:
             raise ValueError(f"{path / SETTINGS_FILE} is not a BM25Retriever settings file")
-        entries = _read_json(path / DOCUMENTS_FILE)
-        if not isinstance(entries, list) or not all(isinstance(entry, dict) for entry in entries):
-            raise ValueError(f"{path / DOCUMENTS_FILE} is not a list of documents (corrupt?)")
-        documents = [Document(**entry) for entry in entries]
         try:
             index = _bm25s_module().BM25.load(str(path), load_corpus=False, show_progress=False)
         except FileNotFoundError:
@@ -274,45 +267,27 @@ class BM25Retriever(BatchedRetriever):
                 f"{path}: the bm25s index files are corrupt or incomplete "
                 f"({type(error).__name__}: {error}); rebuild the index"
             ) from error
-        if index.scores["num_docs"] != len(documents):
-            raise ValueError(
-                f"{path}: the BM25 index holds {index.scores['num_docs']} documents but "
-                f"{DOCUMENTS_FILE} holds {len(documents)}; the directory is inconsistent"
-            )
-        fields = {
-            "k": settings["k"],
-            "stem": settings["stem"],
-            "remove_stopwords": settings["remove_stopwords"],
-            **kwargs,
-        }
-        return cls(documents=documents, index=index, **fields)
+        documents = _read_documents(path / DOCUMENTS_FILE, int(index.scores["num_docs"]))
+        fields = {name: settings[name] for name in ("k", "stem", "remove_stopwords")}
+        return cls(documents=documents, index=index, **{**fields, **kwargs})
 
 
-def _documents_json(documents: Sequence[Document]) -> str:
-    """``documents`` as one JSON list, serialised once; TypeError naming the first document
-    whose metadata JSON cannot hold (searched only when serialising fails)."""
-    entries = [
-        {"id": document.id, "page_content": document.page_content, "metadata": document.metadata}
-        for document in documents
-    ]
-    try:
-        return json.dumps(entries, ensure_ascii=False)
-    except (TypeError, ValueError) as error:
-        position = next(
-            position for position, entry in enumerate(entries) if not _serialisable(entry)
-        )
-        raise TypeError(
-            f"document {position} (id={entries[position]['id']!r}) has metadata that is not "
-            f"JSON-serialisable, so it cannot be saved: {error}"
-        ) from error
-
-
-def _serialisable(entry: dict[str, Any]) -> bool:
-    try:
-        json.dumps(entry, ensure_ascii=False)
-    except (TypeError, ValueError):
-        return False
-    return True
+def _read_documents(path: Path, total: int) -> StoredDocuments:
+    """The saved documents: columns (format 2) or, from format 1, a list of Document fields."""
+    if not path.is_file():
+        raise FileNotFoundError(f"missing file: {path}")
+    data = path.read_bytes()
+    if data.lstrip()[:1] != b"[":
+        return parse_columns(data, path, total)
+    entries = _read_json(path)
+    if not all(isinstance(entry, dict) for entry in entries) or len(entries) != total:
+        raise ValueError(f"{path} is not {total} documents (inconsistent)")
+    documents = [Document(**entry) for entry in entries]
+    return StoredDocuments(
+        [str(document.id) for document in documents],
+        [document.page_content for document in documents],
+        [document.metadata for document in documents],
+    )
 
 
 def _read_json(path: Path) -> Any:
@@ -324,8 +299,4 @@ def _read_json(path: Path) -> Any:
         raise ValueError(f"{path} is not valid JSON (corrupt?): {error}") from error
 
 
-__all__ = [
-    "BM25Retriever",
-    "cjk_bigrams",
-    "tokenize",
-]
+__all__ = ["BM25Retriever", "cjk_bigrams", "tokenize"]

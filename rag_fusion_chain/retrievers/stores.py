@@ -58,8 +58,6 @@ FAISS_THREADS_ENV: Final = "RAG_FUSION_FAISS_THREADS"
 Vector = list[float]
 
 
-
-
 def _chroma_modules() -> tuple[Any, type[Chroma]]:
     try:
         import chromadb
@@ -69,8 +67,6 @@ def _chroma_modules() -> tuple[Any, type[Chroma]]:
             'Chroma stores need chromadb and langchain-chroma: pip install "rag-fusion-chain[chroma]"'
         ) from error
     return chromadb, Chroma
-
-
 
 
 def _documents_by_id(documents: Sequence[Document]) -> dict[str, Document]:
@@ -294,8 +290,6 @@ def load_chroma(
     return store
 
 
-
-
 def _relevance_from_squared_l2(distance: float) -> float:
     """Cosine similarity of unit vectors from their squared L2 distance: 1 - d / 2."""
     return 1.0 - distance / 2.0
@@ -340,8 +334,6 @@ def _is_faiss(store: VectorStore) -> TypeGuard[FAISS]:
 def _is_chroma(store: VectorStore) -> TypeGuard[Chroma]:
     """Whether ``store`` is LangChain's Chroma store (langchain-chroma)."""
     return _is_instance(store, "langchain_chroma.vectorstores", "Chroma")
-
-
 
 
 def default_faiss_threads() -> int:
