@@ -141,9 +141,9 @@ def test_batch_embeds_all_queries_in_one_call_and_searches_once(
     searches: list[int] = []
     original_search = store.index.search
 
-    def counting_search(matrix: Any, k: int) -> Any:
+    def counting_search(matrix: Any, k: int, **options: Any) -> Any:
         searches.append(len(matrix))
-        return original_search(matrix, k)
+        return original_search(matrix, k, **options)
 
     monkeypatch.setattr(store.index, "search", counting_search)
     embeddings.calls.clear()

@@ -52,7 +52,6 @@ if TYPE_CHECKING:
 DEFAULT_COLLECTION = "rag_fusion_chain"
 EMBEDDING_METADATA_KEY = "rag_fusion_chain:embedding"
 """Chroma collection metadata key holding the identity of the embeddings that built it."""
-CHROMA_SPACE: Final = "cosine"
 FAISS_THREADS_ENV: Final = "RAG_FUSION_FAISS_THREADS"
 
 Vector = list[float]
@@ -179,23 +178,10 @@ def _new_faiss_index(index: str, vectors: Any) -> Any:
 
 
 def _chroma_client(
-    *,
-    persist_directory: str | Path | None,
-    client: Any,
-    host: str | None,
-    port: int | None,
-    must_exist: bool,
+    persist_directory: str | Path | None, client: Any, host: str | None, port: int | None
 ) -> Any:
-    """One Chroma client from exactly one of ``client``, ``host``, ``persist_directory``."""
-    given = [
-        name
-        for name, value in (
-            ("persist_directory", persist_directory),
-            ("client", client),
-            ("host", host),
-        )
-        if value is not None
-    ]
+    """One Chroma client from at most one of ``client``, ``host``, ``persist_directory``."""
+    given = [name for name, value in locals().items() if name != "port" and value is not None]
     if len(given) > 1:
         raise ValueError(f"give one of persist_directory, client, host; got {given}")
     if port is not None and host is None:
@@ -203,16 +189,13 @@ def _chroma_client(
     if client is not None:
         return client
     chromadb, _ = _chroma_modules()
-    # langchain_chroma's default settings: Chroma keeps one system per process (in memory) or per
-    # directory and refuses a second client with other settings, so the kit's client and a user's
-    # own ``Chroma(...)`` / ``Chroma.from_documents`` must agree, whichever comes first.
+    # langchain_chroma's default settings: Chroma refuses a second client with other settings in
+    # one process or directory, so the kit's and a user's own ``Chroma(...)`` must agree.
     settings = chromadb.config.Settings()
     if host is not None:
         return chromadb.HttpClient(host=host, port=port or 8000, settings=settings)
     if persist_directory is None:
         return chromadb.EphemeralClient(settings=settings)
-    if must_exist and not Path(persist_directory).is_dir():
-        raise FileNotFoundError(f"Chroma persist directory not found: {persist_directory}")
     return chromadb.PersistentClient(path=str(persist_directory), settings=settings)
 
 
@@ -226,25 +209,18 @@ def build_chroma(
     host: str | None = None,
     port: int | None = None,
 ) -> Chroma:
-    """Embed ``documents`` into a Chroma collection (cosine space) under their ids.
-
-    Where: ``persist_directory`` (embedded, on disk), ``host``/``port`` (a ``chroma run``
-    server), a ready ``client``, or none of them (in memory). An existing collection of that
-    name is added to (documents with the same id are replaced).
-
-    >>> store = build_chroma(documents, embeddings, host="127.0.0.1", port=8000)  # doctest: +SKIP
-    """
+    """Embed ``documents`` into a Chroma collection (cosine space) under their ids: on disk
+    (``persist_directory``), on a ``chroma run`` server (``host``/``port``), through ``client``,
+    or in memory. An existing collection is added to (same ids replaced)."""
     _, Chroma = _chroma_modules()  # noqa: N806 - a class
     identified = list(_documents_by_id(documents).values())
-    chroma_client = _chroma_client(
-        persist_directory=persist_directory, client=client, host=host, port=port, must_exist=False
-    )
+    chroma_client = _chroma_client(persist_directory, client, host, port)
     store = Chroma(
         collection_name=collection_name,
         embedding_function=embeddings,
         client=chroma_client,
         collection_metadata={EMBEDDING_METADATA_KEY: embedding_identity(embeddings)},
-        collection_configuration={"hnsw": {"space": CHROMA_SPACE}},
+        collection_configuration={"hnsw": {"space": "cosine"}},
     )
     batch_size = chroma_client.get_max_batch_size()
     for start in range(0, len(identified), batch_size):
@@ -262,17 +238,12 @@ def load_chroma(
     host: str | None = None,
     port: int | None = None,
 ) -> Chroma:
-    """Open an existing Chroma collection (embedded on disk, on a server, or via ``client``).
-
-    A missing directory raises FileNotFoundError, a missing collection ValueError naming the
-    collections that do exist; different embeddings than those that built it give a warning.
-
-    >>> store = load_chroma(embeddings, persist_directory="indexes/chroma")  # doctest: +SKIP
-    """
+    """Open an existing Chroma collection; FileNotFoundError for a missing directory, ValueError
+    naming the existing collections for a missing one, a warning for other embeddings."""
     chromadb, Chroma = _chroma_modules()  # noqa: N806 - a class
-    chroma_client = _chroma_client(
-        persist_directory=persist_directory, client=client, host=host, port=port, must_exist=True
-    )
+    if persist_directory is not None and not Path(persist_directory).is_dir():
+        raise FileNotFoundError(f"Chroma persist directory not found: {persist_directory}")
+    chroma_client = _chroma_client(persist_directory, client, host, port)
     try:
         store = Chroma(
             collection_name=collection_name,
@@ -291,22 +262,13 @@ def load_chroma(
 
 
 def _relevance_from_squared_l2(distance: float) -> float:
-    """Cosine similarity of unit vectors from their squared L2 distance: 1 - d / 2."""
+    """Cosine similarity of unit vectors from their squared L2 distance."""
     return 1.0 - distance / 2.0
 
 
-def _relevance_from_cosine_distance(distance: float) -> float:
-    """Chroma's cosine (and ip) distance is 1 - similarity."""
-    return 1.0 - distance
-
-
-def _identity_relevance(score: float) -> float:
-    return score
-
-
 _CHROMA_RELEVANCE: dict[str, Callable[[float], float]] = {
-    "cosine": _relevance_from_cosine_distance,
-    "ip": _relevance_from_cosine_distance,
+    "cosine": lambda distance: 1.0 - distance,
+    "ip": lambda distance: 1.0 - distance,
     "l2": _relevance_from_squared_l2,
 }
 
@@ -327,59 +289,43 @@ def _is_instance(store: Any, module_name: str, class_name: str) -> bool:
 
 
 def _is_faiss(store: VectorStore) -> TypeGuard[FAISS]:
-    """Whether ``store`` is LangChain's FAISS store (langchain-community)."""
     return _is_instance(store, "langchain_community.vectorstores.faiss", "FAISS")
 
 
 def _is_chroma(store: VectorStore) -> TypeGuard[Chroma]:
-    """Whether ``store`` is LangChain's Chroma store (langchain-chroma)."""
     return _is_instance(store, "langchain_chroma.vectorstores", "Chroma")
 
 
 def default_faiss_threads() -> int:
-    """``$RAG_FUSION_FAISS_THREADS``, else 1: the fan-out runs its searches concurrently, and
-    FAISS's default of one OpenMP thread per core per search oversubscribes the cores (on a
-    loaded 2-core machine a 10k flat query took 16-24 ms instead of 0.65 ms)."""
-    configured = os.environ.get(FAISS_THREADS_ENV, "1")
-    try:
-        threads = int(configured)
-    except ValueError:
-        threads = 0
-    if threads < 1:
+    """``$RAG_FUSION_FAISS_THREADS``, else 1: the fan-out searches concurrently, and FAISS's
+    default of a thread per core per search oversubscribes the cores."""
+    configured = os.environ.get(FAISS_THREADS_ENV, "1").strip()
+    if not configured.isdigit() or int(configured) < 1:
         raise ValueError(f"{FAISS_THREADS_ENV}: expected a positive integer, got {configured!r}")
-    return threads
+    return int(configured)
 
 
 class VectorRetriever(BatchedRetriever):
-    """Dense retriever over a vector store, with one embedding call per batch of queries.
+    """Dense retriever over a vector store: one embedding call and one search per batch.
 
-    ``batch``/``abatch`` (so ``retriever.map()`` and fan-out code) embed all N queries in ONE
-    ``embed_documents(queries)`` call and search them together: one ``index.search`` for FAISS,
-    one ``collection.query`` for Chroma, one call per vector for other stores. Embedding queries
-    with ``embed_documents`` is right for symmetric models (MiniLM, OpenAI, where
-    ``embed_query`` is ``embed_documents`` of one text); for models that embed queries
-    differently (an instruction or prefix in ``embed_query``), set
-    ``query_embedding="per_query"`` to call ``embed_query`` once per query instead.
+    ``batch`` embeds all queries in one ``embed_documents`` call (right for symmetric models;
+    ``query_embedding="per_query"`` calls ``embed_query`` per query, for models that embed
+    queries differently) and searches them together: one ``index.search`` (FAISS), one
+    ``collection.query`` (Chroma), or one call per vector (other stores, whose score is taken
+    as a similarity unless ``relevance_function`` converts it). Scores: cosine similarity in
+    ``metadata["score"]`` of copies.
 
-    Scores: cosine similarity (see the module docstring) in ``metadata["score"]`` of copies.
-    Other stores need ``similarity_search_with_score_by_vector``; their score is taken as a
-    similarity (as langchain_core's InMemoryVectorStore returns) unless ``relevance_function``
-    converts it.
-
-    >>> retriever = VectorRetriever(vectorstore=build_faiss(docs, embeddings))  # doctest: +SKIP
-    >>> retriever.batch(["solar", "wind"], k=3)  # one embedding request  # doctest: +SKIP
+    >>> VectorRetriever(vectorstore=build_faiss(docs, embeddings)).batch(["solar", "wind"], k=3)  # doctest: +SKIP
     """
 
     vectorstore: VectorStore
     embeddings: Embeddings | None = None
     """Query embeddings; default: the store's own (``vectorstore.embeddings``)."""
     query_embedding: Literal["batch", "per_query"] = "batch"
-    """``"batch"``: one ``embed_documents`` call for all queries; ``"per_query"``: ``embed_query``."""
     relevance_function: Callable[[float], float] | None = None
     """For stores other than FAISS and Chroma: turns the store's score into higher-is-better."""
     search_parameters: dict[str, int] = Field(default_factory=dict)
-    """FAISS search parameters for approximate indexes, per call: ``{"efSearch": 128}`` (HNSW),
-    ``{"nprobe": 16}`` (IVF). Expose with ``configurable_fields`` to set them per request."""
+    """FAISS parameters per call: ``{"efSearch": 128}`` (HNSW), ``{"nprobe": 16}`` (IVF)."""
     faiss_threads: int = Field(default_factory=default_faiss_threads, ge=1)
     """OpenMP threads for one FAISS search (see :func:`default_faiss_threads`)."""
 
@@ -422,10 +368,8 @@ class VectorRetriever(BatchedRetriever):
         vectors = await self._aembed(queries)
         return await run_in_executor(None, self.search_vectors, vectors, k)
 
-    def search_vectors(self, vectors: list[Vector], k: int) -> list[list[Document]]:
-        """The ``k`` best scored copies for each query vector, searched together where possible.
-
-        ``vectors`` may be a list of lists or a numpy array (as the kit's embedders return)."""
+    def search_vectors(self, vectors: Sequence[Vector] | Any, k: int) -> list[list[Document]]:
+        """The ``k`` best scored copies for each query vector (lists or a numpy array)."""
         if len(vectors) == 0:
             return []
         store = self.vectorstore
@@ -433,16 +377,13 @@ class VectorRetriever(BatchedRetriever):
             return _search_faiss(store, vectors, k, self.search_parameters, self.faiss_threads)
         if _is_chroma(store):
             return _search_chroma(store, vectors, k)
-        return self._search_one_by_one(vectors, k)
-
-    def _search_one_by_one(self, vectors: list[Vector], k: int) -> list[list[Document]]:
-        search = getattr(self.vectorstore, "similarity_search_with_score_by_vector", None)
+        search = getattr(store, "similarity_search_with_score_by_vector", None)
         if search is None:
             raise TypeError(
-                f"vectorstore: {type(self.vectorstore).__name__} has no "
+                f"vectorstore: {type(store).__name__} has no "
                 "similarity_search_with_score_by_vector; use FAISS, Chroma or a store that has it"
             )
-        relevance = self.relevance_function or _identity_relevance
+        relevance = self.relevance_function or float
         return [
             [scored_copy(document, relevance(score)) for document, score in search(vector, k=k)]
             for vector in vectors
@@ -466,13 +407,19 @@ def _faiss_search_parameters(parameters: dict[str, int]) -> Any:
 
 
 def _search_faiss(
-    store: FAISS, vectors: list[Vector], k: int, parameters: dict[str, int], threads: int
+    store: FAISS, vectors: Any, k: int, parameters: dict[str, int], threads: int
 ) -> list[list[Document]]:
     """All query vectors in one ``index.search`` call, on ``threads`` OpenMP threads."""
     import faiss
     import numpy as np
     from langchain_community.vectorstores.utils import DistanceStrategy
 
+    relevance: Callable[[float], float] = {
+        DistanceStrategy.MAX_INNER_PRODUCT: float,
+        DistanceStrategy.EUCLIDEAN_DISTANCE: _relevance_from_squared_l2,
+    }.get(store.distance_strategy)  # type: ignore[assignment]
+    if relevance is None:
+        raise ValueError(f"unsupported FAISS distance strategy {store.distance_strategy}")
     total = int(store.index.ntotal)
     if total == 0:
         return [[] for _ in vectors]
@@ -481,17 +428,7 @@ def _search_faiss(
         faiss.normalize_L2(matrix)
     faiss.omp_set_num_threads(threads)  # per calling thread: each executor thread sets its own
     search_parameters = _faiss_search_parameters(parameters)
-    if search_parameters is None:
-        distances, positions = store.index.search(matrix, min(k, total))
-    else:
-        distances, positions = store.index.search(matrix, min(k, total), params=search_parameters)
-    relevance: Callable[[float], float]
-    if store.distance_strategy == DistanceStrategy.MAX_INNER_PRODUCT:
-        relevance = _identity_relevance
-    elif store.distance_strategy == DistanceStrategy.EUCLIDEAN_DISTANCE:
-        relevance = _relevance_from_squared_l2
-    else:
-        raise ValueError(f"unsupported FAISS distance strategy {store.distance_strategy}")
+    distances, positions = store.index.search(matrix, min(k, total), params=search_parameters)
     return [
         [
             scored_copy(_faiss_document(store, int(position)), relevance(float(distance)))
@@ -510,44 +447,30 @@ def _faiss_document(store: FAISS, position: int) -> Document:
     return document if document.id else document.model_copy(update={"id": store_id})
 
 
-def _search_chroma(store: Chroma, vectors: list[Vector], k: int) -> list[list[Document]]:
+def _search_chroma(store: Chroma, vectors: Any, k: int) -> list[list[Document]]:
     """All query vectors in one ``collection.query`` call."""
-    collection = store._collection
-    space = _chroma_space(collection)
+    space = _chroma_space(store._collection)
     relevance = _CHROMA_RELEVANCE.get(space)
     if relevance is None:
         raise ValueError(f"unsupported Chroma distance space {space!r}")
-    result = collection.query(
-        # chromadb types a batch as list[Sequence[float] | Sequence[int]]: an invariant list,
-        # which list[list[float]] is not, although it is what chromadb takes.
+    result = store._collection.query(
+        # chromadb types a batch as an invariant list[Sequence[float] | Sequence[int]].
         query_embeddings=cast("list[PyEmbedding]", vectors),
         n_results=k,
         include=["documents", "metadatas", "distances"],
     )
-    texts_per_query = result["documents"]
-    metadatas_per_query = result["metadatas"]
-    distances_per_query = result["distances"]
-    if texts_per_query is None or metadatas_per_query is None or distances_per_query is None:
-        raise ValueError(
-            "Chroma's query returned no documents, metadatas or distances, though it asked for them"
-        )
+    texts, metadatas, distances = result["documents"], result["metadatas"], result["distances"]
+    if texts is None or metadatas is None or distances is None:
+        raise ValueError("Chroma's query returned no documents, metadatas or distances")
     return [
         [
             scored_copy(
                 Document(page_content=text or "", metadata=metadata or {}, id=store_id),
                 relevance(float(distance)),
             )
-            for store_id, text, metadata, distance in zip(
-                ids, texts, metadatas, distances, strict=True
-            )
+            for store_id, text, metadata, distance in zip(*row, strict=True)
         ]
-        for ids, texts, metadatas, distances in zip(
-            result["ids"],
-            texts_per_query,
-            metadatas_per_query,
-            distances_per_query,
-            strict=True,
-        )
+        for row in zip(result["ids"], texts, metadatas, distances, strict=True)
     ]
 
 
@@ -562,9 +485,9 @@ __all__ = [
     "build_chroma",
     "build_faiss",
     "default_faiss_threads",
+    "file_sha256",
     "load_chroma",
     "load_faiss",
-    "file_sha256",
     "save_faiss",
     "signing_key_file",
 ]
