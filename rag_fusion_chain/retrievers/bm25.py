@@ -21,16 +21,13 @@ from langchain_core.documents import Document
 from pydantic import Field, field_validator
 
 from rag_fusion_chain.retrievers.base import BatchedRetriever, scored_copy, with_identity
-from rag_fusion_chain.retrievers.columns import StoredDocuments, columns_json, parse_columns
+from rag_fusion_chain.retrievers.columns import StoredDocuments, columns_json, stored_documents
 from rag_fusion_chain.retrievers.fanout import DEFAULT_K
 
 BM25_FORMAT = "rag_fusion_chain.bm25"
 BM25_FORMAT_VERSION = 2
 DOCUMENTS_FILE = "documents.json"
 SETTINGS_FILE = "retriever.json"
-
-
-
 _CJK_RANGES = (
     "\u3040-\u30ff"  # Hiragana, Katakana
     "\u3400-\u4dbf"  # CJK Extension A
@@ -44,36 +41,37 @@ _WORD_PATTERN = re.compile(f"[^\\W_{_CJK_RANGES}]+")
 _CJK_PATTERN = re.compile(f"[{_CJK_RANGES}]")
 _thread_state = threading.local()
 _stems: dict[str, str] = {}
-"""Snowball stems of the words seen (each word is stemmed once; cleared at a million)."""
-MAX_CACHED_STEMS = 1 << 20
+"""Snowball stems of the words seen: each word is stemmed once (cleared at a million)."""
+
+
+def _bm25s_module() -> Any:
+    try:
+        import bm25s
+        import Stemmer  # noqa: F401 - checked with bm25s: both come with the extra
+    except ImportError as error:
+        raise ImportError(
+            'BM25 needs bm25s and PyStemmer: pip install "rag-fusion-chain[bm25]"'
+        ) from error
+    return bm25s
 
 
 def _stem(word: str) -> str:
-    """``word``'s Snowball English stem, with one PyStemmer stemmer per thread (not thread-safe)."""
+    """``word``'s Snowball English stem, by this thread's PyStemmer stemmer (not thread-safe)."""
     stemmer = getattr(_thread_state, "stemmer", None)
     if stemmer is None:
-        try:
-            import Stemmer
-        except ImportError as error:
-            raise ImportError(
-                'BM25 stemming needs PyStemmer: pip install "rag-fusion-chain[bm25]"'
-            ) from error
+        _bm25s_module()
+        import Stemmer
+
         stemmer = _thread_state.stemmer = Stemmer.Stemmer("english")
-    if len(_stems) >= MAX_CACHED_STEMS:
+    if len(_stems) >= 1 << 20:
         _stems.clear()
-    stemmed = _stems[word] = stemmer.stemWord(word)
-    return str(stemmed)
+    stemmed = _stems[word] = str(stemmer.stemWord(word))
+    return stemmed
 
 
 @functools.cache
 def _english_stopwords() -> frozenset[str]:
-    try:
-        from bm25s.stopwords import STOPWORDS_EN_PLUS
-    except ImportError as error:
-        raise ImportError(
-            'BM25 retrieval needs bm25s: pip install "rag-fusion-chain[bm25]"'
-        ) from error
-    return frozenset(STOPWORDS_EN_PLUS)
+    return frozenset(_bm25s_module().stopwords.STOPWORDS_EN_PLUS)
 
 
 def cjk_bigrams(run: str) -> list[str]:
@@ -82,9 +80,7 @@ def cjk_bigrams(run: str) -> list[str]:
     >>> cjk_bigrams("光伏发电")
     ['光伏', '伏发', '发电']
     """
-    if len(run) == 1:
-        return [run]
-    return [run[index : index + 2] for index in range(len(run) - 1)]
+    return [run] if len(run) == 1 else [run[index : index + 2] for index in range(len(run) - 1)]
 
 
 def tokenize(text: str, *, stem: bool = True, remove_stopwords: bool = True) -> list[str]:
@@ -113,16 +109,6 @@ def tokenize(text: str, *, stem: bool = True, remove_stopwords: bool = True) -> 
     ]
 
 
-def _bm25s_module() -> Any:
-    try:
-        import bm25s
-    except ImportError as error:
-        raise ImportError(
-            'BM25Retriever needs bm25s: pip install "rag-fusion-chain[bm25]"'
-        ) from error
-    return bm25s
-
-
 class BM25Retriever(BatchedRetriever):
     """BM25 keyword retriever over a fixed set of Documents, built on bm25s.
 
@@ -130,9 +116,7 @@ class BM25Retriever(BatchedRetriever):
     term are left out, so a list may be shorter than ``k``. ``batch`` scores all queries in one
     ``bm25s.BM25.retrieve`` call.
 
-    >>> retriever = BM25Retriever.from_documents(
-    ...     [Document("solar panels", id="1"), Document("wind turbines", id="2")], k=1
-    ... )
+    >>> retriever = BM25Retriever.from_documents([Document("solar panels", id="1")], k=1)
     >>> [document.id for document in retriever.invoke("solar panel")]
     ['1']
     """
@@ -144,18 +128,16 @@ class BM25Retriever(BatchedRetriever):
     stem: bool = True
     """Snowball-stem English words (index and queries must agree; saved with the index)."""
     remove_stopwords: bool = True
-    """Drop English stopwords (saved with the index)."""
 
     @field_validator("documents", mode="plain")
     @classmethod
     def _documents(cls, documents: Any) -> Sequence[Document]:
-        """Loaded columns as they are (their Documents are made on read); else a list of Documents."""
+        """Loaded columns as they are (Documents made on read), else a list of Documents."""
         if isinstance(documents, StoredDocuments):
             return documents
-        listed = list(documents)
-        if not all(isinstance(document, Document) for document in listed):
+        if not all(isinstance(document, Document) for document in documents):
             raise TypeError("documents: expected Documents")
-        return listed
+        return list(documents)
 
     @classmethod
     def from_documents(
@@ -171,47 +153,35 @@ class BM25Retriever(BatchedRetriever):
         **kwargs: Any,
     ) -> BM25Retriever:
         """Index ``documents`` (not mutated); ``k1``, ``b``, ``method`` are bm25s's parameters,
-        ``kwargs`` go to the retriever (``tags``, ``metadata``).
-
-        >>> BM25Retriever.from_documents([Document("a solar panel")], k=2).k
-        2
-        """
+        ``kwargs`` go to the retriever (``tags``, ``metadata``)."""
         if not documents:
             raise ValueError("documents: cannot build a BM25 index from no documents")
         identified = [with_identity(document) for document in documents]
-        vocabulary: dict[str, int] = {}  # terms to ids in one pass, as bm25s.tokenize does
+        vocabulary: dict[str, int] = {}  # terms become ids in this one pass, as in bm25s.tokenize
         term_ids = [
             [
                 vocabulary.setdefault(term, len(vocabulary))
-                for term in tokenize(
-                    document.page_content, stem=stem, remove_stopwords=remove_stopwords
-                )
+                for term in tokenize(text, stem=stem, remove_stopwords=remove_stopwords)
             ]
-            for document in identified
+            for text in (document.page_content for document in identified)
         ]
         index = _bm25s_module().BM25(k1=k1, b=b, method=method)
         index.index((term_ids, vocabulary), show_progress=False)
-        return cls(
-            documents=identified,
-            index=index,
-            k=k,
-            stem=stem,
-            remove_stopwords=remove_stopwords,
-            **kwargs,
-        )
-
-    def _query_token_ids(self, query: str) -> list[int]:
-        vocabulary: dict[str, int] = self.index.vocab_dict
-        tokens = tokenize(query, stem=self.stem, remove_stopwords=self.remove_stopwords)
-        return [vocabulary[token] for token in tokens if token in vocabulary]
+        settings = {"k": k, "stem": stem, "remove_stopwords": remove_stopwords, **kwargs}
+        return cls(documents=identified, index=index, **settings)
 
     def _retrieve_many(
-        self,
-        queries: list[str],
-        k: int,
-        run_managers: Sequence[CallbackManagerForRetrieverRun],
+        self, queries: list[str], k: int, run_managers: Sequence[CallbackManagerForRetrieverRun]
     ) -> list[list[Document]]:
-        token_ids = [self._query_token_ids(query) for query in queries]
+        vocabulary: dict[str, int] = self.index.vocab_dict
+        terms = (
+            tokenize(query, stem=self.stem, remove_stopwords=self.remove_stopwords)
+            for query in queries
+        )
+        token_ids = [
+            [vocabulary[term] for term in query_terms if term in vocabulary]
+            for query_terms in terms
+        ]
         answerable = [position for position, ids in enumerate(token_ids) if ids]
         results: list[list[Document]] = [[] for _ in queries]
         if not answerable:
@@ -235,23 +205,16 @@ class BM25Retriever(BatchedRetriever):
         documents = columns_json(self.documents, path / DOCUMENTS_FILE)
         path.mkdir(parents=True, exist_ok=True)
         self.index.save(str(path), show_progress=False)
-        settings = {
-            "format": BM25_FORMAT,
-            "format_version": BM25_FORMAT_VERSION,
-            "k": self.k,
-            "stem": self.stem,
-            "remove_stopwords": self.remove_stopwords,
-        }
+        settings = {"format": BM25_FORMAT, "format_version": BM25_FORMAT_VERSION, "k": self.k}
+        settings |= {"stem": self.stem, "remove_stopwords": self.remove_stopwords}
         (path / DOCUMENTS_FILE).write_bytes(documents)
         (path / SETTINGS_FILE).write_text(json.dumps(settings, indent=2), "utf-8")
         return path
 
     @classmethod
     def load(cls, directory: str | Path, **kwargs: Any) -> BM25Retriever:
-        """Load a retriever written by :meth:`save`; ``kwargs`` override fields (e.g. ``k``).
-
-        bm25s arrays load with ``allow_pickle=False``; the rest is JSON.
-        """
+        """Load a retriever written by :meth:`save` (no pickle: bm25s arrays load with
+        ``allow_pickle=False``); ``kwargs`` override fields (e.g. ``k``)."""
         path = Path(directory)
         if not path.is_dir():
             raise FileNotFoundError(f"BM25 index directory not found: {path}")
@@ -267,34 +230,23 @@ class BM25Retriever(BatchedRetriever):
                 f"{path}: the bm25s index files are corrupt or incomplete "
                 f"({type(error).__name__}: {error}); rebuild the index"
             ) from error
-        documents = _read_documents(path / DOCUMENTS_FILE, int(index.scores["num_docs"]))
+        stored = _read_json(path / DOCUMENTS_FILE)
+        if isinstance(stored, list) and all(isinstance(entry, dict) for entry in stored):
+            stored = {  # format 1: a list of Document fields
+                "ids": [entry.get("id") for entry in stored],
+                "texts": [entry.get("page_content") for entry in stored],
+                "metadatas": [entry.get("metadata", {}) for entry in stored],
+            }
+        documents = stored_documents(stored, path / DOCUMENTS_FILE, int(index.scores["num_docs"]))
         fields = {name: settings[name] for name in ("k", "stem", "remove_stopwords")}
         return cls(documents=documents, index=index, **{**fields, **kwargs})
-
-
-def _read_documents(path: Path, total: int) -> StoredDocuments:
-    """The saved documents: columns (format 2) or, from format 1, a list of Document fields."""
-    if not path.is_file():
-        raise FileNotFoundError(f"missing file: {path}")
-    data = path.read_bytes()
-    if data.lstrip()[:1] != b"[":
-        return parse_columns(data, path, total)
-    entries = _read_json(path)
-    if not all(isinstance(entry, dict) for entry in entries) or len(entries) != total:
-        raise ValueError(f"{path} is not {total} documents (inconsistent)")
-    documents = [Document(**entry) for entry in entries]
-    return StoredDocuments(
-        [str(document.id) for document in documents],
-        [document.page_content for document in documents],
-        [document.metadata for document in documents],
-    )
 
 
 def _read_json(path: Path) -> Any:
     if not path.is_file():
         raise FileNotFoundError(f"missing file: {path}")
     try:
-        return json.loads(path.read_text("utf-8"))
+        return json.loads(path.read_bytes())
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ValueError(f"{path} is not valid JSON (corrupt?): {error}") from error
 

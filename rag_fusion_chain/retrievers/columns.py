@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator, MutableMapping, Sequence
 from pathlib import Path
-from typing import Any, overload
+from typing import Any
 
 from langchain_core.documents import Document
 
@@ -25,13 +25,7 @@ class StoredDocuments(Sequence[Document]):
     def __len__(self) -> int:
         return len(self.ids)
 
-    @overload
-    def __getitem__(self, position: int) -> Document: ...
-    @overload
-    def __getitem__(self, position: slice) -> list[Document]: ...
-    def __getitem__(self, position: int | slice) -> Document | list[Document]:
-        if isinstance(position, slice):
-            return [self[n] for n in range(len(self))[position]]
+    def __getitem__(self, position: int) -> Document:  # type: ignore[override]
         return Document(
             self.texts[position], metadata=self.metadatas[position], id=self.ids[position]
         )
@@ -89,16 +83,12 @@ def columns_json(documents: Iterable[Document], where: Path) -> bytes:
         ) from error
 
 
-def parse_columns(data: bytes | bytearray | str, where: Path, total: int) -> StoredDocuments:
-    """:class:`StoredDocuments` from :func:`columns_json` output; ValueError unless it holds
-    ``total`` string ids, string texts and dict metadatas."""
-    try:
-        columns = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{where} is not valid JSON (corrupt?): {error}") from error
-    if not isinstance(columns, dict):
-        raise ValueError(f"{where} is not {total} ids, texts and metadata dicts")
-    ids, texts, metadatas = (columns.get(name) for name in COLUMNS)
+def stored_documents(columns: Any, where: Path, total: int) -> StoredDocuments:
+    """:class:`StoredDocuments` from parsed :func:`columns_json` output; ValueError unless it
+    holds ``total`` string ids, string texts and dict metadatas."""
+    ids, texts, metadatas = (
+        columns.get(name) if isinstance(columns, dict) else None for name in COLUMNS
+    )
     if not (
         isinstance(ids, list)
         and isinstance(texts, list)
@@ -112,4 +102,4 @@ def parse_columns(data: bytes | bytearray | str, where: Path, total: int) -> Sto
     return StoredDocuments(ids, texts, metadatas)
 
 
-__all__ = ["DocumentsById", "StoredDocuments", "columns_json", "parse_columns"]
+__all__ = ["DocumentsById", "StoredDocuments", "columns_json", "stored_documents"]

@@ -22,7 +22,7 @@ from langchain_core.embeddings import Embeddings
 
 from rag_fusion_chain._version import __version__
 from rag_fusion_chain.models import backends_agree, embedding_identity
-from rag_fusion_chain.retrievers.columns import DocumentsById, columns_json, parse_columns
+from rag_fusion_chain.retrievers.columns import DocumentsById, columns_json, stored_documents
 from rag_fusion_chain.retrievers.docstore_pickle import load_docstore
 from rag_fusion_chain.retrievers.signing import (
     TRUST_ADVICE,
@@ -59,13 +59,6 @@ def faiss_store_class() -> type[FAISS]:
     return FAISS
 
 
-def index_description(index: Any) -> str:
-    """The FAISS class of ``index`` (``IndexFlatL2``, ``IndexHNSWFlat``, ``IndexIVFPQ``...)."""
-    import faiss
-
-    return type(faiss.downcast_index(index)).__name__
-
-
 def save_faiss(store: FAISS, path: str | Path) -> Path:
     """Save ``store`` as ``index.faiss`` + ``docstore.json`` with a signed ``manifest.json``.
 
@@ -93,7 +86,7 @@ def save_faiss(store: FAISS, path: str | Path) -> Path:
         "kit_version": __version__,
         "files": files,
         "embedding": embedding_identity(embeddings) if embeddings is not None else None,
-        "index": index_description(store.index),
+        "index": type(faiss.downcast_index(store.index)).__name__,  # IndexHNSWFlat...
         "distance_strategy": str(store.distance_strategy.value),
         "normalize_L2": bool(store._normalize_L2),
         "documents": int(store.index.ntotal),
@@ -165,7 +158,8 @@ def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False)
         if names[1] == PICKLE_FILE:
             docstore, index_to_docstore_id = load_docstore(docstore_bytes, directory / PICKLE_FILE)
         else:
-            stored = parse_columns(docstore_bytes, directory / DOCSTORE_FILE, int(index.ntotal))
+            columns = json.loads(docstore_bytes)
+            stored = stored_documents(columns, directory / DOCSTORE_FILE, int(index.ntotal))
             docstore = InMemoryDocstore(DocumentsById(stored))  # type: ignore[arg-type]
             index_to_docstore_id = dict(enumerate(stored.ids))
     except UntrustedIndexError:
@@ -182,13 +176,11 @@ def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False)
 
 def _file_names(directory: Path, manifest: dict[str, Any] | None) -> tuple[str, str]:
     """The kit's files, or LangChain's (``index.pkl``) for old manifests and plain save_local."""
-    if manifest is not None:
-        return (
-            FAISS_FILES
-            if manifest.get("format_version") == FAISS_FORMAT_VERSION
-            else LANGCHAIN_FILES
-        )
-    return LANGCHAIN_FILES if (directory / PICKLE_FILE).exists() else FAISS_FILES
+    if manifest is not None and manifest.get("format_version") == FAISS_FORMAT_VERSION:
+        return FAISS_FILES
+    if manifest is None and not (directory / PICKLE_FILE).exists():
+        return FAISS_FILES
+    return LANGCHAIN_FILES
 
 
 def _read_faiss_hashed(path: Path) -> tuple[Any, str, Exception | None]:
@@ -228,9 +220,8 @@ def _read_manifest(directory: Path, *, required: bool) -> dict[str, Any] | None:
     try:
         manifest = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise UntrustedIndexError(
-            f"{manifest_path} is not valid JSON: {error}. {TRUST_ADVICE}"
-        ) from error
+        message = f"{manifest_path} is not valid JSON: {error}. {TRUST_ADVICE}"
+        raise UntrustedIndexError(message) from error
     if not isinstance(manifest, dict) or manifest.get("format") != FAISS_FORMAT:
         raise UntrustedIndexError(
             f"{manifest_path} is not a {FAISS_FORMAT} manifest. {TRUST_ADVICE}"
@@ -283,13 +274,8 @@ def warn_on_embedding_change(
 
 
 __all__ = [
-    "DOCSTORE_FILE",
-    "FAISS_FILES",
-    "INDEX_FILE",
-    "LANGCHAIN_FILES",
     "MANIFEST_FILE",
     "faiss_store_class",
-    "index_description",
     "load_faiss",
     "save_faiss",
     "warn_on_embedding_change",
