@@ -19,10 +19,14 @@ from langchain_core.vectorstores import InMemoryVectorStore
 
 from rag_fusion_chain.fusion import document_id
 from rag_fusion_chain.models import embedding_identity
-from rag_fusion_chain.retrievers.signing import signature_of, signing_key
-from rag_fusion_chain.retrievers.stores import (
-    MANIFEST_FILE,
+from rag_fusion_chain.retrievers.faiss_files import MANIFEST_FILE
+from rag_fusion_chain.retrievers.signing import (
     SIGNING_KEY_ENV,
+    signature_of,
+    signing_key,
+    signing_key_file,
+)
+from rag_fusion_chain.retrievers.stores import (
     UntrustedIndexError,
     VectorRetriever,
     build_chroma,
@@ -31,7 +35,6 @@ from rag_fusion_chain.retrievers.stores import (
     load_chroma,
     load_faiss,
     save_faiss,
-    signing_key_file,
 )
 
 pytest_plugins = ["tests.fixtures_chroma"]

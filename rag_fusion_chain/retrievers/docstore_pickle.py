@@ -1,13 +1,8 @@
-"""Unpickling a FAISS docstore with an allow-list: data and documents, never arbitrary code.
+"""Unpickling a LangChain ``FAISS.save_local`` docstore through an allow-list: data, never code.
 
-``FAISS.save_local`` pickles ``(InMemoryDocstore, {position: document id})``; those bytes name
-only ``InMemoryDocstore`` and ``Document`` (metadata values are plain Python data). The
-unpickler here resolves those two classes and a few harmless standard types (dates, UUIDs,
-decimals) and refuses any other global, so a pickle whose ``__reduce__`` calls ``os.system``
-or any other function fails before the call. This is defence in depth behind the signed
-manifest, and what remains when the user passes ``trust=True``.
-
->>> docstore, index_to_id = load_docstore(pickle_bytes, "index.pkl")  # doctest: +SKIP
+The pickle holds ``(InMemoryDocstore, {position: id})`` of ``Document``s with plain metadata; any
+other global (``os.system`` in a ``__reduce__``...) is refused before it is called. Defence in
+depth behind the signed manifest, and what remains with ``trust=True``.
 """
 
 from __future__ import annotations
@@ -25,14 +20,10 @@ ALLOWED_GLOBALS: Final = frozenset(
     {
         ("langchain_community.docstore.in_memory", "InMemoryDocstore"),
         ("langchain_core.documents.base", "Document"),
-        ("datetime", "date"),
-        ("datetime", "datetime"),
-        ("datetime", "time"),
-        ("datetime", "timedelta"),
-        ("datetime", "timezone"),
         ("decimal", "Decimal"),
         ("uuid", "UUID"),
         ("uuid", "SafeUUID"),
+        *(("datetime", name) for name in ("date", "datetime", "time", "timedelta", "timezone")),
     }
 )
 """``(module, name)`` of every class a FAISS docstore pickle may name."""
@@ -58,11 +49,8 @@ class _DocstoreUnpickler(pickle.Unpickler):
 
 
 def load_docstore(data: bytes | bytearray, where: str | Path) -> tuple[Any, dict[int, str]]:
-    """``(InMemoryDocstore, {position: id})`` from pickle bytes, with only allowed classes.
-
-    Raises :class:`UntrustedIndexError` for a pickle naming anything else, ``ValueError`` for
-    one that is not a FAISS docstore pickle (corrupt, or another structure).
-    """
+    """``(InMemoryDocstore, {position: id})`` from pickle bytes; :class:`UntrustedIndexError`
+    for a pickle naming other classes, ValueError for another structure."""
     from langchain_community.docstore.in_memory import InMemoryDocstore
 
     try:
@@ -82,14 +70,9 @@ def load_docstore(data: bytes | bytearray, where: str | Path) -> tuple[Any, dict
         raise ValueError(f"{where} is not a LangChain FAISS docstore pickle (unexpected layout)")
     docstore, index_to_id = loaded
     stored = getattr(docstore, "_dict", None)
-    if not isinstance(stored, dict) or not all(
-        isinstance(document, Document) for document in stored.values()
-    ):
+    if not isinstance(stored, dict) or set(map(type, stored.values())) - {Document}:
         raise ValueError(f"{where}: the docstore holds something other than documents")
-    if not all(
-        isinstance(position, int) and isinstance(identifier, str)
-        for position, identifier in index_to_id.items()
-    ):
+    if set(map(type, index_to_id)) - {int} or set(map(type, index_to_id.values())) - {str}:
         raise ValueError(f"{where}: the position-to-id map is not {{int: str}}")
     return docstore, index_to_id
 

@@ -43,9 +43,7 @@ FAISS_FORMAT_VERSION = 2
 INDEX_FILE = "index.faiss"
 DOCSTORE_FILE = "docstore.json"
 PICKLE_FILE = "index.pkl"
-FAISS_FILES = (INDEX_FILE, DOCSTORE_FILE)
-LANGCHAIN_FILES = (INDEX_FILE, PICKLE_FILE)
-"""What ``FAISS.save_local`` (and the kit before format 2) writes."""
+"""Beside ``index.faiss`` in ``FAISS.save_local`` folders (and the kit's before format 2)."""
 
 
 def faiss_store_class() -> type[FAISS]:
@@ -76,7 +74,7 @@ def save_faiss(store: FAISS, path: str | Path) -> Path:
             lambda write: faiss.write_index(store.index, faiss.PyCallbackIOWriter(write)),  # type: ignore[attr-defined]
         ),
         DOCSTORE_FILE: _write_new_file(
-            directory / DOCSTORE_FILE, _docstore_writer(store, directory / DOCSTORE_FILE)
+            directory / DOCSTORE_FILE, _docstore_json(store, directory / DOCSTORE_FILE)
         ),
     }
     embeddings = store.embeddings
@@ -91,27 +89,25 @@ def save_faiss(store: FAISS, path: str | Path) -> Path:
         "normalize_L2": bool(store._normalize_L2),
         "documents": int(store.index.ntotal),
     }
-    manifest_bytes = json.dumps(sign(manifest), indent=2).encode()
-    _write_new_file(directory / MANIFEST_FILE, lambda write: write(manifest_bytes))
+    _write_new_file(directory / MANIFEST_FILE, json.dumps(sign(manifest), indent=2).encode())
     return directory
 
 
-def _docstore_writer(store: FAISS, where: Path) -> Callable[[Callable[[bytes], int]], object]:
-    """Writes the documents in index order as :mod:`.columns` JSON."""
-    ids = [store.index_to_docstore_id[position] for position in range(int(store.index.ntotal))]
+def _docstore_json(store: FAISS, where: Path) -> bytes:
+    """The documents in index order as :mod:`.columns` JSON."""
     documents = []
-    for identifier in ids:
+    for position in range(int(store.index.ntotal)):
+        identifier = store.index_to_docstore_id[position]
         document = store.docstore.search(identifier)
         if not isinstance(document, Document):
             raise ValueError(f"FAISS docstore has no document for id {identifier!r}")
         same_id = document.id == identifier
         documents.append(document if same_id else document.model_copy(update={"id": identifier}))
-    data = columns_json(documents, where)
-    return lambda write: write(data)
+    return columns_json(documents, where)
 
 
-def _write_new_file(path: Path, produce: Callable[[Callable[[bytes], int]], object]) -> str:
-    """Write what ``produce`` emits to a new file beside ``path``, rename it; its SHA-256."""
+def _write_new_file(path: Path, content: bytes | Callable[[Callable[[bytes], int]], object]) -> str:
+    """Write ``content`` (or what it emits) to a new file beside ``path``, rename it; its SHA-256."""
     digest = hashlib.sha256()
     temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
     descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
@@ -123,7 +119,7 @@ def _write_new_file(path: Path, produce: Callable[[Callable[[bytes], int]], obje
                 handle.write(block)
                 return len(block)
 
-            produce(write)
+            content(write) if callable(content) else write(content)
         temporary.replace(path)
     finally:
         temporary.unlink(missing_ok=True)
@@ -147,15 +143,16 @@ def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False)
     manifest = _read_manifest(directory, required=not trust)
     if not trust:
         verify_signature(manifest or {}, directory / MANIFEST_FILE)
-    names = _file_names(directory, manifest)
-    docstore_bytes, docstore_digest = read_hashed(directory / names[1])
+    docstore_name = _docstore_name(directory, manifest)
+    docstore_bytes, docstore_digest = read_hashed(directory / docstore_name)
     index, index_digest, failure = _read_faiss_hashed(directory / INDEX_FILE)
     if not trust:
-        _verify_files(directory, manifest, {INDEX_FILE: index_digest, names[1]: docstore_digest})
+        digests = {INDEX_FILE: index_digest, docstore_name: docstore_digest}
+        _verify_files(directory, manifest, digests)
     try:
         if failure is not None:
             raise failure
-        if names[1] == PICKLE_FILE:
+        if docstore_name == PICKLE_FILE:
             docstore, index_to_docstore_id = load_docstore(docstore_bytes, directory / PICKLE_FILE)
         else:
             columns = json.loads(docstore_bytes)
@@ -174,13 +171,11 @@ def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False)
     return store
 
 
-def _file_names(directory: Path, manifest: dict[str, Any] | None) -> tuple[str, str]:
-    """The kit's files, or LangChain's (``index.pkl``) for old manifests and plain save_local."""
-    if manifest is not None and manifest.get("format_version") == FAISS_FORMAT_VERSION:
-        return FAISS_FILES
-    if manifest is None and not (directory / PICKLE_FILE).exists():
-        return FAISS_FILES
-    return LANGCHAIN_FILES
+def _docstore_name(directory: Path, manifest: dict[str, Any] | None) -> str:
+    """``docstore.json`` (format 2), else LangChain's ``index.pkl`` (older manifests, save_local)."""
+    if manifest is None:
+        return PICKLE_FILE if (directory / PICKLE_FILE).exists() else DOCSTORE_FILE
+    return DOCSTORE_FILE if manifest.get("format_version") == FAISS_FORMAT_VERSION else PICKLE_FILE
 
 
 def _read_faiss_hashed(path: Path) -> tuple[Any, str, Exception | None]:

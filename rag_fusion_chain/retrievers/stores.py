@@ -1,10 +1,8 @@
 """Vector stores (FAISS, Chroma) and :class:`VectorRetriever`, a batched retriever over them.
 
-``metadata["score"]`` is the cosine similarity of query and document: FAISS stores of
-:func:`build_faiss` hold unit vectors in an L2 index (cosine = 1 - d / 2, d the squared distance),
-Chroma collections of :func:`build_chroma` use the cosine space (cosine = 1 - distance). Each
-document is stored under ``Document.id`` (its content hash when it has none, as BM25 does), so
-fusion merges a chunk found by keyword and by vector search.
+``metadata["score"]`` is the cosine similarity: FAISS holds unit vectors in an L2 index (cosine =
+1 - d / 2), Chroma uses the cosine space. Documents are stored under ``Document.id`` (else their
+content hash, as in BM25), so fusion merges a chunk found by keywords and by vectors.
 """
 
 from __future__ import annotations
@@ -18,10 +16,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeGuard, cast
 
-from langchain_core.callbacks import (
-    AsyncCallbackManagerForRetrieverRun,
-    CallbackManagerForRetrieverRun,
-)
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.runnables.config import run_in_executor
@@ -30,19 +24,9 @@ from pydantic import Field, model_validator
 
 from rag_fusion_chain.models import embed_documents_array, embedding_identity
 from rag_fusion_chain.retrievers.base import BatchedRetriever, scored_copy, with_identity
-from rag_fusion_chain.retrievers.faiss_files import (
-    MANIFEST_FILE,
-    faiss_store_class,
-    load_faiss,
-    save_faiss,
-    warn_on_embedding_change,
-)
-from rag_fusion_chain.retrievers.signing import (
-    SIGNING_KEY_ENV,
-    UntrustedIndexError,
-    file_sha256,
-    signing_key_file,
-)
+from rag_fusion_chain.retrievers.faiss_files import faiss_store_class, load_faiss, save_faiss
+from rag_fusion_chain.retrievers.faiss_files import warn_on_embedding_change as _warn_if_other
+from rag_fusion_chain.retrievers.signing import SIGNING_KEY_ENV, UntrustedIndexError, file_sha256
 
 if TYPE_CHECKING:
     from chromadb.api.types import PyEmbedding
@@ -51,10 +35,8 @@ if TYPE_CHECKING:
 
 DEFAULT_COLLECTION = "rag_fusion_chain"
 EMBEDDING_METADATA_KEY = "rag_fusion_chain:embedding"
-"""Chroma collection metadata key holding the identity of the embeddings that built it."""
+"""Chroma collection metadata naming the embeddings that built it."""
 FAISS_THREADS_ENV: Final = "RAG_FUSION_FAISS_THREADS"
-
-Vector = list[float]
 
 
 def _chroma_modules() -> tuple[Any, type[Chroma]]:
@@ -257,7 +239,7 @@ def load_chroma(
             f"collection_name: no Chroma collection {collection_name!r}; existing: {existing}"
         ) from error
     manifest = {"embedding": (store._collection.metadata or {}).get(EMBEDDING_METADATA_KEY)}
-    warn_on_embedding_change(manifest, embeddings, f"Chroma collection {collection_name!r}")
+    _warn_if_other(manifest, embeddings, f"Chroma collection {collection_name!r}")
     return store
 
 
@@ -331,44 +313,28 @@ class VectorRetriever(BatchedRetriever):
 
     @model_validator(mode="after")
     def _resolve_embeddings(self) -> VectorRetriever:
+        self.embeddings = self.embeddings or self.vectorstore.embeddings
         if self.embeddings is None:
-            self.embeddings = self.vectorstore.embeddings
-        if self.embeddings is None:
-            raise ValueError(
-                "embeddings: the vector store has no embeddings object; pass embeddings="
-            )
+            raise ValueError("embeddings: the vector store has none; pass embeddings=")
         return self
 
-    def _embed(self, queries: list[str]) -> list[Vector]:
+    def _retrieve_many(self, queries: list[str], k: int, run_managers: Any) -> list[list[Document]]:
         assert self.embeddings is not None
         if self.query_embedding == "per_query":
-            return [self.embeddings.embed_query(query) for query in queries]
-        return self.embeddings.embed_documents(queries)
-
-    async def _aembed(self, queries: list[str]) -> list[Vector]:
-        assert self.embeddings is not None
-        if self.query_embedding == "per_query":
-            return list(await asyncio.gather(*map(self.embeddings.aembed_query, queries)))
-        return await self.embeddings.aembed_documents(queries)
-
-    def _retrieve_many(
-        self,
-        queries: list[str],
-        k: int,
-        run_managers: Sequence[CallbackManagerForRetrieverRun],
-    ) -> list[list[Document]]:
-        return self.search_vectors(self._embed(queries), k)
+            return self.search_vectors([self.embeddings.embed_query(text) for text in queries], k)
+        return self.search_vectors(self.embeddings.embed_documents(queries), k)
 
     async def _aretrieve_many(
-        self,
-        queries: list[str],
-        k: int,
-        run_managers: Sequence[AsyncCallbackManagerForRetrieverRun],
+        self, queries: list[str], k: int, run_managers: Any
     ) -> list[list[Document]]:
-        vectors = await self._aembed(queries)
+        assert self.embeddings is not None
+        if self.query_embedding == "per_query":
+            vectors = await asyncio.gather(*map(self.embeddings.aembed_query, queries))
+        else:
+            vectors = await self.embeddings.aembed_documents(queries)
         return await run_in_executor(None, self.search_vectors, vectors, k)
 
-    def search_vectors(self, vectors: Sequence[Vector] | Any, k: int) -> list[list[Document]]:
+    def search_vectors(self, vectors: Any, k: int) -> list[list[Document]]:
         """The ``k`` best scored copies for each query vector (lists or a numpy array)."""
         if len(vectors) == 0:
             return []
@@ -478,7 +444,6 @@ __all__ = [
     "DEFAULT_COLLECTION",
     "FAISS_INDEXES",
     "FAISS_THREADS_ENV",
-    "MANIFEST_FILE",
     "SIGNING_KEY_ENV",
     "UntrustedIndexError",
     "VectorRetriever",
@@ -489,5 +454,4 @@ __all__ = [
     "load_chroma",
     "load_faiss",
     "save_faiss",
-    "signing_key_file",
 ]
