@@ -3,19 +3,22 @@
 The kit writes ``index.faiss`` (FAISS's format), ``docstore.json`` (:mod:`.columns`) and a signed
 ``manifest.json`` with both files' SHA-256 (:mod:`.signing`). :func:`load_faiss` hashes the very
 bytes it deserializes and uses nothing before the hashes match. LangChain ``save_local`` folders
-(``index.pkl``) load through the pickle allow-list of :mod:`.docstore_pickle`.
+(``index.pkl``) are unpickled through an allow-list of data classes: a pickle naming code (an
+``os.system`` in a ``__reduce__``...) is refused before the call, even with ``trust=True``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
+import pickle
 import secrets
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
@@ -23,7 +26,6 @@ from langchain_core.embeddings import Embeddings
 from rag_fusion_chain._version import __version__
 from rag_fusion_chain.models import backends_agree, embedding_identity
 from rag_fusion_chain.retrievers.columns import DocumentsById, columns_json, stored_documents
-from rag_fusion_chain.retrievers.docstore_pickle import load_docstore
 from rag_fusion_chain.retrievers.signing import (
     TRUST_ADVICE,
     UntrustedIndexError,
@@ -153,7 +155,9 @@ def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False)
         if failure is not None:
             raise failure
         if docstore_name == PICKLE_FILE:
-            docstore, index_to_docstore_id = load_docstore(docstore_bytes, directory / PICKLE_FILE)
+            docstore, index_to_docstore_id = _load_docstore_pickle(
+                docstore_bytes, directory / PICKLE_FILE
+            )
         else:
             columns = json.loads(docstore_bytes)
             stored = stored_documents(columns, directory / DOCSTORE_FILE, int(index.ntotal))
@@ -199,6 +203,67 @@ def _read_faiss_hashed(path: Path) -> tuple[Any, str, Exception | None]:
         for block in iter(lambda: file.read(1 << 22), b""):
             digest.update(block)
     return index, digest.hexdigest(), failure
+
+
+ALLOWED_GLOBALS: Final = frozenset(
+    {
+        ("langchain_community.docstore.in_memory", "InMemoryDocstore"),
+        ("langchain_core.documents.base", "Document"),
+        ("decimal", "Decimal"),
+        ("uuid", "UUID"),
+        ("uuid", "SafeUUID"),
+        *(("datetime", name) for name in ("date", "datetime", "time", "timedelta", "timezone")),
+    }
+)
+"""``(module, name)`` of every class a FAISS docstore pickle may name."""
+
+
+class _DocstoreUnpickler(pickle.Unpickler):
+    """Resolves only :data:`ALLOWED_GLOBALS`; anything else is refused before it is called."""
+
+    def __init__(self, data: bytes | bytearray, where: str | Path) -> None:
+        super().__init__(io.BytesIO(data))
+        self.where = where
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in ALLOWED_GLOBALS:
+            raise UntrustedIndexError(
+                f"{self.where} names {module}.{name}, which a FAISS docstore does not hold; "
+                "it was not loaded (a pickle naming other classes or functions can run code)"
+            )
+        return super().find_class(module, name)
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise UntrustedIndexError(f"{self.where} holds a persistent reference; not loaded")
+
+
+def _load_docstore_pickle(data: bytes | bytearray, where: str | Path) -> tuple[Any, dict[int, str]]:
+    """``(InMemoryDocstore, {position: id})`` from pickle bytes; :class:`UntrustedIndexError`
+    for a pickle naming other classes, ValueError for another structure."""
+    from langchain_community.docstore.in_memory import InMemoryDocstore
+
+    try:
+        loaded = _DocstoreUnpickler(data, where).load()
+    except UntrustedIndexError:
+        raise
+    except Exception as error:  # noqa: BLE001 - any decoding failure means a corrupt file
+        raise ValueError(
+            f"{where} is not a LangChain FAISS docstore pickle ({type(error).__name__}: {error})"
+        ) from error
+    if not (
+        isinstance(loaded, tuple)
+        and len(loaded) == 2
+        and isinstance(loaded[0], InMemoryDocstore)
+        and isinstance(loaded[1], dict)
+    ):
+        raise ValueError(f"{where} is not a LangChain FAISS docstore pickle (unexpected layout)")
+    docstore, index_to_id = loaded
+    stored = getattr(docstore, "_dict", None)
+    if not isinstance(stored, dict) or set(map(type, stored.values())) - {Document}:
+        raise ValueError(f"{where}: the docstore holds something other than documents")
+    if set(map(type, index_to_id)) - {int} or set(map(type, index_to_id.values())) - {str}:
+        raise ValueError(f"{where}: the position-to-id map is not {{int: str}}")
+    return docstore, index_to_id
 
 
 def _read_manifest(directory: Path, *, required: bool) -> dict[str, Any] | None:

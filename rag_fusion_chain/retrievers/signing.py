@@ -62,24 +62,14 @@ def open_regular_file(path: str | Path, max_bytes: int = MAX_INDEX_FILE_BYTES) -
     return io.open(descriptor, "rb")  # noqa: UP020 - typed as a BufferedReader
 
 
-def read_hashed(path: str | Path, max_bytes: int = MAX_INDEX_FILE_BYTES) -> tuple[bytearray, str]:
-    """A regular file's bytes (read once, in blocks) and the SHA-256 of exactly those bytes."""
-    digest = hashlib.sha256()
+def read_hashed(path: str | Path, max_bytes: int = MAX_INDEX_FILE_BYTES) -> tuple[bytes, str]:
+    """A regular file's bytes (read once) and the SHA-256 of exactly those bytes."""
     with open_regular_file(path, max_bytes) as file:
-        data = bytearray(os.fstat(file.fileno()).st_size)
-        view = memoryview(data)
-        filled = 0
-        while filled < len(data):
-            count = file.readinto(view[filled : filled + (1 << 24)])
-            if not count:
-                break
-            digest.update(view[filled : filled + count])
-            filled += count
-        view.release()
-        if file.read(1):
-            raise ValueError(f"{path} grew while it was read; not loaded")
-    del data[filled:]
-    return data, digest.hexdigest()
+        size = os.fstat(file.fileno()).st_size
+        data = file.read(size + 1)
+    if len(data) > size:
+        raise ValueError(f"{path} grew while it was read; not loaded")
+    return data, hashlib.sha256(data).hexdigest()
 
 
 def file_sha256(path: str | Path) -> str:
