@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_core.embeddings import Embeddings
 
+from rag_fusion_chain import models
 from rag_fusion_chain.data import data_path, sample_corpus_path
+from rag_fusion_chain.retrievers.signing import file_sha256
 
 if TYPE_CHECKING:
     import numpy as np
@@ -45,8 +47,6 @@ def load_sample_vectors(directory: Path | None = None) -> SampleVectors:
     record and the corpus; ValueError (FileNotFoundError) when inconsistent (absent)."""
     import numpy as np
 
-    from rag_fusion_chain.retrievers.stores import file_sha256
-
     folder = directory or data_path("")
     record = json.loads((folder / RECORD_FILE).read_text("utf-8"))
     if record.get("format") != RECORD_FORMAT or record.get("format_version") != 1:
@@ -66,8 +66,6 @@ def load_sample_vectors(directory: Path | None = None) -> SampleVectors:
 def vectors_fit(record: dict[str, Any], embeddings: Embeddings) -> bool:
     """Whether ``record``'s vectors may be searched with ``embeddings``' query vectors
     (:func:`models.backends_agree`)."""
-    from rag_fusion_chain import models
-
     built = record.get("embedding_identity")
     return isinstance(built, str) and models.backends_agree(built, embeddings)
 
@@ -77,8 +75,6 @@ class PrecomputedEmbeddings(Embeddings):
     texts, and all queries, go to ``embeddings``."""
 
     def __init__(self, embeddings: Embeddings, known: dict[str, Sequence[float]]) -> None:
-        from rag_fusion_chain import models
-
         self.embeddings = embeddings
         self.known = known
         self.model_identity = models.embedding_identity(embeddings)
@@ -87,8 +83,6 @@ class PrecomputedEmbeddings(Embeddings):
     def embed_documents_array(self, texts: Sequence[str]) -> np.ndarray:
         """Known rows and the model's vectors of the others, as one float32 array."""
         import numpy as np
-
-        from rag_fusion_chain import models
 
         missing = [text for text in texts if text not in self.known]
         computed = models.embed_documents_array(self.embeddings, missing)
@@ -112,8 +106,7 @@ def write_sample_vectors(embedding: str | None = None, directory: Path | None = 
     """Embed the sample corpus with ``embedding`` (default MiniLM) and write the shipped files."""
     import numpy as np
 
-    from rag_fusion_chain import ingest, models
-    from rag_fusion_chain.retrievers.stores import file_sha256
+    from rag_fusion_chain import ingest
 
     folder = directory or data_path("")
     documents = ingest.load([sample_corpus_path()])

@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from langchain_core.callbacks import CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from pydantic import Field, field_validator
 
@@ -40,8 +39,7 @@ _TOKEN_PATTERN = re.compile(f"([{_CJK_RANGES}]+)|[^\\W_{_CJK_RANGES}]+")
 _WORD_PATTERN = re.compile(f"[^\\W_{_CJK_RANGES}]+")
 _CJK_PATTERN = re.compile(f"[{_CJK_RANGES}]")
 _thread_state = threading.local()
-_stems: dict[str, str] = {}
-"""Snowball stems of the words seen: each word is stemmed once (cleared at a million)."""
+_stems: dict[str, str] = {}  # each word is stemmed once (cleared at a million words)
 
 
 def _bm25s_module() -> Any:
@@ -170,9 +168,7 @@ class BM25Retriever(BatchedRetriever):
         settings = {"k": k, "stem": stem, "remove_stopwords": remove_stopwords, **kwargs}
         return cls(documents=identified, index=index, **settings)
 
-    def _retrieve_many(
-        self, queries: list[str], k: int, run_managers: Sequence[CallbackManagerForRetrieverRun]
-    ) -> list[list[Document]]:
+    def _retrieve_many(self, queries: list[str], k: int, run_managers: Any) -> list[list[Document]]:
         vocabulary: dict[str, int] = self.index.vocab_dict
         terms = (
             tokenize(query, stem=self.stem, remove_stopwords=self.remove_stopwords)

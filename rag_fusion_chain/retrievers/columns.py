@@ -1,8 +1,5 @@
-"""Stored documents as JSON columns (ids, texts, metadatas): no pickle, no object per chunk at load.
-
-Both saved stores (FAISS ``docstore.json``, BM25 ``documents.json``) use this layout; a search
-makes Documents only for its hits.
-"""
+"""Saved documents as JSON columns (ids, texts, metadatas), for FAISS and BM25: no pickle, and no
+object per chunk at load (a search makes Documents for its hits only)."""
 
 from __future__ import annotations
 
@@ -51,9 +48,6 @@ class DocumentsById(MutableMapping[str, Document]):
     def __delitem__(self, identifier: str) -> None:
         del self._positions[identifier]
         self._written.pop(identifier, None)
-
-    def __contains__(self, identifier: object) -> bool:
-        return identifier in self._positions
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._positions)

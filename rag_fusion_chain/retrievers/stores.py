@@ -51,8 +51,7 @@ def _chroma_modules() -> tuple[Any, type[Chroma]]:
 
 
 def _documents_by_id(documents: Sequence[Document]) -> dict[str, Document]:
-    """``{id: document}`` in order (content hash where an id is missing); ValueError for an empty
-    set or duplicate ids."""
+    """``{id: document}`` in order (content hash for a missing id); no duplicates, not empty."""
     if not documents:
         raise ValueError("documents: cannot build a vector store from no documents")
     by_id = {str(document.id): document for document in map(with_identity, documents)}
@@ -67,15 +66,11 @@ def _documents_by_id(documents: Sequence[Document]) -> dict[str, Document]:
 
 
 FAISS_INDEXES: Final = {"flat": "Flat", "hnsw": "HNSW32", "ivfpq": "IVF1024,PQ48"}
-"""Short names for :func:`build_faiss`'s ``index``; other values are FAISS ``index_factory``
-strings (e.g. ``"HNSW64"``, ``"IVF4096,PQ32"``)."""
+"""Names for :func:`build_faiss`'s ``index``; other values are ``index_factory`` strings."""
 HNSW_EF_CONSTRUCTION: Final = 40
-HNSW_EF_SEARCH: Final = 64
-"""efSearch of new HNSW indexes (FAISS's default of 16 loses recall on large collections)."""
-TRAINING_SAMPLE: Final = 100_000
-"""At most this many vectors train an index that needs training (IVF, PQ)."""
-ADD_BLOCK: Final = 65_536
-"""Rows normalised (in a copy) and added per step: the only extra memory at build."""
+HNSW_EF_SEARCH: Final = 64  # FAISS's default, 16, loses recall on large collections
+TRAINING_SAMPLE: Final = 100_000  # vectors that train an IVF or PQ index, at most
+ADD_BLOCK: Final = 65_536  # rows normalised (in a copy) and added at a time
 
 
 def build_faiss(
@@ -86,13 +81,10 @@ def build_faiss(
     vectors: Any = None,
     index: str = "flat",
 ) -> FAISS:
-    """Index ``documents`` in an in-memory FAISS store (cosine via unit vectors), saved to ``path``.
+    """Index ``documents`` (not mutated) in an in-memory FAISS store, saved to ``path`` if given.
 
-    ``vectors``: precomputed embeddings, one row per document, instead of embedding the texts.
-    ``index``: ``"flat"`` (exact), ``"hnsw"``, ``"ivfpq"`` or a FAISS ``index_factory`` string,
-    recorded in the manifest. Documents and vectors are not mutated.
-
-    >>> store = build_faiss(documents, embeddings, path="indexes/faiss", index="hnsw")  # doctest: +SKIP
+    ``vectors``: precomputed embeddings (a row per document, not mutated) instead of embedding the
+    texts. ``index``: ``"flat"`` (exact), ``"hnsw"``, ``"ivfpq"`` or an ``index_factory`` string.
     """
     FAISS = faiss_store_class()  # noqa: N806 - a class
     from langchain_community.docstore.in_memory import InMemoryDocstore
@@ -162,7 +154,7 @@ def _new_faiss_index(index: str, vectors: Any) -> Any:
 def _chroma_client(
     persist_directory: str | Path | None, client: Any, host: str | None, port: int | None
 ) -> Any:
-    """One Chroma client from at most one of ``client``, ``host``, ``persist_directory``."""
+    """A Chroma client from at most one of ``client``, ``host``, ``persist_directory``."""
     given = [name for name, value in locals().items() if name != "port" and value is not None]
     if len(given) > 1:
         raise ValueError(f"give one of persist_directory, client, host; got {given}")
@@ -279,8 +271,8 @@ def _is_chroma(store: VectorStore) -> TypeGuard[Chroma]:
 
 
 def default_faiss_threads() -> int:
-    """``$RAG_FUSION_FAISS_THREADS``, else 1: the fan-out searches concurrently, and FAISS's
-    default of a thread per core per search oversubscribes the cores."""
+    """``$RAG_FUSION_FAISS_THREADS``, else 1: concurrent searches on FAISS's thread per core
+    oversubscribe the cores."""
     configured = os.environ.get(FAISS_THREADS_ENV, "1").strip()
     if not configured.isdigit() or int(configured) < 1:
         raise ValueError(f"{FAISS_THREADS_ENV}: expected a positive integer, got {configured!r}")
@@ -290,14 +282,10 @@ def default_faiss_threads() -> int:
 class VectorRetriever(BatchedRetriever):
     """Dense retriever over a vector store: one embedding call and one search per batch.
 
-    ``batch`` embeds all queries in one ``embed_documents`` call (right for symmetric models;
-    ``query_embedding="per_query"`` calls ``embed_query`` per query, for models that embed
-    queries differently) and searches them together: one ``index.search`` (FAISS), one
-    ``collection.query`` (Chroma), or one call per vector (other stores, whose score is taken
-    as a similarity unless ``relevance_function`` converts it). Scores: cosine similarity in
-    ``metadata["score"]`` of copies.
-
-    >>> VectorRetriever(vectorstore=build_faiss(docs, embeddings)).batch(["solar", "wind"], k=3)  # doctest: +SKIP
+    ``batch`` embeds all queries with one ``embed_documents`` (``query_embedding="per_query"``:
+    ``embed_query`` each, for asymmetric models) and searches them in one ``index.search``
+    (FAISS) or ``collection.query`` (Chroma); other stores are searched per vector and their score
+    taken as a similarity unless ``relevance_function`` converts it.
     """
 
     vectorstore: VectorStore
