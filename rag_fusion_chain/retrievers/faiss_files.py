@@ -138,6 +138,7 @@ def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False)
     """
     FAISS = faiss_store_class()  # noqa: N806 - a class
     from langchain_community.docstore.in_memory import InMemoryDocstore
+    from langchain_community.vectorstores.utils import DistanceStrategy
 
     directory = Path(path)
     if not directory.is_dir():
@@ -170,7 +171,11 @@ def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False)
             f"could not load the FAISS index in {directory}; its files are corrupt or not "
             f"a LangChain FAISS index ({type(error).__name__}: {error})"
         ) from error
-    store = FAISS(embeddings, index, docstore, index_to_docstore_id, **_store_settings(manifest))
+    settings: dict[str, Any] = {}
+    if manifest is not None:  # else LangChain's defaults
+        settings["distance_strategy"] = DistanceStrategy(manifest["distance_strategy"])
+        settings["normalize_L2"] = bool(manifest["normalize_L2"])
+    store = FAISS(embeddings, index, docstore, index_to_docstore_id, **settings)
     warn_on_embedding_change(manifest, embeddings, directory)
     return store
 
@@ -250,19 +255,18 @@ def _load_docstore_pickle(data: bytes | bytearray, where: str | Path) -> tuple[A
         raise ValueError(
             f"{where} is not a LangChain FAISS docstore pickle ({type(error).__name__}: {error})"
         ) from error
-    if not (
-        isinstance(loaded, tuple)
-        and len(loaded) == 2
-        and isinstance(loaded[0], InMemoryDocstore)
-        and isinstance(loaded[1], dict)
-    ):
-        raise ValueError(f"{where} is not a LangChain FAISS docstore pickle (unexpected layout)")
-    docstore, index_to_id = loaded
+    pair = loaded if isinstance(loaded, tuple) and len(loaded) == 2 else (None, None)
+    docstore, index_to_id = pair
     stored = getattr(docstore, "_dict", None)
-    if not isinstance(stored, dict) or set(map(type, stored.values())) - {Document}:
-        raise ValueError(f"{where}: the docstore holds something other than documents")
-    if set(map(type, index_to_id)) - {int} or set(map(type, index_to_id.values())) - {str}:
-        raise ValueError(f"{where}: the position-to-id map is not {{int: str}}")
+    if not (
+        isinstance(docstore, InMemoryDocstore)
+        and isinstance(stored, dict)
+        and isinstance(index_to_id, dict)
+        and set(map(type, stored.values())) <= {Document}
+        and set(map(type, index_to_id)) <= {int}
+        and set(map(type, index_to_id.values())) <= {str}
+    ):
+        raise ValueError(f"{where} is not a LangChain FAISS docstore pickle (Documents, ids)")
     return docstore, index_to_id
 
 
@@ -306,18 +310,6 @@ def _verify_files(
                 f"changed after the index was saved (corrupted or tampered with), so it will not "
                 f"be loaded. {TRUST_ADVICE}"
             )
-
-
-def _store_settings(manifest: dict[str, Any] | None) -> dict[str, Any]:
-    """The distance settings to restore; LangChain's defaults when there is no manifest."""
-    if manifest is None:
-        return {}
-    from langchain_community.vectorstores.utils import DistanceStrategy
-
-    return {
-        "distance_strategy": DistanceStrategy(manifest["distance_strategy"]),
-        "normalize_L2": bool(manifest["normalize_L2"]),
-    }
 
 
 def warn_on_embedding_change(
