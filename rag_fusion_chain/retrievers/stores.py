@@ -54,7 +54,9 @@ def _documents_by_id(documents: Sequence[Document]) -> dict[str, Document]:
     """``{id: document}`` in order (content hash for a missing id); no duplicates, not empty."""
     if not documents:
         raise ValueError("documents: cannot build a vector store from no documents")
-    by_id = {str(document.id): document for document in map(with_identity, documents)}
+    by_id = {str(document.id): document for document in documents if document.id}
+    if len(by_id) < len(documents):  # ids missing (content hashes then) or repeated
+        by_id = {str(document.id): document for document in map(with_identity, documents)}
     if len(by_id) < len(documents):
         counts = Counter(with_identity(document).id for document in documents)
         duplicates = sorted(str(identifier) for identifier, count in counts.items() if count > 1)
@@ -70,7 +72,7 @@ FAISS_INDEXES: Final = {"flat": "Flat", "hnsw": "HNSW32", "ivfpq": "IVF1024,PQ48
 HNSW_EF_CONSTRUCTION: Final = 40
 HNSW_EF_SEARCH: Final = 64  # FAISS's default, 16, loses recall on large collections
 TRAINING_SAMPLE: Final = 100_000  # vectors that train an IVF or PQ index, at most
-ADD_BLOCK: Final = 65_536  # rows normalised (in a copy) and added at a time
+ADD_BLOCK: Final = 65_536  # rows normalised (in a copy) and added at a time, when not unit
 
 
 def build_faiss(
@@ -94,9 +96,13 @@ def build_faiss(
         texts = [document.page_content for document in by_id.values()]
         vectors = embed_documents_array(embeddings, texts)
     matrix = _as_matrix(vectors, len(by_id))
-    faiss_index = _new_faiss_index(index, matrix)
-    for start in range(0, len(matrix), ADD_BLOCK):
-        faiss_index.add(_unit_rows(matrix[start : start + ADD_BLOCK]))
+    norms = _row_norms(matrix)
+    faiss_index = _new_faiss_index(index, matrix, norms)
+    if matrix.dtype == "float32" and matrix.flags.c_contiguous and abs(norms - 1).max() <= 1e-5:
+        faiss_index.add(matrix)  # unit vectors already: FAISS's one copy, as a plain add makes
+    else:
+        for start in range(0, len(matrix), ADD_BLOCK):
+            faiss_index.add(_unit_rows(matrix, norms, slice(start, start + ADD_BLOCK)))
     docstore = InMemoryDocstore(by_id)  # type: ignore[arg-type]
     store = FAISS(embeddings, faiss_index, docstore, dict(enumerate(by_id)), normalize_L2=True)
     if path is not None:
@@ -104,16 +110,22 @@ def build_faiss(
     return store
 
 
-def _unit_rows(rows: Any) -> Any:
-    """An L2-normalised float32 copy of ``rows``; ValueError for NaN or infinite values."""
-    import faiss
+def _row_norms(matrix: Any) -> Any:
+    """Each row's L2 norm (1 for a zero row); ValueError for NaN or infinite values."""
     import numpy as np
 
-    block = np.array(rows, dtype=np.float32, order="C", copy=True)
-    if not np.isfinite(block).all():
-        raise ValueError("vectors: contain NaN or infinite values")
-    faiss.normalize_L2(block)
-    return block
+    norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix))
+    if not np.isfinite(norms).all():
+        raise ValueError("vectors: contain NaN or infinite values (or ones too large to square)")
+    norms[norms == 0] = 1.0
+    return norms
+
+
+def _unit_rows(matrix: Any, norms: Any, rows: Any) -> Any:
+    """A float32 unit-vector copy of ``matrix[rows]`` (the caller's array is not changed)."""
+    import numpy as np
+
+    return np.ascontiguousarray(matrix[rows] / norms[rows, None], dtype=np.float32)
 
 
 def _as_matrix(vectors: Any, count: int) -> Any:
@@ -129,7 +141,7 @@ def _as_matrix(vectors: Any, count: int) -> Any:
     return matrix
 
 
-def _new_faiss_index(index: str, vectors: Any) -> Any:
+def _new_faiss_index(index: str, vectors: Any, norms: Any) -> Any:
     """An empty FAISS index of type ``index`` for ``vectors``' dimension, trained if it must be."""
     import faiss
     import numpy as np
@@ -147,7 +159,7 @@ def _new_faiss_index(index: str, vectors: Any) -> Any:
         faiss_index.hnsw.efSearch = HNSW_EF_SEARCH
     if not faiss_index.is_trained:
         sample = np.random.default_rng(0).permutation(len(vectors))[:TRAINING_SAMPLE]
-        faiss_index.train(_unit_rows(vectors[np.sort(sample)]))
+        faiss_index.train(_unit_rows(vectors, norms, np.sort(sample)))
     return faiss_index
 
 
