@@ -372,6 +372,30 @@ def test_precomputed_vectors_are_used_without_embedding_and_not_mutated(
         )
 
 
+def test_unit_scaled_float64_and_fortran_vectors_give_the_same_index(
+    embeddings: CountingEmbeddings,
+) -> None:
+    unit = random_vectors(len(DOCUMENTS))
+    unit /= np.linalg.norm(unit, axis=1, keepdims=True)
+    layouts = [unit, unit * 5.0, unit.astype(np.float64), np.asfortranarray(unit)]
+    originals = [layout.copy() for layout in layouts]
+    stores = [build_faiss(DOCUMENTS, embeddings, vectors=layout) for layout in layouts]
+    for layout, original in zip(layouts, originals, strict=True):
+        np.testing.assert_array_equal(layout, original)  # never normalised in place
+    expected = VectorRetriever(vectorstore=stores[0]).search_vectors(unit, 3)
+    for store in stores[1:]:
+        found = VectorRetriever(vectorstore=store).search_vectors(unit, 3)
+        assert [[hit.id for hit in hits] for hits in found] == [
+            [hit.id for hit in hits] for hits in expected
+        ]
+        assert [hit.metadata["score"] for hits in found for hit in hits] == pytest.approx(
+            [hit.metadata["score"] for hits in expected for hit in hits], abs=1e-5
+        )
+    zero = unit.copy()
+    zero[0] = 0.0  # a zero row stays a zero row, as FAISS's own normalisation leaves it
+    assert VectorRetriever(vectorstore=build_faiss(DOCUMENTS, embeddings, vectors=zero)).invoke("x")
+
+
 @pytest.mark.parametrize(
     ("vectors", "message"),
     [
