@@ -207,7 +207,7 @@ def p50_ms(function: Any, repeats: int = 15) -> float:
     return statistics.median(timings) * 1000
 
 
-def search_rows(count: int, noise: float, efs: list[int]) -> list[str]:
+def search_rows(count: int, noise: float, efs: list[int], backend: str) -> list[str]:
     """Recall@10 of HNSW vs flat, five-query p50 for vectors alone and hybrid, on one thread."""
     from bench_bm25_scale import passages
     from langchain_core.documents import Document
@@ -222,7 +222,8 @@ def search_rows(count: int, noise: float, efs: list[int]) -> list[str]:
     questions = [f"q{n}" for n in range(len(query_matrix))]
     embeddings = QueryVectors(dict(zip(questions, query_matrix, strict=True)))
     started = time.process_time()
-    bm25 = BM25Retriever.from_documents(documents, k=100)
+    bm25 = BM25Retriever.from_documents(documents, k=100, backend=backend)
+    bm25.invoke("warm up")  # numba compiles once per process
     rows = [
         f"| {count:,} | BM25 build (SciFact passages) | | {time.process_time() - started:.1f} s | |"
     ]
@@ -268,6 +269,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--noise", type=float, default=0.5)
     parser.add_argument("--ef", type=int, nargs="+", default=[32, 64, 128])
+    parser.add_argument("--bm25-backend", choices=["numpy", "numba"], default="numpy")
     parser.add_argument("--case")
     parser.add_argument("--dir", type=Path)
     arguments = parser.parse_args()
@@ -290,7 +292,7 @@ def main() -> None:
         )
         print("|---|---|---|---|---|---|---|")
     for count in arguments.search_sizes:
-        for row in search_rows(count, arguments.noise, arguments.ef):
+        for row in search_rows(count, arguments.noise, arguments.ef, arguments.bm25_backend):
             print(row, flush=True)
 
 

@@ -285,3 +285,13 @@ def test_a_format_1_index_still_loads_and_a_loaded_index_saves_again(tmp_path: P
     for query in ("solar energy", "光伏", "running"):
         assert loaded.invoke(query) == again.invoke(query) == retriever.invoke(query)
     assert list(again.documents) == list(retriever.documents)
+
+
+def test_the_numba_backend_ranks_as_numpy_does() -> None:
+    pytest.importorskip("numba")
+    documents = ENGLISH + CHINESE
+    numpy_side = BM25Retriever.from_documents(documents, k=3)
+    numba_side = BM25Retriever.from_documents(documents, k=3, backend="numba")
+    assert numba_side.index.backend == "numba" and numpy_side.index.backend == "numpy"
+    for query in ("solar energy", "光伏", "running wind"):
+        assert numba_side.invoke(query) == numpy_side.invoke(query)

@@ -14,10 +14,10 @@ import threading
 import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from langchain_core.documents import Document
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from rag_fusion_chain.retrievers.base import BatchedRetriever, scored_copy, with_identity
 from rag_fusion_chain.retrievers.columns import StoredDocuments, columns_json, stored_documents
@@ -126,6 +126,14 @@ class BM25Retriever(BatchedRetriever):
     stem: bool = True
     """Snowball-stem English words (index and queries must agree; saved with the index)."""
     remove_stopwords: bool = True
+    backend: Literal["numpy", "numba"] = "numpy"
+    """bm25s's scoring: ``"numba"`` (numba installed) scored five queries over 100k passages 50x
+    faster, after a compile of about 8 s in each process."""
+
+    @model_validator(mode="after")
+    def _use_backend(self) -> BM25Retriever:
+        self.index.backend = self.backend
+        return self
 
     @field_validator("documents", mode="plain")
     @classmethod
