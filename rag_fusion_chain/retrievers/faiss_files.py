@@ -325,10 +325,4 @@ def warn_on_embedding_change(
         )
 
 
-__all__ = [
-    "MANIFEST_FILE",
-    "faiss_store_class",
-    "load_faiss",
-    "save_faiss",
-    "warn_on_embedding_change",
-]
+__all__ = ["MANIFEST_FILE", "load_faiss", "save_faiss", "warn_on_embedding_change"]

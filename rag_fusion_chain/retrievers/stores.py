@@ -360,16 +360,14 @@ def _faiss_search_parameters(parameters: dict[str, int]) -> Any:
     """FAISS ``SearchParameters`` for one call (None when there are none)."""
     import faiss
 
+    kinds = {"efSearch": "SearchParametersHNSW", "nprobe": "SearchParametersIVF"}
     if not parameters:
         return None
-    if set(parameters) == {"efSearch"}:
-        return faiss.SearchParametersHNSW(efSearch=int(parameters["efSearch"]))  # type: ignore[attr-defined]
-    if set(parameters) == {"nprobe"}:
-        return faiss.SearchParametersIVF(nprobe=int(parameters["nprobe"]))  # type: ignore[call-arg]
-    raise ValueError(
-        f"search_parameters: expected {{'efSearch': n}} (HNSW) or {{'nprobe': n}} (IVF), "
-        f"got {parameters!r}"
-    )
+    if len(parameters) != 1 or next(iter(parameters)) not in kinds:
+        message = "expected {'efSearch': n} (HNSW) or {'nprobe': n} (IVF)"
+        raise ValueError(f"search_parameters: {message}, got {parameters!r}")
+    ((name, value),) = parameters.items()
+    return getattr(faiss, kinds[name])(**{name: int(value)})
 
 
 def _search_faiss(
