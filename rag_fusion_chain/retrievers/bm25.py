@@ -141,9 +141,10 @@ class BM25Retriever(BatchedRetriever):
         """Loaded columns as they are (Documents made on read), else a list of Documents."""
         if isinstance(documents, StoredDocuments):
             return documents
-        if not all(isinstance(document, Document) for document in documents):
+        listed = list(documents)
+        if not all(isinstance(document, Document) for document in listed):
             raise TypeError("documents: expected Documents")
-        return list(documents)
+        return listed
 
     @classmethod
     def from_documents(
