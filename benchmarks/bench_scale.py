@@ -1,16 +1,21 @@
-"""FAISS build, load, approximate search and threads at scale: the kit against plain FAISS.
+"""FAISS build, save, load and approximate search at scale: the kit against plain FAISS.
 
-Synthetic chunks (about 200 characters each) with precomputed 384-dimensional vectors drawn
-around 1,000 random centres (unit-normalised), so approximate indexes see clustered data as
-real embeddings are. Every timed case runs in a fresh subprocess, so its peak RSS is its own.
+Vectors have the structure of real embeddings: 4,096 centres, each the normalised sum of two of
+the shipped SciFact MiniLM vectors (``rag_fusion_chain/data``), and every row a centre plus
+Gaussian noise of norm ``--noise``, renormalised. Chunks are ~200-character synthetic texts
+(SciFact sentences for the hybrid search). Every build/load case runs in a fresh subprocess
+(``OMP_NUM_THREADS=1``), so its peak RSS is its own; repeats are interleaved, medians printed.
+Times are the process's CPU time (``time.process_time``, all threads): on a shared, loaded machine
+wall time mostly measures the scheduler.
 
-* build: ``build_faiss(documents, embeddings, vectors=V)`` vs ``IndexFlatIP().add(V)``;
-* load: ``load_faiss`` (signature + SHA-256 + docstore.json) vs ``faiss.read_index`` plus
+* build: ``build_faiss(documents, embeddings, vectors=V)`` vs ``IndexFlatIP(d).add(V)``;
+  + save: ``save_faiss`` vs ``faiss.write_index`` + ``json.dump`` of the texts;
+* load: ``load_faiss`` (signature, SHA-256 of the bytes read) vs ``faiss.read_index`` +
   ``json.load`` of the texts;
-* search: recall@10 of HNSW against flat, five-query p50 through ``VectorRetriever`` (flat,
-  HNSW at several efSearch), and flat search on the default OpenMP threads vs the kit's policy.
+* search: recall@10 of the kit's HNSW against flat over 200 held-out queries, five-query p50
+  through ``VectorRetriever`` and through ``hybrid_retriever`` (BM25 + vectors).
 
-    nice python benchmarks/bench_scale.py --sizes 10000 100000
+    nice python benchmarks/bench_scale.py --sizes 10000 100000 --search-sizes 100000
 """
 
 from __future__ import annotations
@@ -28,8 +33,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from langchain_core.embeddings import Embeddings
 
-DIMENSION = 384
+CENTRES = 4096
 WORDS = [
     "solar",
     "wind",
@@ -44,14 +50,25 @@ WORDS = [
     "voltage",
     "energy",
 ]
+CASES = ("plain-build", "kit-build", "plain-load", "kit-load")
 
 
-def vectors(count: int, seed: int = 0) -> np.ndarray:
+def vectors(count: int, seed: int = 0, noise: float = 0.5) -> np.ndarray:
+    """``count`` unit rows around centres made of the shipped MiniLM vectors (see the module)."""
+    from rag_fusion_chain.data.vectors import load_sample_vectors
+
+    sample = load_sample_vectors().matrix
+    centres_generator = np.random.default_rng(1234)
+    pairs = centres_generator.integers(0, len(sample), (CENTRES, 2))
+    centres = sample[pairs[:, 0]] + sample[pairs[:, 1]]
+    centres /= np.linalg.norm(centres, axis=1, keepdims=True)
     generator = np.random.default_rng(seed)
-    centres = generator.standard_normal((1000, DIMENSION), dtype=np.float32)
-    rows = centres[generator.integers(0, 1000, count)]
-    rows += 0.6 * generator.standard_normal((count, DIMENSION), dtype=np.float32)
-    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    rows = centres[generator.integers(0, CENTRES, count)]
+    scale = noise / np.sqrt(sample.shape[1])
+    for start in range(0, count, 65_536):
+        block = rows[start : start + 65_536]
+        block += scale * generator.standard_normal(block.shape, dtype=np.float32)
+        block /= np.linalg.norm(block, axis=1, keepdims=True)
     return rows
 
 
@@ -66,125 +83,180 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def embeddings() -> Any:
-    from langchain_core.embeddings import DeterministicFakeEmbedding
+class QueryVectors(Embeddings):
+    """Query texts to precomputed vectors (queries in the data's distribution)."""
 
-    return DeterministicFakeEmbedding(size=DIMENSION)
+    def __init__(self, by_text: dict[str, np.ndarray]) -> None:
+        self.by_text = by_text
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return [self.by_text[text].tolist() for text in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.by_text[text].tolist()
 
 
-def case(name: str, count: int, directory: Path) -> dict[str, float]:
+def case(name: str, count: int, directory: Path, noise: float) -> dict[str, float]:
     """One timed case in this (fresh) process: seconds and peak RSS."""
     import faiss
     from langchain_core.documents import Document
+    from langchain_core.embeddings import DeterministicFakeEmbedding
 
-    from rag_fusion_chain.retrievers.stores import build_faiss, faiss_store_class, load_faiss
+    from rag_fusion_chain.retrievers.faiss_files import faiss_store_class
+    from rag_fusion_chain.retrievers.stores import build_faiss, load_faiss, save_faiss
 
-    faiss_store_class()  # imports langchain_community outside the timings
+    faiss_store_class()  # both sides import their libraries before the clock starts
+    embeddings = DeterministicFakeEmbedding(size=384)
     if name == "kit-load":
-        started = time.perf_counter()
-        store = load_faiss(directory / "kit", embeddings())
-        seconds = time.perf_counter() - started
-        assert store.index.ntotal == count
-        return {"seconds": seconds, "rss_mb": peak_rss_mb()}
+        started = time.process_time()
+        assert load_faiss(directory / "kit", embeddings).index.ntotal == count
+        return {"seconds": time.process_time() - started, "rss_mb": peak_rss_mb()}
     if name == "plain-load":
-        started = time.perf_counter()
+        started = time.process_time()
         index = faiss.read_index(str(directory / "plain.faiss"))
+        indexed = time.process_time()
+        with open(directory / "columns.json", encoding="utf-8") as handle:
+            assert index.ntotal == len(json.load(handle)["ids"]) == count
+        full = time.process_time() - started
+        texts_started = time.process_time()
         with open(directory / "plain.json", encoding="utf-8") as handle:
-            loaded = json.load(handle)
-        seconds = time.perf_counter() - started
-        assert index.ntotal == len(loaded) == count
-        return {"seconds": seconds, "rss_mb": peak_rss_mb()}
-    matrix = vectors(count)
-    chunks = texts(count)
+            assert len(json.load(handle)) == count
+        texts_only = indexed - started + time.process_time() - texts_started
+        return {"seconds": texts_only, "full_seconds": full, "rss_mb": peak_rss_mb()}
+    matrix, chunks = vectors(count, noise=noise), texts(count)
     if name == "plain-build":
-        started = time.perf_counter()
-        index = faiss.IndexFlatIP(DIMENSION)
+        started = time.process_time()
+        index = faiss.IndexFlatIP(matrix.shape[1])
         index.add(matrix)
-        seconds = time.perf_counter() - started
+        added = time.process_time()
         faiss.write_index(index, str(directory / "plain.faiss"))
+        built = time.process_time()
         with open(directory / "plain.json", "w", encoding="utf-8") as handle:
             json.dump(chunks, handle)
-        return {"seconds": seconds, "rss_mb": peak_rss_mb()}
+        texts_saved = time.process_time()
+        columns = {"ids": [f"c{n}" for n in range(count)], "texts": chunks}
+        columns["metadatas"] = [{"source": "s.md"} for _ in range(count)]
+        with open(directory / "columns.json", "w", encoding="utf-8") as handle:
+            json.dump(columns, handle, ensure_ascii=False, separators=(",", ":"))
+        return {
+            "seconds": added - started,
+            "saved_seconds": texts_saved - started,
+            "saved_full_seconds": built - started + time.process_time() - texts_saved,
+            "rss_mb": peak_rss_mb(),
+        }
     documents = [
         Document(text, id=f"c{n}", metadata={"source": "s.md"}) for n, text in enumerate(chunks)
     ]
     del chunks
-    started = time.perf_counter()
-    store = build_faiss(documents, embeddings(), vectors=matrix)
-    seconds = time.perf_counter() - started
-    saving = time.perf_counter()
-    from rag_fusion_chain.retrievers.faiss_files import save_faiss
-
+    started = time.process_time()
+    store = build_faiss(documents, embeddings, vectors=matrix)
+    built = time.process_time()
     save_faiss(store, directory / "kit")
+    saved = time.process_time() - started
     return {
-        "seconds": seconds,
-        "save_seconds": time.perf_counter() - saving,
+        "seconds": built - started,
+        "saved_seconds": saved,
+        "saved_full_seconds": saved,
         "rss_mb": peak_rss_mb(),
     }
 
 
-def run_case(name: str, count: int, directory: Path) -> dict[str, float]:
-    output = subprocess.run(
-        [sys.executable, __file__, "--case", name, "--sizes", str(count), "--dir", str(directory)],
-        check=True,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    ).stdout
-    return json.loads(output.strip().splitlines()[-1])
+def run_case(name: str, count: int, directory: Path, noise: float) -> dict[str, float]:
+    command = [sys.executable, __file__, "--case", name, "--sizes", str(count)]
+    command += ["--dir", str(directory), "--noise", str(noise)]
+    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
+    output = subprocess.run(command, check=True, capture_output=True, text=True, env=environment)
+    return json.loads(output.stdout.strip().splitlines()[-1])
 
 
-def p50(function: Any, repeats: int = 15) -> float:
+def build_load_rows(count: int, repeats: int, noise: float) -> list[str]:
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in CASES}
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory() as scratch:
+            for name in CASES:
+                runs[name].append(run_case(name, count, Path(scratch), noise))
+
+    def median(name: str, key: str) -> float:
+        return statistics.median(run[key] for run in runs[name])
+
+    rows = []
+    for what, key, plain_what in (
+        ("build", "seconds", "`IndexFlatIP.add`"),
+        ("build + save", "saved_seconds", "add + `write_index` + `json.dump` texts"),
+        ("build + save", "saved_full_seconds", "the same + `json.dump` ids, texts, metadata"),
+        ("load", "seconds", "`read_index` + `json.load` texts"),
+        ("load", "full_seconds", "`read_index` + `json.load` ids, texts, metadata"),
+    ):
+        side = "build" if what.startswith("build") else "load"
+        kit_key = "seconds" if side == "load" else key
+        kit, plain = median(f"kit-{side}", kit_key), median(f"plain-{side}", key)
+        kit_rss, plain_rss = median(f"kit-{side}", "rss_mb"), median(f"plain-{side}", "rss_mb")
+        rows.append(
+            f"| {count:,} | {what} (plain: {plain_what}) | {kit:.3f} s | {plain:.3f} s | "
+            f"{kit / plain:.2f}x | {kit_rss:.0f} / {plain_rss:.0f} MB ({kit_rss / plain_rss:.2f}x) |"
+        )
+    return rows
+
+
+def p50_ms(function: Any, repeats: int = 15) -> float:
     timings = []
     for _ in range(repeats):
-        started = time.perf_counter()
+        started = time.process_time()
         function()
-        timings.append(time.perf_counter() - started)
+        timings.append(time.process_time() - started)
     return statistics.median(timings) * 1000
 
 
-def search_table(count: int) -> list[str]:
-    """Recall@10 of HNSW vs flat and five-query p50 latency; threads default vs policy."""
-    import faiss
+def search_rows(count: int, noise: float, efs: list[int], backend: str) -> list[str]:
+    """Recall@10 of HNSW vs flat, five-query p50 for vectors alone and hybrid, on one thread."""
+    from bench_bm25_scale import passages
     from langchain_core.documents import Document
 
-    from rag_fusion_chain.retrievers.stores import VectorRetriever, build_faiss
+    from rag_fusion_chain.retrievers.bm25 import BM25Retriever
+    from rag_fusion_chain.retrievers.hybrid import hybrid_retriever
+    from rag_fusion_chain.retrievers.stores import FAISS_INDEXES, VectorRetriever, build_faiss
 
-    default_threads = faiss.omp_get_max_threads()
-    matrix = vectors(count)
-    documents = [Document(f"c{n}", id=f"c{n}") for n in range(count)]
-    queries = vectors(100, seed=7)
-    flat = build_faiss(documents, embeddings(), vectors=matrix)
-    started = time.perf_counter()
-    hnsw = build_faiss(documents, embeddings(), vectors=matrix, index="hnsw")
-    hnsw_build = time.perf_counter() - started
-    rows = [f"| {count:,} | HNSW32 build | {hnsw_build:.1f} s | | | |"]
-    exact = VectorRetriever(vectorstore=flat)
-    truth = [{hit.id for hit in hits} for hits in exact.search_vectors(queries, 10)]
-    five = queries[:5]
-    flat_p50 = p50(lambda: exact.search_vectors(five, 10))
+    matrix = vectors(count, noise=noise)
+    query_matrix = vectors(200, seed=7, noise=noise)
+    documents = [Document(text, id=f"c{n}") for n, text in enumerate(passages(count))]
+    questions = [f"q{n}" for n in range(len(query_matrix))]
+    embeddings = QueryVectors(dict(zip(questions, query_matrix, strict=True)))
+    started = time.process_time()
+    bm25 = BM25Retriever.from_documents(documents, k=100, backend=backend)
+    bm25.invoke("warm up")  # numba compiles once per process
+    rows = [
+        f"| {count:,} | BM25 build (SciFact passages) | | {time.process_time() - started:.1f} s | |"
+    ]
+    flat = build_faiss(documents, embeddings, vectors=matrix)
+    started = time.process_time()
+    hnsw = build_faiss(documents, embeddings, vectors=matrix, index="hnsw")
     rows.append(
-        f"| {count:,} | flat, five queries, 1 thread | 1.000 | {flat_p50:.2f} ms | 1.00 | |"
+        f"| {count:,} | {FAISS_INDEXES['hnsw']} build, CPU | | {time.process_time() - started:.1f} s | |"
     )
-    for ef in (32, 64, 128, 256):
-        retriever = VectorRetriever(vectorstore=hnsw, search_parameters={"efSearch": ef})
-        found = retriever.search_vectors(queries, 10)
+    del matrix
+    exact = VectorRetriever(vectorstore=flat, k=10)
+    truth = [{hit.id for hit in hits} for hits in exact.search_vectors(query_matrix, 10)]
+    five = questions[:5]
+    flat_ms = p50_ms(lambda: exact.batch(five))
+    flat_hybrid = hybrid_retriever(bm25, exact, k=10)
+    flat_hybrid_ms = p50_ms(lambda: flat_hybrid.batch(five))
+    rows.append(
+        f"| {count:,} | flat | 1.000 | {flat_ms:.1f} ms | 1.00 | {flat_hybrid_ms:.1f} ms | 1.00 |"
+    )
+    for ef in efs:
+        approximate = VectorRetriever(vectorstore=hnsw, k=10, search_parameters={"efSearch": ef})
+        found = approximate.search_vectors(query_matrix, 10)
         recall = statistics.mean(
-            len(truth_ids & {hit.id for hit in hits}) / 10
-            for truth_ids, hits in zip(truth, found, strict=True)
+            len(expected & {hit.id for hit in hits}) / 10
+            for expected, hits in zip(truth, found, strict=True)
         )
-        latency = p50(lambda retriever=retriever: retriever.search_vectors(five, 10))
+        vector_ms = p50_ms(lambda retriever=approximate: retriever.batch(five))
+        hybrid = hybrid_retriever(bm25, approximate, k=10)
+        hybrid_ms = p50_ms(lambda retriever=hybrid: retriever.batch(five))
         rows.append(
-            f"| {count:,} | HNSW efSearch={ef}, five queries | {recall:.3f} | {latency:.2f} ms | "
-            f"{latency / flat_p50:.3f} | |"
+            f"| {count:,} | HNSW efSearch={ef} | {recall:.3f} | {vector_ms:.2f} ms | "
+            f"{vector_ms / flat_ms:.3f} | {hybrid_ms:.1f} ms | {hybrid_ms / flat_hybrid_ms:.3f} |"
         )
-    policy = p50(lambda: exact.search_vectors(five, 10))
-    unbounded = VectorRetriever(vectorstore=flat, faiss_threads=default_threads)
-    loose = p50(lambda: unbounded.search_vectors(five, 10))
-    rows.append(
-        f"| {count:,} | flat five queries: {unbounded.faiss_threads} threads (FAISS default "
-        f"{default_threads}) vs policy 1 | | {loose:.2f} vs {policy:.2f} ms | {loose / policy:.2f} | |"
-    )
     return rows
 
 
@@ -192,42 +264,39 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--sizes", type=int, nargs="*", default=[10_000, 100_000])
     parser.add_argument("--search-sizes", type=int, nargs="*", default=[100_000])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--noise", type=float, default=0.5)
+    parser.add_argument("--ef", type=int, nargs="+", default=[32, 64, 128])
+    parser.add_argument("--bm25-backend", choices=["numpy", "numba"], default="numpy")
     parser.add_argument("--case")
     parser.add_argument("--dir", type=Path)
     arguments = parser.parse_args()
     if arguments.case:
-        print(json.dumps(case(arguments.case, arguments.sizes[0], arguments.dir)))
+        result = case(arguments.case, arguments.sizes[0], arguments.dir, arguments.noise)
+        print(json.dumps(result))
         return
-    print("| N | what | kit | plain | ratio | peak RSS kit / plain |")
-    print("|---|---|---|---|---|---|")
+    if arguments.sizes:
+        print("| N | what | kit CPU | plain CPU | ratio | peak RSS kit / plain |")
+        print("|---|---|---|---|---|---|")
     for count in arguments.sizes:
-        with tempfile.TemporaryDirectory() as scratch:
-            directory = Path(scratch)
-            results = {
-                name: run_case(name, count, directory)
-                for name in ("plain-build", "kit-build", "plain-load", "kit-load")
-            }
-            for what in ("build", "load"):
-                kit, plain = results[f"kit-{what}"], results[f"plain-{what}"]
-                print(
-                    f"| {count:,} | {what} | {kit['seconds']:.2f} s | {plain['seconds']:.2f} s | "
-                    f"{kit['seconds'] / plain['seconds']:.2f}x | {kit['rss_mb']:.0f} / "
-                    f"{plain['rss_mb']:.0f} MB ({kit['rss_mb'] / plain['rss_mb']:.2f}x) |",
-                    flush=True,
-                )
-            print(
-                f"| {count:,} | kit save (index.faiss + docstore.json + manifest) | {results['kit-build']['save_seconds']:.2f} s | | | |",
-                flush=True,
-            )
-    print()
-    print("| N | what | recall@10 vs flat | p50 | vs flat | |")
-    print("|---|---|---|---|---|---|")
+        for row in build_load_rows(
+            count, arguments.repeats if count < 1_000_000 else 1, arguments.noise
+        ):
+            print(row, flush=True)
+    if arguments.search_sizes:
+        print(
+            "\n| N | index | recall@10 vs flat | five queries, vectors, p50 CPU | vs flat | "
+            "five queries, hybrid, p50 CPU | vs flat |"
+        )
+        print("|---|---|---|---|---|---|---|")
     for count in arguments.search_sizes:
-        for row in search_table(count):
+        for row in search_rows(count, arguments.noise, arguments.ef, arguments.bm25_backend):
             print(row, flush=True)
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    os.environ.setdefault("RAG_FUSION_FAISS_THREADS", "1")
     main()

@@ -239,7 +239,7 @@ def test_save_load_roundtrip_uses_json_and_no_pickle(tmp_path: Path) -> None:
     assert "documents.json" in names and "retriever.json" in names
     assert not any(name.endswith((".pkl", ".pickle")) for name in names)
     stored = json.loads((tmp_path / "bm25" / "documents.json").read_text("utf-8"))
-    assert [entry["id"] for entry in stored] == ids(retriever.documents)
+    assert stored["ids"] == ids(retriever.documents)
 
     loaded = BM25Retriever.load(tmp_path / "bm25")
     for query in ("solar energy", "光伏", "running"):
@@ -256,7 +256,8 @@ def test_load_missing_directory_names_the_path(tmp_path: Path) -> None:
 def test_load_detects_inconsistent_directory(tmp_path: Path) -> None:
     BM25Retriever.from_documents(ENGLISH).save(tmp_path)
     documents_file = tmp_path / "documents.json"
-    documents_file.write_text(json.dumps(json.loads(documents_file.read_text())[:2]), "utf-8")
+    columns = json.loads(documents_file.read_text())
+    documents_file.write_text(json.dumps({name: column[:2] for name, column in columns.items()}))
     with pytest.raises(ValueError, match="inconsistent"):
         BM25Retriever.load(tmp_path)
     documents_file.write_text("{not json", "utf-8")
@@ -266,5 +267,31 @@ def test_load_detects_inconsistent_directory(tmp_path: Path) -> None:
 
 def test_save_refuses_metadata_that_is_not_json(tmp_path: Path) -> None:
     retriever = BM25Retriever.from_documents([Document("x", metadata={"bad": object()})])
-    with pytest.raises(TypeError, match="JSON-serialisable"):
+    with pytest.raises(ValueError, match="documents: metadata must be JSON data"):
         retriever.save(tmp_path)
+
+
+def test_a_format_1_index_still_loads_and_a_loaded_index_saves_again(tmp_path: Path) -> None:
+    retriever = BM25Retriever.from_documents(ENGLISH + CHINESE, k=3)
+    retriever.save(tmp_path / "old")
+    entries = [
+        {"id": document.id, "page_content": document.page_content, "metadata": document.metadata}
+        for document in retriever.documents
+    ]
+    (tmp_path / "old" / "documents.json").write_text(json.dumps(entries), "utf-8")
+    loaded = BM25Retriever.load(tmp_path / "old")
+    loaded.save(tmp_path / "again")
+    again = BM25Retriever.load(tmp_path / "again")
+    for query in ("solar energy", "光伏", "running"):
+        assert loaded.invoke(query) == again.invoke(query) == retriever.invoke(query)
+    assert list(again.documents) == list(retriever.documents)
+
+
+def test_the_numba_backend_ranks_as_numpy_does() -> None:
+    pytest.importorskip("numba")
+    documents = ENGLISH + CHINESE
+    numpy_side = BM25Retriever.from_documents(documents, k=3)
+    numba_side = BM25Retriever.from_documents(documents, k=3, backend="numba")
+    assert numba_side.index.backend == "numba" and numpy_side.index.backend == "numpy"
+    for query in ("solar energy", "光伏", "running wind"):
+        assert numba_side.invoke(query) == numpy_side.invoke(query)

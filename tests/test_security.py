@@ -23,9 +23,9 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
 
 from rag_fusion_chain.retrievers import faiss_files, stores
+from rag_fusion_chain.retrievers.faiss_files import MANIFEST_FILE
 from rag_fusion_chain.retrievers.signing import signature_of, signing_key
 from rag_fusion_chain.retrievers.stores import (
-    MANIFEST_FILE,
     UntrustedIndexError,
     build_faiss,
     load_faiss,

@@ -19,10 +19,14 @@ from langchain_core.vectorstores import InMemoryVectorStore
 
 from rag_fusion_chain.fusion import document_id
 from rag_fusion_chain.models import embedding_identity
-from rag_fusion_chain.retrievers.signing import signature_of, signing_key
-from rag_fusion_chain.retrievers.stores import (
-    MANIFEST_FILE,
+from rag_fusion_chain.retrievers.faiss_files import MANIFEST_FILE
+from rag_fusion_chain.retrievers.signing import (
     SIGNING_KEY_ENV,
+    signature_of,
+    signing_key,
+    signing_key_file,
+)
+from rag_fusion_chain.retrievers.stores import (
     UntrustedIndexError,
     VectorRetriever,
     build_chroma,
@@ -31,7 +35,6 @@ from rag_fusion_chain.retrievers.stores import (
     load_chroma,
     load_faiss,
     save_faiss,
-    signing_key_file,
 )
 
 pytest_plugins = ["tests.fixtures_chroma"]
@@ -141,9 +144,9 @@ def test_batch_embeds_all_queries_in_one_call_and_searches_once(
     searches: list[int] = []
     original_search = store.index.search
 
-    def counting_search(matrix: Any, k: int) -> Any:
+    def counting_search(matrix: Any, k: int, **options: Any) -> Any:
         searches.append(len(matrix))
-        return original_search(matrix, k)
+        return original_search(matrix, k, **options)
 
     monkeypatch.setattr(store.index, "search", counting_search)
     embeddings.calls.clear()
@@ -367,6 +370,30 @@ def test_precomputed_vectors_are_used_without_embedding_and_not_mutated(
         assert [hit.metadata["score"] for hit in hits] == pytest.approx(
             [hit.metadata["score"] for hit in expected], abs=1e-5
         )
+
+
+def test_unit_scaled_float64_and_fortran_vectors_give_the_same_index(
+    embeddings: CountingEmbeddings,
+) -> None:
+    unit = random_vectors(len(DOCUMENTS))
+    unit /= np.linalg.norm(unit, axis=1, keepdims=True)
+    layouts = [unit, unit * 5.0, unit.astype(np.float64), np.asfortranarray(unit)]
+    originals = [layout.copy() for layout in layouts]
+    stores = [build_faiss(DOCUMENTS, embeddings, vectors=layout) for layout in layouts]
+    for layout, original in zip(layouts, originals, strict=True):
+        np.testing.assert_array_equal(layout, original)  # never normalised in place
+    expected = VectorRetriever(vectorstore=stores[0]).search_vectors(unit, 3)
+    for store in stores[1:]:
+        found = VectorRetriever(vectorstore=store).search_vectors(unit, 3)
+        assert [[hit.id for hit in hits] for hits in found] == [
+            [hit.id for hit in hits] for hits in expected
+        ]
+        assert [hit.metadata["score"] for hits in found for hit in hits] == pytest.approx(
+            [hit.metadata["score"] for hits in expected for hit in hits], abs=1e-5
+        )
+    zero = unit.copy()
+    zero[0] = 0.0  # a zero row stays a zero row, as FAISS's own normalisation leaves it
+    assert VectorRetriever(vectorstore=build_faiss(DOCUMENTS, embeddings, vectors=zero)).invoke("x")
 
 
 @pytest.mark.parametrize(

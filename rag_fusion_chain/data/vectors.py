@@ -1,19 +1,8 @@
-"""The sample corpus's embeddings, shipped as plain arrays: serving and the demo start in seconds.
-
-Embedding the 300 sample abstracts takes a minute on two CPU cores; the package therefore ships
-their vectors (``scifact_sample_vectors.npy``, float32, one row per document in corpus order,
-read with ``allow_pickle=False``) and a record of what made them
-(``scifact_sample_vectors.json``: embeddings name and identity, backend, dimension, document ids
-and the SHA-256 of the corpus file). :class:`PrecomputedEmbeddings` hands those vectors to any
-index builder in place of the model; texts it does not know, and every query, go to the model.
-
-The vectors are used only when :func:`vectors_fit` accepts the configured embeddings; otherwise
-the caller embeds the corpus as usual. Regenerate them after changing the corpus or the model:
-``python -m rag_fusion_chain.data.vectors``.
-
->>> shipped = load_sample_vectors()  # doctest: +SKIP
->>> shipped.record["dimension"], shipped.matrix.shape  # doctest: +SKIP
-(384, (300, 384))
+"""The sample corpus's MiniLM vectors, shipped as plain arrays so serving and the demo start in
+seconds: ``scifact_sample_vectors.npy`` (float32, a row per document in corpus order, read with
+``allow_pickle=False``) and ``scifact_sample_vectors.json`` (what made them, the corpus SHA-256).
+They are used only when :func:`vectors_fit` accepts the configured embeddings. Regenerate them
+with ``python -m rag_fusion_chain.data.vectors``.
 """
 
 from __future__ import annotations
@@ -26,7 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_core.embeddings import Embeddings
 
+from rag_fusion_chain import models
 from rag_fusion_chain.data import data_path, sample_corpus_path
+from rag_fusion_chain.retrievers.signing import file_sha256
 
 if TYPE_CHECKING:
     import numpy as np
@@ -45,23 +36,16 @@ class SampleVectors:
     record: dict[str, Any]
 
     def by_text(self, texts: Sequence[str]) -> dict[str, Sequence[float]]:
-        """Each corpus text (in corpus order, as ``texts``) mapped to its vector (a matrix row)."""
+        """Each corpus text (``texts`` in corpus order) mapped to its row."""
         if len(texts) != len(self.matrix):
-            raise ValueError(
-                f"texts: {len(texts)} corpus texts for {len(self.matrix)} shipped vectors"
-            )
+            raise ValueError(f"texts: {len(texts)} corpus texts for {len(self.matrix)} vectors")
         return dict(zip(texts, self.matrix, strict=True))
 
 
 def load_sample_vectors(directory: Path | None = None) -> SampleVectors:
-    """The shipped vectors, checked against their record and the corpus file they were made from.
-
-    ``directory`` defaults to this package. A missing or inconsistent file raises ValueError
-    (FileNotFoundError when absent): the caller then embeds the corpus itself.
-    """
+    """The shipped vectors (from ``directory``, default this package), checked against their
+    record and the corpus; ValueError (FileNotFoundError) when inconsistent (absent)."""
     import numpy as np
-
-    from rag_fusion_chain.retrievers.stores import file_sha256
 
     folder = directory or data_path("")
     record = json.loads((folder / RECORD_FILE).read_text("utf-8"))
@@ -80,27 +64,17 @@ def load_sample_vectors(directory: Path | None = None) -> SampleVectors:
 
 
 def vectors_fit(record: dict[str, Any], embeddings: Embeddings) -> bool:
-    """Whether vectors recorded in ``record`` may be searched with query vectors of ``embeddings``.
-
-    The rule, in one place: the kit's rule for mixing embeddings (:func:`models.backends_agree`:
-    the same identity, or another backend of the same model whose vectors agree).
-    """
-    from rag_fusion_chain import models
-
+    """Whether ``record``'s vectors may be searched with ``embeddings``' query vectors
+    (:func:`models.backends_agree`)."""
     built = record.get("embedding_identity")
     return isinstance(built, str) and models.backends_agree(built, embeddings)
 
 
 class PrecomputedEmbeddings(Embeddings):
-    """``embeddings`` with some document vectors known in advance (same identity, same vectors).
-
-    ``embed_documents`` takes known texts' vectors from ``known`` and sends only the others to
-    ``embeddings``; queries always go to ``embeddings``.
-    """
+    """``embeddings`` with the vectors of the texts in ``known`` given in advance; only other
+    texts, and all queries, go to ``embeddings``."""
 
     def __init__(self, embeddings: Embeddings, known: dict[str, Sequence[float]]) -> None:
-        from rag_fusion_chain import models
-
         self.embeddings = embeddings
         self.known = known
         self.model_identity = models.embedding_identity(embeddings)
@@ -109,8 +83,6 @@ class PrecomputedEmbeddings(Embeddings):
     def embed_documents_array(self, texts: Sequence[str]) -> np.ndarray:
         """Known rows and the model's vectors of the others, as one float32 array."""
         import numpy as np
-
-        from rag_fusion_chain import models
 
         missing = [text for text in texts if text not in self.known]
         computed = models.embed_documents_array(self.embeddings, missing)
@@ -134,16 +106,13 @@ def write_sample_vectors(embedding: str | None = None, directory: Path | None = 
     """Embed the sample corpus with ``embedding`` (default MiniLM) and write the shipped files."""
     import numpy as np
 
-    from rag_fusion_chain import ingest, models
-    from rag_fusion_chain.retrievers.stores import file_sha256
+    from rag_fusion_chain import ingest
 
     folder = directory or data_path("")
     documents = ingest.load([sample_corpus_path()])
     embeddings = models.embeddings(embedding)
-    matrix = np.asarray(
-        embeddings.embed_documents([document.page_content for document in documents]),
-        dtype=np.float32,
-    )
+    texts = [document.page_content for document in documents]
+    matrix = models.embed_documents_array(embeddings, texts)
     record = {
         "format": RECORD_FORMAT,
         "format_version": RECORD_FORMAT_VERSION,

@@ -1,38 +1,31 @@
-"""Saving and loading FAISS stores so that only verified bytes are deserialized, and no pickle.
+"""Saving and loading FAISS stores: signed, hash-checked, and with no pickle in the kit's format.
 
-The kit saves a FAISS store as ``index.faiss`` (FAISS's own format) and ``docstore.json`` (ids,
-texts and metadata as JSON arrays in index order), with ``manifest.json`` holding the SHA-256 of
-both, the index type and the distance settings, signed with this user's index signing key
-(:mod:`~rag_fusion_chain.retrievers.signing`). :func:`load_faiss` checks the signature, reads each
-file once, hashing the very bytes it deserializes (``index.faiss`` is streamed into FAISS's
-reader and the index is used only once its hash matches), and refuses a mismatch
-(:class:`UntrustedIndexError`) unless ``trust=True``. Only regular files of bounded size are
-opened: a FIFO or a link to ``/dev/zero`` fails at once.
-
-LangChain ``FAISS.save_local`` folders (``index.pkl``) and indexes of kit versions before 2 load
-too; their pickle is opened through an allow-list of classes
-(:mod:`~rag_fusion_chain.retrievers.docstore_pickle`), never with the signature skipped silently.
-
->>> save_faiss(store, "indexes/faiss")  # doctest: +SKIP
->>> store = load_faiss("indexes/faiss", embeddings)  # doctest: +SKIP
+The kit writes ``index.faiss`` (FAISS's format), ``docstore.json`` (:mod:`.columns`) and a signed
+``manifest.json`` with both files' SHA-256 (:mod:`.signing`). :func:`load_faiss` hashes the very
+bytes it deserializes and uses nothing before the hashes match. LangChain ``save_local`` folders
+(``index.pkl``) are unpickled through an allow-list of data classes: a pickle naming code (an
+``os.system`` in a ``__reduce__``...) is refused before the call, even with ``trust=True``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
+import pickle
 import secrets
 import warnings
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Final
 
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 
+from rag_fusion_chain._version import __version__
 from rag_fusion_chain.models import backends_agree, embedding_identity
-from rag_fusion_chain.retrievers.docstore_pickle import load_docstore
+from rag_fusion_chain.retrievers.columns import DocumentsById, columns_json, stored_documents
 from rag_fusion_chain.retrievers.signing import (
     TRUST_ADVICE,
     UntrustedIndexError,
@@ -52,10 +45,7 @@ FAISS_FORMAT_VERSION = 2
 INDEX_FILE = "index.faiss"
 DOCSTORE_FILE = "docstore.json"
 PICKLE_FILE = "index.pkl"
-FAISS_FILES = (INDEX_FILE, DOCSTORE_FILE)
-"""The files :func:`save_faiss` writes; a version-2 manifest must list exactly these."""
-LANGCHAIN_FILES = (INDEX_FILE, PICKLE_FILE)
-"""The files ``FAISS.save_local`` (and the kit before format version 2) writes."""
+"""Beside ``index.faiss`` in ``FAISS.save_local`` folders (and the kit's before format 2)."""
 
 
 def faiss_store_class() -> type[FAISS]:
@@ -69,29 +59,12 @@ def faiss_store_class() -> type[FAISS]:
     return FAISS
 
 
-def _kit_version() -> str:
-    from rag_fusion_chain._version import __version__
-
-    return __version__
-
-
-def index_description(index: Any) -> str:
-    """The FAISS class of ``index`` (``IndexFlatL2``, ``IndexHNSWFlat``, ``IndexIVFPQ``...)."""
-    import faiss
-
-    return type(faiss.downcast_index(index)).__name__
-
-
 def save_faiss(store: FAISS, path: str | Path) -> Path:
-    """Save a FAISS store as ``index.faiss`` + ``docstore.json``, with a signed ``manifest.json``.
+    """Save ``store`` as ``index.faiss`` + ``docstore.json`` with a signed ``manifest.json``.
 
-    The manifest holds the kit version, each file's SHA-256 (of the bytes as they are written),
-    the embedding identity, the index type and the distance settings (which ``load_local``
-    does not restore by itself). Each file is written under a fresh name and renamed into
-    place: a file changed on disk meanwhile never gets signed. Metadata must be JSON data.
-
-    >>> save_faiss(store, "indexes/faiss")  # doctest: +SKIP
-    PosixPath('indexes/faiss')
+    The manifest records each file's SHA-256 (of the bytes written), the embedding identity,
+    the index type and the distance settings. Files are written under fresh names and renamed.
+    Metadata must be JSON data.
     """
     import faiss
 
@@ -103,55 +76,40 @@ def save_faiss(store: FAISS, path: str | Path) -> Path:
             lambda write: faiss.write_index(store.index, faiss.PyCallbackIOWriter(write)),  # type: ignore[attr-defined]
         ),
         DOCSTORE_FILE: _write_new_file(
-            directory / DOCSTORE_FILE, _docstore_writer(store, directory / DOCSTORE_FILE)
+            directory / DOCSTORE_FILE, _docstore_json(store, directory / DOCSTORE_FILE)
         ),
     }
     embeddings = store.embeddings
     manifest = {
         "format": FAISS_FORMAT,
         "format_version": FAISS_FORMAT_VERSION,
-        "kit_version": _kit_version(),
+        "kit_version": __version__,
         "files": files,
         "embedding": embedding_identity(embeddings) if embeddings is not None else None,
-        "index": index_description(store.index),
+        "index": type(faiss.downcast_index(store.index)).__name__,  # IndexHNSWFlat...
         "distance_strategy": str(store.distance_strategy.value),
         "normalize_L2": bool(store._normalize_L2),
         "documents": int(store.index.ntotal),
     }
-    manifest_bytes = json.dumps(sign(manifest), indent=2).encode()
-    _write_new_file(directory / MANIFEST_FILE, lambda write: write(manifest_bytes))
+    _write_new_file(directory / MANIFEST_FILE, json.dumps(sign(manifest), indent=2).encode())
     return directory
 
 
-def _docstore_writer(store: FAISS, where: Path) -> Callable[[Callable[[bytes], int]], None]:
-    """Writes the documents in index order as ``{"ids", "texts", "metadatas"}`` JSON arrays."""
-    ids = [store.index_to_docstore_id[position] for position in range(int(store.index.ntotal))]
-    found = [store.docstore.search(identifier) for identifier in ids]
-    documents = [document for document in found if isinstance(document, Document)]
-    if len(documents) != len(ids):
-        missing = [ids[n] for n, document in enumerate(found) if not isinstance(document, Document)]
-        raise ValueError(f"FAISS docstore has no document for ids {missing[:5]}")
-    columns = {
-        "ids": ids,
-        "texts": [document.page_content for document in documents],
-        "metadatas": [document.metadata for document in documents],
-    }
-    try:
-        data = json.dumps(columns, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    except (TypeError, ValueError) as error:
-        raise ValueError(
-            f"documents: metadata must be JSON data (str, numbers, bools, None, lists, dicts) to "
-            f"be saved in {where}: {error}; convert other values (dates, bytes, sets) first"
-        ) from error
-
-    def write_all(write: Callable[[bytes], int]) -> None:
-        write(data)
-
-    return write_all
+def _docstore_json(store: FAISS, where: Path) -> bytes:
+    """The documents in index order as :mod:`.columns` JSON."""
+    documents = []
+    for position in range(int(store.index.ntotal)):
+        identifier = store.index_to_docstore_id[position]
+        document = store.docstore.search(identifier)
+        if not isinstance(document, Document):
+            raise ValueError(f"FAISS docstore has no document for id {identifier!r}")
+        same_id = document.id == identifier
+        documents.append(document if same_id else document.model_copy(update={"id": identifier}))
+    return columns_json(documents, where)
 
 
-def _write_new_file(path: Path, produce: Callable[[Callable[[bytes], int]], object]) -> str:
-    """Write what ``produce`` emits to a new file beside ``path``, rename it; its SHA-256."""
+def _write_new_file(path: Path, content: bytes | Callable[[Callable[[bytes], int]], object]) -> str:
+    """Write ``content`` (or what it emits) to a new file beside ``path``, rename it; its SHA-256."""
     digest = hashlib.sha256()
     temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
     descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
@@ -163,7 +121,7 @@ def _write_new_file(path: Path, produce: Callable[[Callable[[bytes], int]], obje
                 handle.write(block)
                 return len(block)
 
-            produce(write)
+            content(write) if callable(content) else write(content)
         temporary.replace(path)
     finally:
         temporary.unlink(missing_ok=True)
@@ -171,37 +129,41 @@ def _write_new_file(path: Path, produce: Callable[[Callable[[bytes], int]], obje
 
 
 def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False) -> FAISS:
-    """Load a FAISS index saved by :func:`build_faiss`/:func:`save_faiss`, verifying it first.
+    """Load a FAISS index saved by :func:`save_faiss`, verified first.
 
-    ``manifest.json`` must carry a valid signature under this user's index signing key and each
-    file's SHA-256, computed over the bytes read and deserialized, must match it; otherwise
-    :class:`UntrustedIndexError`, and nothing read is used. ``trust=True`` skips the signature
-    and hashes (an index from elsewhere whose origin you trust, or plain ``FAISS.save_local``
-    output without a manifest, then loaded with LangChain's default distance settings); a
-    pickle is still opened only through the allow-list. A warning is issued when
-    ``embeddings`` differ from those that built the index.
-
-    >>> store = load_faiss("indexes/faiss", embeddings)  # doctest: +SKIP
+    The manifest must be signed with this user's key and list each file's SHA-256, computed over
+    the bytes deserialized; else :class:`UntrustedIndexError`. ``trust=True`` skips signature and
+    hashes (also for plain ``FAISS.save_local`` folders); a pickle still goes through the
+    allow-list. Other embeddings than those that built the index give a warning.
     """
     FAISS = faiss_store_class()  # noqa: N806 - a class
+    from langchain_community.docstore.in_memory import InMemoryDocstore
+    from langchain_community.vectorstores.utils import DistanceStrategy
+
     directory = Path(path)
     if not directory.is_dir():
         raise FileNotFoundError(f"FAISS index directory not found: {directory}")
     manifest = _read_manifest(directory, required=not trust)
     if not trust:
         verify_signature(manifest or {}, directory / MANIFEST_FILE)
-    names = _file_names(directory, manifest)
-    docstore_bytes, docstore_digest = read_hashed(directory / names[1])
+    docstore_name = _docstore_name(directory, manifest)
+    docstore_bytes, docstore_digest = read_hashed(directory / docstore_name)
     index, index_digest, failure = _read_faiss_hashed(directory / INDEX_FILE)
     if not trust:
-        _verify_files(directory, manifest, {INDEX_FILE: index_digest, names[1]: docstore_digest})
+        digests = {INDEX_FILE: index_digest, docstore_name: docstore_digest}
+        _verify_files(directory, manifest, digests)
     try:
         if failure is not None:
             raise failure
-        if names[1] == PICKLE_FILE:
-            docstore, index_to_docstore_id = load_docstore(docstore_bytes, directory / PICKLE_FILE)
+        if docstore_name == PICKLE_FILE:
+            docstore, index_to_docstore_id = _load_docstore_pickle(
+                docstore_bytes, directory / PICKLE_FILE
+            )
         else:
-            docstore, index_to_docstore_id = _parse_docstore(docstore_bytes, int(index.ntotal))
+            columns = json.loads(docstore_bytes)
+            stored = stored_documents(columns, directory / DOCSTORE_FILE, int(index.ntotal))
+            docstore = InMemoryDocstore(DocumentsById(stored))  # type: ignore[arg-type]
+            index_to_docstore_id = dict(enumerate(stored.ids))
     except UntrustedIndexError:
         raise
     except Exception as error:  # noqa: BLE001 - re-raised: a corrupt file, named
@@ -209,20 +171,20 @@ def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False)
             f"could not load the FAISS index in {directory}; its files are corrupt or not "
             f"a LangChain FAISS index ({type(error).__name__}: {error})"
         ) from error
-    store = FAISS(embeddings, index, docstore, index_to_docstore_id, **_store_settings(manifest))
+    settings: dict[str, Any] = {}
+    if manifest is not None:  # else LangChain's defaults
+        settings["distance_strategy"] = DistanceStrategy(manifest["distance_strategy"])
+        settings["normalize_L2"] = bool(manifest["normalize_L2"])
+    store = FAISS(embeddings, index, docstore, index_to_docstore_id, **settings)
     warn_on_embedding_change(manifest, embeddings, directory)
     return store
 
 
-def _file_names(directory: Path, manifest: dict[str, Any] | None) -> tuple[str, str]:
-    """The kit's files, or LangChain's (``index.pkl``) for old manifests and plain save_local."""
-    if manifest is not None:
-        return (
-            FAISS_FILES
-            if manifest.get("format_version") == FAISS_FORMAT_VERSION
-            else LANGCHAIN_FILES
-        )
-    return LANGCHAIN_FILES if (directory / PICKLE_FILE).exists() else FAISS_FILES
+def _docstore_name(directory: Path, manifest: dict[str, Any] | None) -> str:
+    """``docstore.json`` (format 2), else LangChain's ``index.pkl`` (older manifests, save_local)."""
+    if manifest is None:
+        return PICKLE_FILE if (directory / PICKLE_FILE).exists() else DOCSTORE_FILE
+    return DOCSTORE_FILE if manifest.get("format_version") == FAISS_FORMAT_VERSION else PICKLE_FILE
 
 
 def _read_faiss_hashed(path: Path) -> tuple[Any, str, Exception | None]:
@@ -248,65 +210,64 @@ def _read_faiss_hashed(path: Path) -> tuple[Any, str, Exception | None]:
     return index, digest.hexdigest(), failure
 
 
-def _parse_docstore(data: bytearray, total: int) -> tuple[Any, dict[int, str]]:
-    """``(InMemoryDocstore, {position: id})`` from ``docstore.json`` bytes, checked for shape."""
+ALLOWED_GLOBALS: Final = frozenset(
+    {
+        ("langchain_community.docstore.in_memory", "InMemoryDocstore"),
+        ("langchain_core.documents.base", "Document"),
+        ("decimal", "Decimal"),
+        ("uuid", "UUID"),
+        ("uuid", "SafeUUID"),
+        *(("datetime", name) for name in ("date", "datetime", "time", "timedelta", "timezone")),
+    }
+)
+"""``(module, name)`` of every class a FAISS docstore pickle may name."""
+
+
+class _DocstoreUnpickler(pickle.Unpickler):
+    """Resolves only :data:`ALLOWED_GLOBALS`; anything else is refused before it is called."""
+
+    def __init__(self, data: bytes | bytearray, where: str | Path) -> None:
+        super().__init__(io.BytesIO(data))
+        self.where = where
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in ALLOWED_GLOBALS:
+            raise UntrustedIndexError(
+                f"{self.where} names {module}.{name}, which a FAISS docstore does not hold; "
+                "it was not loaded (a pickle naming other classes or functions can run code)"
+            )
+        return super().find_class(module, name)
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise UntrustedIndexError(f"{self.where} holds a persistent reference; not loaded")
+
+
+def _load_docstore_pickle(data: bytes | bytearray, where: str | Path) -> tuple[Any, dict[int, str]]:
+    """``(InMemoryDocstore, {position: id})`` from pickle bytes; :class:`UntrustedIndexError`
+    for a pickle naming other classes, ValueError for another structure."""
     from langchain_community.docstore.in_memory import InMemoryDocstore
 
-    columns = json.loads(data)
-    ids, texts, metadatas = (columns.get(name) for name in ("ids", "texts", "metadatas"))
+    try:
+        loaded = _DocstoreUnpickler(data, where).load()
+    except UntrustedIndexError:
+        raise
+    except Exception as error:  # noqa: BLE001 - any decoding failure means a corrupt file
+        raise ValueError(
+            f"{where} is not a LangChain FAISS docstore pickle ({type(error).__name__}: {error})"
+        ) from error
+    pair = loaded if isinstance(loaded, tuple) and len(loaded) == 2 else (None, None)
+    docstore, index_to_id = pair
+    stored = getattr(docstore, "_dict", None)
     if not (
-        isinstance(ids, list)
-        and isinstance(texts, list)
-        and isinstance(metadatas, list)
-        and len(ids) == len(texts) == len(metadatas) == total
-        and all(isinstance(identifier, str) for identifier in ids)
-        and all(isinstance(text, str) for text in texts)
-        and all(isinstance(metadata, dict) for metadata in metadatas)
+        isinstance(docstore, InMemoryDocstore)
+        and isinstance(stored, dict)
+        and isinstance(index_to_id, dict)
+        and set(map(type, stored.values())) <= {Document}
+        and set(map(type, index_to_id)) <= {int}
+        and set(map(type, index_to_id.values())) <= {str}
     ):
-        raise ValueError(f"{DOCSTORE_FILE} is not {total} ids, texts and metadata dicts")
-    documents = StoredDocuments(ids, texts, metadatas)
-    # InMemoryDocstore only reads, sets and pops items of its ``_dict``: any mutable mapping works.
-    return InMemoryDocstore(cast("dict[str, Document]", documents)), dict(enumerate(ids))
-
-
-class StoredDocuments(MutableMapping[str, Document]):
-    """``{id: Document}`` over the loaded columns, each Document made on first lookup.
-
-    Making a million pydantic Documents at load would cost more than loading the index; a
-    search looks up only the k hits. Writes and deletions behave as on a dict.
-    """
-
-    def __init__(self, ids: list[str], texts: list[str], metadatas: list[dict[str, Any]]) -> None:
-        self._positions = dict(zip(ids, range(len(ids)), strict=True))
-        self._texts, self._metadatas = texts, metadatas
-        self._made: dict[str, Document] = {}
-
-    def __getitem__(self, identifier: str) -> Document:
-        document = self._made.get(identifier)
-        if document is None:
-            position = self._positions[identifier]
-            document = Document(
-                self._texts[position], metadata=self._metadatas[position], id=identifier
-            )
-            self._made[identifier] = document
-        return document
-
-    def __setitem__(self, identifier: str, document: Document) -> None:
-        self._made[identifier] = document
-        self._positions.setdefault(identifier, -1)
-
-    def __delitem__(self, identifier: str) -> None:
-        del self._positions[identifier]
-        self._made.pop(identifier, None)
-
-    def __contains__(self, identifier: object) -> bool:
-        return identifier in self._positions
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._positions)
-
-    def __len__(self) -> int:
-        return len(self._positions)
+        raise ValueError(f"{where} is not a LangChain FAISS docstore pickle (Documents, ids)")
+    return docstore, index_to_id
 
 
 def _read_manifest(directory: Path, *, required: bool) -> dict[str, Any] | None:
@@ -323,9 +284,8 @@ def _read_manifest(directory: Path, *, required: bool) -> dict[str, Any] | None:
     try:
         manifest = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise UntrustedIndexError(
-            f"{manifest_path} is not valid JSON: {error}. {TRUST_ADVICE}"
-        ) from error
+        message = f"{manifest_path} is not valid JSON: {error}. {TRUST_ADVICE}"
+        raise UntrustedIndexError(message) from error
     if not isinstance(manifest, dict) or manifest.get("format") != FAISS_FORMAT:
         raise UntrustedIndexError(
             f"{manifest_path} is not a {FAISS_FORMAT} manifest. {TRUST_ADVICE}"
@@ -352,18 +312,6 @@ def _verify_files(
             )
 
 
-def _store_settings(manifest: dict[str, Any] | None) -> dict[str, Any]:
-    """The distance settings to restore; LangChain's defaults when there is no manifest."""
-    if manifest is None:
-        return {}
-    from langchain_community.vectorstores.utils import DistanceStrategy
-
-    return {
-        "distance_strategy": DistanceStrategy(manifest["distance_strategy"]),
-        "normalize_L2": bool(manifest["normalize_L2"]),
-    }
-
-
 def warn_on_embedding_change(
     manifest: dict[str, Any] | None, embeddings: Embeddings, where: Path | str
 ) -> None:
@@ -377,15 +325,4 @@ def warn_on_embedding_change(
         )
 
 
-__all__ = [
-    "DOCSTORE_FILE",
-    "FAISS_FILES",
-    "INDEX_FILE",
-    "LANGCHAIN_FILES",
-    "MANIFEST_FILE",
-    "faiss_store_class",
-    "index_description",
-    "load_faiss",
-    "save_faiss",
-    "warn_on_embedding_change",
-]
+__all__ = ["MANIFEST_FILE", "load_faiss", "save_faiss", "warn_on_embedding_change"]

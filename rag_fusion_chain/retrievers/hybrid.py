@@ -1,10 +1,7 @@
-"""Hybrid retrieval: BM25 keyword search and vector search, fused into one ranked list.
+"""Hybrid retrieval: BM25 keyword search and vector search side by side, fused into one list.
 
-Keyword search finds exact terms (names, codes, rare words) that embeddings blur; vector search
-finds paraphrases that share no term with the query. The hybrid retriever runs both side by side
-(a :class:`~rag_fusion_chain.retrievers.fanout.MultiRetriever`) and fuses their lists (a
-:class:`~rag_fusion_chain.retrievers.fanout.FusionRetriever` without query generation), so it is
-a ``BaseRetriever`` that composes anywhere a retriever goes.
+Keywords find exact terms (names, codes) that embeddings blur; vectors find paraphrases that
+share no term. The result is a ``BaseRetriever`` that composes anywhere a retriever goes.
 """
 
 from __future__ import annotations
@@ -21,17 +18,12 @@ from rag_fusion_chain.retrievers.fusion_retriever import FusionRetriever
 from rag_fusion_chain.validation import validate_count
 
 DEFAULT_FETCH_K = 100
-"""Candidates per retriever before fusion: score normalisation needs a list deep enough to
-estimate its spread, and 100 is what the SciFact evaluation used."""
+"""Candidates per retriever before fusion: score normalisation needs deep lists (as in SciFact)."""
 
 
 def default_hybrid_fusion() -> BaseFusion:
-    """The fusion used when none is given: distribution-based score fusion, equal weights.
-
-    Chosen from evidence (``benchmarks/results/scifact_sweep.md``): on SciFact with BM25 +
-    all-MiniLM-L6-v2, top 100 per list, mean ± 3σ score fusion gave nDCG@10 0.7303 against
-    0.7140 for RRF k=60 (paired t-test p = 0.0066) and won on both halves of a 2-fold split.
-    """
+    """Distribution-based score fusion, equal weights: on SciFact (BM25 + MiniLM, top 100) it
+    beat RRF k=60, nDCG@10 0.7303 vs 0.7140 (``benchmarks/results/scifact_sweep.md``)."""
     return DistBasedScoreFusion()
 
 
@@ -44,22 +36,14 @@ def hybrid_retriever(
     *,
     fetch_k: int | None = None,
 ) -> FusionRetriever:
-    """A retriever fusing keyword (BM25) and vector results; each document gets ``fusion_score``.
+    """A retriever fusing keyword and vector results (each document gets ``fusion_score``).
 
-    Args:
-        documents_or_bm25: the documents to index with :class:`BM25Retriever`, or a ready keyword
-            retriever (any ``BaseRetriever``).
-        vector_retriever: the dense retriever, e.g. a
-            :class:`~rag_fusion_chain.retrievers.stores.VectorRetriever`; give both retrievers
-            the same documents (same ids) so that fusion merges a chunk both of them find.
-        fusion: a fusion runnable returning Documents; default :func:`default_hybrid_fusion`.
-        weights: ``[keyword, vector]`` weights, e.g. ``[1.0, 2.0]`` to favour vectors.
-        k: fused documents returned (override per call: ``invoke(query, k=3)``).
-        fetch_k: candidates asked from each retriever before fusion; default
-            ``max(k, DEFAULT_FETCH_K)``.
+    ``documents_or_bm25``: documents to index with :class:`BM25Retriever`, or a ready keyword
+    retriever; give both sides the same documents (ids) so fusion merges a chunk both find.
+    ``weights``: ``[keyword, vector]``; ``k``: fused documents returned (also per call);
+    ``fetch_k``: candidates per side, default ``max(k, DEFAULT_FETCH_K)``.
 
-    >>> retriever = hybrid_retriever(documents, VectorRetriever(vectorstore=store))  # doctest: +SKIP
-    >>> retriever.invoke("heat pump efficiency", k=3)  # doctest: +SKIP
+    >>> hybrid_retriever(documents, VectorRetriever(vectorstore=store)).invoke("heat pump", k=3)  # doctest: +SKIP
     """
     validate_count("k", k)
     candidates = max(k, DEFAULT_FETCH_K) if fetch_k is None else validate_count("fetch_k", fetch_k)

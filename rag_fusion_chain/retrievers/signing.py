@@ -1,15 +1,9 @@
 """Signing what the kit saves, so that it loads back only what this user's kit wrote.
 
-Files the kit reads back with consequences (a FAISS store's ``manifest.json``, which vouches for
-the pickle beside it; an index directory's ``index.json``, which names the embeddings to load)
-carry an HMAC-SHA256 signature of their canonical JSON, under a per-user secret key made on
-first use: ``$RAG_FUSION_INDEX_KEY_FILE``, else ``$XDG_CONFIG_HOME`` or ``~/.config``, then
-``/rag-fusion-chain/index-signing.key`` (mode 0600). Someone who can write an index directory
-but cannot read the key cannot sign files of their own. A key file that group or others can
-read is still used, with a warning (once per file and process): whoever reads it can sign.
-
->>> record = sign({"format": "example", "store": "faiss"})  # doctest: +SKIP
->>> verify_signature(record, "index.json")  # doctest: +SKIP
+Records the kit reads back with consequences (a FAISS ``manifest.json``, an index's
+``index.json``) carry an HMAC-SHA256 of their canonical JSON under a per-user key made on first
+use: ``$RAG_FUSION_INDEX_KEY_FILE``, else ``$XDG_CONFIG_HOME`` or ``~/.config``, then
+``/rag-fusion-chain/index-signing.key`` (mode 0600). A key others can read is used with a warning.
 """
 
 from __future__ import annotations
@@ -28,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 SIGNING_KEY_ENV = "RAG_FUSION_INDEX_KEY_FILE"
-"""The file holding the secret key that signs saved indexes (for tests, CI, shared setups)."""
 SIGNATURE_FIELD = "signature"
 SIGNATURE_PREFIX = "hmac-sha256:"
 TRUST_ADVICE = (
@@ -37,29 +30,19 @@ TRUST_ADVICE = (
 )
 
 _warned_key_files: set[Path] = set()
-"""Key files already reported as readable by others in this process."""
 
 
 class UntrustedIndexError(ValueError):
     """A saved index cannot be verified (unsigned, signed with another key, or changed)."""
 
 
-# --------------------------------------------------------------------------------------------
-# Hashes
-# --------------------------------------------------------------------------------------------
-
-
 MAX_INDEX_FILE_BYTES = 64 << 30
-"""The largest index file the kit opens (64 GiB: about 40M 384-dimensional float32 vectors)."""
+"""The largest index file the kit opens (about 40M 384-dimensional float32 vectors)."""
 
 
 def open_regular_file(path: str | Path, max_bytes: int = MAX_INDEX_FILE_BYTES) -> io.BufferedReader:
-    """``path`` opened for reading if it is a regular file of at most ``max_bytes``.
-
-    Opened non-blocking and checked with ``fstat`` on the open descriptor, so a FIFO, a device
-    such as ``/dev/zero`` (also behind a symlink) or a directory fails at once with a clear
-    error instead of hanging or being read without end.
-    """
+    """``path`` opened for reading if it is a regular file of at most ``max_bytes``: checked
+    with ``fstat`` once open (non-blocking), so a FIFO or ``/dev/zero`` fails at once."""
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -79,32 +62,18 @@ def open_regular_file(path: str | Path, max_bytes: int = MAX_INDEX_FILE_BYTES) -
     return io.open(descriptor, "rb")  # noqa: UP020 - typed as a BufferedReader
 
 
-def read_hashed(path: str | Path, max_bytes: int = MAX_INDEX_FILE_BYTES) -> tuple[bytearray, str]:
-    """A regular file's bytes (read once, in blocks) and the SHA-256 of exactly those bytes."""
-    digest = hashlib.sha256()
+def read_hashed(path: str | Path, max_bytes: int = MAX_INDEX_FILE_BYTES) -> tuple[bytes, str]:
+    """A regular file's bytes (read once) and the SHA-256 of exactly those bytes."""
     with open_regular_file(path, max_bytes) as file:
-        data = bytearray(os.fstat(file.fileno()).st_size)
-        view = memoryview(data)
-        filled = 0
-        while filled < len(data):
-            count = file.readinto(view[filled : filled + (1 << 24)])
-            if not count:
-                break
-            digest.update(view[filled : filled + count])
-            filled += count
-        view.release()
-        if file.read(1):
-            raise ValueError(f"{path} grew while it was read; not loaded")
-    del data[filled:]
-    return data, digest.hexdigest()
+        size = os.fstat(file.fileno()).st_size
+        data = file.read(size + 1)
+    if len(data) > size:
+        raise ValueError(f"{path} grew while it was read; not loaded")
+    return data, hashlib.sha256(data).hexdigest()
 
 
 def file_sha256(path: str | Path) -> str:
-    """The SHA-256 of a file's bytes, hex-encoded, read in blocks.
-
-    >>> file_sha256("README.md")  # doctest: +SKIP
-    '3f5a...'
-    """
+    """The hex SHA-256 of a file's bytes, read in blocks."""
     digest = hashlib.sha256()
     with Path(path).open("rb") as file:
         for block in iter(lambda: file.read(1 << 20), b""):
@@ -112,17 +81,8 @@ def file_sha256(path: str | Path) -> str:
     return digest.hexdigest()
 
 
-# --------------------------------------------------------------------------------------------
-# The key
-# --------------------------------------------------------------------------------------------
-
-
 def signing_key_file() -> Path:
-    """Where the index signing key lives: ``$RAG_FUSION_INDEX_KEY_FILE``, else the user's config.
-
-    >>> signing_key_file().name  # doctest: +SKIP
-    'index-signing.key'
-    """
+    """Where the index signing key lives (see the module docstring)."""
     configured = os.environ.get(SIGNING_KEY_ENV)
     if configured:
         return Path(configured).expanduser()
@@ -136,12 +96,6 @@ def signing_key() -> bytes:
     if not path.exists():
         _create_signing_key(path)
     return _read_signing_key(path)
-
-
-def existing_signing_key() -> bytes | None:
-    """This user's secret signing key, None when there is none (nothing was ever saved)."""
-    path = signing_key_file()
-    return _read_signing_key(path) if path.exists() else None
 
 
 def _read_signing_key(path: Path) -> bytes:
@@ -189,11 +143,6 @@ def _create_signing_key(path: Path) -> None:
         temporary.unlink(missing_ok=True)
 
 
-# --------------------------------------------------------------------------------------------
-# Signatures
-# --------------------------------------------------------------------------------------------
-
-
 def signature_of(record: Mapping[str, Any], key: bytes) -> str:
     """HMAC-SHA256 of the record's canonical JSON, without its signature field."""
     unsigned = {name: value for name, value in record.items() if name != SIGNATURE_FIELD}
@@ -202,34 +151,26 @@ def signature_of(record: Mapping[str, Any], key: bytes) -> str:
 
 
 def sign(record: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of ``record`` with its signature under this user's key (made on first use).
-
-    >>> sign({"format": "example"})["signature"][:12]  # doctest: +SKIP
-    'hmac-sha256:'
-    """
-    unsigned = {name: value for name, value in record.items() if name != SIGNATURE_FIELD}
-    return {**unsigned, SIGNATURE_FIELD: signature_of(unsigned, signing_key())}
+    """A copy of ``record`` with its signature under this user's key (made on first use)."""
+    return {**record, SIGNATURE_FIELD: signature_of(record, signing_key())}
 
 
 def verify_signature(record: Mapping[str, Any], where: str | Path) -> None:
-    """Raise :class:`UntrustedIndexError` unless ``record`` is signed with this user's key.
-
-    ``where`` names the file the record was read from, for the message.
-    """
+    """Raise :class:`UntrustedIndexError` unless ``record`` (read from ``where``) is signed
+    with this user's key."""
     recorded = record.get(SIGNATURE_FIELD)
     if not isinstance(recorded, str):
         raise UntrustedIndexError(
             f"{where} is not signed (saved by an older version of the kit, or edited), "
             f"so nothing shows that this kit wrote the index. {TRUST_ADVICE}"
         )
-    key = existing_signing_key()
-    if key is None:
+    if not signing_key_file().exists():
         raise UntrustedIndexError(
             f"{where} is signed, but this user has no index signing key "
             f"({signing_key_file()}): the index was made by another user or machine. "
             f"{TRUST_ADVICE}"
         )
-    expected = signature_of(record, key)
+    expected = signature_of(record, _read_signing_key(signing_key_file()))
     if not hmac.compare_digest(recorded.encode("utf-8"), expected.encode("utf-8")):
         raise UntrustedIndexError(
             f"the signature of {where} does not verify with this user's index signing "
@@ -239,18 +180,12 @@ def verify_signature(record: Mapping[str, Any], where: str | Path) -> None:
 
 
 __all__ = [
-    "SIGNATURE_FIELD",
     "SIGNING_KEY_ENV",
-    "TRUST_ADVICE",
     "UntrustedIndexError",
-    "existing_signing_key",
-    "MAX_INDEX_FILE_BYTES",
     "file_sha256",
     "open_regular_file",
     "read_hashed",
     "sign",
-    "signature_of",
-    "signing_key",
     "signing_key_file",
     "verify_signature",
 ]

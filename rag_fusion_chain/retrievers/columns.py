@@ -1,0 +1,99 @@
+"""Saved documents as JSON columns (ids, texts, metadatas), for FAISS and BM25: no pickle, and no
+object per chunk at load (a search makes Documents for its hits only)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, MutableMapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from langchain_core.documents import Document
+
+COLUMNS = ("ids", "texts", "metadatas")
+
+
+class StoredDocuments(Sequence[Document]):
+    """Documents by position over loaded columns, each made when it is read."""
+
+    def __init__(self, ids: list[str], texts: list[str], metadatas: list[dict[str, Any]]) -> None:
+        self.ids, self.texts, self.metadatas = ids, texts, metadatas
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, position: int) -> Document:  # type: ignore[override]
+        return Document(
+            self.texts[position], metadata=self.metadatas[position], id=self.ids[position]
+        )
+
+
+class DocumentsById(MutableMapping[str, Document]):
+    """``{id: Document}`` over :class:`StoredDocuments` (a FAISS docstore's ``_dict``); writes and
+    deletions behave as on a dict."""
+
+    def __init__(self, stored: StoredDocuments) -> None:
+        self._stored = stored
+        self._positions = dict(zip(stored.ids, range(len(stored)), strict=True))
+        self._written: dict[str, Document] = {}
+
+    def __getitem__(self, identifier: str) -> Document:
+        written = self._written.get(identifier)
+        return written if written is not None else self._stored[self._positions[identifier]]
+
+    def __setitem__(self, identifier: str, document: Document) -> None:
+        self._written[identifier] = document
+        self._positions.setdefault(identifier, -1)
+
+    def __delitem__(self, identifier: str) -> None:
+        del self._positions[identifier]
+        self._written.pop(identifier, None)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._positions)
+
+    def __len__(self) -> int:
+        return len(self._positions)
+
+
+def columns_json(documents: Iterable[Document], where: Path) -> bytes:
+    """``documents`` as ``{"ids", "texts", "metadatas"}`` UTF-8 JSON; ValueError naming ``where``
+    when a metadata value is not JSON data."""
+    if isinstance(documents, StoredDocuments):
+        columns = {"ids": documents.ids, "texts": documents.texts, "metadatas": documents.metadatas}
+    else:
+        listed = list(documents)
+        columns = {
+            "ids": [document.id for document in listed],
+            "texts": [document.page_content for document in listed],
+            "metadatas": [document.metadata for document in listed],
+        }
+    try:
+        return json.dumps(columns, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    except (TypeError, ValueError) as error:
+        raise ValueError(
+            f"documents: metadata must be JSON data (str, numbers, bools, None, lists, dicts) to "
+            f"be saved in {where}: {error}; convert other values (dates, bytes, sets) first"
+        ) from error
+
+
+def stored_documents(columns: Any, where: Path, total: int) -> StoredDocuments:
+    """:class:`StoredDocuments` from parsed :func:`columns_json` output; ValueError unless it
+    holds ``total`` string ids, string texts and dict metadatas."""
+    ids, texts, metadatas = (
+        columns.get(name) if isinstance(columns, dict) else None for name in COLUMNS
+    )
+    if not (
+        isinstance(ids, list)
+        and isinstance(texts, list)
+        and isinstance(metadatas, list)
+        and len(ids) == len(texts) == len(metadatas) == total
+        and set(map(type, ids)) <= {str}
+        and set(map(type, texts)) <= {str}
+        and set(map(type, metadatas)) <= {dict}
+    ):
+        raise ValueError(f"{where} is not {total} ids, texts and metadata dicts (inconsistent)")
+    return StoredDocuments(ids, texts, metadatas)
+
+
+__all__ = ["DocumentsById", "StoredDocuments", "columns_json", "stored_documents"]
