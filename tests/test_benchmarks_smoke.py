@@ -73,11 +73,11 @@ def test_latency_grid_runs_one_tiny_cell_per_kind(capsys: pytest.CaptureFixture[
     bench = load_script("bench_latency")
     arguments = ["--latency-ms", "1", "--token-ms", "0", "--retrievers", "2", "--runs", "1"]
     cells = bench.main([*arguments, "--n", "2"])
-    assert [cell.kind for cell in cells] == ["plain", "vector"]
+    assert [cell.kind for cell in cells] == ["plain", "serial", "vector"]
     searched = 2 + 1  # the generated queries and the question
     for cell in cells:
         per_retriever = {name: requests[0] / 2 for name, requests in cell.requests.items()}
-        if cell.kind == "plain":  # one call per query and retriever, whatever the composition
+        if cell.kind in ("plain", "serial"):  # one call per query and retriever, whatever the way
             assert per_retriever["map"] == per_retriever["chain"] == searched
         else:  # embedding requests never exceed the queries searched; .map() batches them all
             assert per_retriever["map"] == 1

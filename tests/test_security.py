@@ -25,6 +25,7 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 from rag_fusion_chain.retrievers import faiss_files, stores
 from rag_fusion_chain.retrievers.faiss_files import MANIFEST_FILE
 from rag_fusion_chain.retrievers.signing import signature_of, signing_key
+from rag_fusion_chain.validation import MAX_QUESTION_CHARS
 from rag_fusion_chain.retrievers.stores import (
     UntrustedIndexError,
     build_faiss,
@@ -340,7 +341,7 @@ def test_a_generated_line_longer_than_a_question_is_cut_with_a_warning() -> None
         with pytest.warns(UserWarning, match=r"query of 71999 characters was cut .* 20000"):
             generated = run("energy")
         assert generated[0] == "solar power" and generated[2] == "wind power"
-        assert len(generated[1]) <= queries.MAX_QUESTION_CHARS
+        assert len(generated[1]) <= MAX_QUESTION_CHARS
         assert huge.startswith(generated[1])
 
 
@@ -353,7 +354,7 @@ def test_a_hyde_passage_is_cleaned_keeps_its_lines_and_is_bounded() -> None:
     hyde = queries.hyde(FakeListChatModel(responses=[passage, "x" * 30_000]))
     assert hyde.invoke("How do heat pumps work?") == "Heat pumps move heat.\nThey work in winter."
     with pytest.warns(UserWarning, match="cut"):
-        assert len(hyde.invoke("How do heat pumps work?")) == queries.MAX_QUESTION_CHARS
+        assert len(hyde.invoke("How do heat pumps work?")) == MAX_QUESTION_CHARS
 
 
 # ============================================================================================

@@ -392,7 +392,7 @@ def test_a_hybrid_served_chain_answers_any_per_call_setting() -> None:
         ),
         bm25=BM25Retriever.from_documents(documents),
     )
-    chain = chains.chain_for("rag-fusion", opened.retrievers(True, 2), None, feedback=opened.bm25)
+    chain = chains.chain_for("rag-fusion", opened.retrievers(True, 2), None)
     app = serving.create_app({"rag-fusion": serving.build_chain("rag-fusion", chain=chain)})
     with TestClient(app, base_url="http://127.0.0.1:8000", raise_server_exceptions=False) as http:
         for configurable in ({}, {"top_n": 3}, {"n": 2}, {"k": 1}):
