@@ -11,10 +11,8 @@ import json
 import re
 import unicodedata
 import warnings
-from collections.abc import AsyncIterator, Iterator
 
-from langchain_core.messages import BaseMessage
-from langchain_core.output_parsers import BaseTransformOutputParser
+from langchain_core.output_parsers import BaseOutputParser
 
 from rag_fusion_chain.validation import MAX_QUESTION_CHARS
 
@@ -201,12 +199,11 @@ class _QueryCollector:
         return query
 
 
-class QueryListParser(BaseTransformOutputParser[list[str]]):
+class QueryListParser(BaseOutputParser[list[str]]):
     """Turn model text into clean queries: one per line, numbering, bullets, quotes, markdown
     emphasis and preamble lines removed, de-duplicated ignoring case and spacing, at most ``n``.
-
-    Streams: with ``.stream()`` each query is emitted (as a one-item list) as soon as its line is
-    complete. A JSON list (or an object holding one) is accepted too.
+    A JSON list (or an object holding one), after any preamble lines, is read too. At most
+    ``max_chars`` characters are read (a runaway model), with a warning when more came.
 
     >>> QueryListParser(n=2).parse("Here are 2 queries:\\n1. Solar power\\n2. solar  POWER\\n3. Wind")
     ['Solar power', 'Wind']
@@ -214,117 +211,31 @@ class QueryListParser(BaseTransformOutputParser[list[str]]):
 
     n: int | None = None
     max_chars: int = MAX_OUTPUT_CHARS
-    """Characters of model output read; the rest is dropped with a warning (a runaway model)."""
 
     @property
     def _type(self) -> str:
         return "query_list"
 
     def parse(self, text: str) -> list[str]:
-        # The streaming path, fed at once: ``invoke`` and ``stream`` must agree, e.g. on a
-        # preamble line followed by a JSON list.
-        lines = _IncrementalQueries(self)
-        return [*lines.feed(text), *lines.finish()]
-
-    def _parse_block(self, text: str) -> list[str]:
-        """Queries of a block read whole: a JSON list (or object holding one), else lines."""
-        collector = _QueryCollector(self.n)
-        json_items = _json_queries(text)
-        if json_items is not None:
-            for item in json_items:
-                collector.add(item, check_preamble=False)
-        else:
-            for line in text.splitlines():
-                collector.add(line)
-        return collector.queries
-
-    def _transform(self, input: Iterator[str | BaseMessage]) -> Iterator[list[str]]:
-        lines = _IncrementalQueries(self)
-        for chunk in input:
-            yield from ([query] for query in lines.feed(_text_of(chunk)))
-        yield from ([query] for query in lines.finish())
-
-    async def _atransform(
-        self, input: AsyncIterator[str | BaseMessage]
-    ) -> AsyncIterator[list[str]]:
-        lines = _IncrementalQueries(self)
-        async for chunk in input:
-            for query in lines.feed(_text_of(chunk)):
-                yield [query]
-        for query in lines.finish():
-            yield [query]
-
-
-def _text_of(chunk: str | BaseMessage) -> str:
-    return chunk if isinstance(chunk, str) else chunk.text
-
-
-def _opens_json(line: str) -> bool:
-    return line.lstrip().startswith(("[", "{", "```"))
-
-
-class _IncrementalQueries:
-    """Feeds streamed text to a collector and returns each query once its line is complete.
-
-    Text of an unfinished line is kept as a list of pieces and joined once the line ends, so a
-    long line streamed in many small chunks costs time in proportion to its length.
-    """
-
-    def __init__(self, parser: QueryListParser) -> None:
-        self.parser = parser
-        self.collector = _QueryCollector(parser.n)
-        self.pending: list[str] = []
-        self.waiting_for_json = False
-        self.room = parser.max_chars
-
-    def _within_bound(self, text: str) -> str:
-        """``text`` cut to what is left of the parser's ``max_chars``, warning once when cut."""
-        if len(text) <= self.room:
-            self.room -= len(text)
-            return text
-        if self.room >= 0:
+        if len(text) > self.max_chars:
             warnings.warn(
-                f"the model output is longer than max_chars={self.parser.max_chars} characters; "
+                f"the model output is longer than max_chars={self.max_chars} characters; "
                 "the rest was not parsed for queries",
-                stacklevel=4,
+                stacklevel=2,
             )
-        kept, self.room = text[: max(self.room, 0)], -1
-        return kept
-
-    def feed(self, text: str) -> list[str]:
-        """Queries of the lines completed by ``text``; from a line opening JSON on, wait.
-
-        Lines are taken one at a time, so the result does not depend on how text is chunked.
-        """
-        text = self._within_bound(text)
-        if self.waiting_for_json or "\n" not in text:
-            self.pending.append(text)
-            return []
-        buffer = "".join([*self.pending, text])
-        queries: list[str] = []
-        start = 0
-        while True:
-            end = buffer.find("\n", start)
-            line = buffer[start:] if end < 0 else buffer[start:end]
-            if _opens_json(line):
-                self.waiting_for_json = True  # JSON is parsed once complete
-                break
-            if end < 0:
-                break
-            query = self.collector.add(line)
-            if query is not None:
-                queries.append(query)
-            start = end + 1
-        self.pending = [buffer[start:]]
-        return queries
-
-    def finish(self) -> list[str]:
-        rest = "".join(self.pending)
-        if _opens_json(rest):
-            candidates = self.parser._parse_block(rest)
-            return [q for q in candidates if self.collector.add(q, check_preamble=False)]
-        query = self.collector.add(rest)
-        return [query] if query is not None else []
+            text = text[: self.max_chars]
+        collector = _QueryCollector(self.n)
+        lines, tried_json = text.split("\n"), False
+        for position, line in enumerate(lines):
+            if not tried_json and line.lstrip().startswith(("[", "{", "```")):
+                tried_json = True  # once: the rest read as JSON, else line by line as before
+                items = _json_queries("\n".join(lines[position:]))
+                for item in items or ():
+                    collector.add(item, check_preamble=False)
+                if items is not None:
+                    break
+            collector.add(line)
+        return collector.queries
 
 
 __all__ = [

@@ -13,7 +13,7 @@ from langchain_core.messages import AIMessage
 from langchain_core.runnables import RunnableGenerator, RunnableLambda
 
 from rag_fusion_chain import prompts, queries, validation
-from rag_fusion_chain.queries import QueryListParser
+from rag_fusion_chain.query_parsing import QueryListParser, dedupe_key
 from rag_fusion_chain.validation import question_of
 
 # ---------------------------------------------------------------- parser
@@ -54,9 +54,10 @@ def test_parser_drops_blank_and_punctuation_only_lines() -> None:
     assert QueryListParser().parse("\n  \n---\n...\n1.\nreal query") == ["real query"]
 
 
-def test_parser_streams_one_query_per_completed_line() -> None:
+def test_a_streamed_reply_parses_as_the_whole_reply() -> None:
     chunks = ["1. sol", "ar\n2. wi", "nd\n3. tides"]
-    assert list(QueryListParser().transform(iter(chunks))) == [["solar"], ["wind"], ["tides"]]
+    assert list(QueryListParser().transform(iter(chunks))) == [["solar", "wind", "tides"]]
+    assert QueryListParser().parse("".join(chunks)) == ["solar", "wind", "tides"]
 
 
 @settings(max_examples=100, deadline=None)
@@ -65,7 +66,7 @@ def test_parser_property_never_returns_empty_or_blank_queries(text: str, n: int)
     parsed = QueryListParser(n=n).parse(text)
     assert len(parsed) <= n
     assert all(query.strip() == query and query for query in parsed)
-    assert len({queries.dedupe_key(query) for query in parsed}) == len(parsed)
+    assert len({dedupe_key(query) for query in parsed}) == len(parsed)
 
 
 # ---------------------------------------------------------------- input

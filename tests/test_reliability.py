@@ -880,7 +880,7 @@ def test_a_bm25_documents_file_of_the_wrong_shape_is_refused(saved_bm25: Path, t
     directory = tmp_path / "index"
     shutil.copytree(saved_bm25, directory)
     (directory / "documents.json").write_text(json.dumps({"page_content": "x"}), "utf-8")
-    with pytest.raises(ValueError, match="not a list of documents"):
+    with pytest.raises(ValueError, match="is not .* ids, texts and metadata"):
         BM25.BM25Retriever.load(directory)
 
 
