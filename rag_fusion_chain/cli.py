@@ -1,22 +1,12 @@
-"""The ``rag-fusion`` command: index documents, ask and retrieve with any strategy, demo, serve.
+"""The ``rag-fusion`` command: parse the options, call the library, render with rich.
 
-Commands parse their options, call the library and render with rich; nothing here retrieves,
-fuses or answers by itself. An index directory (:mod:`rag_fusion_chain.retrievers.index_directory`)
-holds ``index.json`` (what built it), the vector store (``faiss/`` or ``chroma/``) and a BM25
-index (``bm25/``) for ``--hybrid`` and for the offline query generator. A FAISS index is loaded
-only when its signed manifest verifies (made by this user, unchanged), unless ``--trust-index``.
-
-Models come from options or the environment (:mod:`rag_fusion_chain.models`): ``--model`` /
-``RAG_FUSION_CHAT_MODEL`` with ``OPENAI_API_KEY`` and ``OPENAI_BASE_URL``; ``--embedding`` /
-``RAG_FUSION_EMBEDDING``. Without a chat model everything runs offline (:mod:`offline`). Expected
-failures (a missing index or file, an unreachable URL, an unknown store or strategy, a model
-without its key) end with one ``error:`` line on stderr and exit code 1.
+Expected failures end with one ``error:`` line on stderr and exit code 1 (see
+:func:`~rag_fusion_chain.rendering.reported_errors`); arguments are checked before anything loads.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,18 +22,16 @@ from rag_fusion_chain.fusion import UniqueUnion
 from rag_fusion_chain.pipeline import retrieval_pipeline
 from rag_fusion_chain.rendering import (
     RetrievedLists,
-    answer_record,
+    json_record,
     json_text,
     output,
     print_line,
-    print_queries,
+    print_sources,
     progress_bars,
     progress_display,
     render_answer,
     reported_errors,
-    retrieval_record,
     scores_table,
-    sources_table,
 )
 from rag_fusion_chain.retrievers.index_directory import (
     INDEX_FILE,
@@ -57,7 +45,7 @@ from rag_fusion_chain.validation import question_of
 DEFAULT_K = 10
 """Documents per retriever call."""
 DEMO_CHUNK_SIZE = 1500
-"""Tokens per chunk in the demo: one chunk per abstract, so the demo embeds 300 texts, not 600."""
+"""Tokens per chunk in the demo: one chunk per abstract (300 texts to embed, not 600)."""
 
 app = typer.Typer(
     name="rag-fusion",
@@ -68,36 +56,20 @@ app = typer.Typer(
 )
 
 
-def _choice(name: str, value: str, choices: Sequence[str]) -> str:
-    if value not in choices:
-        raise ValueError(f"unknown {name} {value!r}: choose one of {', '.join(choices)}")
-    return value
-
-
-def _check_question(question: str) -> None:
-    """An empty or over-long question is refused before anything loads."""
-    if not question.strip():
-        raise ValueError("QUESTION is empty: give the question to search for, in quotes")
-    question_of(question)  # the length and encoding bounds the chains apply, checked up front
-
-
-def _check_index(directory: Path) -> None:
-    """A missing index is refused before any model loads, in the command line's words."""
-    if not (directory / INDEX_FILE).is_file():
+def _check(question: str | None, strategy: str, index: Path | None = None) -> None:
+    """Refuse an empty or over-long question, an unknown strategy or a missing index before
+    anything loads, in the command line's words."""
+    if question is not None:
+        if not question.strip():
+            raise ValueError("QUESTION is empty: give the question to search for, in quotes")
+        question_of(question)  # the chains' length and encoding bounds
+    if strategy not in strategies.STRATEGIES:
+        choices = ", ".join(strategies.STRATEGIES)
+        raise ValueError(f"unknown strategy {strategy!r}: choose one of {choices}")
+    if index is not None and not (index / INDEX_FILE).is_file():
         raise FileNotFoundError(
-            f"no index in {directory}: build one with `rag-fusion index SOURCE... --out {directory}`"
+            f"no index in {index}: build one with `rag-fusion index SOURCE... --out {index}`"
         )
-
-
-def _write_scores(json_path: Path | None, plot: Path | None, summary: Any) -> None:
-    """Write an evaluation's :class:`~rag_fusion_chain.evaluate.Summary` as JSON and as a plot
-    when asked to."""
-    from rag_fusion_chain import evaluate  # the eval extra, imported only by `eval`
-
-    if json_path is not None:
-        output.print(f"Wrote {evaluate.write_json(json_path, summary)}", markup=False)
-    if plot is not None:
-        output.print(f"Wrote {evaluate.write_plot(plot, summary)}", markup=False)
 
 
 def _build_index(sources: Sequence[str], out: Path, **options: Any) -> dict[str, Any]:
@@ -106,20 +78,24 @@ def _build_index(sources: Sequence[str], out: Path, **options: Any) -> dict[str,
         return build_index(sources, out, on_progress=progress_bars(progress), **options)
 
 
-# --------------------------------------------------------------------------------------------
-# Options shared by the commands
-# --------------------------------------------------------------------------------------------
+def _note_offline(llm: Any) -> None:
+    if llm is None:
+        print_line("note", "cyan", f"no chat model configured: answers are {offline.OFFLINE_LABEL}")
+
+
+def _fusion_shown(strategy: str) -> str:
+    """How the strategy's fused score reads: a count of lists (unique union) or an RRF score."""
+    return "union" if isinstance(strategies.get(strategy).default_fusion, UniqueUnion) else "rrf"
+
+
+_EMBEDDING_NAMES = "minilm, openai:<model>, sentence-transformers:<dir>, modelscope:<dir>"
 
 IndexOption = Annotated[
     Path, typer.Option("--index", "-i", help="Index directory written by `rag-fusion index`.")
 ]
 StrategyOption = Annotated[
     str,
-    typer.Option(
-        "--strategy",
-        "-s",
-        help=f"Query strategy: {', '.join(strategies.STRATEGIES)}.",
-    ),
+    typer.Option("--strategy", "-s", help=f"Query strategy: {', '.join(strategies.STRATEGIES)}."),
 ]
 HybridOption = Annotated[
     bool,
@@ -140,7 +116,6 @@ BaseUrlOption = Annotated[
         "--base-url", help=f"OpenAI-compatible endpoint. Default: ${models.BASE_URL_ENV}."
     ),
 ]
-_EMBEDDING_NAMES = "minilm, openai:<model>, sentence-transformers:<dir>, modelscope:<dir>"
 EmbeddingOption = Annotated[
     str | None,
     typer.Option(
@@ -183,11 +158,6 @@ TrustOption = Annotated[
         "still read through the allow-list of data classes: only for indexes you trust.",
     ),
 ]
-
-
-# --------------------------------------------------------------------------------------------
-# Commands
-# --------------------------------------------------------------------------------------------
 
 
 @app.command()
@@ -272,33 +242,8 @@ def index(
             )
 
 
-def _print_json(record: dict[str, Any]) -> None:
-    """One JSON object on stdout, nothing else (notes and warnings go to stderr)."""
-    sys.stdout.write(json_text(record) + "\n")
-
-
-def _fusion_shown(strategy: str) -> str:
-    """How the strategy's fused score reads: a count of lists (unique union) or an RRF score."""
-    return "union" if isinstance(strategies.get(strategy).default_fusion, UniqueUnion) else "rrf"
-
-
-def _models_and_index(
-    model: str | None,
-    base_url: str | None,
-    directory: Path,
-    embedding: str | None,
-    trust: bool,
-) -> tuple[Any, OpenedIndex]:
-    """The chat model (None: offline, said in a note) and the opened index; fails fast."""
-    llm = models.chat_model(model, base_url=base_url, streaming=True)
-    opened = open_index(directory, embedding, trust=trust)
-    if llm is None:
-        print_line("note", "cyan", f"no chat model configured: answers are {offline.OFFLINE_LABEL}")
-    return llm, opened
-
-
-@app.command()
-def ask(
+def search(
+    context: typer.Context,
     question: Annotated[str, typer.Argument(help="The question.")],
     index_directory: IndexOption,
     strategy: StrategyOption = chains.RAG_FUSION,
@@ -313,74 +258,36 @@ def ask(
     verbose: VerboseOption = False,
     trust_index: TrustOption = False,
 ) -> None:
-    """Answer QUESTION: show the queries, the fused sources with scores, then the answer."""
+    """``ask`` and ``retrieve``: the same options, ``retrieve`` stops before the answer."""
     with reported_errors():
-        _check_question(question)
-        _choice("strategy", strategy, strategies.STRATEGIES)
-        _check_index(index_directory)
-        llm, opened = _models_and_index(model, base_url, index_directory, embedding, trust_index)
-        chain = chains.chain_for(
-            strategy,
-            opened.retrievers(hybrid, k),
-            llm,
-            feedback=opened.bm25,
-            n=n,
-            top_n=top_n,
-            return_sources=True,
-        )
-        if json_output:
-            retrieved = RetrievedLists()
-            result = chain.invoke({"question": question}, {"callbacks": [retrieved]})
-            _print_json(answer_record(result, question, strategy, retrieved.lists))
-            return
-        render_answer(chain, question, fusion=_fusion_shown(strategy), verbose=verbose)
-
-
-@app.command()
-def retrieve(
-    question: Annotated[str, typer.Argument(help="The question.")],
-    index_directory: IndexOption,
-    strategy: StrategyOption = chains.RAG_FUSION,
-    hybrid: HybridOption = False,
-    model: ModelOption = None,
-    base_url: BaseUrlOption = None,
-    embedding: EmbeddingOption = None,
-    n: CountOption = 4,
-    k: KOption = DEFAULT_K,
-    top_n: TopOption = chains.DEFAULT_TOP_N,
-    json_output: JsonOption = False,
-    verbose: VerboseOption = False,
-    trust_index: TrustOption = False,
-) -> None:
-    """Retrieve for QUESTION without answering: the queries and the fused documents."""
-    with reported_errors():
-        _check_question(question)
-        _choice("strategy", strategy, strategies.STRATEGIES)
-        _check_index(index_directory)
-        llm = models.chat_model(model, base_url=base_url)
+        _check(question, strategy, index_directory)
+        answer = context.info_name == "ask"
+        llm = models.chat_model(model, base_url=base_url, streaming=answer)
         opened = open_index(index_directory, embedding, trust=trust_index)
-        chain = retrieval_pipeline(
-            strategy, opened.retrievers(hybrid, k), llm, feedback=opened.bm25, n=n, top_n=top_n
-        )
-        state = chain.invoke({"question": question})
+        retrievers = opened.retrievers(hybrid, k)
+        options: dict[str, Any] = {"feedback": opened.bm25, "n": n, "top_n": top_n}
+        if answer:
+            _note_offline(llm)
+            chain = chains.chain_for(strategy, retrievers, llm, return_sources=True, **options)
+        else:
+            chain = retrieval_pipeline(strategy, retrievers, llm, **options)
+        fusion = _fusion_shown(strategy)
+        if answer and not json_output:
+            return render_answer(chain, question, retrievers, fusion=fusion, verbose=verbose)
+        retrieved = RetrievedLists(retrievers)
+        result = chain.invoke({"question": question}, {"callbacks": [retrieved]})
         if json_output:
-            _print_json(retrieval_record(state, strategy))
-            return
-        print_queries(state["queries"])
-        table = sources_table(
-            state["documents"],
-            lists=state["retrieved"],
-            queries=state["queries"],
-            fusion=_fusion_shown(strategy),
-            verbose=verbose,
-        )
-        output.print(table)
+            print(json_text(json_record(result, question, strategy, retrieved.lists)))
+        else:
+            print_sources(result, retrieved.lists, fusion=fusion, verbose=verbose)
 
 
-def demo_directory() -> Path:
-    """Where ``demo --index`` suggests keeping an index: ``$XDG_CACHE_HOME`` (else ``~/.cache``)."""
-    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(cache) / "rag-fusion-chain" / f"demo-{__version__}"
+app.command(
+    "ask", help="Answer QUESTION: show the queries, the fused sources with scores, then the answer."
+)(search)
+app.command(
+    "retrieve", help="Retrieve for QUESTION without answering: the queries and the fused documents."
+)(search)
 
 
 def _index_sample(directory: Path) -> None:
@@ -432,18 +339,14 @@ def demo(
 ) -> None:
     """Answer a question offline over the bundled SciFact sample, hybrid search."""
     with reported_errors():
-        _check_question(question)
-        _choice("strategy", strategy, strategies.STRATEGIES)
+        _check(question, strategy)
         opened = _demo_index(index_directory, rebuild)
         output.print(Text("Question: ", style="bold") + Text(question), soft_wrap=True)
+        retrievers = opened.retrievers(hybrid=True, k=DEFAULT_K)
         chain = chains.chain_for(
-            strategy,
-            opened.retrievers(hybrid=True, k=DEFAULT_K),
-            None,
-            feedback=opened.bm25,
-            return_sources=True,
+            strategy, retrievers, None, feedback=opened.bm25, return_sources=True
         )
-        render_answer(chain, question, fusion=_fusion_shown(strategy))
+        render_answer(chain, question, retrievers, fusion=_fusion_shown(strategy))
 
 
 @app.command()
@@ -461,7 +364,7 @@ def serve(
         str | None,
         typer.Option(
             "--chroma-url",
-            help=f"Search a Chroma server (http://host:port) instead. Default: "
+            help="Search a Chroma server (http://host:port) instead. Default: "
             f"${serving.CHROMA_URL_ENV}.",
         ),
     ] = None,
@@ -492,7 +395,7 @@ def serve(
 ) -> None:
     """Serve the strategy's chain with LangServe on 127.0.0.1 (/STRATEGY and /STRATEGY/sources)."""
     with reported_errors():
-        _choice("strategy", strategy, strategies.STRATEGIES)
+        _check(None, strategy)
         try:
             import uvicorn
         except ImportError as error:
@@ -502,30 +405,17 @@ def serve(
         source = serving.IndexSource.from_environment(
             index=index_directory, chroma_url=chroma_url, chroma_collection=chroma_collection
         )
-        if source.index is not None:
-            _check_index(source.index)
+        _check(None, strategy, source.index)
         llm = models.chat_model(model, base_url=base_url, streaming=True)
         opened = serving.open_source(source, embedding, trust=trust_index)
-        if llm is None:
-            print_line(
-                "note", "cyan", f"no chat model configured: answers are {offline.OFFLINE_LABEL}"
-            )
+        _note_offline(llm)
         retrievers = opened.retrievers(hybrid, k)
-        routes = {
-            path: serving.build_chain(
-                strategy,
-                return_sources=return_sources,
-                chain=chains.chain_for(
-                    strategy,
-                    retrievers,
-                    llm,
-                    feedback=opened.bm25,
-                    top_n=top_n,
-                    return_sources=return_sources,
-                ),
+        routes = {}
+        for path, sources in ((strategy, False), (f"{strategy}/sources", True)):
+            chain = chains.chain_for(
+                strategy, retrievers, llm, feedback=opened.bm25, top_n=top_n, return_sources=sources
             )
-            for path, return_sources in ((strategy, False), (f"{strategy}/sources", True))
-        }
+            routes[path] = serving.build_chain(strategy, return_sources=sources, chain=chain)
         server = serving.create_app(routes, allowed_hosts=allow_host or ())
         output.print(
             f"Serving {strategy} over {source.describe()} on http://127.0.0.1:{port}/{strategy} "
@@ -543,14 +433,43 @@ def _announce_corpus_embedding(dataset_dir: Path, cache: Path | None) -> None:
         return  # the evaluation names the missing file
     with corpus.open("rb") as lines:
         passages = sum(1 for _ in lines)
-    minutes = (passages / 50 / 60, passages / 15 / 60)  # MiniLM on 2 CPU cores: 15-50 a second
+    low, high = passages / 50 / 60, passages / 15 / 60  # MiniLM on 2 CPU cores: 15-50 a second
     reuse = f"later runs reuse the cache in {cache}" if cache else "--no-cache: every run embeds"
     print_line(
         "note",
         "cyan",
         f"the dense setups embed the corpus ({passages:,} passages) unless it is cached: "
-        f"about {minutes[0]:.0f}-{minutes[1]:.0f} min on 2 CPU cores the first time; {reuse}",
+        f"about {low:.0f}-{high:.0f} min on 2 CPU cores the first time; {reuse}",
     )
+
+
+def _langsmith_table(evaluate: Any, run: Any, queries_limit: int | None) -> Any:
+    """Run each setup as a LangSmith experiment, print where each is; the scores' summary."""
+    with progress_display() as progress:
+        dataset, experiments = run(progress=progress_bars(progress, "completed"))
+    scores = {experiment.setup: experiment.scores for experiment in experiments}
+    summary = evaluate.Summary(
+        dataset.name,
+        scores,
+        split=dataset.split,
+        query_count=len(dataset.queries),
+        queries_limit=queries_limit,
+    )
+    rows = [
+        [
+            experiment.setup,
+            *(f"{experiment.scores[metric]:.4f}" for metric in evaluate.DEFAULT_METRICS),
+            experiment.experiment_name,
+        ]
+        for experiment in experiments
+    ]
+    headers = ["setup", *evaluate.DEFAULT_METRICS, "experiment"]
+    output.print(scores_table(headers, rows, title=f"{summary.title}, LangSmith experiments"))
+    for experiment in experiments:
+        where = experiment.url or f"dataset {experiment.dataset_name}"
+        line = f"{experiment.setup}: {experiment.experiment_name} at {where}"
+        output.print(line, markup=False, soft_wrap=True)
+    return summary
 
 
 @app.command("eval")
@@ -600,82 +519,53 @@ def eval_dataset(
 ) -> None:
     """Evaluate retrieval setups on a BEIR dataset: nDCG@10, Recall@100, MRR@10, MAP (ranx)."""
     with reported_errors():
-        from rag_fusion_chain import evaluate
+        from rag_fusion_chain import evaluate  # the eval extra, imported only by `eval`
 
-        _choice("--stat-test", stat_test, evaluate.STAT_TESTS)
-
+        if stat_test not in evaluate.STAT_TESTS:
+            choices = ", ".join(evaluate.STAT_TESTS)
+            raise ValueError(f"unknown --stat-test {stat_test!r}: choose one of {choices}")
         names = [name.strip() for name in setups.split(",") if name.strip()]
         if not names:
             raise ValueError("--setups is empty: name at least one setup, e.g. bm25")
         llm = models.chat_model(model, base_url=base_url)
         cache = None if no_cache else (cache_dir or evaluate.DEFAULT_CACHE_DIR)
+        common: dict[str, Any] = {
+            "split": split,
+            "queries_limit": queries_limit,
+            "llm": llm,
+            "embeddings": embedding,
+            "cache_dir": cache,
+            "query_count": n,
+        }
         if langsmith and evaluate.langsmith_configured():
+            experiments = evaluate.run_langsmith_experiments
+            run = lambda **more: experiments(dataset_dir, names, **common, **more)  # noqa: E731
+            summary = _langsmith_table(evaluate, run, queries_limit)
+        else:
+            if langsmith:
+                message = "LangSmith is not configured (LANGSMITH_API_KEY); evaluated locally"
+                output.print(message, markup=False)
+            if any(name != "bm25" for name in names):
+                _announce_corpus_embedding(dataset_dir, cache)
             with progress_display() as progress:
-                dataset, experiments = evaluate.run_langsmith_experiments(
+                evaluation = evaluate.run_experiment(
                     dataset_dir,
                     names,
-                    split=split,
-                    queries_limit=queries_limit,
-                    llm=llm,
-                    embeddings=embedding,
-                    cache_dir=cache,
-                    query_count=n,
+                    **common,
+                    stat_test=stat_test,
+                    max_p=max_p,
                     progress=progress_bars(progress, "completed"),
                 )
-            summary = evaluate.Summary(
-                dataset.name,
-                {experiment.setup: experiment.scores for experiment in experiments},
-                split=dataset.split,
-                query_count=len(dataset.queries),
-                queries_limit=queries_limit,
-            )
-            rows = [
-                [
-                    experiment.setup,
-                    *(f"{experiment.scores[metric]:.4f}" for metric in evaluate.DEFAULT_METRICS),
-                    experiment.experiment_name,
-                ]
-                for experiment in experiments
-            ]
-            headers = ["setup", *evaluate.DEFAULT_METRICS, "experiment"]
-            output.print(
-                scores_table(headers, rows, title=f"{summary.title}, LangSmith experiments")
-            )
-            for experiment in experiments:
-                where = experiment.url or f"dataset {experiment.dataset_name}"
-                output.print(
-                    f"{experiment.setup}: {experiment.experiment_name} at {where}",
-                    markup=False,
-                    soft_wrap=True,
-                )
-            _write_scores(json_path, plot, summary)
-            return
-        if langsmith:
-            output.print(
-                "LangSmith is not configured (LANGSMITH_API_KEY); evaluated locally", markup=False
-            )
-        if any(name != "bm25" for name in names):
-            _announce_corpus_embedding(dataset_dir, cache)
-        with progress_display() as progress:
-            evaluation = evaluate.run_experiment(
-                dataset_dir,
-                names,
-                split=split,
-                queries_limit=queries_limit,
-                llm=llm,
-                embeddings=embedding,
-                cache_dir=cache,
-                query_count=n,
-                stat_test=stat_test,
-                max_p=max_p,
-                progress=progress_bars(progress, "completed"),
-            )
-        headers, rows = evaluate.comparison_table(evaluation.comparison)
-        caption = (
-            f"p: paired {stat_test} test against {evaluation.comparison.baseline}; * p < {max_p}"
-        )
-        output.print(scores_table(headers, rows, title=evaluation.summary.title, caption=caption))
-        _write_scores(json_path, plot, evaluation.summary)
+            headers, rows = evaluate.comparison_table(evaluation.comparison)
+            baseline = evaluation.comparison.baseline
+            caption = f"p: paired {stat_test} test against {baseline}; * p < {max_p}"
+            title = evaluation.summary.title
+            output.print(scores_table(headers, rows, title=title, caption=caption))
+            summary = evaluation.summary
+        if json_path is not None:
+            output.print(f"Wrote {evaluate.write_json(json_path, summary)}", markup=False)
+        if plot is not None:
+            output.print(f"Wrote {evaluate.write_plot(plot, summary)}", markup=False)
 
 
 def _print_version(requested: bool) -> None:
