@@ -1,8 +1,5 @@
-"""The ``rag-fusion`` command: parse the options, call the library, render with rich.
-
-Expected failures end with one ``error:`` line on stderr and exit code 1 (see
-:func:`~rag_fusion_chain.rendering.reported_errors`); arguments are checked before anything loads.
-"""
+"""The ``rag-fusion`` command: parse the options, call the library, render with rich; every
+expected failure is one ``error:`` line and exit code 1, arguments are checked before anything loads."""
 
 from __future__ import annotations
 
@@ -33,12 +30,7 @@ from rag_fusion_chain.rendering import (
     reported_errors,
     scores_table,
 )
-from rag_fusion_chain.retrievers.index_directory import (
-    INDEX_FILE,
-    OpenedIndex,
-    build_index,
-    open_index,
-)
+from rag_fusion_chain.retrievers.index_directory import INDEX_FILE, build_index, open_index
 from rag_fusion_chain.retrievers.stores import UntrustedIndexError
 from rag_fusion_chain.validation import question_of
 
@@ -57,15 +49,15 @@ app = typer.Typer(
 
 
 def _check(question: str | None, strategy: str, index: Path | None = None) -> None:
-    """Refuse an empty or over-long question, an unknown strategy or a missing index before
-    anything loads, in the command line's words."""
+    """Refuse an empty or over-long question, an unknown strategy or a missing index at once."""
+    if question is not None and not question.strip():
+        raise ValueError("QUESTION is empty: give the question to search for, in quotes")
     if question is not None:
-        if not question.strip():
-            raise ValueError("QUESTION is empty: give the question to search for, in quotes")
         question_of(question)  # the chains' length and encoding bounds
     if strategy not in strategies.STRATEGIES:
-        choices = ", ".join(strategies.STRATEGIES)
-        raise ValueError(f"unknown strategy {strategy!r}: choose one of {choices}")
+        raise ValueError(
+            f"unknown strategy {strategy!r}: choose one of {', '.join(strategies.STRATEGIES)}"
+        )
     if index is not None and not (index / INDEX_FILE).is_file():
         raise FileNotFoundError(
             f"no index in {index}: build one with `rag-fusion index SOURCE... --out {index}`"
@@ -88,76 +80,42 @@ def _fusion_shown(strategy: str) -> str:
     return "union" if isinstance(strategies.get(strategy).default_fusion, UniqueUnion) else "rrf"
 
 
-_EMBEDDING_NAMES = "minilm, openai:<model>, sentence-transformers:<dir>, modelscope:<dir>"
+_EMBEDDINGS = "minilm, openai:<model>, sentence-transformers:<dir>, modelscope:<dir>"
+_HELP = {
+    "index": "Index directory written by `rag-fusion index`.",
+    "strategy": f"Query strategy: {', '.join(strategies.STRATEGIES)}.",
+    "hybrid": "Fuse BM25 keyword search with the vector store.",
+    "json": "Print one JSON object on stdout instead of tables.",
+    "model": f"Chat model name (OpenAI-compatible); 'offline' for none. Default: ${models.CHAT_MODEL_ENV}, else offline unless ${models.API_KEY_ENV} is set.",
+    "base_url": f"OpenAI-compatible endpoint. Default: ${models.BASE_URL_ENV}.",
+    "embedding": f"Embeddings for the queries: {_EMBEDDINGS}. Default: the ones the index was built with.",
+    "new": f"Embeddings: {_EMBEDDINGS}. Default: ${models.EMBEDDING_ENV}, else {models.DEFAULT_EMBEDDING}.",
+    "verbose": "Show each source's id and every ranked list that found it (query, retriever, rank, the retriever's own score).",
+    "trust": "Load an index whose signatures (index.json, the FAISS manifest) cannot be verified (made by another user or machine, or changed since). Its FAISS pickle is still read through the allow-list of data classes: only for indexes you trust.",
+    "demo_index": "Keep the demo index in this directory. Default: in memory, from the sample's shipped vectors.",
+    "serve_index": f"Index directory written by `rag-fusion index`. Default: ${serving.INDEX_ENV}, else the bundled sample.",
+    "chroma_url": f"Search a Chroma server (http://host:port) instead. Default: ${serving.CHROMA_URL_ENV}.",
+    "chroma_collection": f"The collection on the Chroma server. Default: ${serving.CHROMA_COLLECTION_ENV}, else {serving.DEFAULT_COLLECTION}.",
+    "allow_host": "Also answer requests for this Host name (repeatable; loopback names always).",
+    "dataset": "A BEIR dataset folder: corpus.jsonl, queries.jsonl and qrels/SPLIT.tsv (the layout of the BEIR benchmark's zip files, e.g. scifact.zip, unzipped).",
+    "setups": "Comma-separated: bm25, dense, hybrid-rrf, hybrid-relative, hybrid-dist, a strategy (rag-fusion, multi-query, ...; needs a chat model) or STRATEGY-offline. The first is the baseline of the significance tests.",
+    "langsmith": "Run each setup as a LangSmith experiment (needs LANGSMITH_API_KEY; LANGSMITH_ENDPOINT optional); evaluates locally when LangSmith is not configured.",
+}
+"""The option help texts too long to sit beside their option."""
 
-IndexOption = Annotated[
-    Path, typer.Option("--index", "-i", help="Index directory written by `rag-fusion index`.")
-]
-StrategyOption = Annotated[
-    str,
-    typer.Option("--strategy", "-s", help=f"Query strategy: {', '.join(strategies.STRATEGIES)}."),
-]
-HybridOption = Annotated[
-    bool,
-    typer.Option("--hybrid/--no-hybrid", help="Fuse BM25 keyword search with the vector store."),
-]
-ModelOption = Annotated[
-    str | None,
-    typer.Option(
-        "--model",
-        "-m",
-        help="Chat model name (OpenAI-compatible); 'offline' for none. "
-        f"Default: ${models.CHAT_MODEL_ENV}, else offline unless ${models.API_KEY_ENV} is set.",
-    ),
-]
-BaseUrlOption = Annotated[
-    str | None,
-    typer.Option(
-        "--base-url", help=f"OpenAI-compatible endpoint. Default: ${models.BASE_URL_ENV}."
-    ),
-]
-EmbeddingOption = Annotated[
-    str | None,
-    typer.Option(
-        "--embedding",
-        "-e",
-        help=f"Embeddings for the queries: {_EMBEDDING_NAMES}. Default: the ones the index "
-        "was built with.",
-    ),
-]
-NewEmbeddingOption = Annotated[
-    str | None,
-    typer.Option(
-        "--embedding",
-        "-e",
-        help=f"Embeddings: {_EMBEDDING_NAMES}. Default: ${models.EMBEDDING_ENV}, else "
-        f"{models.DEFAULT_EMBEDDING}.",
-    ),
-]
+IndexOption = Annotated[Path, typer.Option("--index", "-i", help=_HELP["index"])]
+StrategyOption = Annotated[str, typer.Option("--strategy", "-s", help=_HELP["strategy"])]
+HybridOption = Annotated[bool, typer.Option("--hybrid/--no-hybrid", help=_HELP["hybrid"])]
+ModelOption = Annotated[str | None, typer.Option("--model", "-m", help=_HELP["model"])]
+BaseUrlOption = Annotated[str | None, typer.Option("--base-url", help=_HELP["base_url"])]
+EmbeddingOption = Annotated[str | None, typer.Option("--embedding", "-e", help=_HELP["embedding"])]
+NewEmbeddingOption = Annotated[str | None, typer.Option("--embedding", "-e", help=_HELP["new"])]
 CountOption = Annotated[int, typer.Option("--queries", "-n", min=1, help="Queries to generate.")]
 KOption = Annotated[int, typer.Option("--k", "-k", min=1, help="Documents per retriever call.")]
 TopOption = Annotated[int, typer.Option("--top-n", min=1, help="Fused documents kept.")]
-VerboseOption = Annotated[
-    bool,
-    typer.Option(
-        "--verbose",
-        "-v",
-        help="Show each source's id and every ranked list that found it (query, retriever, "
-        "rank, the retriever's own score).",
-    ),
-]
-JsonOption = Annotated[
-    bool, typer.Option("--json", help="Print one JSON object on stdout instead of tables.")
-]
-TrustOption = Annotated[
-    bool,
-    typer.Option(
-        "--trust-index",
-        help="Load an index whose signatures (index.json, the FAISS manifest) cannot be "
-        "verified (made by another user or machine, or changed since). Its FAISS pickle is "
-        "still read through the allow-list of data classes: only for indexes you trust.",
-    ),
-]
+VerboseOption = Annotated[bool, typer.Option("--verbose", "-v", help=_HELP["verbose"])]
+JsonOption = Annotated[bool, typer.Option("--json", help=_HELP["json"])]
+TrustOption = Annotated[bool, typer.Option("--trust-index", help=_HELP["trust"])]
 
 
 @app.command()
@@ -282,31 +240,24 @@ def search(
             print_sources(result, retrieved.lists, fusion=fusion, verbose=verbose)
 
 
-app.command(
-    "ask", help="Answer QUESTION: show the queries, the fused sources with scores, then the answer."
-)(search)
-app.command(
-    "retrieve", help="Retrieve for QUESTION without answering: the queries and the fused documents."
-)(search)
+app.command("ask", help="Answer QUESTION: the queries, the fused sources, then the answer.")(search)
+app.command("retrieve", help="Retrieve for QUESTION: the queries and the fused sources.")(search)
 
 
 def _index_sample(directory: Path) -> None:
     """Index the sample into ``directory``, from the shipped vectors when they fit MiniLM."""
     output.print(f"Indexing the SciFact sample into {directory}", markup=False)
     shipped = serving.with_shipped_vectors(models.embeddings(models.DEFAULT_EMBEDDING))
+    embedding = shipped or models.DEFAULT_EMBEDDING
+    name = models.DEFAULT_EMBEDDING if shipped else None  # `ask` reopens it by name
+    options = {"chunk_size": DEMO_CHUNK_SIZE, "chunk_overlap": 0, "force": True}
+    sample = [str(sample_corpus_path())]
     _build_index(
-        [str(sample_corpus_path())],
-        directory,
-        store="faiss",
-        embedding=shipped or models.DEFAULT_EMBEDDING,
-        embedding_name=models.DEFAULT_EMBEDDING if shipped else None,  # `ask` reopens it by name
-        chunk_size=DEMO_CHUNK_SIZE,
-        chunk_overlap=0,
-        force=True,
+        sample, directory, store="faiss", embedding=embedding, embedding_name=name, **options
     )
 
 
-def _demo_index(directory: Path | None, rebuild: bool) -> OpenedIndex:
+def _demo_index(directory: Path | None, rebuild: bool) -> Any:
     """The sample in memory from its shipped vectors, or kept in ``directory`` (built once)."""
     if directory is None:
         return serving.open_source(serving.IndexSource(), models.DEFAULT_EMBEDDING)
@@ -323,13 +274,7 @@ def _demo_index(directory: Path | None, rebuild: bool) -> OpenedIndex:
 @app.command()
 def demo(
     index_directory: Annotated[
-        Path | None,
-        typer.Option(
-            "--index",
-            "-i",
-            help="Keep the demo index in this directory. Default: in memory, from the sample's "
-            "shipped vectors.",
-        ),
+        Path | None, typer.Option("--index", "-i", help=_HELP["demo_index"])
     ] = None,
     question: Annotated[str, typer.Option(help="The question to answer.")] = SAMPLE_QUESTION,
     strategy: StrategyOption = chains.RAG_FUSION,
@@ -352,30 +297,10 @@ def demo(
 @app.command()
 def serve(
     index_directory: Annotated[
-        Path | None,
-        typer.Option(
-            "--index",
-            "-i",
-            help=f"Index directory written by `rag-fusion index`. Default: ${serving.INDEX_ENV}, "
-            "else the bundled sample.",
-        ),
+        Path | None, typer.Option("--index", "-i", help=_HELP["serve_index"])
     ] = None,
-    chroma_url: Annotated[
-        str | None,
-        typer.Option(
-            "--chroma-url",
-            help="Search a Chroma server (http://host:port) instead. Default: "
-            f"${serving.CHROMA_URL_ENV}.",
-        ),
-    ] = None,
-    chroma_collection: Annotated[
-        str | None,
-        typer.Option(
-            "--chroma-collection",
-            help=f"The collection on the Chroma server. Default: ${serving.CHROMA_COLLECTION_ENV}, "
-            f"else {serving.DEFAULT_COLLECTION}.",
-        ),
-    ] = None,
+    chroma_url: Annotated[str | None, typer.Option(help=_HELP["chroma_url"])] = None,
+    chroma_collection: Annotated[str | None, typer.Option(help=_HELP["chroma_collection"])] = None,
     strategy: StrategyOption = chains.RAG_FUSION,
     hybrid: HybridOption = False,
     model: ModelOption = None,
@@ -385,13 +310,7 @@ def serve(
     k: KOption = DEFAULT_K,
     top_n: TopOption = chains.DEFAULT_TOP_N,
     trust_index: TrustOption = False,
-    allow_host: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--allow-host",
-            help="Also answer requests for this Host name (repeatable; loopback names always).",
-        ),
-    ] = None,
+    allow_host: Annotated[list[str] | None, typer.Option(help=_HELP["allow_host"])] = None,
 ) -> None:
     """Serve the strategy's chain with LangServe on 127.0.0.1 (/STRATEGY and /STRATEGY/sources)."""
     with reported_errors():
@@ -410,19 +329,15 @@ def serve(
         opened = serving.open_source(source, embedding, trust=trust_index)
         _note_offline(llm)
         retrievers = opened.retrievers(hybrid, k)
+        options: dict[str, Any] = {"feedback": opened.bm25, "top_n": top_n}
         routes = {}
         for path, sources in ((strategy, False), (f"{strategy}/sources", True)):
-            chain = chains.chain_for(
-                strategy, retrievers, llm, feedback=opened.bm25, top_n=top_n, return_sources=sources
-            )
+            chain = chains.chain_for(strategy, retrievers, llm, return_sources=sources, **options)
             routes[path] = serving.build_chain(strategy, return_sources=sources, chain=chain)
         server = serving.create_app(routes, allowed_hosts=allow_host or ())
-        output.print(
-            f"Serving {strategy} over {source.describe()} on http://127.0.0.1:{port}/{strategy} "
-            f"(playground: /{strategy}/playground/, with sources: /{strategy}/sources)",
-            markup=False,
-            soft_wrap=True,
-        )
+        where = f"{source.describe()} on http://127.0.0.1:{port}/{strategy}"
+        links = f"(playground: /{strategy}/playground/, with sources: /{strategy}/sources)"
+        output.print(f"Serving {strategy} over {where} {links}", markup=False, soft_wrap=True)
         uvicorn.run(server, host="127.0.0.1", port=port, log_level="warning")
 
 
@@ -435,16 +350,12 @@ def _announce_corpus_embedding(dataset_dir: Path, cache: Path | None) -> None:
         passages = sum(1 for _ in lines)
     low, high = passages / 50 / 60, passages / 15 / 60  # MiniLM on 2 CPU cores: 15-50 a second
     reuse = f"later runs reuse the cache in {cache}" if cache else "--no-cache: every run embeds"
-    print_line(
-        "note",
-        "cyan",
-        f"the dense setups embed the corpus ({passages:,} passages) unless it is cached: "
-        f"about {low:.0f}-{high:.0f} min on 2 CPU cores the first time; {reuse}",
-    )
+    message = f"the dense setups embed the corpus ({passages:,} passages) unless it is cached: about {low:.0f}-{high:.0f} min on 2 CPU cores the first time; {reuse}"
+    print_line("note", "cyan", message)
 
 
-def _langsmith_table(evaluate: Any, run: Any, queries_limit: int | None) -> Any:
-    """Run each setup as a LangSmith experiment, print where each is; the scores' summary."""
+def _langsmith_summary(evaluate: Any, run: Any, queries_limit: int | None) -> Any:
+    """Run each setup as a LangSmith experiment, print the scores and where each experiment is."""
     with progress_display() as progress:
         dataset, experiments = run(progress=progress_bars(progress, "completed"))
     scores = {experiment.setup: experiment.scores for experiment in experiments}
@@ -455,44 +366,32 @@ def _langsmith_table(evaluate: Any, run: Any, queries_limit: int | None) -> Any:
         query_count=len(dataset.queries),
         queries_limit=queries_limit,
     )
-    rows = [
-        [
-            experiment.setup,
-            *(f"{experiment.scores[metric]:.4f}" for metric in evaluate.DEFAULT_METRICS),
-            experiment.experiment_name,
-        ]
-        for experiment in experiments
-    ]
     headers = ["setup", *evaluate.DEFAULT_METRICS, "experiment"]
+    metrics = evaluate.DEFAULT_METRICS
+    rows = [
+        [each.setup, *(f"{each.scores[metric]:.4f}" for metric in metrics), each.experiment_name]
+        for each in experiments
+    ]
     output.print(scores_table(headers, rows, title=f"{summary.title}, LangSmith experiments"))
     for experiment in experiments:
         where = experiment.url or f"dataset {experiment.dataset_name}"
-        line = f"{experiment.setup}: {experiment.experiment_name} at {where}"
-        output.print(line, markup=False, soft_wrap=True)
+        output.print(
+            f"{experiment.setup}: {experiment.experiment_name} at {where}",
+            markup=False,
+            soft_wrap=True,
+        )
     return summary
 
 
 @app.command("eval")
 def eval_dataset(
-    dataset_dir: Annotated[
-        Path,
-        typer.Argument(
-            help="A BEIR dataset folder: corpus.jsonl, queries.jsonl and qrels/SPLIT.tsv (the "
-            "layout of the BEIR benchmark's zip files, e.g. scifact.zip, unzipped)."
-        ),
-    ],
+    dataset_dir: Annotated[Path, typer.Argument(help=_HELP["dataset"])],
     setups: Annotated[
-        str,
-        typer.Option(
-            help="Comma-separated: bm25, dense, hybrid-rrf, hybrid-relative, hybrid-dist, a "
-            "strategy (rag-fusion, multi-query, ...; needs a chat model) or STRATEGY-offline. "
-            "The first is the baseline of the significance tests."
-        ),
+        str, typer.Option(help=_HELP["setups"])
     ] = "bm25,dense,hybrid-rrf,hybrid-relative,hybrid-dist",
     split: Annotated[str, typer.Option(help="Qrels split: qrels/SPLIT.tsv.")] = "test",
     queries_limit: Annotated[
-        int | None,
-        typer.Option("--queries-limit", min=1, help="Evaluate the first N queries only."),
+        int | None, typer.Option(min=1, help="Evaluate the first N queries only.")
     ] = None,
     json_path: Annotated[
         Path | None, typer.Option("--json", help="Write the scores as JSON.")
@@ -508,60 +407,44 @@ def eval_dataset(
     base_url: BaseUrlOption = None,
     embedding: NewEmbeddingOption = None,
     n: CountOption = 4,
-    langsmith: Annotated[
-        bool,
-        typer.Option(
-            "--langsmith",
-            help="Run each setup as a LangSmith experiment (needs LANGSMITH_API_KEY; "
-            "LANGSMITH_ENDPOINT optional); evaluates locally when LangSmith is not configured.",
-        ),
-    ] = False,
+    langsmith: Annotated[bool, typer.Option("--langsmith", help=_HELP["langsmith"])] = False,
 ) -> None:
     """Evaluate retrieval setups on a BEIR dataset: nDCG@10, Recall@100, MRR@10, MAP (ranx)."""
     with reported_errors():
         from rag_fusion_chain import evaluate  # the eval extra, imported only by `eval`
 
         if stat_test not in evaluate.STAT_TESTS:
-            choices = ", ".join(evaluate.STAT_TESTS)
-            raise ValueError(f"unknown --stat-test {stat_test!r}: choose one of {choices}")
+            raise ValueError(
+                f"unknown --stat-test {stat_test!r}: choose one of {', '.join(evaluate.STAT_TESTS)}"
+            )
         names = [name.strip() for name in setups.split(",") if name.strip()]
         if not names:
             raise ValueError("--setups is empty: name at least one setup, e.g. bm25")
         llm = models.chat_model(model, base_url=base_url)
         cache = None if no_cache else (cache_dir or evaluate.DEFAULT_CACHE_DIR)
-        common: dict[str, Any] = {
-            "split": split,
-            "queries_limit": queries_limit,
-            "llm": llm,
-            "embeddings": embedding,
-            "cache_dir": cache,
-            "query_count": n,
-        }
+        common: dict[str, Any] = {"split": split, "queries_limit": queries_limit, "llm": llm}
+        common |= {"embeddings": embedding, "cache_dir": cache, "query_count": n}
         if langsmith and evaluate.langsmith_configured():
             experiments = evaluate.run_langsmith_experiments
             run = lambda **more: experiments(dataset_dir, names, **common, **more)  # noqa: E731
-            summary = _langsmith_table(evaluate, run, queries_limit)
+            summary = _langsmith_summary(evaluate, run, queries_limit)
         else:
             if langsmith:
-                message = "LangSmith is not configured (LANGSMITH_API_KEY); evaluated locally"
-                output.print(message, markup=False)
+                output.print(
+                    "LangSmith is not configured (LANGSMITH_API_KEY); evaluated locally",
+                    markup=False,
+                )
             if any(name != "bm25" for name in names):
                 _announce_corpus_embedding(dataset_dir, cache)
             with progress_display() as progress:
+                bars = progress_bars(progress, "completed")
                 evaluation = evaluate.run_experiment(
-                    dataset_dir,
-                    names,
-                    **common,
-                    stat_test=stat_test,
-                    max_p=max_p,
-                    progress=progress_bars(progress, "completed"),
+                    dataset_dir, names, **common, stat_test=stat_test, max_p=max_p, progress=bars
                 )
             headers, rows = evaluate.comparison_table(evaluation.comparison)
-            baseline = evaluation.comparison.baseline
-            caption = f"p: paired {stat_test} test against {baseline}; * p < {max_p}"
-            title = evaluation.summary.title
-            output.print(scores_table(headers, rows, title=title, caption=caption))
             summary = evaluation.summary
+            caption = f"p: paired {stat_test} test against {evaluation.comparison.baseline}; * p < {max_p}"
+            output.print(scores_table(headers, rows, title=summary.title, caption=caption))
         if json_path is not None:
             output.print(f"Wrote {evaluate.write_json(json_path, summary)}", markup=False)
         if plot is not None:

@@ -11,15 +11,15 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import PurePath
 from typing import Any, Literal, NamedTuple
-from uuid import UUID
 
 import typer
-from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.documents import Document
 from langchain_core.runnables import Runnable
+from langchain_core.tracers.base import BaseTracer
+from langchain_core.tracers.schemas import Run
 from pydantic import ValidationError
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import MofNCompleteColumn, Progress
 from rich.table import Table
 from rich.text import Text
 
@@ -39,15 +39,13 @@ def print_line(label: str, style: str, message: str) -> None:
 
 
 _FLAGS = {"force": "--force", "trust": "--trust-index"}
-_PASS_KEYWORD = re.compile(r"\bpass (force|trust)=True(?: \([^)]*\))?")
-_KEYWORD = re.compile(r"\b(force|trust)=True\b")
+_KEYWORD = re.compile(r"\b(pass )?(force|trust)=True(?: \([^)]*\))?")
 _PARAMETERS = {"sources_or_documents:": "SOURCES:", "setups:": "--setups:"}
 
 
 def command_line_words(message: str) -> str:
     """A library message in the command line's words: ``pass force=True`` becomes ``add --force``."""
-    message = _PASS_KEYWORD.sub(lambda match: "add " + _FLAGS[match[1]], message)
-    message = _KEYWORD.sub(lambda match: _FLAGS[match[1]], message)
+    message = _KEYWORD.sub(lambda match: ("add " if match[1] else "") + _FLAGS[match[2]], message)
     for parameter, flag in _PARAMETERS.items():
         if message.startswith(parameter):
             message = flag + message.removeprefix(parameter)
@@ -87,13 +85,7 @@ def reported_errors() -> Iterator[None]:
 
 
 def progress_display() -> Progress:
-    return Progress(
-        TextColumn("{task.description:<10}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=errors,
-    )
+    return Progress(*Progress.get_default_columns(), MofNCompleteColumn(), console=errors)
 
 
 def progress_bars(
@@ -121,21 +113,19 @@ _UNSAFE_CHARACTER = re.compile(
 """Control characters (tab and newline excepted) and the bidirectional-text controls."""
 
 
+def _escaped(text: str) -> str:
+    return _UNSAFE_CHARACTER.sub(lambda match: f"\\u{ord(match[0]):04x}", text)
+
+
 def printable(text: str) -> str:
-    r"""``text`` without escape sequences, other control and bidi characters shown as ``\xNN`` /
-    ``\uNNNN``: a document cannot recolour, move or reorder the terminal's output."""
-    return _UNSAFE_CHARACTER.sub(
-        lambda match: (
-            f"\\x{ord(match[0]):02x}" if ord(match[0]) < 0x100 else f"\\u{ord(match[0]):04x}"
-        ),
-        _ESCAPE_SEQUENCE.sub("", text),
-    )
+    r"""``text`` without escape sequences, other control and bidi characters shown as ``\uNNNN``:
+    a document cannot recolour, move or reorder the terminal's output."""
+    return _escaped(_ESCAPE_SEQUENCE.sub("", text))
 
 
 def json_text(record: Any) -> str:
     """``record`` as indented JSON, C1 and bidi controls escaped too (the value is unchanged)."""
-    dumped = json.dumps(record, ensure_ascii=False, indent=2, default=str)
-    return _UNSAFE_CHARACTER.sub(lambda match: f"\\u{ord(match[0]):04x}", dumped)
+    return _escaped(json.dumps(record, ensure_ascii=False, indent=2, default=str))
 
 
 class RankedList(NamedTuple):
@@ -146,65 +136,35 @@ class RankedList(NamedTuple):
     documents: list[Document]
 
 
-class RetrievedLists(BaseCallbackHandler):
-    """The ranked lists a chain fused, read from its retriever runs however the chain calls them.
-
-    Counted: runs of the chain's ``retrievers`` (by name; None: any) inside no other
-    retriever (a hybrid's BM25 and vectors were fused into its list), each list once (a query step
-    may search the question too). A failed retrieval has no list. Pass it in the config:
-    ``chain.invoke(question, {"callbacks": [lists]})``.
-    """
+class RetrievedLists(BaseTracer):
+    """The ranked lists a chain fused, read from its retriever runs however the chain calls them:
+    the runs of its ``retrievers`` (by name; None: any) inside no other retriever (a hybrid's BM25
+    and vectors were fused into its list), each list once (a query step may search the question
+    too); a failed retrieval has none. Pass it as ``{"callbacks": [lists]}``."""
 
     def __init__(self, retrievers: Iterable[Runnable[Any, Any]] | None = None) -> None:
+        super().__init__()
         self._sources = None if retrievers is None else {each.get_name() for each in retrievers}
-        self._parents: dict[UUID, UUID | None] = {}
-        self._started: dict[UUID, tuple[str, str]] = {}
-        self._ended: dict[UUID, list[Document]] = {}
+        self._found: dict[tuple[Any, ...], tuple[Any, RankedList]] = {}
 
     @property
     def lists(self) -> list[RankedList]:
         """The lists in the order their runs started."""
-        found: dict[tuple[Any, ...], RankedList] = {}
-        for run_id, (query, source) in list(self._started.items()):
-            if run_id not in self._ended or self._inside_a_retriever(run_id):
-                continue
-            if self._sources is None or source in self._sources:
-                ranked = RankedList(query, source, self._ended[run_id])
-                found.setdefault((query, source, *map(document_id, ranked.documents)), ranked)
-        return list(found.values())
+        return [ranked for _, ranked in sorted(self._found.values(), key=lambda found: found[0])]
 
-    def _inside_a_retriever(self, run_id: UUID) -> bool:
-        parent = self._parents.get(run_id)
-        while parent is not None and parent not in self._started:
-            parent = self._parents.get(parent)
-        return parent is not None
+    def _persist_run(self, run: Run) -> None:
+        """Nothing to keep but the lists."""
 
-    def on_chain_start(
-        self,
-        serialized: Any,
-        inputs: Any,
-        *,
-        run_id: UUID,
-        parent_run_id: UUID | None = None,
-        **_: Any,
-    ) -> None:
-        self._parents[run_id] = parent_run_id
-
-    def on_retriever_start(
-        self,
-        serialized: Any,
-        query: str,
-        *,
-        run_id: UUID,
-        parent_run_id: UUID | None = None,
-        name: str | None = None,
-        **_: Any,
-    ) -> None:
-        self._parents[run_id] = parent_run_id
-        self._started[run_id] = (query, name or "retriever")
-
-    def on_retriever_end(self, documents: Sequence[Document], *, run_id: UUID, **_: Any) -> None:
-        self._ended[run_id] = list(documents)
+    def _on_retriever_end(self, run: Run) -> None:
+        parent = self.run_map.get(str(run.parent_run_id))
+        while parent is not None and parent.run_type != "retriever":
+            parent = self.run_map.get(str(parent.parent_run_id))
+        if parent is None and (self._sources is None or run.name in self._sources):
+            ranked = RankedList(
+                run.inputs["query"], run.name, (run.outputs or {}).get("documents", [])
+            )
+            key = (ranked.query, ranked.source, *map(document_id, ranked.documents))
+            self._found.setdefault(key, (run.start_time, ranked))
 
 
 def _hits(document: Document, lists: Sequence[RankedList]) -> list[dict[str, Any]]:
@@ -223,8 +183,7 @@ def _hits(document: Document, lists: Sequence[RankedList]) -> list[dict[str, Any
     ]
 
 
-TITLE_CHARACTERS = 100
-EXCERPT_CHARACTERS = 200
+TITLE_CHARACTERS, EXCERPT_CHARACTERS = 100, 200
 """Text shown per source: rich wraps it, so 80 columns show a few lines each."""
 _HEADING = re.compile(r"#{1,6}[ \t]+([^\n]+)")
 
@@ -265,13 +224,11 @@ def excerpt_of(document: Document) -> str:
     return text
 
 
-def _fused_score(document: Document, fusion: str, list_count: int) -> str:
+def _fused_score(document: Document, union: bool, list_count: int) -> str:
     value = document.metadata.get(FUSION_SCORE_KEY)
     if not isinstance(value, (int, float)):
         return "–"
-    if fusion == "union":
-        return f"{value:g}/{list_count}" if list_count else f"{value:g}"
-    return f"{value:.4f}"
+    return (f"{value:g}/{list_count}" if list_count else f"{value:g}") if union else f"{value:.4f}"
 
 
 def score_explanation(fusion: str, list_count: int) -> str:
@@ -279,10 +236,7 @@ def score_explanation(fusion: str, list_count: int) -> str:
     lists = f"the {list_count} ranked lists" if list_count else "the ranked lists"
     if fusion == "union":
         return f"found in: how many of {lists} (one per query and retriever) returned the passage"
-    return (
-        f"RRF: reciprocal rank fusion, the sum of 1/(60 + rank) over {lists} (one per query "
-        "and retriever) holding the passage; rows in fused order"
-    )
+    return f"RRF: reciprocal rank fusion, the sum of 1/(60 + rank) over {lists} (one per query and retriever) holding the passage; rows in fused order"
 
 
 def _found_by(document: Document, lists: Sequence[RankedList], queries: Sequence[str]) -> str:
@@ -322,7 +276,7 @@ def sources_table(
             str(number),
             _shortened(title_of(document), TITLE_CHARACTERS),
             _shortened(excerpt_of(document), EXCERPT_CHARACTERS),
-            _fused_score(document, fusion, len(lists)),
+            _fused_score(document, fusion == "union", len(lists)),
         ]
         if verbose:
             found_by = _found_by(document, lists, queries)
@@ -343,8 +297,9 @@ def print_sources(
         message = f"{failure.source} failed for {failure.query!r}: {failure.error}"
         print_line("warning", "yellow", message)
     documents = result.get("documents") or []
-    table = sources_table(documents, lists=lists, queries=queries, fusion=fusion, verbose=verbose)
-    output.print(table)
+    output.print(
+        sources_table(documents, lists=lists, queries=queries, fusion=fusion, verbose=verbose)
+    )
 
 
 def render_answer(
@@ -356,35 +311,30 @@ def render_answer(
     verbose: bool = False,
 ) -> None:
     """Stream a ``return_sources=True`` chain: queries, sources, then the answer as it comes.
-
-    Its dict chunks arrive in any order; the sources are shown once the answer has started and
-    the queries and documents have arrived (retrieval is then complete).
-    """
-    result: dict[str, Any] = {"queries": [], "failures": []}
-    held: list[str] = []
-    started = False
+    Its dict chunks arrive in any order: the sources are shown once the answer has started and
+    the queries and documents have arrived (retrieval is then complete)."""
+    result: dict[str, Any] = {"queries": [], "failures": [], "documents": None}
+    held, shown = "", False
     retrieved = RetrievedLists(retrievers)
+
+    def show_sources() -> bool:
+        print_sources(result, retrieved.lists, fusion=fusion, verbose=verbose)
+        output.print(Text("Answer", style="bold"))
+        return True
+
     for chunk in chain.stream({"question": question}, {"callbacks": [retrieved]}):
         result["queries"] += chunk.get("queries", [])
         result["failures"] += chunk.get("failures", [])
-        result["documents"] = chunk.get("documents", result.get("documents"))
-        held.append(chunk.get("answer", ""))
-        if not started and result.get("documents") is not None and result["queries"] and any(held):
-            started = _start_answer(result, retrieved, fusion, verbose)
-        if started:
-            output.print(printable("".join(held)), end="", markup=False, soft_wrap=True)
-            held.clear()
-    if not started:
-        _start_answer(result, retrieved, fusion, verbose)
-    output.print(printable("".join(held)), markup=False, soft_wrap=True)
-
-
-def _start_answer(
-    result: dict[str, Any], retrieved: RetrievedLists, fusion: str, verbose: bool
-) -> bool:
-    print_sources(result, retrieved.lists, fusion=fusion, verbose=verbose)
-    output.print(Text("Answer", style="bold"))
-    return True
+        result["documents"] = chunk.get("documents", result["documents"])
+        held += chunk.get("answer", "")
+        if not shown and held and result["queries"] and result["documents"] is not None:
+            shown = show_sources()
+        if shown:
+            output.print(printable(held), end="", markup=False, soft_wrap=True)
+            held = ""
+    if not shown:
+        show_sources()
+    output.print(printable(held), markup=False, soft_wrap=True)
 
 
 def json_record(
@@ -392,16 +342,14 @@ def json_record(
 ) -> dict[str, Any]:
     """The ``--json`` object: the queries, the fused documents with their scores and ``hits``
     (every list holding them), the failures, and the answer when ``result`` has one."""
+    scores = (FUSION_SCORE_KEY, SCORE_KEY)
     documents = [
         {
             "rank": rank,
             "id": document.id,
-            "fusion_score": document.metadata.get(FUSION_SCORE_KEY),
-            "score": document.metadata.get(SCORE_KEY),
+            **{key: document.metadata.get(key) for key in scores},
             "metadata": {
-                key: value
-                for key, value in document.metadata.items()
-                if key not in (FUSION_SCORE_KEY, SCORE_KEY)
+                key: value for key, value in document.metadata.items() if key not in scores
             },
             "text": document.page_content,
             "hits": _hits(document, lists),
