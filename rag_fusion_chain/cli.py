@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -55,9 +56,8 @@ def _check(question: str | None, strategy: str, index: Path | None = None) -> No
     if question is not None:
         question_of(question)  # the chains' length and encoding bounds
     if strategy not in strategies.STRATEGIES:
-        raise ValueError(
-            f"unknown strategy {strategy!r}: choose one of {', '.join(strategies.STRATEGIES)}"
-        )
+        known = ", ".join(strategies.STRATEGIES)
+        raise ValueError(f"unknown strategy {strategy!r}: choose one of {known}")
     if index is not None and not (index / INDEX_FILE).is_file():
         raise FileNotFoundError(
             f"no index in {index}: build one with `rag-fusion index SOURCE... --out {index}`"
@@ -93,15 +93,20 @@ _HELP = {
     "verbose": "Show each source's id and every ranked list that found it (query, retriever, rank, the retriever's own score).",
     "trust": "Load an index whose signatures (index.json, the FAISS manifest) cannot be verified (made by another user or machine, or changed since). Its FAISS pickle is still read through the allow-list of data classes: only for indexes you trust.",
     "demo_index": "Keep the demo index in this directory. Default: in memory, from the sample's shipped vectors.",
+    "rebuild": "Index the sample again (with --index).",
     "serve_index": f"Index directory written by `rag-fusion index`. Default: ${serving.INDEX_ENV}, else the bundled sample.",
     "chroma_url": f"Search a Chroma server (http://host:port) instead. Default: ${serving.CHROMA_URL_ENV}.",
     "chroma_collection": f"The collection on the Chroma server. Default: ${serving.CHROMA_COLLECTION_ENV}, else {serving.DEFAULT_COLLECTION}.",
     "allow_host": "Also answer requests for this Host name (repeatable; loopback names always).",
     "dataset": "A BEIR dataset folder: corpus.jsonl, queries.jsonl and qrels/SPLIT.tsv (the layout of the BEIR benchmark's zip files, e.g. scifact.zip, unzipped).",
     "setups": "Comma-separated: bm25, dense, hybrid-rrf, hybrid-relative, hybrid-dist, a strategy (rag-fusion, multi-query, ...; needs a chat model) or STRATEGY-offline. The first is the baseline of the significance tests.",
+    "limit": "Evaluate the first N queries only.",
+    "json_out": "Write the scores as JSON.",
+    "cache": "Embedding cache. Default: ~/.cache/rag-fusion-chain.",
     "langsmith": "Run each setup as a LangSmith experiment (needs LANGSMITH_API_KEY; LANGSMITH_ENDPOINT optional); evaluates locally when LangSmith is not configured.",
 }
 """The option help texts too long to sit beside their option."""
+_DEFAULT_SETUPS = "bm25,dense,hybrid-rrf,hybrid-relative,hybrid-dist"
 
 IndexOption = Annotated[Path, typer.Option("--index", "-i", help=_HELP["index"])]
 StrategyOption = Annotated[str, typer.Option("--strategy", "-s", help=_HELP["strategy"])]
@@ -248,13 +253,10 @@ def _index_sample(directory: Path) -> None:
     """Index the sample into ``directory``, from the shipped vectors when they fit MiniLM."""
     output.print(f"Indexing the SciFact sample into {directory}", markup=False)
     shipped = serving.with_shipped_vectors(models.embeddings(models.DEFAULT_EMBEDDING))
+    named = {"embedding_name": models.DEFAULT_EMBEDDING} if shipped else {}  # `ask` reopens it
+    options = {"chunk_size": DEMO_CHUNK_SIZE, "chunk_overlap": 0, "force": True, **named}
     embedding = shipped or models.DEFAULT_EMBEDDING
-    name = models.DEFAULT_EMBEDDING if shipped else None  # `ask` reopens it by name
-    options = {"chunk_size": DEMO_CHUNK_SIZE, "chunk_overlap": 0, "force": True}
-    sample = [str(sample_corpus_path())]
-    _build_index(
-        sample, directory, store="faiss", embedding=embedding, embedding_name=name, **options
-    )
+    _build_index([str(sample_corpus_path())], directory, embedding=embedding, **options)
 
 
 def _demo_index(directory: Path | None, rebuild: bool) -> Any:
@@ -278,9 +280,7 @@ def demo(
     ] = None,
     question: Annotated[str, typer.Option(help="The question to answer.")] = SAMPLE_QUESTION,
     strategy: StrategyOption = chains.RAG_FUSION,
-    rebuild: Annotated[
-        bool, typer.Option("--rebuild", help="Index the sample again (with --index).")
-    ] = False,
+    rebuild: Annotated[bool, typer.Option("--rebuild", help=_HELP["rebuild"])] = False,
 ) -> None:
     """Answer a question offline over the bundled SciFact sample, hybrid search."""
     with reported_errors():
@@ -314,17 +314,14 @@ def serve(
 ) -> None:
     """Serve the strategy's chain with LangServe on 127.0.0.1 (/STRATEGY and /STRATEGY/sources)."""
     with reported_errors():
-        _check(None, strategy)
-        try:
-            import uvicorn
-        except ImportError as error:
-            raise ImportError(
-                'serving needs uvicorn: pip install "rag-fusion-chain[serve]"'
-            ) from error
         source = serving.IndexSource.from_environment(
             index=index_directory, chroma_url=chroma_url, chroma_collection=chroma_collection
         )
         _check(None, strategy, source.index)
+        try:
+            import uvicorn
+        except ImportError as error:
+            raise ImportError('serving needs: pip install "rag-fusion-chain[serve]"') from error
         llm = models.chat_model(model, base_url=base_url, streaming=True)
         opened = serving.open_source(source, embedding, trust=trust_index)
         _note_offline(llm)
@@ -359,15 +356,10 @@ def _langsmith_summary(evaluate: Any, run: Any, queries_limit: int | None) -> An
     with progress_display() as progress:
         dataset, experiments = run(progress=progress_bars(progress, "completed"))
     scores = {experiment.setup: experiment.scores for experiment in experiments}
-    summary = evaluate.Summary(
-        dataset.name,
-        scores,
-        split=dataset.split,
-        query_count=len(dataset.queries),
-        queries_limit=queries_limit,
-    )
-    headers = ["setup", *evaluate.DEFAULT_METRICS, "experiment"]
+    size: dict[str, Any] = {"query_count": len(dataset.queries), "queries_limit": queries_limit}
+    summary = evaluate.Summary(dataset.name, scores, split=dataset.split, **size)
     metrics = evaluate.DEFAULT_METRICS
+    headers = ["setup", *metrics, "experiment"]
     rows = [
         [each.setup, *(f"{each.scores[metric]:.4f}" for metric in metrics), each.experiment_name]
         for each in experiments
@@ -375,31 +367,20 @@ def _langsmith_summary(evaluate: Any, run: Any, queries_limit: int | None) -> An
     output.print(scores_table(headers, rows, title=f"{summary.title}, LangSmith experiments"))
     for experiment in experiments:
         where = experiment.url or f"dataset {experiment.dataset_name}"
-        output.print(
-            f"{experiment.setup}: {experiment.experiment_name} at {where}",
-            markup=False,
-            soft_wrap=True,
-        )
+        line = f"{experiment.setup}: {experiment.experiment_name} at {where}"
+        output.print(line, markup=False, soft_wrap=True)
     return summary
 
 
 @app.command("eval")
 def eval_dataset(
     dataset_dir: Annotated[Path, typer.Argument(help=_HELP["dataset"])],
-    setups: Annotated[
-        str, typer.Option(help=_HELP["setups"])
-    ] = "bm25,dense,hybrid-rrf,hybrid-relative,hybrid-dist",
+    setups: Annotated[str, typer.Option(help=_HELP["setups"])] = _DEFAULT_SETUPS,
     split: Annotated[str, typer.Option(help="Qrels split: qrels/SPLIT.tsv.")] = "test",
-    queries_limit: Annotated[
-        int | None, typer.Option(min=1, help="Evaluate the first N queries only.")
-    ] = None,
-    json_path: Annotated[
-        Path | None, typer.Option("--json", help="Write the scores as JSON.")
-    ] = None,
+    queries_limit: Annotated[int | None, typer.Option(min=1, help=_HELP["limit"])] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help=_HELP["json_out"])] = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="Write a bar chart (PNG).")] = None,
-    cache_dir: Annotated[
-        Path | None, typer.Option(help="Embedding cache. Default: ~/.cache/rag-fusion-chain.")
-    ] = None,
+    cache_dir: Annotated[Path | None, typer.Option(help=_HELP["cache"])] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not cache embeddings.")] = False,
     stat_test: Annotated[str, typer.Option(help="Paired test: student or fisher.")] = "student",
     max_p: Annotated[float, typer.Option(min=0.0, max=1.0, help="Significance level.")] = 0.05,
@@ -414,9 +395,7 @@ def eval_dataset(
         from rag_fusion_chain import evaluate  # the eval extra, imported only by `eval`
 
         if stat_test not in evaluate.STAT_TESTS:
-            raise ValueError(
-                f"unknown --stat-test {stat_test!r}: choose one of {', '.join(evaluate.STAT_TESTS)}"
-            )
+            raise ValueError(f"--stat-test: {stat_test!r} is not one of {evaluate.STAT_TESTS}")
         names = [name.strip() for name in setups.split(",") if name.strip()]
         if not names:
             raise ValueError("--setups is empty: name at least one setup, e.g. bm25")
@@ -425,15 +404,11 @@ def eval_dataset(
         common: dict[str, Any] = {"split": split, "queries_limit": queries_limit, "llm": llm}
         common |= {"embeddings": embedding, "cache_dir": cache, "query_count": n}
         if langsmith and evaluate.langsmith_configured():
-            experiments = evaluate.run_langsmith_experiments
-            run = lambda **more: experiments(dataset_dir, names, **common, **more)  # noqa: E731
+            run = partial(evaluate.run_langsmith_experiments, dataset_dir, names, **common)
             summary = _langsmith_summary(evaluate, run, queries_limit)
         else:
             if langsmith:
-                output.print(
-                    "LangSmith is not configured (LANGSMITH_API_KEY); evaluated locally",
-                    markup=False,
-                )
+                output.print("LangSmith is not configured (LANGSMITH_API_KEY); evaluated locally")
             if any(name != "bm25" for name in names):
                 _announce_corpus_embedding(dataset_dir, cache)
             with progress_display() as progress:

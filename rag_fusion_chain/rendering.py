@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -66,8 +67,7 @@ def describe(error: BaseException) -> str:
 
 @contextlib.contextmanager
 def reported_errors() -> Iterator[None]:
-    """Any error becomes one ``error:`` line and exit code 1, Ctrl-C one ``interrupted:`` line
-    and exit code 130; warnings print as one ``warning:`` line each."""
+    """Errors as one ``error:`` line (exit 1), Ctrl-C as ``interrupted:`` (130), warnings on one line."""
     try:
         with warnings.catch_warnings():
             warnings.showwarning = lambda message, *_, **__: print_line(
@@ -91,8 +91,7 @@ def progress_display() -> Progress:
 def progress_bars(
     progress: Progress, counts: Literal["advance", "completed"] = "advance"
 ) -> Callable[[str, int, int], None]:
-    """A ``(task, count, total)`` callback drawing one bar per task; ``count`` is a step, or with
-    ``counts="completed"`` the total done so far."""
+    """A ``(task, count, total)`` callback, one bar per task; ``count`` is a step or the total done."""
     tasks: dict[str, Any] = {}
 
     def report(task: str, count: int, total: int) -> None:
@@ -118,8 +117,7 @@ def _escaped(text: str) -> str:
 
 
 def printable(text: str) -> str:
-    r"""``text`` without escape sequences, other control and bidi characters shown as ``\uNNNN``:
-    a document cannot recolour, move or reorder the terminal's output."""
+    r"""``text`` without escape sequences, control and bidi characters shown as ``\uNNNN``."""
     return _escaped(_ESCAPE_SEQUENCE.sub("", text))
 
 
@@ -137,10 +135,8 @@ class RankedList(NamedTuple):
 
 
 class RetrievedLists(BaseTracer):
-    """The ranked lists a chain fused, read from its retriever runs however the chain calls them:
-    the runs of its ``retrievers`` (by name; None: any) inside no other retriever (a hybrid's BM25
-    and vectors were fused into its list), each list once (a query step may search the question
-    too); a failed retrieval has none. Pass it as ``{"callbacks": [lists]}``."""
+    """The ranked lists a chain fused: the runs of its ``retrievers`` (by name; None: any) inside no
+    other retriever (a hybrid's lists are fused into its own), each once, failed ones excluded."""
 
     def __init__(self, retrievers: Iterable[Runnable[Any, Any]] | None = None) -> None:
         super().__init__()
@@ -148,8 +144,7 @@ class RetrievedLists(BaseTracer):
         self._found: dict[tuple[Any, ...], tuple[Any, RankedList]] = {}
 
     @property
-    def lists(self) -> list[RankedList]:
-        """The lists in the order their runs started."""
+    def lists(self) -> list[RankedList]:  # in the order their runs started
         return [ranked for _, ranked in sorted(self._found.values(), key=lambda found: found[0])]
 
     def _persist_run(self, run: Run) -> None:
@@ -160,27 +155,23 @@ class RetrievedLists(BaseTracer):
         while parent is not None and parent.run_type != "retriever":
             parent = self.run_map.get(str(parent.parent_run_id))
         if parent is None and (self._sources is None or run.name in self._sources):
-            ranked = RankedList(
-                run.inputs["query"], run.name, (run.outputs or {}).get("documents", [])
-            )
+            documents = (run.outputs or {}).get("documents", [])
+            ranked = RankedList(run.inputs["query"], run.name, documents)
             key = (ranked.query, ranked.source, *map(document_id, ranked.documents))
             self._found.setdefault(key, (run.start_time, ranked))
 
 
 def _hits(document: Document, lists: Sequence[RankedList]) -> list[dict[str, Any]]:
-    """One entry per list holding the document; a fusing retriever's (hybrid) score is its fused one."""
-    key = document_id(document)
-    return [
-        {
-            "query": ranked.query,
-            "retriever": ranked.source,
-            "rank": rank,
-            "score": hit.metadata.get(FUSION_SCORE_KEY, hit.metadata.get(SCORE_KEY)),
-        }
-        for ranked in lists
-        for rank, hit in enumerate(ranked.documents, 1)
-        if document_id(hit) == key
-    ]
+    """Each list holding the document; a fusing retriever's (hybrid's) score is its fused one."""
+    key, hits = document_id(document), []
+    for ranked in lists:
+        for rank, hit in enumerate(ranked.documents, 1):
+            if document_id(hit) == key:
+                score = hit.metadata.get(FUSION_SCORE_KEY, hit.metadata.get(SCORE_KEY))
+                hits.append(
+                    dict(query=ranked.query, retriever=ranked.source, rank=rank, score=score)
+                )
+    return hits
 
 
 TITLE_CHARACTERS, EXCERPT_CHARACTERS = 100, 200
@@ -198,8 +189,7 @@ def _heading(text: str) -> str | None:
 
 
 def title_of(document: Document) -> str:
-    """The title; else the leading markdown heading and the file (its last two path parts, or
-    the URL); else the file; else the id."""
+    """The title, else the leading markdown heading and the file's last two path parts (or URL)."""
     title = " ".join(str(document.metadata.get("title") or "").split())
     if title:
         return title
@@ -239,14 +229,14 @@ def score_explanation(fusion: str, list_count: int) -> str:
     return f"RRF: reciprocal rank fusion, the sum of 1/(60 + rank) over {lists} (one per query and retriever) holding the passage; rows in fused order"
 
 
-def _found_by(document: Document, lists: Sequence[RankedList], queries: Sequence[str]) -> str:
-    """One line per list holding the document: query number, retriever, rank, its own score."""
-    lines = []
+def _found_by(document: Document, lists: Sequence[RankedList], queries: Sequence[str]) -> Text:
+    """The document's id, then each list holding it: query number, retriever, rank, its score."""
+    lines = [printable(str(document.id or ""))]
     for hit in _hits(document, lists):
         number = queries.index(hit["query"]) + 1 if hit["query"] in queries else "?"
         score = f" {hit['score']:.3g}" if isinstance(hit["score"], (int, float)) else ""
         lines.append(f"q{number} {printable(hit['retriever'])} #{hit['rank']}{score}")
-    return "\n".join(lines)
+    return Text("\n".join(lines), overflow="fold")
 
 
 def sources_table(
@@ -257,30 +247,24 @@ def sources_table(
     fusion: str = "rrf",
     verbose: bool = False,
 ) -> Table:
-    """The fused documents, numbered as the answer cites them, with one explained score column;
-    ``verbose`` adds each document's id and the ``lists`` holding it."""
+    """The fused documents as the answer cites them; ``verbose`` adds the ``lists`` holding each."""
+    union, count = fusion == "union", len(lists)
+    caption = score_explanation(fusion, count)
     table = Table(
-        title="Fused sources",
-        title_justify="left",
-        caption=score_explanation(fusion, len(lists)),
-        caption_justify="left",
+        title="Fused sources", caption=caption, title_justify="left", caption_justify="left"
     )
     table.add_column("#", justify="right")
     table.add_column("title / source", ratio=1, min_width=12)
     table.add_column("excerpt", ratio=2, min_width=20)
-    table.add_column("found in" if fusion == "union" else "RRF", justify="right", no_wrap=True)
+    table.add_column("found in" if union else "RRF", justify="right", no_wrap=True)
     if verbose:
         table.add_column("id / found by (query, retriever, rank, score)", ratio=1)
     for number, document in enumerate(documents, 1):
-        cells: list[Any] = [
-            str(number),
-            _shortened(title_of(document), TITLE_CHARACTERS),
-            _shortened(excerpt_of(document), EXCERPT_CHARACTERS),
-            _fused_score(document, fusion == "union", len(lists)),
-        ]
+        title = _shortened(title_of(document), TITLE_CHARACTERS)
+        excerpt = _shortened(excerpt_of(document), EXCERPT_CHARACTERS)
+        cells: list[Any] = [str(number), title, excerpt, _fused_score(document, union, count)]
         if verbose:
-            found_by = _found_by(document, lists, queries)
-            cells.append(Text(f"{printable(str(document.id or ''))}\n{found_by}", overflow="fold"))
+            cells.append(_found_by(document, lists, queries))
         table.add_row(*cells)
     return table
 
@@ -297,9 +281,8 @@ def print_sources(
         message = f"{failure.source} failed for {failure.query!r}: {failure.error}"
         print_line("warning", "yellow", message)
     documents = result.get("documents") or []
-    output.print(
-        sources_table(documents, lists=lists, queries=queries, fusion=fusion, verbose=verbose)
-    )
+    table = sources_table(documents, lists=lists, queries=queries, fusion=fusion, verbose=verbose)
+    output.print(table)
 
 
 def render_answer(
@@ -310,38 +293,29 @@ def render_answer(
     fusion: str = "rrf",
     verbose: bool = False,
 ) -> None:
-    """Stream a ``return_sources=True`` chain: queries, sources, then the answer as it comes.
-    Its dict chunks arrive in any order: the sources are shown once the answer has started and
-    the queries and documents have arrived (retrieval is then complete)."""
+    """Stream a ``return_sources=True`` chain: the sources once the answer, the queries and the
+    documents have all arrived (the chunks come in any order), then the answer as it comes."""
     result: dict[str, Any] = {"queries": [], "failures": [], "documents": None}
-    held, shown = "", False
-    retrieved = RetrievedLists(retrievers)
-
-    def show_sources() -> bool:
-        print_sources(result, retrieved.lists, fusion=fusion, verbose=verbose)
-        output.print(Text("Answer", style="bold"))
-        return True
-
-    for chunk in chain.stream({"question": question}, {"callbacks": [retrieved]}):
+    retrieved, held = RetrievedLists(retrievers), ""
+    chunks = iter(chain.stream({"question": question}, {"callbacks": [retrieved]}))
+    for chunk in chunks:
         result["queries"] += chunk.get("queries", [])
         result["failures"] += chunk.get("failures", [])
         result["documents"] = chunk.get("documents", result["documents"])
         held += chunk.get("answer", "")
-        if not shown and held and result["queries"] and result["documents"] is not None:
-            shown = show_sources()
-        if shown:
-            output.print(printable(held), end="", markup=False, soft_wrap=True)
-            held = ""
-    if not shown:
-        show_sources()
-    output.print(printable(held), markup=False, soft_wrap=True)
+        if held and result["queries"] and result["documents"] is not None:
+            break  # retrieval is complete
+    print_sources(result, retrieved.lists, fusion=fusion, verbose=verbose)
+    output.print(Text("Answer", style="bold"))
+    for chunk in itertools.chain([{"answer": held}], chunks):
+        output.print(printable(chunk.get("answer", "")), end="", markup=False, soft_wrap=True)
+    output.print()
 
 
 def json_record(
     result: dict[str, Any], question: str, strategy: str, lists: Sequence[RankedList]
 ) -> dict[str, Any]:
-    """The ``--json`` object: the queries, the fused documents with their scores and ``hits``
-    (every list holding them), the failures, and the answer when ``result`` has one."""
+    """The ``--json`` object: queries, documents with scores and ``hits``, failures, the answer."""
     scores = (FUSION_SCORE_KEY, SCORE_KEY)
     documents = [
         {
@@ -356,13 +330,9 @@ def json_record(
         }
         for rank, document in enumerate(result["documents"], 1)
     ]
-    record = {
-        "question": question,
-        "strategy": strategy,
-        "queries": list(result["queries"]),
-        "documents": documents,
-        "failures": [vars(failure) for failure in result["failures"]],
-    }
+    failures = [vars(failure) for failure in result["failures"]]
+    record = {"question": question, "strategy": strategy, "queries": list(result["queries"])}
+    record |= {"documents": documents, "failures": failures}
     return {**record, "answer": result["answer"]} if "answer" in result else record
 
 
