@@ -172,6 +172,17 @@ def test_ask_hybrid_on_chroma(chroma_index: Path) -> None:
     assert cited_numbers(result.stdout)
 
 
+def test_ask_hybrid_counts_the_lists_it_fused(faiss_index: Path) -> None:
+    """3 queries over one hybrid retriever: 3 lists, not the hybrid's inner BM25 and vector lists
+    (the caption said 15 for 5 queries), and not the offline query step's own BM25 search."""
+    result = invoke("ask", QUESTION, "--index", faiss_index, "--hybrid", "-n", 2, "-v")
+    assert result.exit_code == 0, result.output
+    assert "over the 3 ranked lists" in " ".join(result.stdout.split())
+    found_by = cells_of_column(result.stdout, 5)
+    assert re.search(r"q1 hybrid #1 0\.\d+", found_by), found_by
+    assert "BM25Retriever" not in found_by and "VectorRetriever" not in found_by
+
+
 def test_retrieve_json_lists_queries_and_scored_documents(faiss_index: Path) -> None:
     result = invoke("retrieve", QUESTION, "--index", faiss_index, "--json", "--hybrid", "-n", 2)
     assert result.exit_code == 0, result.output
