@@ -1,7 +1,7 @@
 """Consecutive ``rag-fusion demo`` runs with a per-run timeout: exit codes, durations, hangs.
 
 Each run is a fresh ``python -m rag_fusion_chain.cli demo`` process on this repository's code,
-offline (no chat model). A run that passes ``--timeout`` counts as a hang: it gets SIGABRT, so
+offline (no chat model; the environment of ``bench_cold_start.py``, one index cache for all runs). A run that passes ``--timeout`` counts as a hang: it gets SIGABRT, so
 that ``PYTHONFAULTHANDLER`` prints every thread's stack, and the stack is kept in the log. Each run
 is appended to ``--log`` (JSON lines) as it ends, so an interrupted loop keeps its runs;
 ``--summarize LOG`` prints the table of a log without running anything.
@@ -20,38 +20,24 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-REPOSITORY = Path(__file__).resolve().parents[1]
+from bench_cold_start import REPOSITORY, environment  # the same offline child environment
+
 ANSWER_MARK = "[offline extractive answer]"
-KEPT_OUTPUT = 4000
-"""Characters of a failed or hung run's stderr kept in the log."""
+KEPT_OUTPUT = 20_000
+"""Characters of a failed or hung run's stderr kept in the log (every thread's stack fits)."""
 
 
-def environment() -> dict[str, str]:
-    """The caller's environment without model settings, offline, on this repository's code."""
-    env = {
-        name: value
-        for name, value in os.environ.items()
-        if not name.startswith(("RAG_FUSION_", "OPENAI_"))
-    }
-    env.update(
-        HF_HUB_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
-        PYTHONFAULTHANDLER="1",
-        PYTHONPATH=str(REPOSITORY),
-    )
-    return env
-
-
-def run_once(number: int, timeout: float) -> dict[str, Any]:
+def run_once(number: int, timeout: float, cache: Path) -> dict[str, Any]:
     """One demo process: its exit code, duration, whether it answered or hung."""
     started = time.monotonic()
     process = subprocess.Popen(
         [sys.executable, "-m", "rag_fusion_chain.cli", "demo"],
-        env=environment(),
+        env={**environment(cache), "PYTHONFAULTHANDLER": "1"},
         cwd=REPOSITORY,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -113,8 +99,9 @@ def main() -> None:
         print(summary(read_log(options.summarize)))
         return
     records = []
+    cache = Path(tempfile.mkdtemp(prefix="demo-loop-"))  # the runs share it, as a user's do
     for number in range(1, options.runs + 1):
-        record = run_once(number, options.timeout)
+        record = run_once(number, options.timeout, cache)
         records.append(record)
         if options.log:
             with options.log.open("a", encoding="utf-8") as log:
