@@ -174,7 +174,7 @@ def _hits(document: Document, lists: Sequence[RankedList]) -> list[dict[str, Any
     return hits
 
 
-TITLE_CHARACTERS, EXCERPT_CHARACTERS = 100, 200
+_TITLE_CHARACTERS, _EXCERPT_CHARACTERS = 100, 200
 """Text shown per source: rich wraps it, so 80 columns show a few lines each."""
 _HEADING = re.compile(r"#{1,6}[ \t]+([^\n]+)")
 
@@ -188,7 +188,7 @@ def _heading(text: str) -> str | None:
     return " ".join(match[1].split()) if match else None
 
 
-def title_of(document: Document) -> str:
+def _title_of(document: Document) -> str:
     """The title, else the leading markdown heading and the file's last two path parts (or URL)."""
     title = " ".join(str(document.metadata.get("title") or "").split())
     if title:
@@ -202,7 +202,7 @@ def title_of(document: Document) -> str:
     return source or str(document.id or "")
 
 
-def excerpt_of(document: Document) -> str:
+def _excerpt_of(document: Document) -> str:
     """The text on one line without the heading or title it starts with (the title is shown)."""
     text = document.page_content.lstrip()
     if _heading(text) is not None:
@@ -221,7 +221,7 @@ def _fused_score(document: Document, union: bool, list_count: int) -> str:
     return (f"{value:g}/{list_count}" if list_count else f"{value:g}") if union else f"{value:.4f}"
 
 
-def score_explanation(fusion: str, list_count: int) -> str:
+def _score_explanation(fusion: str, list_count: int) -> str:
     """The caption explaining the score column of ``rrf`` or ``union`` fusion."""
     lists = f"the {list_count} ranked lists" if list_count else "the ranked lists"
     if fusion == "union":
@@ -249,7 +249,7 @@ def sources_table(
 ) -> Table:
     """The fused documents as the answer cites them; ``verbose`` adds the ``lists`` holding each."""
     union, count = fusion == "union", len(lists)
-    caption = score_explanation(fusion, count)
+    caption = _score_explanation(fusion, count)
     table = Table(
         title="Fused sources", caption=caption, title_justify="left", caption_justify="left"
     )
@@ -260,8 +260,8 @@ def sources_table(
     if verbose:
         table.add_column("id / found by (query, retriever, rank, score)", ratio=1)
     for number, document in enumerate(documents, 1):
-        title = _shortened(title_of(document), TITLE_CHARACTERS)
-        excerpt = _shortened(excerpt_of(document), EXCERPT_CHARACTERS)
+        title = _shortened(_title_of(document), _TITLE_CHARACTERS)
+        excerpt = _shortened(_excerpt_of(document), _EXCERPT_CHARACTERS)
         cells: list[Any] = [str(number), title, excerpt, _fused_score(document, union, count)]
         if verbose:
             cells.append(_found_by(document, lists, queries))
