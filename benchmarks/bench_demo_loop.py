@@ -21,9 +21,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from bench_cold_start import REPOSITORY, environment  # the same offline child environment
 
@@ -32,8 +33,13 @@ KEPT_OUTPUT = 20_000
 """Characters of a failed or hung run's stderr kept in the log (every thread's stack fits)."""
 
 
+def _timed_lines(stream: IO[str], started: float, lines: list[tuple[float, str]]) -> None:
+    lines.extend((time.monotonic() - started, line) for line in stream)
+
+
 def run_once(number: int, timeout: float, cache: Path) -> dict[str, Any]:
-    """One demo process: its exit code, duration, whether it answered or hung."""
+    """One demo process: its exit code, duration, when its answer came, whether it hung."""
+    load = os.getloadavg()[0]
     started = time.monotonic()
     process = subprocess.Popen(
         [sys.executable, "-m", "rag_fusion_chain.cli", "demo"],
@@ -43,45 +49,75 @@ def run_once(number: int, timeout: float, cache: Path) -> dict[str, Any]:
         stderr=subprocess.PIPE,
         text=True,
     )
-    hung = False
+    stdout: list[tuple[float, str]] = []
+    stderr: list[tuple[float, str]] = []
+    readers = [
+        threading.Thread(target=_timed_lines, args=(pipe, started, lines))
+        for pipe, lines in ((process.stdout, stdout), (process.stderr, stderr))
+    ]
+    for reader in readers:
+        reader.start()
     try:
-        stdout, stderr = process.communicate(timeout=timeout)
+        process.wait(timeout=timeout)
+        hung = False
     except subprocess.TimeoutExpired:
         hung = True
         process.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack
         try:
-            stdout, stderr = process.communicate(timeout=30)
+            process.wait(timeout=30)
         except subprocess.TimeoutExpired:
             process.kill()
-            stdout, stderr = process.communicate()
+            process.wait()
+    for reader in readers:
+        reader.join()
+    answered = [at for at, line in stdout if ANSWER_MARK in line]
     record: dict[str, Any] = {
         "run": number,
         "exit_code": process.returncode,
         "seconds": round(time.monotonic() - started, 2),
-        "answered": ANSWER_MARK in stdout,
+        "answer_seconds": round(answered[0], 2) if answered else None,
+        "answered": bool(answered),
         "hung": hung,
+        "load": round(load, 1),
     }
-    if hung or process.returncode or not record["answered"]:
-        record["stderr"] = stderr[-KEPT_OUTPUT:]
+    if hung or process.returncode or not answered:
+        record["stderr"] = "".join(line for _, line in stderr)[-KEPT_OUTPUT:]
     return record
 
 
+def _seconds(values: list[float]) -> str:
+    return f"{statistics.median(values):.1f} / {max(values):.1f}" if values else "-"
+
+
 def summary(records: list[dict[str, Any]]) -> str:
-    """A markdown table of the runs: counts, exit codes, median and max duration of good runs."""
-    good = [record["seconds"] for record in records if record["answered"] and not record["hung"]]
+    """A markdown table of the runs: counts, exit codes, durations of the runs that answered."""
+    good = [record for record in records if record["answered"] and not record["hung"]]
+    timed = [record for record in good if record.get("answer_seconds") is not None]
     codes: dict[int, int] = {}
     for record in records:
         codes[record["exit_code"]] = codes.get(record["exit_code"], 0) + 1
     rows = [
-        ("runs", str(len(records))),
-        ("answered, exit 0", str(sum(r["answered"] and not r["exit_code"] for r in records))),
-        ("hangs (timeout passed)", str(sum(record["hung"] for record in records))),
+        ("runs", len(records)),
+        ("answered and exited 0", sum(r["answered"] and not r["exit_code"] for r in records)),
+        ("hangs (timeout passed)", sum(record["hung"] for record in records)),
+        (
+            "... of which after the answer was printed",
+            sum(r["hung"] and r["answered"] for r in records),
+        ),
         ("exit codes", ", ".join(f"{code}: {count}" for code, count in sorted(codes.items()))),
-        ("median s (answered runs)", f"{statistics.median(good):.1f}" if good else "-"),
-        ("max s (answered runs)", f"{max(good):.1f}" if good else "-"),
-        ("min s (answered runs)", f"{min(good):.1f}" if good else "-"),
+        ("start to exit, s (median / max)", _seconds([record["seconds"] for record in good])),
+        ("start to answer, s (median / max)", _seconds([r["answer_seconds"] for r in timed])),
+        (
+            "answer to exit, s (median / max)",
+            _seconds([r["seconds"] - r["answer_seconds"] for r in timed]),
+        ),
+        (
+            "load average at start (median / max)",
+            _seconds([r["load"] for r in records if "load" in r]),
+        ),
     ]
-    return "\n".join(["| measure | value |", "|---|---|", *(f"| {a} | {b} |" for a, b in rows)])
+    lines = [f"| {measure} | {value} |" for measure, value in rows]
+    return "\n".join(["| measure | value |", "|---|---|", *lines])
 
 
 def read_log(path: Path) -> list[dict[str, Any]]:
