@@ -583,6 +583,8 @@ def test_boolean_options_are_flags_in_help_and_parsing(
 def test_help_texts_say_what_each_command_does_with_embeddings() -> None:
     asked = " ".join(invoke("ask", "--help").stdout.split())
     assert "Default: the ones the index was built with" in asked
+    listed = f"Query strategy: {', '.join(strategies.STRATEGIES)}."  # from the registry
+    assert "".join(listed.split()) in "".join(asked.split())  # click may wrap at a hyphen
     for command in ("eval", "index"):
         text = " ".join(invoke(command, "--help").stdout.split())
         assert "index's own" not in text and "the index was built with" not in text
