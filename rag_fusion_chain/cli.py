@@ -35,8 +35,7 @@ from rag_fusion_chain.retrievers.index_directory import INDEX_FILE, build_index,
 from rag_fusion_chain.retrievers.stores import UntrustedIndexError
 from rag_fusion_chain.validation import question_of
 
-DEFAULT_K = 10
-"""Documents per retriever call."""
+DEFAULT_K = 10  # documents per retriever call
 DEMO_CHUNK_SIZE = 1500
 """Tokens per chunk in the demo: one chunk per abstract (300 texts to embed, not 600)."""
 

@@ -31,7 +31,7 @@ output = Console(highlight=False)
 errors = Console(stderr=True, highlight=False)
 
 
-def print_line(label: str, style: str, message: str) -> None:
+def print_line(label: str, style: str, message: object) -> None:
     """One ``label: message`` line on stderr, the API key from the environment redacted."""
     text = " ".join(str(message).split())
     secret = os.environ.get(models.API_KEY_ENV)
@@ -70,9 +70,7 @@ def reported_errors() -> Iterator[None]:
     """Errors as one ``error:`` line (exit 1), Ctrl-C as ``interrupted:`` (130), warnings on one line."""
     try:
         with warnings.catch_warnings():
-            warnings.showwarning = lambda message, *_, **__: print_line(
-                "warning", "yellow", str(message)
-            )
+            warnings.showwarning = lambda text, *_, **__: print_line("warning", "yellow", text)
             yield
     except (typer.Exit, typer.Abort):
         raise
@@ -136,7 +134,7 @@ class RankedList(NamedTuple):
 
 class RetrievedLists(BaseTracer):
     """The ranked lists a chain fused: the runs of its ``retrievers`` (by name; None: any) inside no
-    other retriever (a hybrid's lists are fused into its own), each once, failed ones excluded."""
+    other such run (a hybrid's lists are fused into its own), each once, failed ones excluded."""
 
     def __init__(self, retrievers: Iterable[Runnable[Any, Any]] | None = None) -> None:
         super().__init__()
@@ -150,11 +148,14 @@ class RetrievedLists(BaseTracer):
     def _persist_run(self, run: Run) -> None:
         """Nothing to keep but the lists."""
 
+    def _counted(self, run: Run) -> bool:
+        return run.run_type == "retriever" and (self._sources is None or run.name in self._sources)
+
     def _on_retriever_end(self, run: Run) -> None:
         parent = self.run_map.get(str(run.parent_run_id))
-        while parent is not None and parent.run_type != "retriever":
+        while parent is not None and not self._counted(parent):
             parent = self.run_map.get(str(parent.parent_run_id))
-        if parent is None and (self._sources is None or run.name in self._sources):
+        if parent is None and self._counted(run):
             documents = (run.outputs or {}).get("documents", [])
             ranked = RankedList(run.inputs["query"], run.name, documents)
             key = (ranked.query, ranked.source, *map(document_id, ranked.documents))
@@ -221,14 +222,6 @@ def _fused_score(document: Document, union: bool, list_count: int) -> str:
     return (f"{value:g}/{list_count}" if list_count else f"{value:g}") if union else f"{value:.4f}"
 
 
-def _score_explanation(fusion: str, list_count: int) -> str:
-    """The caption explaining the score column of ``rrf`` or ``union`` fusion."""
-    lists = f"the {list_count} ranked lists" if list_count else "the ranked lists"
-    if fusion == "union":
-        return f"found in: how many of {lists} (one per query and retriever) returned the passage"
-    return f"RRF: reciprocal rank fusion, the sum of 1/(60 + rank) over {lists} (one per query and retriever) holding the passage; rows in fused order"
-
-
 def _found_by(document: Document, lists: Sequence[RankedList], queries: Sequence[str]) -> Text:
     """The document's id, then each list holding it: query number, retriever, rank, its score."""
     lines = [printable(str(document.id or ""))]
@@ -247,9 +240,14 @@ def sources_table(
     fusion: str = "rrf",
     verbose: bool = False,
 ) -> Table:
-    """The fused documents as the answer cites them; ``verbose`` adds the ``lists`` holding each."""
+    """The fused documents as the answer cites them, score explained; ``verbose`` adds where found."""
     union, count = fusion == "union", len(lists)
-    caption = _score_explanation(fusion, count)
+    lists_named = f"the {count} ranked lists" if count else "the ranked lists"
+    found_in = (
+        f"found in: how many of {lists_named} (one per query and retriever) returned the passage"
+    )
+    rrf = f"RRF: reciprocal rank fusion, the sum of 1/(60 + rank) over {lists_named} (one per query and retriever) holding the passage; rows in fused order"
+    caption = found_in if union else rrf
     table = Table(
         title="Fused sources", caption=caption, title_justify="left", caption_justify="left"
     )

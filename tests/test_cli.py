@@ -785,7 +785,8 @@ def test_the_lists_counted_are_the_ones_fused_not_the_hybrids_inner_lists() -> N
 
 
 def test_retrieved_lists_skip_a_failed_retrieval() -> None:
-    """A retriever that fails gives no list: the count is the lists that were fused."""
+    """A retriever that fails gives no list: the count is the lists that were fused; a wrapper
+    around the chain's retriever does not hide its lists."""
     from langchain_core.callbacks import CallbackManagerForRetrieverRun
     from langchain_core.documents import Document
     from langchain_core.retrievers import BaseRetriever
@@ -800,14 +801,23 @@ def test_retrieved_lists_skip_a_failed_retrieval() -> None:
                 raise ConnectionError("down")
             return [Document(query)]
 
+    class TimeBound(BaseRetriever):  # a wrapper of another name, as a fan-out may add
+        inner: BaseRetriever
+
+        def _get_relevant_documents(
+            self, query: str, *, run_manager: CallbackManagerForRetrieverRun
+        ) -> list[Document]:
+            return self.inner.invoke(query, {"callbacks": run_manager.get_child()})
+
     retriever = Flaky()
-    collected = RetrievedLists([retriever])
-    results = retriever.batch(
-        ["one", "fail", "two"], {"callbacks": [collected]}, return_exceptions=True
-    )
-    assert isinstance(results[1], ConnectionError)
-    assert sorted(ranked.query for ranked in collected.lists) == ["one", "two"]
-    assert {ranked.source for ranked in collected.lists} == {"Flaky"}
+    for searched in (retriever, TimeBound(inner=retriever)):
+        collected = RetrievedLists([retriever])
+        results = searched.batch(
+            ["one", "fail", "two"], {"callbacks": [collected]}, return_exceptions=True
+        )
+        assert isinstance(results[1], ConnectionError)
+        assert sorted(ranked.query for ranked in collected.lists) == ["one", "two"]
+        assert {ranked.source for ranked in collected.lists} == {"Flaky"}
 
 
 def test_ctrl_c_ends_with_one_line_and_exit_status_130(
