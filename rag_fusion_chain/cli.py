@@ -1,24 +1,12 @@
-"""The ``rag-fusion`` command: index documents, ask and retrieve with any strategy, demo, serve.
-
-Commands parse their options, call the library and render with rich; nothing here retrieves,
-fuses or answers by itself. An index directory (:mod:`rag_fusion_chain.retrievers.index_directory`)
-holds ``index.json`` (what built it), the vector store (``faiss/`` or ``chroma/``) and a BM25
-index (``bm25/``) for ``--hybrid`` and for the offline query generator. A FAISS index is loaded
-only when its signed manifest verifies (made by this user, unchanged), unless ``--trust-index``.
-
-Models come from options or the environment (:mod:`rag_fusion_chain.models`): ``--model`` /
-``RAG_FUSION_CHAT_MODEL`` with ``OPENAI_API_KEY`` and ``OPENAI_BASE_URL``; ``--embedding`` /
-``RAG_FUSION_EMBEDDING``. Without a chat model everything runs offline (:mod:`offline`). Expected
-failures (a missing index or file, an unreachable URL, an unknown store or strategy, a model
-without its key) end with one ``error:`` line on stderr and exit code 1.
-"""
+"""The ``rag-fusion`` command: parse the options, call the library, render with rich; every
+expected failure is one ``error:`` line and exit code 1, arguments are checked before anything loads."""
 
 from __future__ import annotations
 
 import os
-import sys
 import warnings
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -32,32 +20,24 @@ from rag_fusion_chain.fusion import UniqueUnion
 from rag_fusion_chain.pipeline import retrieval_pipeline
 from rag_fusion_chain.rendering import (
     RetrievedLists,
-    answer_record,
+    json_record,
     json_text,
     output,
     print_line,
-    print_queries,
+    print_sources,
     progress_bars,
     progress_display,
     render_answer,
     reported_errors,
-    retrieval_record,
     scores_table,
-    sources_table,
 )
-from rag_fusion_chain.retrievers.index_directory import (
-    INDEX_FILE,
-    OpenedIndex,
-    build_index,
-    open_index,
-)
+from rag_fusion_chain.retrievers.index_directory import INDEX_FILE, build_index, open_index
 from rag_fusion_chain.retrievers.stores import UntrustedIndexError
 from rag_fusion_chain.validation import question_of
 
-DEFAULT_K = 10
-"""Documents per retriever call."""
+DEFAULT_K = 10  # documents per retriever call
 DEMO_CHUNK_SIZE = 1500
-"""Tokens per chunk in the demo: one chunk per abstract, so the demo embeds 300 texts, not 600."""
+"""Tokens per chunk in the demo: one chunk per abstract (300 texts to embed, not 600)."""
 
 app = typer.Typer(
     name="rag-fusion",
@@ -68,36 +48,19 @@ app = typer.Typer(
 )
 
 
-def _choice(name: str, value: str, choices: Sequence[str]) -> str:
-    if value not in choices:
-        raise ValueError(f"unknown {name} {value!r}: choose one of {', '.join(choices)}")
-    return value
-
-
-def _check_question(question: str) -> None:
-    """An empty or over-long question is refused before anything loads."""
-    if not question.strip():
+def _check(question: str | None, strategy: str, index: Path | None = None) -> None:
+    """Refuse an empty or over-long question, an unknown strategy or a missing index at once."""
+    if question is not None and not question.strip():
         raise ValueError("QUESTION is empty: give the question to search for, in quotes")
-    question_of(question)  # the length and encoding bounds the chains apply, checked up front
-
-
-def _check_index(directory: Path) -> None:
-    """A missing index is refused before any model loads, in the command line's words."""
-    if not (directory / INDEX_FILE).is_file():
+    if question is not None:
+        question_of(question)  # the chains' length and encoding bounds
+    if strategy not in strategies.STRATEGIES:
+        known = ", ".join(strategies.STRATEGIES)
+        raise ValueError(f"unknown strategy {strategy!r}: choose one of {known}")
+    if index is not None and not (index / INDEX_FILE).is_file():
         raise FileNotFoundError(
-            f"no index in {directory}: build one with `rag-fusion index SOURCE... --out {directory}`"
+            f"no index in {index}: build one with `rag-fusion index SOURCE... --out {index}`"
         )
-
-
-def _write_scores(json_path: Path | None, plot: Path | None, summary: Any) -> None:
-    """Write an evaluation's :class:`~rag_fusion_chain.evaluate.Summary` as JSON and as a plot
-    when asked to."""
-    from rag_fusion_chain import evaluate  # the eval extra, imported only by `eval`
-
-    if json_path is not None:
-        output.print(f"Wrote {evaluate.write_json(json_path, summary)}", markup=False)
-    if plot is not None:
-        output.print(f"Wrote {evaluate.write_plot(plot, summary)}", markup=False)
 
 
 def _build_index(sources: Sequence[str], out: Path, **options: Any) -> dict[str, Any]:
@@ -106,88 +69,57 @@ def _build_index(sources: Sequence[str], out: Path, **options: Any) -> dict[str,
         return build_index(sources, out, on_progress=progress_bars(progress), **options)
 
 
-# --------------------------------------------------------------------------------------------
-# Options shared by the commands
-# --------------------------------------------------------------------------------------------
+def _note_offline(llm: Any) -> None:
+    if llm is None:
+        print_line("note", "cyan", f"no chat model configured: answers are {offline.OFFLINE_LABEL}")
 
-IndexOption = Annotated[
-    Path, typer.Option("--index", "-i", help="Index directory written by `rag-fusion index`.")
-]
-StrategyOption = Annotated[
-    str,
-    typer.Option(
-        "--strategy",
-        "-s",
-        help=f"Query strategy: {', '.join(strategies.STRATEGIES)}.",
-    ),
-]
-HybridOption = Annotated[
-    bool,
-    typer.Option("--hybrid/--no-hybrid", help="Fuse BM25 keyword search with the vector store."),
-]
-ModelOption = Annotated[
-    str | None,
-    typer.Option(
-        "--model",
-        "-m",
-        help="Chat model name (OpenAI-compatible); 'offline' for none. "
-        f"Default: ${models.CHAT_MODEL_ENV}, else offline unless ${models.API_KEY_ENV} is set.",
-    ),
-]
-BaseUrlOption = Annotated[
-    str | None,
-    typer.Option(
-        "--base-url", help=f"OpenAI-compatible endpoint. Default: ${models.BASE_URL_ENV}."
-    ),
-]
-_EMBEDDING_NAMES = "minilm, openai:<model>, sentence-transformers:<dir>, modelscope:<dir>"
-EmbeddingOption = Annotated[
-    str | None,
-    typer.Option(
-        "--embedding",
-        "-e",
-        help=f"Embeddings for the queries: {_EMBEDDING_NAMES}. Default: the ones the index "
-        "was built with.",
-    ),
-]
-NewEmbeddingOption = Annotated[
-    str | None,
-    typer.Option(
-        "--embedding",
-        "-e",
-        help=f"Embeddings: {_EMBEDDING_NAMES}. Default: ${models.EMBEDDING_ENV}, else "
-        f"{models.DEFAULT_EMBEDDING}.",
-    ),
-]
+
+def _fusion_shown(strategy: str) -> str:
+    """How the strategy's fused score reads: a count of lists (unique union) or an RRF score."""
+    return "union" if isinstance(strategies.get(strategy).default_fusion, UniqueUnion) else "rrf"
+
+
+_EMBEDDINGS = "minilm, openai:<model>, sentence-transformers:<dir>, modelscope:<dir>"
+_HELP = {
+    "index": "Index directory written by `rag-fusion index`.",
+    "strategy": f"Query strategy: {', '.join(strategies.STRATEGIES)}.",
+    "hybrid": "Fuse BM25 keyword search with the vector store.",
+    "json": "Print one JSON object on stdout instead of tables.",
+    "model": f"Chat model name (OpenAI-compatible); 'offline' for none. Default: ${models.CHAT_MODEL_ENV}, else offline unless ${models.API_KEY_ENV} is set.",
+    "base_url": f"OpenAI-compatible endpoint. Default: ${models.BASE_URL_ENV}.",
+    "embedding": f"Embeddings for the queries: {_EMBEDDINGS}. Default: the ones the index was built with.",
+    "new": f"Embeddings: {_EMBEDDINGS}. Default: ${models.EMBEDDING_ENV}, else {models.DEFAULT_EMBEDDING}.",
+    "verbose": "Show each source's id and every ranked list that found it (query, retriever, rank, the retriever's own score).",
+    "trust": "Load an index whose signatures (index.json, the FAISS manifest) cannot be verified (made by another user or machine, or changed since). Its FAISS pickle is still read through the allow-list of data classes: only for indexes you trust.",
+    "demo_index": "Keep the demo index in this directory. Default: in memory, from the sample's shipped vectors.",
+    "rebuild": "Index the sample again (with --index).",
+    "serve_index": f"Index directory written by `rag-fusion index`. Default: ${serving.INDEX_ENV}, else the bundled sample.",
+    "chroma_url": f"Search a Chroma server (http://host:port) instead. Default: ${serving.CHROMA_URL_ENV}.",
+    "chroma_collection": f"The collection on the Chroma server. Default: ${serving.CHROMA_COLLECTION_ENV}, else {serving.DEFAULT_COLLECTION}.",
+    "allow_host": "Also answer requests for this Host name (repeatable; loopback names always).",
+    "dataset": "A BEIR dataset folder: corpus.jsonl, queries.jsonl and qrels/SPLIT.tsv (the layout of the BEIR benchmark's zip files, e.g. scifact.zip, unzipped).",
+    "setups": "Comma-separated: bm25, dense, hybrid-rrf, hybrid-relative, hybrid-dist, a strategy (rag-fusion, multi-query, ...; needs a chat model) or STRATEGY-offline. The first is the baseline of the significance tests.",
+    "limit": "Evaluate the first N queries only.",
+    "json_out": "Write the scores as JSON.",
+    "cache": "Embedding cache. Default: ~/.cache/rag-fusion-chain.",
+    "langsmith": "Run each setup as a LangSmith experiment (needs LANGSMITH_API_KEY; LANGSMITH_ENDPOINT optional); evaluates locally when LangSmith is not configured.",
+}
+"""The option help texts too long to sit beside their option."""
+_DEFAULT_SETUPS = "bm25,dense,hybrid-rrf,hybrid-relative,hybrid-dist"
+
+IndexOption = Annotated[Path, typer.Option("--index", "-i", help=_HELP["index"])]
+StrategyOption = Annotated[str, typer.Option("--strategy", "-s", help=_HELP["strategy"])]
+HybridOption = Annotated[bool, typer.Option("--hybrid/--no-hybrid", help=_HELP["hybrid"])]
+ModelOption = Annotated[str | None, typer.Option("--model", "-m", help=_HELP["model"])]
+BaseUrlOption = Annotated[str | None, typer.Option("--base-url", help=_HELP["base_url"])]
+EmbeddingOption = Annotated[str | None, typer.Option("--embedding", "-e", help=_HELP["embedding"])]
+NewEmbeddingOption = Annotated[str | None, typer.Option("--embedding", "-e", help=_HELP["new"])]
 CountOption = Annotated[int, typer.Option("--queries", "-n", min=1, help="Queries to generate.")]
 KOption = Annotated[int, typer.Option("--k", "-k", min=1, help="Documents per retriever call.")]
 TopOption = Annotated[int, typer.Option("--top-n", min=1, help="Fused documents kept.")]
-VerboseOption = Annotated[
-    bool,
-    typer.Option(
-        "--verbose",
-        "-v",
-        help="Show each source's id and every ranked list that found it (query, retriever, "
-        "rank, the retriever's own score).",
-    ),
-]
-JsonOption = Annotated[
-    bool, typer.Option("--json", help="Print one JSON object on stdout instead of tables.")
-]
-TrustOption = Annotated[
-    bool,
-    typer.Option(
-        "--trust-index",
-        help="Load an index whose signatures (index.json, the FAISS manifest) cannot be "
-        "verified (made by another user or machine, or changed since). Its FAISS pickle is "
-        "still read through the allow-list of data classes: only for indexes you trust.",
-    ),
-]
-
-
-# --------------------------------------------------------------------------------------------
-# Commands
-# --------------------------------------------------------------------------------------------
+VerboseOption = Annotated[bool, typer.Option("--verbose", "-v", help=_HELP["verbose"])]
+JsonOption = Annotated[bool, typer.Option("--json", help=_HELP["json"])]
+TrustOption = Annotated[bool, typer.Option("--trust-index", help=_HELP["trust"])]
 
 
 @app.command()
@@ -290,33 +222,8 @@ def index(
             )
 
 
-def _print_json(record: dict[str, Any]) -> None:
-    """One JSON object on stdout, nothing else (notes and warnings go to stderr)."""
-    sys.stdout.write(json_text(record) + "\n")
-
-
-def _fusion_shown(strategy: str) -> str:
-    """How the strategy's fused score reads: a count of lists (unique union) or an RRF score."""
-    return "union" if isinstance(strategies.get(strategy).default_fusion, UniqueUnion) else "rrf"
-
-
-def _models_and_index(
-    model: str | None,
-    base_url: str | None,
-    directory: Path,
-    embedding: str | None,
-    trust: bool,
-) -> tuple[Any, OpenedIndex]:
-    """The chat model (None: offline, said in a note) and the opened index; fails fast."""
-    llm = models.chat_model(model, base_url=base_url, streaming=True)
-    opened = open_index(directory, embedding, trust=trust)
-    if llm is None:
-        print_line("note", "cyan", f"no chat model configured: answers are {offline.OFFLINE_LABEL}")
-    return llm, opened
-
-
-@app.command()
-def ask(
+def search(
+    context: typer.Context,
     question: Annotated[str, typer.Argument(help="The question.")],
     index_directory: IndexOption,
     strategy: StrategyOption = chains.RAG_FUSION,
@@ -331,93 +238,45 @@ def ask(
     verbose: VerboseOption = False,
     trust_index: TrustOption = False,
 ) -> None:
-    """Answer QUESTION: show the queries, the fused sources with scores, then the answer."""
+    """``ask`` and ``retrieve``: the same options, ``retrieve`` stops before the answer."""
     with reported_errors():
-        _check_question(question)
-        _choice("strategy", strategy, strategies.STRATEGIES)
-        _check_index(index_directory)
-        llm, opened = _models_and_index(model, base_url, index_directory, embedding, trust_index)
-        chain = chains.chain_for(
-            strategy,
-            opened.retrievers(hybrid, k),
-            llm,
-            feedback=opened.bm25,
-            n=n,
-            top_n=top_n,
-            return_sources=True,
-        )
-        if json_output:
-            retrieved = RetrievedLists()
-            result = chain.invoke({"question": question}, {"callbacks": [retrieved]})
-            _print_json(answer_record(result, question, strategy, retrieved.lists))
-            return
-        render_answer(chain, question, fusion=_fusion_shown(strategy), verbose=verbose)
-
-
-@app.command()
-def retrieve(
-    question: Annotated[str, typer.Argument(help="The question.")],
-    index_directory: IndexOption,
-    strategy: StrategyOption = chains.RAG_FUSION,
-    hybrid: HybridOption = False,
-    model: ModelOption = None,
-    base_url: BaseUrlOption = None,
-    embedding: EmbeddingOption = None,
-    n: CountOption = 4,
-    k: KOption = DEFAULT_K,
-    top_n: TopOption = chains.DEFAULT_TOP_N,
-    json_output: JsonOption = False,
-    verbose: VerboseOption = False,
-    trust_index: TrustOption = False,
-) -> None:
-    """Retrieve for QUESTION without answering: the queries and the fused documents."""
-    with reported_errors():
-        _check_question(question)
-        _choice("strategy", strategy, strategies.STRATEGIES)
-        _check_index(index_directory)
-        llm = models.chat_model(model, base_url=base_url)
+        _check(question, strategy, index_directory)
+        answer = context.info_name == "ask"
+        llm = models.chat_model(model, base_url=base_url, streaming=answer)
         opened = open_index(index_directory, embedding, trust=trust_index)
-        chain = retrieval_pipeline(
-            strategy, opened.retrievers(hybrid, k), llm, feedback=opened.bm25, n=n, top_n=top_n
-        )
-        state = chain.invoke({"question": question})
+        retrievers = opened.retrievers(hybrid, k)
+        options: dict[str, Any] = {"feedback": opened.bm25, "n": n, "top_n": top_n}
+        if answer:
+            _note_offline(llm)
+            chain = chains.chain_for(strategy, retrievers, llm, return_sources=True, **options)
+        else:
+            chain = retrieval_pipeline(strategy, retrievers, llm, **options)
+        fusion = _fusion_shown(strategy)
+        if answer and not json_output:
+            return render_answer(chain, question, retrievers, fusion=fusion, verbose=verbose)
+        retrieved = RetrievedLists(retrievers)
+        result = chain.invoke({"question": question}, {"callbacks": [retrieved]})
         if json_output:
-            _print_json(retrieval_record(state, strategy))
-            return
-        print_queries(state["queries"])
-        table = sources_table(
-            state["documents"],
-            lists=state["retrieved"],
-            queries=state["queries"],
-            fusion=_fusion_shown(strategy),
-            verbose=verbose,
-        )
-        output.print(table)
+            print(json_text(json_record(result, question, strategy, retrieved.lists)))
+        else:
+            print_sources(result, retrieved.lists, fusion=fusion, verbose=verbose)
 
 
-def demo_directory() -> Path:
-    """Where ``demo --index`` suggests keeping an index: ``$XDG_CACHE_HOME`` (else ``~/.cache``)."""
-    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(cache) / "rag-fusion-chain" / f"demo-{__version__}"
+app.command("ask", help="Answer QUESTION: the queries, the fused sources, then the answer.")(search)
+app.command("retrieve", help="Retrieve for QUESTION: the queries and the fused sources.")(search)
 
 
 def _index_sample(directory: Path) -> None:
     """Index the sample into ``directory``, from the shipped vectors when they fit MiniLM."""
     output.print(f"Indexing the SciFact sample into {directory}", markup=False)
     shipped = serving.with_shipped_vectors(models.embeddings(models.DEFAULT_EMBEDDING))
-    _build_index(
-        [str(sample_corpus_path())],
-        directory,
-        store="faiss",
-        embedding=shipped or models.DEFAULT_EMBEDDING,
-        embedding_name=models.DEFAULT_EMBEDDING if shipped else None,  # `ask` reopens it by name
-        chunk_size=DEMO_CHUNK_SIZE,
-        chunk_overlap=0,
-        force=True,
-    )
+    named = {"embedding_name": models.DEFAULT_EMBEDDING} if shipped else {}  # `ask` reopens it
+    options = {"chunk_size": DEMO_CHUNK_SIZE, "chunk_overlap": 0, "force": True, **named}
+    embedding = shipped or models.DEFAULT_EMBEDDING
+    _build_index([str(sample_corpus_path())], directory, embedding=embedding, **options)
 
 
-def _demo_index(directory: Path | None, rebuild: bool) -> OpenedIndex:
+def _demo_index(directory: Path | None, rebuild: bool) -> Any:
     """The sample in memory from its shipped vectors, or kept in ``directory`` (built once)."""
     if directory is None:
         return serving.open_source(serving.IndexSource(), models.DEFAULT_EMBEDDING)
@@ -434,63 +293,31 @@ def _demo_index(directory: Path | None, rebuild: bool) -> OpenedIndex:
 @app.command()
 def demo(
     index_directory: Annotated[
-        Path | None,
-        typer.Option(
-            "--index",
-            "-i",
-            help="Keep the demo index in this directory. Default: in memory, from the sample's "
-            "shipped vectors.",
-        ),
+        Path | None, typer.Option("--index", "-i", help=_HELP["demo_index"])
     ] = None,
     question: Annotated[str, typer.Option(help="The question to answer.")] = SAMPLE_QUESTION,
     strategy: StrategyOption = chains.RAG_FUSION,
-    rebuild: Annotated[
-        bool, typer.Option("--rebuild", help="Index the sample again (with --index).")
-    ] = False,
+    rebuild: Annotated[bool, typer.Option("--rebuild", help=_HELP["rebuild"])] = False,
 ) -> None:
     """Answer a question offline over the bundled SciFact sample, hybrid search."""
     with reported_errors():
-        _check_question(question)
-        _choice("strategy", strategy, strategies.STRATEGIES)
+        _check(question, strategy)
         opened = _demo_index(index_directory, rebuild)
         output.print(Text("Question: ", style="bold") + Text(question), soft_wrap=True)
+        retrievers = opened.retrievers(hybrid=True, k=DEFAULT_K)
         chain = chains.chain_for(
-            strategy,
-            opened.retrievers(hybrid=True, k=DEFAULT_K),
-            None,
-            feedback=opened.bm25,
-            return_sources=True,
+            strategy, retrievers, None, feedback=opened.bm25, return_sources=True
         )
-        render_answer(chain, question, fusion=_fusion_shown(strategy))
+        render_answer(chain, question, retrievers, fusion=_fusion_shown(strategy))
 
 
 @app.command()
 def serve(
     index_directory: Annotated[
-        Path | None,
-        typer.Option(
-            "--index",
-            "-i",
-            help=f"Index directory written by `rag-fusion index`. Default: ${serving.INDEX_ENV}, "
-            "else the bundled sample.",
-        ),
+        Path | None, typer.Option("--index", "-i", help=_HELP["serve_index"])
     ] = None,
-    chroma_url: Annotated[
-        str | None,
-        typer.Option(
-            "--chroma-url",
-            help=f"Search a Chroma server (http://host:port) instead. Default: "
-            f"${serving.CHROMA_URL_ENV}.",
-        ),
-    ] = None,
-    chroma_collection: Annotated[
-        str | None,
-        typer.Option(
-            "--chroma-collection",
-            help=f"The collection on the Chroma server. Default: ${serving.CHROMA_COLLECTION_ENV}, "
-            f"else {serving.DEFAULT_COLLECTION}.",
-        ),
-    ] = None,
+    chroma_url: Annotated[str | None, typer.Option(help=_HELP["chroma_url"])] = None,
+    chroma_collection: Annotated[str | None, typer.Option(help=_HELP["chroma_collection"])] = None,
     strategy: StrategyOption = chains.RAG_FUSION,
     hybrid: HybridOption = False,
     model: ModelOption = None,
@@ -500,57 +327,31 @@ def serve(
     k: KOption = DEFAULT_K,
     top_n: TopOption = chains.DEFAULT_TOP_N,
     trust_index: TrustOption = False,
-    allow_host: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--allow-host",
-            help="Also answer requests for this Host name (repeatable; loopback names always).",
-        ),
-    ] = None,
+    allow_host: Annotated[list[str] | None, typer.Option(help=_HELP["allow_host"])] = None,
 ) -> None:
     """Serve the strategy's chain with LangServe on 127.0.0.1 (/STRATEGY and /STRATEGY/sources)."""
     with reported_errors():
-        _choice("strategy", strategy, strategies.STRATEGIES)
-        try:
-            import uvicorn
-        except ImportError as error:
-            raise ImportError(
-                'serving needs uvicorn: pip install "rag-fusion-chain[serve]"'
-            ) from error
         source = serving.IndexSource.from_environment(
             index=index_directory, chroma_url=chroma_url, chroma_collection=chroma_collection
         )
-        if source.index is not None:
-            _check_index(source.index)
+        _check(None, strategy, source.index)
+        try:
+            import uvicorn
+        except ImportError as error:
+            raise ImportError('serving needs: pip install "rag-fusion-chain[serve]"') from error
         llm = models.chat_model(model, base_url=base_url, streaming=True)
         opened = serving.open_source(source, embedding, trust=trust_index)
-        if llm is None:
-            print_line(
-                "note", "cyan", f"no chat model configured: answers are {offline.OFFLINE_LABEL}"
-            )
+        _note_offline(llm)
         retrievers = opened.retrievers(hybrid, k)
-        routes = {
-            path: serving.build_chain(
-                strategy,
-                return_sources=return_sources,
-                chain=chains.chain_for(
-                    strategy,
-                    retrievers,
-                    llm,
-                    feedback=opened.bm25,
-                    top_n=top_n,
-                    return_sources=return_sources,
-                ),
-            )
-            for path, return_sources in ((strategy, False), (f"{strategy}/sources", True))
-        }
+        options: dict[str, Any] = {"feedback": opened.bm25, "top_n": top_n}
+        routes = {}
+        for path, sources in ((strategy, False), (f"{strategy}/sources", True)):
+            chain = chains.chain_for(strategy, retrievers, llm, return_sources=sources, **options)
+            routes[path] = serving.build_chain(strategy, return_sources=sources, chain=chain)
         server = serving.create_app(routes, allowed_hosts=allow_host or ())
-        output.print(
-            f"Serving {strategy} over {source.describe()} on http://127.0.0.1:{port}/{strategy} "
-            f"(playground: /{strategy}/playground/, with sources: /{strategy}/sources)",
-            markup=False,
-            soft_wrap=True,
-        )
+        where = f"{source.describe()} on http://127.0.0.1:{port}/{strategy}"
+        links = f"(playground: /{strategy}/playground/, with sources: /{strategy}/sources)"
+        output.print(f"Serving {strategy} over {where} {links}", markup=False, soft_wrap=True)
         uvicorn.run(server, host="127.0.0.1", port=port, log_level="warning")
 
 
@@ -561,45 +362,42 @@ def _announce_corpus_embedding(dataset_dir: Path, cache: Path | None) -> None:
         return  # the evaluation names the missing file
     with corpus.open("rb") as lines:
         passages = sum(1 for _ in lines)
-    minutes = (passages / 50 / 60, passages / 15 / 60)  # MiniLM on 2 CPU cores: 15-50 a second
+    low, high = passages / 50 / 60, passages / 15 / 60  # MiniLM on 2 CPU cores: 15-50 a second
     reuse = f"later runs reuse the cache in {cache}" if cache else "--no-cache: every run embeds"
-    print_line(
-        "note",
-        "cyan",
-        f"the dense setups embed the corpus ({passages:,} passages) unless it is cached: "
-        f"about {minutes[0]:.0f}-{minutes[1]:.0f} min on 2 CPU cores the first time; {reuse}",
-    )
+    message = f"the dense setups embed the corpus ({passages:,} passages) unless it is cached: about {low:.0f}-{high:.0f} min on 2 CPU cores the first time; {reuse}"
+    print_line("note", "cyan", message)
+
+
+def _langsmith_summary(evaluate: Any, run: Any, queries_limit: int | None) -> Any:
+    """Run each setup as a LangSmith experiment, print the scores and where each experiment is."""
+    with progress_display() as progress:
+        dataset, experiments = run(progress=progress_bars(progress, "completed"))
+    scores = {experiment.setup: experiment.scores for experiment in experiments}
+    size: dict[str, Any] = {"query_count": len(dataset.queries), "queries_limit": queries_limit}
+    summary = evaluate.Summary(dataset.name, scores, split=dataset.split, **size)
+    metrics = evaluate.DEFAULT_METRICS
+    headers = ["setup", *metrics, "experiment"]
+    rows = [
+        [each.setup, *(f"{each.scores[metric]:.4f}" for metric in metrics), each.experiment_name]
+        for each in experiments
+    ]
+    output.print(scores_table(headers, rows, title=f"{summary.title}, LangSmith experiments"))
+    for experiment in experiments:
+        where = experiment.url or f"dataset {experiment.dataset_name}"
+        line = f"{experiment.setup}: {experiment.experiment_name} at {where}"
+        output.print(line, markup=False, soft_wrap=True)
+    return summary
 
 
 @app.command("eval")
 def eval_dataset(
-    dataset_dir: Annotated[
-        Path,
-        typer.Argument(
-            help="A BEIR dataset folder: corpus.jsonl, queries.jsonl and qrels/SPLIT.tsv (the "
-            "layout of the BEIR benchmark's zip files, e.g. scifact.zip, unzipped)."
-        ),
-    ],
-    setups: Annotated[
-        str,
-        typer.Option(
-            help="Comma-separated: bm25, dense, hybrid-rrf, hybrid-relative, hybrid-dist, a "
-            "strategy (rag-fusion, multi-query, ...; needs a chat model) or STRATEGY-offline. "
-            "The first is the baseline of the significance tests."
-        ),
-    ] = "bm25,dense,hybrid-rrf,hybrid-relative,hybrid-dist",
+    dataset_dir: Annotated[Path, typer.Argument(help=_HELP["dataset"])],
+    setups: Annotated[str, typer.Option(help=_HELP["setups"])] = _DEFAULT_SETUPS,
     split: Annotated[str, typer.Option(help="Qrels split: qrels/SPLIT.tsv.")] = "test",
-    queries_limit: Annotated[
-        int | None,
-        typer.Option("--queries-limit", min=1, help="Evaluate the first N queries only."),
-    ] = None,
-    json_path: Annotated[
-        Path | None, typer.Option("--json", help="Write the scores as JSON.")
-    ] = None,
+    queries_limit: Annotated[int | None, typer.Option(min=1, help=_HELP["limit"])] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help=_HELP["json_out"])] = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="Write a bar chart (PNG).")] = None,
-    cache_dir: Annotated[
-        Path | None, typer.Option(help="Embedding cache. Default: ~/.cache/rag-fusion-chain.")
-    ] = None,
+    cache_dir: Annotated[Path | None, typer.Option(help=_HELP["cache"])] = None,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not cache embeddings.")] = False,
     stat_test: Annotated[str, typer.Option(help="Paired test: student or fisher.")] = "student",
     max_p: Annotated[float, typer.Option(min=0.0, max=1.0, help="Significance level.")] = 0.05,
@@ -607,93 +405,42 @@ def eval_dataset(
     base_url: BaseUrlOption = None,
     embedding: NewEmbeddingOption = None,
     n: CountOption = 4,
-    langsmith: Annotated[
-        bool,
-        typer.Option(
-            "--langsmith",
-            help="Run each setup as a LangSmith experiment (needs LANGSMITH_API_KEY; "
-            "LANGSMITH_ENDPOINT optional); evaluates locally when LangSmith is not configured.",
-        ),
-    ] = False,
+    langsmith: Annotated[bool, typer.Option("--langsmith", help=_HELP["langsmith"])] = False,
 ) -> None:
     """Evaluate retrieval setups on a BEIR dataset: nDCG@10, Recall@100, MRR@10, MAP (ranx)."""
     with reported_errors():
-        from rag_fusion_chain import evaluate
+        from rag_fusion_chain import evaluate  # the eval extra, imported only by `eval`
 
-        _choice("--stat-test", stat_test, evaluate.STAT_TESTS)
-
+        if stat_test not in evaluate.STAT_TESTS:
+            raise ValueError(f"--stat-test: {stat_test!r} is not one of {evaluate.STAT_TESTS}")
         names = [name.strip() for name in setups.split(",") if name.strip()]
         if not names:
             raise ValueError("--setups is empty: name at least one setup, e.g. bm25")
         llm = models.chat_model(model, base_url=base_url)
         cache = None if no_cache else (cache_dir or evaluate.DEFAULT_CACHE_DIR)
+        common: dict[str, Any] = {"split": split, "queries_limit": queries_limit, "llm": llm}
+        common |= {"embeddings": embedding, "cache_dir": cache, "query_count": n}
         if langsmith and evaluate.langsmith_configured():
+            run = partial(evaluate.run_langsmith_experiments, dataset_dir, names, **common)
+            summary = _langsmith_summary(evaluate, run, queries_limit)
+        else:
+            if langsmith:
+                output.print("LangSmith is not configured (LANGSMITH_API_KEY); evaluated locally")
+            if any(name != "bm25" for name in names):
+                _announce_corpus_embedding(dataset_dir, cache)
             with progress_display() as progress:
-                dataset, experiments = evaluate.run_langsmith_experiments(
-                    dataset_dir,
-                    names,
-                    split=split,
-                    queries_limit=queries_limit,
-                    llm=llm,
-                    embeddings=embedding,
-                    cache_dir=cache,
-                    query_count=n,
-                    progress=progress_bars(progress, "completed"),
+                bars = progress_bars(progress, "completed")
+                evaluation = evaluate.run_experiment(
+                    dataset_dir, names, **common, stat_test=stat_test, max_p=max_p, progress=bars
                 )
-            summary = evaluate.Summary(
-                dataset.name,
-                {experiment.setup: experiment.scores for experiment in experiments},
-                split=dataset.split,
-                query_count=len(dataset.queries),
-                queries_limit=queries_limit,
-            )
-            rows = [
-                [
-                    experiment.setup,
-                    *(f"{experiment.scores[metric]:.4f}" for metric in evaluate.DEFAULT_METRICS),
-                    experiment.experiment_name,
-                ]
-                for experiment in experiments
-            ]
-            headers = ["setup", *evaluate.DEFAULT_METRICS, "experiment"]
-            output.print(
-                scores_table(headers, rows, title=f"{summary.title}, LangSmith experiments")
-            )
-            for experiment in experiments:
-                where = experiment.url or f"dataset {experiment.dataset_name}"
-                output.print(
-                    f"{experiment.setup}: {experiment.experiment_name} at {where}",
-                    markup=False,
-                    soft_wrap=True,
-                )
-            _write_scores(json_path, plot, summary)
-            return
-        if langsmith:
-            output.print(
-                "LangSmith is not configured (LANGSMITH_API_KEY); evaluated locally", markup=False
-            )
-        if any(name != "bm25" for name in names):
-            _announce_corpus_embedding(dataset_dir, cache)
-        with progress_display() as progress:
-            evaluation = evaluate.run_experiment(
-                dataset_dir,
-                names,
-                split=split,
-                queries_limit=queries_limit,
-                llm=llm,
-                embeddings=embedding,
-                cache_dir=cache,
-                query_count=n,
-                stat_test=stat_test,
-                max_p=max_p,
-                progress=progress_bars(progress, "completed"),
-            )
-        headers, rows = evaluate.comparison_table(evaluation.comparison)
-        caption = (
-            f"p: paired {stat_test} test against {evaluation.comparison.baseline}; * p < {max_p}"
-        )
-        output.print(scores_table(headers, rows, title=evaluation.summary.title, caption=caption))
-        _write_scores(json_path, plot, evaluation.summary)
+            headers, rows = evaluate.comparison_table(evaluation.comparison)
+            summary = evaluation.summary
+            caption = f"p: paired {stat_test} test against {evaluation.comparison.baseline}; * p < {max_p}"
+            output.print(scores_table(headers, rows, title=summary.title, caption=caption))
+        if json_path is not None:
+            output.print(f"Wrote {evaluate.write_json(json_path, summary)}", markup=False)
+        if plot is not None:
+            output.print(f"Wrote {evaluate.write_plot(plot, summary)}", markup=False)
 
 
 def _print_version(requested: bool) -> None:

@@ -172,6 +172,17 @@ def test_ask_hybrid_on_chroma(chroma_index: Path) -> None:
     assert cited_numbers(result.stdout)
 
 
+def test_ask_hybrid_counts_the_lists_it_fused(faiss_index: Path) -> None:
+    """3 queries over one hybrid retriever: 3 lists, not the hybrid's inner BM25 and vector lists
+    (the caption said 15 for 5 queries), and not the offline query step's own BM25 search."""
+    result = invoke("ask", QUESTION, "--index", faiss_index, "--hybrid", "-n", 2, "-v")
+    assert result.exit_code == 0, result.output
+    assert "over the 3 ranked lists" in " ".join(result.stdout.split())
+    found_by = cells_of_column(result.stdout, 5)
+    assert re.search(r"q1 hybrid #1 0\.\d+", found_by), found_by
+    assert "BM25Retriever" not in found_by and "VectorRetriever" not in found_by
+
+
 def test_retrieve_json_lists_queries_and_scored_documents(faiss_index: Path) -> None:
     result = invoke("retrieve", QUESTION, "--index", faiss_index, "--json", "--hybrid", "-n", 2)
     assert result.exit_code == 0, result.output
@@ -572,6 +583,8 @@ def test_boolean_options_are_flags_in_help_and_parsing(
 def test_help_texts_say_what_each_command_does_with_embeddings() -> None:
     asked = " ".join(invoke("ask", "--help").stdout.split())
     assert "Default: the ones the index was built with" in asked
+    listed = f"Query strategy: {', '.join(strategies.STRATEGIES)}."  # from the registry
+    assert "".join(listed.split()) in "".join(asked.split())  # click may wrap at a hyphen
     for command in ("eval", "index"):
         text = " ".join(invoke(command, "--help").stdout.split())
         assert "index's own" not in text and "the index was built with" not in text
@@ -738,7 +751,8 @@ def test_an_over_long_question_is_refused_before_the_index_is_opened(tmp_path) -
 def test_the_lists_counted_are_the_ones_fused_not_the_hybrids_inner_lists() -> None:
     """``--hybrid`` said "over the 15 ranked lists" for 5 queries: the hybrid retriever's own
     BM25 and vector lists were counted beside the 5 it returned, and ``-v`` showed BM25's score
-    as the hybrid's."""
+    as the hybrid's. Counted now: one list per query and retriever of the chain, whatever calls
+    them; not the lists inside the hybrid, nor the offline query step's BM25 search twice."""
     from langchain_core.documents import Document
     from langchain_core.embeddings import DeterministicFakeEmbedding
     from langchain_core.vectorstores import InMemoryVectorStore
@@ -754,16 +768,56 @@ def test_the_lists_counted_are_the_ones_fused_not_the_hybrids_inner_lists() -> N
     bm25 = BM25Retriever.from_documents(documents)
     vectors = InMemoryVectorStore.from_documents(documents, DeterministicFakeEmbedding(size=8))
     hybrid = hybrid_retriever(bm25, vectors.as_retriever(), k=3)
-    chain = chains.chain_for("multi-query", [hybrid], None, feedback=bm25, n=2, return_sources=True)
-    collected = RetrievedLists()
+    retrievers = [hybrid, bm25]  # BM25 alone, inside the hybrid, and in the query step
+    chain = chains.chain_for("multi-query", retrievers, None, feedback=bm25, n=2, return_sources=True)
+    collected = RetrievedLists(retrievers)
     result = chain.invoke("how do heat pumps work", {"callbacks": [collected]})
-    assert len(collected.lists) == len(result["queries"])  # one hybrid list per query
-    assert {ranked.source for ranked in collected.lists} == {"hybrid"}
-    lists_by_query = {ranked.query: ranked for ranked in collected.lists}
+    assert len(collected.lists) == 2 * len(result["queries"])
+    assert sorted((ranked.query, ranked.source) for ranked in collected.lists) == sorted(
+        (query, source) for query in result["queries"] for source in ("hybrid", "BM25Retriever")
+    )
+    hybrid_lists = {ranked.query: ranked for ranked in collected.lists if ranked.source == "hybrid"}
     for document in result["documents"]:
         for hit in hits_of(document, collected.lists):
-            ranked = lists_by_query[hit["query"]]
-            assert hit["score"] == ranked[hit["rank"] - 1].metadata[FUSION_SCORE_KEY]
+            if hit["retriever"] == "hybrid":
+                ranked = hybrid_lists[hit["query"]].documents
+                assert hit["score"] == ranked[hit["rank"] - 1].metadata[FUSION_SCORE_KEY]
+
+
+def test_retrieved_lists_skip_a_failed_retrieval() -> None:
+    """A retriever that fails gives no list: the count is the lists that were fused; a wrapper
+    around the chain's retriever does not hide its lists."""
+    from langchain_core.callbacks import CallbackManagerForRetrieverRun
+    from langchain_core.documents import Document
+    from langchain_core.retrievers import BaseRetriever
+
+    from rag_fusion_chain.rendering import RetrievedLists
+
+    class Flaky(BaseRetriever):
+        def _get_relevant_documents(
+            self, query: str, *, run_manager: CallbackManagerForRetrieverRun
+        ) -> list[Document]:
+            if "fail" in query:
+                raise ConnectionError("down")
+            return [Document(query)]
+
+    class TimeBound(BaseRetriever):  # a wrapper of another name, as a fan-out may add
+        inner: BaseRetriever
+
+        def _get_relevant_documents(
+            self, query: str, *, run_manager: CallbackManagerForRetrieverRun
+        ) -> list[Document]:
+            return self.inner.invoke(query, {"callbacks": run_manager.get_child()})
+
+    retriever = Flaky()
+    for searched in (retriever, TimeBound(inner=retriever)):
+        collected = RetrievedLists([retriever])
+        results = searched.batch(
+            ["one", "fail", "two"], {"callbacks": [collected]}, return_exceptions=True
+        )
+        assert isinstance(results[1], ConnectionError)
+        assert sorted(ranked.query for ranked in collected.lists) == ["one", "two"]
+        assert {ranked.source for ranked in collected.lists} == {"Flaky"}
 
 
 def test_ctrl_c_ends_with_one_line_and_exit_status_130(
