@@ -17,7 +17,6 @@ from rag_fusion_chain import chains, ingest, models, offline, serving, strategie
 from rag_fusion_chain._version import __version__
 from rag_fusion_chain.data import SAMPLE_QUESTION, sample_corpus_path
 from rag_fusion_chain.fusion import UniqueUnion
-from rag_fusion_chain.pipeline import retrieval_pipeline
 from rag_fusion_chain.rendering import (
     RetrievedLists,
     json_record,
@@ -115,6 +114,10 @@ BaseUrlOption = Annotated[str | None, typer.Option("--base-url", help=_HELP["bas
 EmbeddingOption = Annotated[str | None, typer.Option("--embedding", "-e", help=_HELP["embedding"])]
 NewEmbeddingOption = Annotated[str | None, typer.Option("--embedding", "-e", help=_HELP["new"])]
 CountOption = Annotated[int, typer.Option("--queries", "-n", min=1, help="Queries to generate.")]
+StrategyCountOption = Annotated[
+    int | None,
+    typer.Option("--queries", "-n", min=1, help="Queries to generate (default: the strategy's)."),
+]
 KOption = Annotated[int, typer.Option("--k", "-k", min=1, help="Documents per retriever call.")]
 TopOption = Annotated[int, typer.Option("--top-n", min=1, help="Fused documents kept.")]
 VerboseOption = Annotated[bool, typer.Option("--verbose", "-v", help=_HELP["verbose"])]
@@ -226,14 +229,14 @@ def search(
     context: typer.Context,
     question: Annotated[str, typer.Argument(help="The question.")],
     index_directory: IndexOption,
-    strategy: StrategyOption = chains.RAG_FUSION,
+    strategy: StrategyOption = "rag-fusion",
     hybrid: HybridOption = False,
     model: ModelOption = None,
     base_url: BaseUrlOption = None,
     embedding: EmbeddingOption = None,
-    n: CountOption = 4,
+    n: StrategyCountOption = None,
     k: KOption = DEFAULT_K,
-    top_n: TopOption = chains.DEFAULT_TOP_N,
+    top_n: TopOption = strategies.DEFAULT_TOP_N,
     json_output: JsonOption = False,
     verbose: VerboseOption = False,
     trust_index: TrustOption = False,
@@ -245,12 +248,13 @@ def search(
         llm = models.chat_model(model, base_url=base_url, streaming=answer)
         opened = open_index(index_directory, embedding, trust=trust_index)
         retrievers = opened.retrievers(hybrid, k)
-        options: dict[str, Any] = {"feedback": opened.bm25, "n": n, "top_n": top_n}
+        options: dict[str, Any] = {"n": n, "top_n": top_n}
         if answer:
             _note_offline(llm)
             chain = chains.chain_for(strategy, retrievers, llm, return_sources=True, **options)
         else:
-            chain = retrieval_pipeline(strategy, retrievers, llm, **options)
+            retrieval = chains.retrieval_chain(strategy, retrievers, llm, **options)
+            chain = retrieval | (lambda state: {**state, "documents": chains.quoted_documents(state)})
         fusion = _fusion_shown(strategy)
         if answer and not json_output:
             return render_answer(chain, question, retrievers, fusion=fusion, verbose=verbose)
@@ -296,7 +300,7 @@ def demo(
         Path | None, typer.Option("--index", "-i", help=_HELP["demo_index"])
     ] = None,
     question: Annotated[str, typer.Option(help="The question to answer.")] = SAMPLE_QUESTION,
-    strategy: StrategyOption = chains.RAG_FUSION,
+    strategy: StrategyOption = "rag-fusion",
     rebuild: Annotated[bool, typer.Option("--rebuild", help=_HELP["rebuild"])] = False,
 ) -> None:
     """Answer a question offline over the bundled SciFact sample, hybrid search."""
@@ -305,9 +309,7 @@ def demo(
         opened = _demo_index(index_directory, rebuild)
         output.print(Text("Question: ", style="bold") + Text(question), soft_wrap=True)
         retrievers = opened.retrievers(hybrid=True, k=DEFAULT_K)
-        chain = chains.chain_for(
-            strategy, retrievers, None, feedback=opened.bm25, return_sources=True
-        )
+        chain = chains.chain_for(strategy, retrievers, None, return_sources=True)
         render_answer(chain, question, retrievers, fusion=_fusion_shown(strategy))
 
 
@@ -318,14 +320,14 @@ def serve(
     ] = None,
     chroma_url: Annotated[str | None, typer.Option(help=_HELP["chroma_url"])] = None,
     chroma_collection: Annotated[str | None, typer.Option(help=_HELP["chroma_collection"])] = None,
-    strategy: StrategyOption = chains.RAG_FUSION,
+    strategy: StrategyOption = "rag-fusion",
     hybrid: HybridOption = False,
     model: ModelOption = None,
     base_url: BaseUrlOption = None,
     embedding: EmbeddingOption = None,
     port: Annotated[int, typer.Option("--port", "-p", help="Port on 127.0.0.1.")] = 8000,
     k: KOption = DEFAULT_K,
-    top_n: TopOption = chains.DEFAULT_TOP_N,
+    top_n: TopOption = strategies.DEFAULT_TOP_N,
     trust_index: TrustOption = False,
     allow_host: Annotated[list[str] | None, typer.Option(help=_HELP["allow_host"])] = None,
 ) -> None:
@@ -343,7 +345,7 @@ def serve(
         opened = serving.open_source(source, embedding, trust=trust_index)
         _note_offline(llm)
         retrievers = opened.retrievers(hybrid, k)
-        options: dict[str, Any] = {"feedback": opened.bm25, "top_n": top_n}
+        options: dict[str, Any] = {"top_n": top_n}
         routes = {}
         for path, sources in ((strategy, False), (f"{strategy}/sources", True)):
             chain = chains.chain_for(strategy, retrievers, llm, return_sources=sources, **options)

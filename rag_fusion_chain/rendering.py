@@ -328,7 +328,10 @@ def json_record(
         }
         for rank, document in enumerate(result["documents"], 1)
     ]
-    failures = [vars(failure) for failure in result["failures"]]
+    failures = [
+        {"source": failure.source, "query": failure.query, "error": failure.error}
+        for failure in result["failures"]
+    ]
     record = {"question": question, "strategy": strategy, "queries": list(result["queries"])}
     record |= {"documents": documents, "failures": failures}
     return {**record, "answer": result["answer"]} if "answer" in result else record

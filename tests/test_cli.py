@@ -189,16 +189,8 @@ def test_retrieve_json_lists_queries_and_scored_documents(faiss_index: Path) -> 
     record = json.loads(result.stdout)
     assert record["question"] == QUESTION and record["strategy"] == "rag-fusion"
     assert record["queries"][0] == QUESTION and len(record["queries"]) == 3
-    chunk_ids = {
-        entry["id"]
-        for entry in json.loads(
-            (
-                stores_directory(faiss_index, read_settings(faiss_index))
-                / "bm25"
-                / "documents.json"
-            ).read_text("utf-8")
-        )
-    }
+    documents_file = stores_directory(faiss_index, read_settings(faiss_index)) / "bm25"
+    chunk_ids = set(json.loads((documents_file / "documents.json").read_text("utf-8"))["ids"])
     documents = record["documents"]
     assert 1 <= len(documents) <= 5
     assert [document["rank"] for document in documents] == list(range(1, len(documents) + 1))
@@ -768,8 +760,8 @@ def test_the_lists_counted_are_the_ones_fused_not_the_hybrids_inner_lists() -> N
     bm25 = BM25Retriever.from_documents(documents)
     vectors = InMemoryVectorStore.from_documents(documents, DeterministicFakeEmbedding(size=8))
     hybrid = hybrid_retriever(bm25, vectors.as_retriever(), k=3)
-    retrievers = [hybrid, bm25]  # BM25 alone, inside the hybrid, and in the query step
-    chain = chains.chain_for("multi-query", retrievers, None, feedback=bm25, n=2, return_sources=True)
+    retrievers = [hybrid, bm25]  # BM25 alone and inside the hybrid
+    chain = chains.chain_for("multi-query", retrievers, None, n=2, return_sources=True)
     collected = RetrievedLists(retrievers)
     result = chain.invoke("how do heat pumps work", {"callbacks": [collected]})
     assert len(collected.lists) == 2 * len(result["queries"])
