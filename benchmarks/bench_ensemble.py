@@ -31,10 +31,7 @@ from langchain_core.vectorstores import InMemoryVectorStore
 from rag_fusion_chain.fusion import reciprocal_rank_fusion
 from rag_fusion_chain.retrievers import FusionRetriever, MultiRetriever
 
-WORDS = (
-    "heat pump winter air ground solar panel wind turbine battery storage grid insulation "
-    "efficiency cold house energy water boiler electricity cost carbon emission roof window"
-).split()
+WORDS = ["heat", "pump", "winter", "air", "ground", "solar", "panel", "wind", "turbine", "battery", "storage", "grid", "insulation", "efficiency", "cold", "house", "energy", "water", "boiler", "electricity", "cost", "carbon", "emission", "roof", "window"]
 
 
 def passages(count: int, seed: int = 7) -> list[Document]:

@@ -29,8 +29,8 @@ from pydantic import AfterValidator, BaseModel, Field, PrivateAttr, StringConstr
 from pydantic_core import core_schema
 
 from rag_fusion_chain import chains, data, ingest, models, strategies, validation
-from rag_fusion_chain.data import vectors
 from rag_fusion_chain.chains import K_SPEC, N_SPEC, TOP_N_SPEC
+from rag_fusion_chain.data import vectors
 from rag_fusion_chain.retrievers import index_directory, stores
 from rag_fusion_chain.retrievers.bm25 import BM25Retriever
 from rag_fusion_chain.retrievers.index_directory import OpenedIndex

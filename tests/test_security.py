@@ -25,12 +25,12 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 from rag_fusion_chain.retrievers import faiss_files, stores
 from rag_fusion_chain.retrievers.faiss_files import MANIFEST_FILE
 from rag_fusion_chain.retrievers.signing import signature_of, signing_key
-from rag_fusion_chain.validation import MAX_QUESTION_CHARS
 from rag_fusion_chain.retrievers.stores import (
     UntrustedIndexError,
     build_faiss,
     load_faiss,
 )
+from rag_fusion_chain.validation import MAX_QUESTION_CHARS
 
 DOCUMENTS = [
     Document("Heat pumps move heat with a refrigerant.", id="heat", metadata={"page": 1}),
