@@ -69,7 +69,7 @@ def measure(count: int, runs: int) -> dict[str, Any]:
     for _ in range(runs):
         question = " ".join(chooser.choices(WORDS, k=4))
         for name, composition in compositions.items():
-            times[name].append(timed(lambda c=composition: c.invoke(question)))
+            times[name].append(timed(lambda c=composition, q=question: c.invoke(q)))
     base = times["ensemble"]
     return {
         "count": count,
