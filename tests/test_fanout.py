@@ -14,7 +14,7 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
 from langchain_core.language_models import FakeListChatModel
 from langchain_core.retrievers import BaseRetriever
-from langchain_core.runnables import ConfigurableField, RunnableConfig, RunnableLambda
+from langchain_core.runnables import ConfigurableField, Runnable, RunnableConfig, RunnableLambda
 from langchain_core.tracers.base import BaseTracer
 from langchain_core.tracers.schemas import Run
 from langchain_core.vectorstores import InMemoryVectorStore
@@ -389,7 +389,7 @@ def test_the_run_is_named_retrieve_with_one_child_run_per_retriever_call() -> No
 # ---------------------------------------------------------------- FusionRetriever
 
 
-def fake_generator(text: str = "alpha\nbeta\ngamma", n: int = 3) -> queries.QueryGenerator:
+def fake_generator(text: str = "alpha\nbeta\ngamma", n: int = 3) -> Runnable[Any, list[str]]:
     return queries.rag_fusion(FakeListChatModel(responses=[text]), n=n)
 
 
