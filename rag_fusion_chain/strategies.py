@@ -75,6 +75,11 @@ class Strategy:
     default_fusion: BaseFusion = field(default_factory=lambda: reciprocal_rank_fusion)
 
 
+def _searched_text_answer(answer: Callable[..., str]) -> Callable[[State], str]:
+    """The offline answer of a strategy that searched one text instead of the question."""
+    return lambda state: answer(state["question"], state["queries"][0], state["documents"])
+
+
 def _flat_answer(state: State) -> str:
     return offline.extractive_answer(state["question"], state["documents"], state["queries"])
 
@@ -140,9 +145,7 @@ _RECORDS = (
         prompts.ANSWER_PROMPT,
         _one(queries.hyde),
         _offline_one(offline.hypothetical_passage),
-        lambda state: offline.hyde_answer(
-            state["question"], state["queries"][0], state["documents"]
-        ),
+        _searched_text_answer(offline.hyde_answer),
         searches_question=False,
     ),
     Strategy(
@@ -152,9 +155,7 @@ _RECORDS = (
         prompts.ANSWER_PROMPT,
         _one(queries.rewrite),
         _offline_one(offline.keyword_rewrite),
-        lambda state: offline.rewrite_answer(
-            state["question"], state["queries"][0], state["documents"]
-        ),
+        _searched_text_answer(offline.rewrite_answer),
         searches_question=False,
     ),
 )
