@@ -178,6 +178,7 @@ def sample_index(kind: str, cache_dir: Path, embedding: str) -> OpenedIndex:
         "format": index_directory.INDEX_FORMAT,
         "corpus_sha256": stores.file_sha256(corpus),
         "embedding": models.embedding_identity(embeddings),
+        "precision": models.embedding_precision(embeddings),
     }
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
     directory = cache_dir / f"{kind}-{digest[:16]}"

@@ -179,11 +179,11 @@ def test_compare_runs_gives_p_values_against_the_first_run() -> None:
 
 def test_cached_embeddings_encode_each_text_once(tmp_path: Path) -> None:
     model = CountingEmbeddings()
-    cached = CachedEmbeddings(model, model.model_identity, tmp_path, batch_size=2)
+    cached = CachedEmbeddings(model, tmp_path, batch_size=2)
     first = cached.embed_documents(["alpha", "beta", "alpha", "gamma"])
     assert model.encoded_texts == 3 and model.calls == 2  # "alpha" once; batches of two
 
-    again = CachedEmbeddings(model, model.model_identity, tmp_path)
+    again = CachedEmbeddings(model, tmp_path)
     assert again.embed_documents(["gamma", "alpha"]) == [first[3], first[0]]
     assert model.encoded_texts == 3
     assert again.embed_query("alpha") != [] and model.encoded_texts == 4  # queries keyed apart
@@ -203,6 +203,42 @@ def test_second_run_calls_the_encoder_zero_times(tiny_beir: Path, tmp_path: Path
     second = run_setups(dataset, setups, Indexes(dataset.corpus, second_model, tmp_path / "cache"))
     assert second_model.calls == 0
     assert second == first
+
+
+class PrecisionEmbeddings(CountingEmbeddings):
+    """One model identity whose vectors depend on the precision it computes in, as MiniLM's do
+    (OpenVINO picks bf16 or f32 by CPU; ``models.embedding_precision`` reads it)."""
+
+    def __init__(self, precision: str) -> None:
+        super().__init__()
+        self.embedding_precision = precision
+
+    def _vector(self, text: str) -> list[float]:
+        vector = super()._vector(text)
+        return vector if self.embedding_precision == "f32" else [round(x, 2) for x in vector]
+
+
+def test_the_cache_never_serves_vectors_of_another_precision(
+    tiny_beir: Path, tmp_path: Path
+) -> None:
+    dataset = load_beir(tiny_beir)
+    setups, cache = [setup_by_name("dense")], tmp_path / "cache"
+    f32 = PrecisionEmbeddings("f32")
+    run_setups(dataset, setups, Indexes(dataset.corpus, f32, cache))
+
+    bf16 = PrecisionEmbeddings("bf16")
+    indexes = Indexes(dataset.corpus, bf16, cache)
+    run_setups(dataset, setups, indexes)
+    assert bf16.encoded_texts == len(dataset.corpus) + len(dataset.queries)  # nothing reused
+    expected = {"depth": 100, "embedding": f32.model_identity, "precision": "bf16"}
+    assert indexes.settings() == expected
+    cached = CachedEmbeddings(bf16, cache).embed_query(dataset.queries["q1"])
+    assert cached == pytest.approx(bf16.embed_query(dataset.queries["q1"]), abs=1e-6)
+    assert cached != pytest.approx(f32.embed_query(dataset.queries["q1"]), abs=1e-6)
+
+    f32_again = PrecisionEmbeddings("f32")
+    run_setups(dataset, setups, Indexes(dataset.corpus, f32_again, cache))
+    assert f32_again.calls == 0  # each precision keeps its own vectors
 
 
 # --------------------------------------------------------------------------------------------

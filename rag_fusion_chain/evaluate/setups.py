@@ -80,9 +80,8 @@ class Indexes:
         return self.built["dense"]
 
     def settings(self) -> dict[str, Any]:
-        """What the indexes built so far were built with (depth, embedding identity)."""
-        embedding = self.built.get("embedding_identity")
-        return {"depth": self.depth, **({"embedding": embedding} if embedding else {})}
+        """What the indexes built so far were built with (depth; embedding identity, precision)."""
+        return {"depth": self.depth, **self.built.get("embedding", {})}
 
     def _build_dense(self) -> VectorRetriever:
         from rag_fusion_chain import models
@@ -91,12 +90,15 @@ class Indexes:
         embeddings = self.embeddings
         if not isinstance(embeddings, Embeddings):
             embeddings = models.embeddings(embeddings)
-        identity = self.built["embedding_identity"] = models.embedding_identity(embeddings)
+        self.built["embedding"] = {
+            "embedding": models.embedding_identity(embeddings),
+            "precision": models.embedding_precision(embeddings),
+        }
         task = "embedding corpus"
         self.progress(task, 0, len(self.corpus))
         if self.cache_dir is not None:
             report = functools.partial(self.progress, task)
-            embeddings = CachedEmbeddings(embeddings, identity, self.cache_dir, on_progress=report)
+            embeddings = CachedEmbeddings(embeddings, self.cache_dir, on_progress=report)
         store = build_faiss(self.corpus, embeddings)
         if isinstance(embeddings, CachedEmbeddings):
             embeddings.on_progress = None  # query batches are reported as querying
