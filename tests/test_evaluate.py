@@ -30,7 +30,7 @@ from rag_fusion_chain.evaluate import (
     write_plot,
 )
 from rag_fusion_chain.evaluate.metrics import per_query_scores
-from rag_fusion_chain.evaluate.report import results_json, value_labels, y_limits
+from rag_fusion_chain.evaluate.report import marked_score, results_json, y_limits
 
 SCIFACT_DIR = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "scifact"
 
@@ -318,7 +318,7 @@ def test_chart_zooms_to_the_data_and_marks_significant_values(tmp_path: Path) ->
         {"first": HAND_RUN, "second": better, "same": HAND_RUN}, HAND_QRELS, ["mrr@10"]
     )
     summary = Summary("tiny", comparison.scores, comparison=comparison)
-    labels = value_labels(summary, "mrr@10")
+    labels = [marked_score(summary, setup, "mrr@10") for setup in summary.scores]
     assert labels[0] == "0.167" and labels[2] == "0.167"  # baseline and identical run: no mark
     assert labels[1].endswith("*") == comparison.is_significant("second", "mrr@10")
     forced = Summary(
@@ -328,7 +328,7 @@ def test_chart_zooms_to_the_data_and_marks_significant_values(tmp_path: Path) ->
             comparison.scores, {"second": {"mrr@10": 0.001}}, "first", "student", 0.05
         ),
     )
-    assert value_labels(forced, "mrr@10")[1].endswith("*")
+    assert marked_score(forced, "second", "mrr@10").endswith("*")
 
     path = write_plot(tmp_path / "plot.png", summary)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -337,13 +337,15 @@ def test_chart_zooms_to_the_data_and_marks_significant_values(tmp_path: Path) ->
 def test_table_has_a_significance_column() -> None:
     better = {"q1": {"d1": 2.0, "d2": 1.0}, "q2": {"d2": 1.0}, "q3": {"d1": 1.0}}
     comparison = compare_runs({"first": HAND_RUN, "second": better}, HAND_QRELS, ["mrr@10", "map"])
-    headers, rows = comparison_table(comparison)
+    headers, rows = comparison_table(Summary("tiny", comparison.scores, comparison=comparison))
 
     assert headers == ["setup", "mrr@10", "map", "p mrr@10"]
     assert rows[0] == ["first", "0.1667", "0.1944", "-"]
     assert float(rows[1][3]) == pytest.approx(comparison.p_values["second"]["mrr@10"], abs=1e-4)
     significant = comparison.is_significant("second", "mrr@10")
     assert rows[1][1].endswith("*") == significant
+    headers, rows = comparison_table(Summary("tiny", comparison.scores))  # LangSmith: no tests
+    assert headers == ["setup", "mrr@10", "map"] and rows[0] == ["first", "0.1667", "0.1944"]
 
 
 # --------------------------------------------------------------------------------------------

@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from langchain_core.embeddings import Embeddings
 from langchain_core.runnables import Runnable
 
 from rag_fusion_chain.evaluate.beir import BeirDataset, load_beir
 from rag_fusion_chain.evaluate.cache import DEFAULT_CACHE_DIR
-from rag_fusion_chain.evaluate.metrics import DEFAULT_METRICS, Comparison, Run, compare_runs
+from rag_fusion_chain.evaluate.metrics import DEFAULT_METRICS, Run, compare_runs
 from rag_fusion_chain.evaluate.report import Summary
 from rag_fusion_chain.evaluate.setups import (
     DEFAULT_DEPTH,
@@ -29,21 +29,11 @@ from rag_fusion_chain.evaluate.setups import (
 
 @dataclass(frozen=True)
 class Experiment:
-    """What an evaluation produced: its :class:`Summary` (scores, settings, the comparison against
-    the first setup) and the runs."""
+    """What an evaluation produced: its :class:`Summary` (scores, settings, the paired tests
+    against the first setup) and the runs."""
 
     summary: Summary
     runs: dict[str, Run]
-
-    @property
-    def comparison(self) -> Comparison:
-        """The paired tests against the first setup."""
-        return cast(Comparison, self.summary.comparison)
-
-    @property
-    def scores(self) -> dict[str, dict[str, float]]:
-        """``{setup: {metric: mean}}``, as written to ``--json``."""
-        return self.comparison.scores
 
 
 def prepare_evaluation(

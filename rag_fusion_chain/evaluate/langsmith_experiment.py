@@ -21,6 +21,7 @@ from langchain_core.runnables import Runnable
 from rag_fusion_chain.evaluate.beir import BeirDataset
 from rag_fusion_chain.evaluate.experiment import prepare_evaluation
 from rag_fusion_chain.evaluate.metrics import DEFAULT_METRICS, evaluate_run, ranking_scores
+from rag_fusion_chain.evaluate.report import Summary
 from rag_fusion_chain.evaluate.setups import ProgressCallback, Setup, ignore_progress
 from rag_fusion_chain.fusion import document_id
 
@@ -121,8 +122,9 @@ def run_langsmith_experiments(
     upload: bool = True,
     metrics: Sequence[str] = DEFAULT_METRICS,
     **options: Any,
-) -> tuple[BeirDataset, list[LangSmithExperiment]]:
-    """One ``langsmith.evaluate`` experiment per setup over a BEIR dataset, sharing its indexes.
+) -> tuple[Summary, list[LangSmithExperiment]]:
+    """One ``langsmith.evaluate`` experiment per setup over a BEIR dataset, sharing its indexes;
+    returns their :class:`~.report.Summary` (no paired tests) and the experiments.
 
     ``upload=True`` syncs the LangSmith dataset (:func:`sync_dataset`) and uploads through
     ``client`` (default ``langsmith.Client()``); ``upload=False`` evaluates in-memory examples and
@@ -169,7 +171,11 @@ def run_langsmith_experiments(
             LangSmithExperiment(setup.name, scores, name, url, _name(dataset), upload)
         )
     progress("langsmith experiments", len(resolved), len(resolved))
-    return dataset, experiments
+    by_setup = {experiment.setup: experiment.scores for experiment in experiments}
+    size = (len(dataset.queries), options.get("queries_limit"))
+    settings = {setup.name: dict(setup.settings) for setup in resolved}
+    summary = Summary(dataset.name, by_setup, dataset.split, *size, settings, indexes.settings())
+    return summary, experiments
 
 
 def _target(retriever: Runnable[str, list[Document]], upload: bool) -> Callable[..., Any]:
