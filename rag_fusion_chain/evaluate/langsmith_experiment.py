@@ -19,10 +19,15 @@ from langchain_core.documents import Document
 from langchain_core.runnables import Runnable
 
 from rag_fusion_chain.evaluate.beir import BeirDataset
-from rag_fusion_chain.evaluate.experiment import prepare_evaluation
 from rag_fusion_chain.evaluate.metrics import DEFAULT_METRICS, evaluate_run, ranking_scores
 from rag_fusion_chain.evaluate.report import Summary
-from rag_fusion_chain.evaluate.setups import ProgressCallback, Setup, ignore_progress
+from rag_fusion_chain.evaluate.setups import (
+    ProgressCallback,
+    Setup,
+    ignore_progress,
+    prepare_evaluation,
+    summarize,
+)
 from rag_fusion_chain.fusion import document_id
 
 _EXAMPLE_NAMESPACE = uuid.UUID("6f1c0f3e-5a52-4d1e-9a57-3c1f5e0b7a10")
@@ -128,7 +133,7 @@ def run_langsmith_experiments(
 
     ``upload=True`` syncs the LangSmith dataset (:func:`sync_dataset`) and uploads through
     ``client`` (default ``langsmith.Client()``); ``upload=False`` evaluates in-memory examples and
-    sends nothing. ``options``: :func:`~.experiment.prepare_evaluation`'s (``split``, ...).
+    sends nothing. ``options``: :func:`~.setups.prepare_evaluation`'s (``split``, ...).
     """
     import langsmith
 
@@ -172,10 +177,7 @@ def run_langsmith_experiments(
         )
     progress("langsmith experiments", len(resolved), len(resolved))
     by_setup = {experiment.setup: experiment.scores for experiment in experiments}
-    size = (len(dataset.queries), options.get("queries_limit"))
-    settings = {setup.name: dict(setup.settings) for setup in resolved}
-    summary = Summary(dataset.name, by_setup, dataset.split, *size, settings, indexes.settings())
-    return summary, experiments
+    return summarize(dataset, resolved, indexes, by_setup), experiments
 
 
 def _target(retriever: Runnable[str, list[Document]], upload: bool) -> Callable[..., Any]:
