@@ -32,16 +32,6 @@ def vectors_identity(embeddings: Embeddings) -> str:
     return f"{identity}|precision={precision}" if precision else identity
 
 
-def _numpy() -> Any:
-    try:
-        import numpy
-    except ImportError as error:
-        raise ImportError(
-            'the embedding cache needs numpy: pip install "rag-fusion-chain[eval]"'
-        ) from error
-    return numpy
-
-
 class CachedEmbeddings(Embeddings):
     """Embeddings cached on disk under :func:`vectors_identity` and each text's hash: only unseen
     texts reach the model, one ``embed_documents`` call per batch."""
@@ -68,7 +58,8 @@ class CachedEmbeddings(Embeddings):
 
     def _read_new_shards(self) -> None:
         """Load the shards written since the last look, by this process or another."""
-        numpy = _numpy()
+        import numpy  # a dependency of ranx and matplotlib: the eval extra has it
+
         for path in sorted(self.directory.glob("*.npz")):
             if path.name not in self._shards_read:
                 with numpy.load(path, allow_pickle=False) as shard:
@@ -76,7 +67,8 @@ class CachedEmbeddings(Embeddings):
                 self._shards_read.add(path.name)
 
     def _write_shard(self, keys: list[str], vectors: Sequence[Sequence[float]]) -> None:
-        numpy = _numpy()
+        import numpy
+
         array = numpy.asarray(vectors, dtype=numpy.float32)
         if array.shape[0] != len(keys):
             raise ValueError(f"the model returned {array.shape[0]} vectors for {len(keys)} texts")

@@ -128,13 +128,8 @@ def run_langsmith_experiments(
     metrics: Sequence[str] = DEFAULT_METRICS,
     **options: Any,
 ) -> tuple[Summary, list[LangSmithExperiment]]:
-    """One ``langsmith.evaluate`` experiment per setup over a BEIR dataset, sharing its indexes;
-    returns their :class:`~.report.Summary` (no paired tests) and the experiments.
-
-    ``upload=True`` syncs the LangSmith dataset (:func:`sync_dataset`) and uploads through
-    ``client`` (default ``langsmith.Client()``); ``upload=False`` evaluates in-memory examples and
-    sends nothing. ``options``: :func:`~.setups.prepare_evaluation`'s (``split``, ...).
-    """
+    """One ``langsmith.evaluate`` experiment per setup, and their Summary; ``upload=False`` sends
+    nothing (in-memory examples). ``options``: :func:`~.setups.prepare_evaluation`'s."""
     import langsmith
 
     dataset, resolved, indexes = prepare_evaluation(dataset, setups, progress=progress, **options)

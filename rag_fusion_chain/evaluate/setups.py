@@ -54,9 +54,8 @@ def ignore_progress(task: str, completed: int, total: int) -> None:
 
 @dataclass
 class Indexes:
-    """The corpus indexes setups share, each built on first use. ``embeddings`` (an object or a
-    ``models.embeddings`` name; default the kit's) are loaded only for the dense index, and cached
-    under ``cache_dir`` (``None``: no cache)."""
+    """The corpus indexes setups share, each built on first use; ``embeddings`` (an object or a
+    ``models.embeddings`` name) are loaded only for the dense one, cached under ``cache_dir``."""
 
     corpus: Sequence[Document]
     embeddings: Embeddings | str | None = None
@@ -186,9 +185,8 @@ def setup_by_name(
     rrf_k: float = DEFAULT_RRF_K,
     query_count: int = 4,
 ) -> Setup:
-    """A setup by its command-line name: ``bm25``, ``dense``, ``hybrid`` (with
-    :data:`DEFAULT_HYBRID_FUSION`), ``hybrid-`` and a ``fusion.FUSIONS`` name, any strategy of
-    ``strategies.STRATEGIES`` (with ``llm``) or ``STRATEGY-offline``."""
+    """A setup by its command-line name: ``bm25``, ``dense``, ``hybrid``, ``hybrid-`` and a
+    ``fusion.FUSIONS`` name, a strategy (with ``llm``) or ``STRATEGY-offline``."""
     from rag_fusion_chain.strategies import STRATEGIES
 
     if name == "bm25":
@@ -296,10 +294,8 @@ def run_experiment(
     progress: ProgressCallback = ignore_progress,
     **options: Any,
 ) -> Experiment:
-    """Evaluate ``setups`` (names or :class:`Setup` objects) on a BEIR dataset; the first is the
-    baseline of the paired tests. ``options`` are :func:`prepare_evaluation`'s (``split``,
-    ``queries_limit``, ``llm``, ``embeddings``, ``cache_dir``, ``depth``, ``rrf_k``,
-    ``query_count``)."""
+    """Evaluate ``setups`` (names or :class:`Setup` objects) on a BEIR dataset, the first the
+    baseline of the paired tests; ``options``: :func:`prepare_evaluation`'s."""
     dataset, resolved, indexes = prepare_evaluation(dataset, setups, progress=progress, **options)
     runs = run_setups(dataset, resolved, indexes, progress=progress)
     comparison = compare_runs(runs, dataset.qrels, metrics, stat_test=stat_test, max_p=max_p)
