@@ -285,14 +285,13 @@ def _demo_index(directory: Path | None, rebuild: bool) -> Any:
     """The sample in memory from its shipped vectors, or kept in ``directory`` (built once)."""
     if directory is None:
         return serving.open_source(serving.IndexSource(), models.DEFAULT_EMBEDDING)
-    if rebuild or not (directory / INDEX_FILE).is_file():
-        _index_sample(directory)
-    try:
-        return open_index(directory, models.DEFAULT_EMBEDDING)
-    except UntrustedIndexError:  # made by an older kit, another user, or changed: not loaded
-        print_line("note", "cyan", f"the demo index in {directory} cannot be verified")
-        _index_sample(directory)
-        return open_index(directory, models.DEFAULT_EMBEDDING)
+    if not rebuild and (directory / INDEX_FILE).is_file():
+        try:
+            return open_index(directory, models.DEFAULT_EMBEDDING)
+        except UntrustedIndexError:  # made by an older kit, another user, or changed: not loaded
+            print_line("note", "cyan", f"the demo index in {directory} cannot be verified")
+    _index_sample(directory)
+    return open_index(directory, models.DEFAULT_EMBEDDING)
 
 
 @app.command()

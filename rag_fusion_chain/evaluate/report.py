@@ -102,7 +102,6 @@ def write_plot(path: str | Path, summary: Summary) -> Path:
     """A bar chart: one group per setup, one labelled bar per metric, y zoomed (:func:`y_limits`),
     significant values marked ``*`` and hatched; a bare Agg ``Figure`` (no window, no pyplot)."""
     try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError as error:
         raise ImportError('plots need matplotlib: pip install "rag-fusion-chain[eval]"') from error
@@ -113,8 +112,7 @@ def write_plot(path: str | Path, summary: Summary) -> Path:
     metrics = list(scores[setups[0]])
     group_width = 0.8
     bar_width = group_width / max(len(metrics), 1)
-    figure = Figure(figsize=(max(6.0, 1.5 * len(setups) + 2.0), 4.8))
-    FigureCanvasAgg(figure)
+    figure = Figure(figsize=(max(6.0, 1.5 * len(setups) + 2.0), 4.8))  # Agg renders a PNG
     axes = figure.add_subplot()
     for index, metric in enumerate(metrics):
         start = bar_width * (index + 0.5) - group_width / 2

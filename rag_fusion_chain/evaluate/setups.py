@@ -76,15 +76,8 @@ class Indexes:
 
     def dense(self) -> VectorRetriever:
         """The kit's VectorRetriever over a FAISS index of the corpus, ``depth`` documents."""
-        if "dense" not in self.built:
-            self.built["dense"] = self._build_dense()
-        return self.built["dense"]
-
-    def settings(self) -> dict[str, Any]:
-        """What the indexes built so far were built with (depth; embedding identity, precision)."""
-        return {"depth": self.depth, **self.built.get("embedding", {})}
-
-    def _build_dense(self) -> VectorRetriever:
+        if "dense" in self.built:
+            return self.built["dense"]
         from rag_fusion_chain import models
         from rag_fusion_chain.retrievers.stores import VectorRetriever, build_faiss
 
@@ -104,7 +97,12 @@ class Indexes:
         if isinstance(embeddings, CachedEmbeddings):
             embeddings.on_progress = None  # query batches are reported as querying
         self.progress(task, len(self.corpus), len(self.corpus))
-        return VectorRetriever(vectorstore=store, k=self.depth)
+        self.built["dense"] = VectorRetriever(vectorstore=store, k=self.depth)
+        return self.built["dense"]
+
+    def settings(self) -> dict[str, Any]:
+        """What the indexes built so far were built with (depth; embedding identity, precision)."""
+        return {"depth": self.depth, **self.built.get("embedding", {})}
 
 
 @dataclass(frozen=True)
