@@ -25,7 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rag_fusion_chain import models
-from rag_fusion_chain.fusion import FUSION_SCORE_KEY, SCORE_KEY, RankedList, document_id
+from rag_fusion_chain.fusion import FUSION_SCORE_KEY, RRF_K, SCORE_KEY, RankedList, document_id
 
 output = Console(highlight=False)
 errors = Console(stderr=True, highlight=False)
@@ -238,7 +238,7 @@ def sources_table(
     found_in = (
         f"found in: how many of {lists_named} (one per query and retriever) returned the passage"
     )
-    rrf = f"RRF: reciprocal rank fusion, the sum of 1/(60 + rank) over {lists_named} (one per query and retriever) holding the passage; rows in fused order"
+    rrf = f"RRF: reciprocal rank fusion, the sum of 1/({RRF_K} + rank) over {lists_named} (one per query and retriever) holding the passage; rows in fused order"
     caption = found_in if union else rrf
     table = Table(
         title="Fused sources", caption=caption, title_justify="left", caption_justify="left"

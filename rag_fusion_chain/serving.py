@@ -309,8 +309,7 @@ class ServedChain(RunnableSerializable[QuestionInput, Any]):
         """The built chain (opening the index the first time)."""
         with self._lock:
             if self._chain is None:
-                embedding = os.environ.get(models.EMBEDDING_ENV) or None
-                opened = open_source(IndexSource.from_environment(), embedding)
+                opened = open_source(IndexSource.from_environment())  # RAG_FUSION_EMBEDDING
                 self._chain = chains.chain_for(
                     self.strategy,
                     [opened.bm25, opened.vectors],

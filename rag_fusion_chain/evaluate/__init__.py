@@ -1,6 +1,5 @@
-"""Evaluate retrieval setups on BEIR-layout datasets with ranx metrics and paired tests: loading
-(:mod:`.beir`), metrics, an embedding cache, setups, experiments, reports and LangSmith experiments
-(:mod:`.langsmith_experiment`). Nothing here prints."""
+"""Evaluate retrieval setups on BEIR-layout datasets with ranx metrics and paired tests, locally
+or as LangSmith experiments, with an embedding cache; JSON and chart outputs. Nothing here prints."""
 
 from rag_fusion_chain.evaluate.beir import BeirDataset, load_beir
 from rag_fusion_chain.evaluate.cache import DEFAULT_CACHE_DIR, CachedEmbeddings
