@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Sequence
-from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -254,7 +253,9 @@ def search(
             chain = chains.chain_for(strategy, retrievers, llm, return_sources=True, **options)
         else:
             retrieval = chains.retrieval_chain(strategy, retrievers, llm, **options)
-            chain = retrieval | (lambda state: {**state, "documents": chains.quoted_documents(state)})
+            chain = retrieval | (
+                lambda state: {**state, "documents": chains.quoted_documents(state)}
+            )
         fusion = _fusion_shown(strategy)
         if answer and not json_output:
             return render_answer(chain, question, retrievers, fusion=fusion, verbose=verbose)
@@ -284,14 +285,13 @@ def _demo_index(directory: Path | None, rebuild: bool) -> Any:
     """The sample in memory from its shipped vectors, or kept in ``directory`` (built once)."""
     if directory is None:
         return serving.open_source(serving.IndexSource(), models.DEFAULT_EMBEDDING)
-    if rebuild or not (directory / INDEX_FILE).is_file():
-        _index_sample(directory)
-    try:
-        return open_index(directory, models.DEFAULT_EMBEDDING)
-    except UntrustedIndexError:  # made by an older kit, another user, or changed: not loaded
-        print_line("note", "cyan", f"the demo index in {directory} cannot be verified")
-        _index_sample(directory)
-        return open_index(directory, models.DEFAULT_EMBEDDING)
+    if not rebuild and (directory / INDEX_FILE).is_file():
+        try:
+            return open_index(directory, models.DEFAULT_EMBEDDING)
+        except UntrustedIndexError:  # made by an older kit, another user, or changed: not loaded
+            print_line("note", "cyan", f"the demo index in {directory} cannot be verified")
+    _index_sample(directory)
+    return open_index(directory, models.DEFAULT_EMBEDDING)
 
 
 @app.command()
@@ -370,27 +370,6 @@ def _announce_corpus_embedding(dataset_dir: Path, cache: Path | None) -> None:
     print_line("note", "cyan", message)
 
 
-def _langsmith_summary(evaluate: Any, run: Any, queries_limit: int | None) -> Any:
-    """Run each setup as a LangSmith experiment, print the scores and where each experiment is."""
-    with progress_display() as progress:
-        dataset, experiments = run(progress=progress_bars(progress, "completed"))
-    scores = {experiment.setup: experiment.scores for experiment in experiments}
-    size: dict[str, Any] = {"query_count": len(dataset.queries), "queries_limit": queries_limit}
-    summary = evaluate.Summary(dataset.name, scores, split=dataset.split, **size)
-    metrics = evaluate.DEFAULT_METRICS
-    headers = ["setup", *metrics, "experiment"]
-    rows = [
-        [each.setup, *(f"{each.scores[metric]:.4f}" for metric in metrics), each.experiment_name]
-        for each in experiments
-    ]
-    output.print(scores_table(headers, rows, title=f"{summary.title}, LangSmith experiments"))
-    for experiment in experiments:
-        where = experiment.url or f"dataset {experiment.dataset_name}"
-        line = f"{experiment.setup}: {experiment.experiment_name} at {where}"
-        output.print(line, markup=False, soft_wrap=True)
-    return summary
-
-
 @app.command("eval")
 def eval_dataset(
     dataset_dir: Annotated[Path, typer.Argument(help=_HELP["dataset"])],
@@ -422,23 +401,36 @@ def eval_dataset(
         cache = None if no_cache else (cache_dir or evaluate.DEFAULT_CACHE_DIR)
         common: dict[str, Any] = {"split": split, "queries_limit": queries_limit, "llm": llm}
         common |= {"embeddings": embedding, "cache_dir": cache, "query_count": n}
-        if langsmith and evaluate.langsmith_configured():
-            run = partial(evaluate.run_langsmith_experiments, dataset_dir, names, **common)
-            summary = _langsmith_summary(evaluate, run, queries_limit)
-        else:
-            if langsmith:
-                output.print("LangSmith is not configured (LANGSMITH_API_KEY); evaluated locally")
-            if any(name != "bm25" for name in names):
-                _announce_corpus_embedding(dataset_dir, cache)
-            with progress_display() as progress:
-                bars = progress_bars(progress, "completed")
-                evaluation = evaluate.run_experiment(
-                    dataset_dir, names, **common, stat_test=stat_test, max_p=max_p, progress=bars
+        use_langsmith = langsmith and evaluate.langsmith_configured()
+        if langsmith and not use_langsmith:
+            output.print("LangSmith is not configured (LANGSMITH_API_KEY); evaluated locally")
+        if any(name != "bm25" for name in names):
+            _announce_corpus_embedding(dataset_dir, cache)
+        experiments: list[Any] = []
+        with progress_display() as progress:
+            common["progress"] = progress_bars(progress, "completed")
+            if use_langsmith:
+                summary, experiments = evaluate.run_langsmith_experiments(
+                    dataset_dir, names, **common
                 )
-            headers, rows = evaluate.comparison_table(evaluation.comparison)
-            summary = evaluation.summary
-            caption = f"p: paired {stat_test} test against {evaluation.comparison.baseline}; * p < {max_p}"
-            output.print(scores_table(headers, rows, title=summary.title, caption=caption))
+            else:
+                tests: dict[str, Any] = {"stat_test": stat_test, "max_p": max_p}
+                summary = evaluate.run_experiment(dataset_dir, names, **common, **tests).summary
+        headers, rows = evaluate.comparison_table(summary)
+        test = f"p: paired {stat_test} test against {names[0]}; * p < {max_p}"
+        title = summary.title + (", LangSmith experiments" if experiments else "")
+        if experiments:
+            headers.append("experiment")
+            for row, each in zip(rows, experiments, strict=True):
+                row.append(each.experiment_name)
+        output.print(
+            scores_table(headers, rows, title=title, caption=None if experiments else test)
+        )
+        for each in experiments:
+            where = each.url or f"dataset {each.dataset_name}"
+            output.print(
+                f"{each.setup}: {each.experiment_name} at {where}", markup=False, soft_wrap=True
+            )
         if json_path is not None:
             output.print(f"Wrote {evaluate.write_json(json_path, summary)}", markup=False)
         if plot is not None:
