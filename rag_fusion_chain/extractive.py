@@ -1,8 +1,5 @@
-"""Offline answers: quote the retrieved passages' sentences best supported by the question's
-rarer terms, each cited ``[n]`` by its passage's number, under :data:`OFFLINE_LABEL`.
-
-Only whole sentences of prose are quoted: headings, titles, tables, code, markup and
-reference-list entries are left out. Each strategy's answer also shows what it searched.
+"""Offline answers: the retrieved passages' whole sentences of prose best supported by the
+question's rarer terms, each cited ``[n]``, under :data:`OFFLINE_LABEL`, with what was searched.
 
 >>> print(extractive_answer("heat pumps", [Document("Heat pumps move heat.")]))
 [offline extractive answer] No chat model is configured: ...
@@ -93,9 +90,8 @@ _WHOLLY_QUOTED = re.compile(r"`?[“\"`‘][^”\"`’]+[”\"`’][.,]?`?")
 
 
 def split_sentences(text: str) -> list[str]:
-    """Sentences of ``text``, whitespace collapsed: sentencex per paragraph (it knows "et al.",
-    "e.g.", "Fig. 3", "3.14", initials, "[1]", CJK ends), with a piece that starts lowercase
-    or follows an abbreviation, an open parenthesis or a dotted name joined back.
+    """Sentences of ``text``, whitespace collapsed: sentencex per paragraph, a piece that starts
+    lowercase or follows an abbreviation, an open parenthesis or a dotted name joined back.
 
     >>> split_sentences("Title\\n\\nFirst one,\\nwrapped. CoT (Wei et al. [1]) works. 第三句。第四句")
     ['Title', 'First one, wrapped.', 'CoT (Wei et al. [1]) works.', '第三句。', '第四句']
@@ -119,8 +115,7 @@ def split_sentences(text: str) -> list[str]:
 
 
 def is_reference_entry(line: str) -> bool:
-    """A bibliography line: an arXiv id, DOI or ISBN, a bare URL, or two signs of a reference
-    (leading "[n]" or authors, a year, a quoted title, a venue, a URL).
+    """A bibliography line: an arXiv id, DOI, ISBN or bare URL, or two signs of a reference.
 
     >>> is_reference_entry("Smith, A., & Lee, B. (2020). Deep nets. Journal of Things, 3(2).")
     True
@@ -134,8 +129,8 @@ def is_reference_entry(line: str) -> bool:
 
 
 def is_quotable(sentence: str) -> bool:
-    """A whole sentence of prose: no reference, a sentence's start and full stop, at least
-    :data:`MIN_SENTENCE_WORDS` words, not mostly capitalised words (names, titles) nor code.
+    """A whole sentence of prose: not a reference, a sentence's start and end, enough words, not
+    mostly capitalised words (names, titles) nor code.
 
     >>> [is_quotable(text) for text in ("Heat pumps move heat [2].", "and fed to a hasher.",
     ...  "Wei, J., Le, Q., and Zhou, D.", "Call x = f(y) now.", "Heat pumps move heat")]
@@ -168,8 +163,8 @@ def _is_skipped(line: str) -> bool:
 
 
 def _is_title(line: str, following: str) -> bool:
-    """An unpunctuated line of capitalised words (a navigation label), or a short one before a
-    capitalised or numbered line: a title or a list item, not part of a sentence."""
+    """A title or list item: unpunctuated, all capitalised words or short before a capitalised or
+    numbered line."""
     if line.endswith(_SENTENCE_PUNCTUATION):
         return False
     words = line.split()
@@ -185,11 +180,8 @@ def _ends_block(line: str) -> bool:
 
 
 def passage_sentences(text: str) -> list[str]:
-    r"""The quotable sentences of a passage, in order.
-
-    Headings, titles, unpunctuated list items, tables, code, tags and reference-list entries
-    are left out and end the paragraph, as does a line ending with ":"; list markers are
-    dropped. Then :func:`split_sentences`, keeping the :func:`is_quotable` ones.
+    r"""The :func:`is_quotable` sentences of a passage, in order; headings, titles, list items,
+    tables, code, tags and references end a paragraph and are left out.
 
     >>> passage_sentences("# Bees\n\n| kg | 20 |\n|---|---|\nA hive makes 20 kg a year.\n- Wax too.")
     ['A hive makes 20 kg a year.']
@@ -231,8 +223,7 @@ def inverse_document_frequency(document_frequency: int, document_count: int) -> 
 
 
 def _bm25_scores(units: Sequence[list[str]], weights: dict[str, float]) -> list[float]:
-    """BM25 of each sentence's terms against the weighted query terms, the sentences being the
-    collection: rare terms count most, long sentences are damped."""
+    """BM25 of each sentence against the weighted terms, the sentences being the collection."""
     frequency = Counter(term for terms in units for term in set(terms))
     average = sum(map(len, units)) / len(units) or 1.0
     scores = []
@@ -260,9 +251,8 @@ def best_sentences(
     count: int = SENTENCES,
     related: Iterable[str] = (),
 ) -> list[tuple[int, str]]:
-    """The ``count`` best sentences of ``passages`` sharing a term with ``question``, best first,
-    as (passage position, sentence): BM25 over the sentences (``related`` texts' terms at
-    :data:`RELATED_TERM_WEIGHT`), discounted by passage position, one per passage, no repeat.
+    """The ``count`` best (passage position, sentence) sharing a term with ``question``: BM25 over
+    the sentences (``related`` terms weigh less), discounted by position, one per passage.
 
     >>> best_sentences("hive honey", ["Bees fly. A hive makes honey.", "Honey is sweet."])
     [(0, 'A hive makes honey.'), (1, 'Honey is sweet.')]
@@ -345,9 +335,8 @@ def _answer(
 def extractive_answer(
     question: str, documents: Sequence[Document], queries: Sequence[str] = ()
 ) -> str:
-    """The offline answer over the fused ``documents``, cited ``[i]`` in their order (as
-    :func:`context.format_context` numbers them); the ``queries`` searched weigh at half the
-    question's terms in choosing sentences."""
+    """The offline answer over the fused ``documents``, cited ``[i]`` as :func:`format_context`
+    numbers them; the ``queries`` searched weigh half as much as the question's terms."""
     return "\n".join(_answer(question, documents, related=queries))
 
 
@@ -368,8 +357,7 @@ def step_back_answer(
     broader: str,
     broader_documents: Sequence[Document],
 ) -> str:
-    """The question's passages quoted, then the broader question and what it retrieved; a
-    passage both found keeps its number, the broader question's others are numbered on."""
+    """The question's passages quoted, then the broader question's (numbered on from them)."""
     lines = _answer(question, documents)
     if not broader or broader.casefold() == question.casefold():
         return "\n".join(lines)
@@ -380,9 +368,8 @@ def step_back_answer(
 
 
 def decomposition_answer(question: str, answered: Sequence[tuple[str, Sequence[Document]]]) -> str:
-    """Each sub-question with its own passages' best sentences, in order, then the question's;
-    citations number the passages in that order, each once. A question that is its only
-    sub-question is quoted once, under :data:`SINGLE_CLAUSE_NOTE`."""
+    """Each sub-question's best sentences, then the question's, passages numbered in that order; a
+    question that is its only sub-question is quoted once, under :data:`SINGLE_CLAUSE_NOTE`."""
     key = question.casefold().strip()
     splits = [(asked, found) for asked, found in answered if asked.casefold().strip() != key]
     own = [

@@ -1,9 +1,6 @@
-"""The strategies' steps without a chat model: pure functions of the question and the documents
-retrieved for it, over any retriever (stock BM25, any vector store), and the extractive answers.
-
-Term statistics come from the documents themselves, tokenized by the kit's BM25 tokenizer
-(bm25s stopwords, Snowball stems); phrases are read from their prose only, never from code,
-tables or reference lists. A step with nothing to work from returns the question, with a warning.
+"""The strategies' query steps without a chat model: pure functions of the question and the
+documents any retriever returned for it (term statistics from those documents, phrases from their
+prose only). A step with nothing to work from returns the question, with a warning.
 
 >>> feedback_queries("heat pumps", [Document("Heat pumps use a refrigerant. The refrigerant "
 ...     "loop is sealed.")], 1)
@@ -85,10 +82,8 @@ def _document_frequency(documents: Sequence[Document]) -> Counter[str]:
 def _expansion_weights(
     question: str, texts: Sequence[str], frequency: Counter[str], count: int
 ) -> dict[str, float]:
-    """Terms of the feedback ``texts`` the question lacks, weighed as a relevance model does
-    (Lavrenko and Croft's RM1, as in RM3): Σ_d tf(t, d) / |d| / (1 + rank of d), times
-    1 + its idf over all ``count`` documents retrieved, so a term all of them share (a word of
-    the genre) counts less without being lost when only a few documents came back."""
+    """Terms of the feedback ``texts`` the question lacks, weighed by RM1 (Σ_d tf/|d|/(1 + rank))
+    times 1 + idf over the ``count`` documents, so a term all of them share counts less."""
     question_terms = set(tokenize(question))
     weights: dict[str, float] = {}
     for rank, text in enumerate(texts):
@@ -114,11 +109,7 @@ def _shown_word(word: str) -> str:
 
 def _phrase_runs(text: str) -> Iterator[list[str]]:
     """Runs of plain words: punctuation ends a run, and a token that is not one plain word
-    (an identifier, a call, a number, a colour code, a compound) ends it without joining it.
-
-    >>> list(_phrase_runs('Use "delete_file" to go, then run f(x) in Outside air.'))
-    [['Use'], ['to', 'go'], ['then', 'run'], ['in', 'Outside', 'air']]
-    """
+    (an identifier, a call, a number, a colour code) ends it without joining it."""
     run: list[str] = []
     for token in text.split():
         word = token.strip(_WRAPPING)
@@ -141,9 +132,8 @@ def _phrase_runs(text: str) -> Iterator[list[str]]:
 def _keyword_phrases(
     texts: Sequence[str], weights: dict[str, float], max_words: int = 3
 ) -> list[tuple[str, list[str]]]:
-    """Phrases of ``texts`` made of weighted terms, best first, as (phrase, its terms): runs
-    of up to ``max_words`` adjacent words, each one weighted term; a phrase of several words
-    must occur twice (a collocation, not a verb beside a noun once). Phrases share no term."""
+    """(phrase, its terms) of up to ``max_words`` adjacent weighted terms, best first, sharing no
+    term; a phrase of several words must occur twice (a collocation)."""
     candidates: dict[str, tuple[float, int, str, list[str]]] = {}
     occurrences: Counter[str] = Counter()
     for text in texts:
@@ -174,8 +164,7 @@ def _keyword_phrases(
 
 
 def _feedback_phrases(question: str, documents: Sequence[Document], terms: int) -> list[str]:
-    """Key phrases of the first :data:`FEEDBACK_DOCUMENTS` documents' prose, made of about
-    ``terms`` strong terms in all, best first."""
+    """Key phrases of the first :data:`FEEDBACK_DOCUMENTS` documents' prose, best first."""
     texts = [
         " ".join(passage_sentences(document.page_content))
         for document in documents[:FEEDBACK_DOCUMENTS]
@@ -187,12 +176,8 @@ def _feedback_phrases(question: str, documents: Sequence[Document], terms: int) 
 
 
 def feedback_queries(question: str, documents: Sequence[Document], n: int) -> list[str]:
-    """``n`` pseudo-relevance-feedback queries: the question followed by key phrases of its
-    documents, comma-separated, about :data:`TERMS_PER_QUERY` words per query (the question
-    itself not included). With no phrase to add: ``[question]``, with a warning.
-
-    The phrases share no term, so the queries differ; the same input gives the same queries.
-    """
+    """``n`` pseudo-relevance-feedback queries: the question, then about :data:`TERMS_PER_QUERY`
+    words of its documents' key phrases (no phrase in two queries); else ``[question]``, warned."""
     validate_count("n", n, MAX_QUERIES)
     question, documents = _checked(question, documents)
     groups: list[list[str]] = []
@@ -222,12 +207,8 @@ def _as_question(clause: str) -> str:
 
 
 def sub_questions(question: str, documents: Sequence[Document], n: int) -> list[str]:
-    """At most ``n`` parts of the question to answer in turn: the two sides of a comparison
-    ("What is A?", "What is B?"), else its clauses (split at ``;``, ``?`` and at "and"/"but"/"or"
-    before a question word), each with two terms at least. One clause gives ``[question]``.
-
-    The parts come from the question alone; ``documents`` keeps the steps' one signature.
-    """
+    """At most ``n`` parts of the question alone: a comparison's two sides ("What is A?"), else
+    its clauses of two terms or more (:data:`_CLAUSE_BREAK`); one clause gives ``[question]``."""
     validate_count("n", n, MAX_QUERIES)
     question, _ = _checked(question, documents)
     comparison = _COMPARISON.search(question)
@@ -251,9 +232,8 @@ def _content_words(question: str) -> list[str]:
 
 
 def broader_question(question: str, documents: Sequence[Document]) -> str:
-    """The step-back question: the half of the question's words found in most documents (the
-    broad ones), in order, then the documents' leading key phrases (:data:`TERMS_PER_QUERY`
-    terms). With no documents: the question, with a warning."""
+    """The step-back question: the half of its words most documents hold, then the documents'
+    leading key phrases. With no documents: the question, with a warning."""
     question, documents = _checked(question, documents)
     if not documents:
         warnings.warn("no documents to step back from; using the question", stacklevel=2)
@@ -281,10 +261,8 @@ def hypothetical_passage(question: str, documents: Sequence[Document]) -> str:
 
 
 def keyword_rewrite(question: str, documents: Sequence[Document]) -> str:
-    """Rewrite-Retrieve-Read without a model: one search query of the question's content
-    words (no stopwords; only those the documents use, when any does) and at most
-    :data:`REWRITE_TERMS` strong phrases of its documents (none without documents). The question
-    itself when it has no content word."""
+    """Rewrite-Retrieve-Read without a model: the question's content words the documents use (all
+    if they use none), then at most :data:`REWRITE_TERMS` of their key phrases."""
     question, documents = _checked(question, documents)
     words = _content_words(question)
     if not words:
