@@ -8,9 +8,7 @@ question's rarer terms, each cited ``[n]``, under :data:`OFFLINE_LABEL`, with wh
 
 from __future__ import annotations
 
-import math
 import re
-from collections import Counter
 from collections.abc import Collection, Iterable, Sequence
 
 import sentencex
@@ -217,30 +215,18 @@ def passage_sentences(text: str) -> list[str]:
     ]
 
 
-def inverse_document_frequency(document_frequency: int, document_count: int) -> float:
-    """BM25's (Lucene's) idf, always positive."""
-    return math.log(1 + (document_count - document_frequency + 0.5) / (document_frequency + 0.5))
-
-
 def _bm25_scores(units: Sequence[list[str]], weights: dict[str, float]) -> list[float]:
-    """BM25 of each sentence against the weighted terms, the sentences being the collection."""
-    frequency = Counter(term for terms in units for term in set(terms))
-    average = sum(map(len, units)) / len(units) or 1.0
-    scores = []
-    for terms in units:
-        counts = Counter(terms)
-        damping = _K1 * (1 - _B + _B * len(terms) / average)
-        scores.append(
-            sum(
-                weight
-                * inverse_document_frequency(frequency[term], len(units))
-                * counts[term]
-                * (_K1 + 1)
-                / (counts[term] + damping)
-                for term, weight in weights.items()
-                if term in counts
-            )
-        )
+    """BM25 (bm25s, Lucene's) of each sentence against the weighted terms, the sentences being
+    the collection."""
+    import bm25s
+
+    index = bm25s.BM25(k1=_K1, b=_B, dtype="float64")
+    index.index(list(units), show_progress=False)
+    scores = [0.0] * len(units)
+    for weight in set(weights.values()):
+        terms = [term for term, w in weights.items() if w == weight and term in index.vocab_dict]
+        for position, score in enumerate(index.get_scores(terms) if terms else ()):
+            scores[position] += weight * float(score)
     return scores
 
 

@@ -9,6 +9,7 @@ prose only). A step with nothing to work from returns the question, with a warni
 
 from __future__ import annotations
 
+import math
 import re
 import warnings
 from collections import Counter
@@ -25,7 +26,6 @@ from rag_fusion_chain.extractive import (
     decomposition_answer,
     extractive_answer,
     hyde_answer,
-    inverse_document_frequency,
     passage_sentences,
     rewrite_answer,
     step_back_answer,
@@ -77,6 +77,11 @@ def _checked(question: str, documents: Sequence[Document]) -> tuple[str, list[Do
 def _document_frequency(documents: Sequence[Document]) -> Counter[str]:
     """How many of ``documents`` hold each term."""
     return Counter(term for document in documents for term in set(tokenize(document.page_content)))
+
+
+def inverse_document_frequency(document_frequency: int, document_count: int) -> float:
+    """BM25's (Lucene's) idf, always positive, as bm25s computes it."""
+    return math.log(1 + (document_count - document_frequency + 0.5) / (document_frequency + 0.5))
 
 
 def _expansion_weights(
