@@ -152,8 +152,8 @@ def html_document(
 
 
 def _read(file: Path, source: str, max_file_size: int, identity: FileIdentity | None) -> bytes:
-    """The bytes of ``file``, opened non-blocking (a FIFO cannot hang the reader) once it is
-    known to be a regular file within the size cap and, with ``identity``, the file checked."""
+    """The bytes of ``file``, opened non-blocking (a FIFO cannot hang the reader), if a regular
+    file within the size cap and, with ``identity``, the file checked."""
     validate_count("max_file_size", max_file_size)
     try:
         with os.fdopen(os.open(file, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as stream:

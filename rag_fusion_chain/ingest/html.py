@@ -64,12 +64,8 @@ def html_to_text(
         if not element.decomposed:  # inside one dropped already
             element.decompose()
     if classes:
-        wanted = set(classes)
-
-        def has_class(tag: Any) -> bool:
-            return not wanted.isdisjoint(tag.get("class") or ())
-
-        roots = [tag for tag in soup.find_all(has_class) if tag.find_parent(has_class) is None]
+        wanted = list(classes)
+        roots = [tag for tag in soup.find_all(class_=wanted) if not tag.find_parent(class_=wanted)]
     else:
         articles = soup.find_all("article")
         single = articles[0] if len(articles) == 1 else None
