@@ -431,7 +431,7 @@ def _retrieval_steps(
         raise ValueError("query_prompt needs an llm: the offline chain (llm=None) uses no prompt")
     searching = fan_out(retrievers, k)
     chosen_fusion = _checked_fusion(fusion, record, top_n)
-    steps = [
+    steps: list[Runnable[Any, Any]] = [
         _generate_step(record, query_step, searching, search_question, count),
         _retrieve_step(searching),
         _fuse_step(record, chosen_fusion),
