@@ -31,7 +31,7 @@ from rag_fusion_chain.rendering import (
 )
 from rag_fusion_chain.retrievers.index_directory import INDEX_FILE, build_index, open_index
 from rag_fusion_chain.retrievers.stores import UntrustedIndexError
-from rag_fusion_chain.validation import question_of
+from rag_fusion_chain.validation import question_of, require_extra
 
 DEFAULT_K = 10  # documents per retriever call
 DEMO_CHUNK_SIZE = 1500
@@ -337,10 +337,7 @@ def serve(
             index=index_directory, chroma_url=chroma_url, chroma_collection=chroma_collection
         )
         _check(None, strategy, source.index)
-        try:
-            import uvicorn
-        except ImportError as error:
-            raise ImportError('serving needs: pip install "rag-fusion-chain[serve]"') from error
+        uvicorn = require_extra("uvicorn", "serve")
         llm = models.chat_model(model, base_url=base_url, streaming=True)
         opened = serving.open_source(source, embedding, trust=trust_index)
         _note_offline(llm)

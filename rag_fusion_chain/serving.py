@@ -31,7 +31,7 @@ from rag_fusion_chain.data import vectors
 from rag_fusion_chain.retrievers import index_directory, stores
 from rag_fusion_chain.retrievers.bm25 import BM25Retriever
 from rag_fusion_chain.retrievers.index_directory import OpenedIndex
-from rag_fusion_chain.validation import QuestionInput
+from rag_fusion_chain.validation import QuestionInput, require_extra
 
 INDEX_ENV = "RAG_FUSION_INDEX"
 CHROMA_URL_ENV = "RAG_FUSION_CHROMA_URL"
@@ -194,11 +194,7 @@ def _in_memory(settings: dict[str, Any], store: Any, documents: list[Document]) 
 def chroma_server_index(url: str, collection: str, embedding: str | None) -> OpenedIndex:
     """A Chroma server's collection, with BM25 over its documents read in pages; ``embedding``
     must be what built the collection."""
-    try:
-        import chromadb
-    except ImportError as error:
-        message = 'a Chroma server needs chromadb: pip install "rag-fusion-chain[chroma]"'
-        raise ImportError(message) from error
+    chromadb = require_extra("chromadb", "chroma")
     host, port, https = _chroma_address(url)
     client = chromadb.HttpClient(
         host=host, port=port, ssl=https, settings=chromadb.config.Settings()
@@ -367,13 +363,8 @@ def create_app(
     routes: Mapping[str, Runnable[Any, Any]], *, allowed_hosts: Sequence[str] = ()
 ) -> Any:
     """A FastAPI app serving each route at ``/<path>`` with LangServe, within ``limit_requests``."""
-    try:
-        from fastapi import FastAPI
-        from langserve import add_routes
-    except ImportError as error:
-        raise ImportError(
-            f'serving needs {error.name}: pip install "rag-fusion-chain[serve]"'
-        ) from error
+    FastAPI = require_extra("fastapi", "serve").FastAPI  # noqa: N806 (the class)
+    add_routes = require_extra("langserve", "serve").add_routes
     from rag_fusion_chain._version import __version__
     from rag_fusion_chain.serving_limits import limit_requests
 

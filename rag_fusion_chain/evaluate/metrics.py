@@ -13,6 +13,7 @@ from typing import Any
 from langchain_core.documents import Document
 
 from rag_fusion_chain.fusion import document_id
+from rag_fusion_chain.validation import require_extra
 
 Run = dict[str, dict[str, float]]
 """A ranking per query: ``{query_id: {document_id: score}}``."""
@@ -31,11 +32,7 @@ def _ranx():  # type: ignore[no-untyped-def]
 
     os.environ.setdefault("IR_DATASETS_HOME", str(DEFAULT_CACHE_DIR.parent / "ir_datasets"))
     os.environ.setdefault("MPLCONFIGDIR", str(DEFAULT_CACHE_DIR.parent / "matplotlib"))
-    try:
-        import ranx
-    except ImportError as error:
-        raise ImportError('evaluation needs ranx: pip install "rag-fusion-chain[eval]"') from error
-    return ranx
+    return require_extra("ranx", "eval")
 
 
 def ranking_scores(identifiers: Sequence[str]) -> dict[str, float]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rag_fusion_chain.evaluate.metrics import Comparison
+from rag_fusion_chain.validation import require_extra
 
 Scores = Mapping[str, Mapping[str, float]]
 """``{setup_name: {metric: value}}``."""
@@ -101,10 +102,7 @@ def marked_score(summary: Summary, setup: str, metric: str, digits: int = 3) -> 
 def write_plot(path: str | Path, summary: Summary) -> Path:
     """A bar chart: one group per setup, one labelled bar per metric, y zoomed (:func:`y_limits`),
     significant values marked ``*`` and hatched; a bare Agg ``Figure`` (no window, no pyplot)."""
-    try:
-        from matplotlib.figure import Figure
-    except ImportError as error:
-        raise ImportError('plots need matplotlib: pip install "rag-fusion-chain[eval]"') from error
+    Figure = require_extra("matplotlib.figure", "eval").Figure  # noqa: N806 (the class)
     scores = summary.scores
     setups = list(scores)
     if not setups:

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_core.documents import Document
 
+from rag_fusion_chain.validation import require_extra
+
 if TYPE_CHECKING:
     from langchain_text_splitters import RecursiveCharacterTextSplitter
 
@@ -42,12 +44,8 @@ def text_splitter(
     encoding_name: str = DEFAULT_ENCODING,
 ) -> RecursiveCharacterTextSplitter:
     """A token-counting recursive splitter; punctuation stays at the end of its sentence."""
-    try:
-        from langchain_text_splitters import RecursiveCharacterTextSplitter
-    except ImportError as error:
-        message = 'langchain-text-splitters is missing: pip install "rag-fusion-chain[ingest]"'
-        raise ImportError(message) from error
-    return RecursiveCharacterTextSplitter.from_tiktoken_encoder(
+    splitters = require_extra("langchain_text_splitters", "ingest")
+    return splitters.RecursiveCharacterTextSplitter.from_tiktoken_encoder(
         encoding_name=encoding_name,
         chunk_size=chunk_size,
         chunk_overlap=chunk_overlap,
