@@ -8,6 +8,7 @@ without ``Document.id`` get the content hash the vector stores use, so fusion me
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import re
 import threading
@@ -24,8 +25,9 @@ from rag_fusion_chain.retrievers.columns import StoredDocuments, columns_json, s
 from rag_fusion_chain.retrievers.fanout import DEFAULT_K
 
 BM25_FORMAT = "rag_fusion_chain.bm25"
-BM25_FORMAT_VERSION = 2
+BM25_FORMAT_VERSION = 3  # 3: with the term counts
 DOCUMENTS_FILE = "documents.json"
+COUNTS_FILE = "counts.csc.index.npy"  # each bm25s score entry's term count, for updates
 SETTINGS_FILE = "retriever.json"
 _CJK_RANGES = (
     "\u3040-\u30ff"  # Hiragana, Katakana
@@ -123,6 +125,8 @@ class BM25Retriever(BatchedRetriever):
     """The indexed documents, each with an id (a content hash where none was given)."""
     index: Any = Field(repr=False, exclude=True)
     """The ``bm25s.BM25`` index, aligned with ``documents``."""
+    counts: Any = Field(default=None, repr=False, exclude=True)
+    """The term count of each entry of the index's scores (None if saved before format 3)."""
     stem: bool = True
     """Snowball-stem English words (index and queries must agree; saved with the index)."""
     remove_stopwords: bool = True
@@ -161,21 +165,79 @@ class BM25Retriever(BatchedRetriever):
     ) -> BM25Retriever:
         """Index ``documents`` (not mutated); ``k1``, ``b``, ``method`` are bm25s's parameters,
         ``kwargs`` go to the retriever (``tags``, ``metadata``)."""
+        index = _bm25s_module().BM25(k1=k1, b=b, method=method)
+        settings = {"k": k, "stem": stem, "remove_stopwords": remove_stopwords, **kwargs}
+        return cls(documents=[], index=index, **settings).updated(documents)
+
+    def updated(self, documents: Sequence[Document | int]) -> BM25Retriever:
+        """A retriever with these settings over ``documents``, where an int stands for this
+        retriever's document at that position: its terms, counted when it was indexed, are
+        reused, so only new Documents are tokenised (all, for an index saved without counts).
+
+        >>> one = BM25Retriever.from_documents([Document("solar", id="1"), Document("wind", id="2")])
+        >>> [document.id for document in one.updated([1, Document("tide", id="3")]).documents]
+        ['2', '3']
+        """
+        import numpy as np
+
         if not documents:
             raise ValueError("documents: cannot build a BM25 index from no documents")
-        identified = [with_identity(document) for document in documents]
-        vocabulary: dict[str, int] = {}  # terms become ids in this one pass, as in bm25s.tokenize
-        term_ids = [
+        if self.counts is None and self.documents:
+            whole = [self.documents[item] if isinstance(item, int) else item for item in documents]
+            return self.model_copy(update={"documents": []}).updated(whole)
+        previous = _columns(self.documents)
+        columns: tuple[list[Any], list[Any], list[Any]] = ([], [], [])
+        moved = np.full(len(self.documents), -1, dtype=np.int64)
+        fresh = []
+        for position, item in enumerate(documents):
+            if isinstance(item, int):
+                if not 0 <= item < len(moved) or moved[item] >= 0:
+                    raise ValueError(f"documents: position {item} is not one document, once")
+                moved[item] = position
+                row = [column[item] for column in previous]
+            else:
+                fresh.append(position)
+                item = with_identity(item)
+                row = [item.id, item.page_content, item.metadata]
+            for column, value in zip(columns, row, strict=True):
+                column.append(value)
+        vocabulary = dict(self.index.vocab_dict) if self.documents else {}
+        terms = [
             [
                 vocabulary.setdefault(term, len(vocabulary))
-                for term in tokenize(text, stem=stem, remove_stopwords=remove_stopwords)
+                for term in tokenize(
+                    columns[1][position], stem=self.stem, remove_stopwords=self.remove_stopwords
+                )
             ]
-            for text in (document.page_content for document in identified)
+            for position in fresh
         ]
-        index = _bm25s_module().BM25(k1=k1, b=b, method=method)
-        index.index((term_ids, vocabulary), show_progress=False)
-        settings = {"k": k, "stem": stem, "remove_stopwords": remove_stopwords, **kwargs}
-        return cls(documents=identified, index=index, **settings)
+        owners = np.repeat(np.array(fresh, dtype=np.int64), [len(ids) for ids in terms])
+        flat = np.fromiter(itertools.chain.from_iterable(terms), np.int64, len(owners))
+        keys, counts = np.unique(flat << 32 | owners, return_counts=True)
+        old_terms, old_owners, old_counts = self._entries()
+        kept = moved[old_owners] >= 0
+        index, counts = _scored_index(
+            self.index,
+            (
+                np.concatenate([old_terms[kept], keys >> 32]),
+                np.concatenate([moved[old_owners[kept]], keys & 0xFFFFFFFF]),
+                np.concatenate([old_counts[kept], counts]),
+            ),
+            vocabulary,
+            len(documents),
+        )
+        fields = {**dict(self), "index": index, "counts": counts}
+        return type(self)(**fields | {"documents": StoredDocuments(*columns)})
+
+    def _entries(self) -> tuple[Any, Any, Any]:
+        """The index's entries as (term id, document position, count) arrays."""
+        import numpy as np
+
+        if not self.documents:
+            return (np.zeros(0, dtype=np.int64),) * 3
+        indptr = np.asarray(self.index.scores["indptr"])
+        terms = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
+        return terms, np.asarray(self.index.scores["indices"], np.int64), self.counts
 
     def _retrieve_many(self, queries: list[str], k: int, run_managers: Any) -> list[list[Document]]:
         vocabulary: dict[str, int] = self.index.vocab_dict
@@ -210,6 +272,12 @@ class BM25Retriever(BatchedRetriever):
         documents = columns_json(self.documents, path / DOCUMENTS_FILE)
         path.mkdir(parents=True, exist_ok=True)
         self.index.save(str(path), show_progress=False)
+        import numpy
+
+        if self.counts is None:  # loaded from an index saved before format 3
+            (path / COUNTS_FILE).unlink(missing_ok=True)
+        else:
+            numpy.save(path / COUNTS_FILE, self.counts.astype("int32"), allow_pickle=False)
         settings = {"format": BM25_FORMAT, "format_version": BM25_FORMAT_VERSION, "k": self.k}
         settings |= {"stem": self.stem, "remove_stopwords": self.remove_stopwords}
         (path / DOCUMENTS_FILE).write_bytes(documents)
@@ -228,6 +296,7 @@ class BM25Retriever(BatchedRetriever):
             raise ValueError(f"{path / SETTINGS_FILE} is not a BM25Retriever settings file")
         try:
             index = _bm25s_module().BM25.load(str(path), load_corpus=False, show_progress=False)
+            counts = _read_counts(path / COUNTS_FILE, len(index.scores["data"]))
         except FileNotFoundError:
             raise
         except (ValueError, EOFError, KeyError, OSError) as error:  # truncated or foreign files
@@ -244,7 +313,88 @@ class BM25Retriever(BatchedRetriever):
             }
         documents = stored_documents(stored, path / DOCUMENTS_FILE, int(index.scores["num_docs"]))
         fields = {name: settings[name] for name in ("k", "stem", "remove_stopwords")}
-        return cls(documents=documents, index=index, **{**fields, **kwargs})
+        return cls(documents=documents, index=index, counts=counts, **{**fields, **kwargs})
+
+
+def _columns(documents: Sequence[Document]) -> tuple[list[Any], list[Any], list[Any]]:
+    """Ids, texts and metadatas of ``documents`` (loaded columns as they are)."""
+    if isinstance(documents, StoredDocuments):
+        return documents.ids, documents.texts, documents.metadatas
+    ids, texts, metadatas = (
+        zip(*((d.id, d.page_content, d.metadata) for d in documents), strict=True)
+        if documents
+        else ((), (), ())
+    )
+    return list(ids), list(texts), list(metadatas)
+
+
+def _scored_index(
+    template: Any, entries: tuple[Any, Any, Any], vocabulary: dict[str, int], total: int
+) -> tuple[Any, Any]:
+    """A bm25s index with ``template``'s parameters over ``total`` documents whose
+    (term id, document, count) ``entries`` are given, and its entries' counts: the scores
+    ``BM25.index`` gives the same tokens (same formulas), in whole-array passes."""
+    import numpy as np
+    from bm25s import scoring
+
+    terms, owners, counts = entries
+    frequencies = np.bincount(terms, minlength=len(vocabulary))
+    used = frequencies > 0  # terms only removed documents had are dropped
+    terms = (np.cumsum(used) - 1)[terms]
+    order = np.lexsort((owners, terms))  # bm25s's CSC layout: by term, then document
+    terms, owners, counts = terms[order], owners[order], counts[order]
+    frequencies = frequencies[used]
+    lengths = np.bincount(owners, weights=counts, minlength=total)
+    average = lengths.mean()
+    index = type(template)(
+        **{name: getattr(template, name) for name in ("k1", "b", "delta", "method", "dtype")},
+        idf_method=template.idf_method,
+        int_dtype=template.int_dtype,
+    )
+    idf_of = scoring._select_idf_scorer(index.idf_method)
+    tfc_of = scoring._select_tfc_scorer(index.method)
+    parameters = {"k1": index.k1, "b": index.b, "delta": index.delta}
+    idf = np.array([idf_of(df, N=total) for df in frequencies.tolist()], dtype=index.dtype)
+    tfc = tfc_of(
+        tf_array=counts.astype(index.dtype), l_d=lengths[owners], l_avg=average, **parameters
+    )
+    scores = idf[terms] * tfc
+    index.nonoccurrence_array = None
+    if index.method in index.methods_requiring_nonoccurrence:
+        index.nonoccurrence_array = scoring._build_nonoccurrence_array(
+            dict(enumerate(frequencies.tolist())),
+            total,
+            idf_of,
+            tfc_of,
+            average,
+            average,
+            dtype=index.dtype,
+            **parameters,
+        )
+        scores -= index.nonoccurrence_array[terms]
+    index.scores = {
+        "data": scores.astype(index.dtype),
+        "indices": owners.astype(index.int_dtype),
+        "indptr": np.concatenate([[0], np.cumsum(frequencies)]),
+        "num_docs": total,
+    }
+    renumbered = (np.cumsum(used) - 1).tolist()
+    flags = used.tolist()
+    index.vocab_dict = {term: renumbered[i] for term, i in vocabulary.items() if flags[i]}
+    index.unique_token_ids_set = set(index.vocab_dict.values())
+    return index, counts
+
+
+def _read_counts(path: Path, total: int) -> Any:
+    """The saved term counts (None if the index has none); ValueError unless ``total`` ints."""
+    import numpy
+
+    if not path.is_file():
+        return None
+    counts = numpy.load(path, allow_pickle=False)
+    if counts.shape != (total,) or counts.dtype.kind != "i":
+        raise ValueError(f"{path} is not {total} term counts")
+    return counts
 
 
 def _read_json(path: Path) -> Any:
