@@ -307,7 +307,11 @@ def test_scores_equal_a_plain_bm25s_index_and_an_update_equals_a_rebuild(method:
     plain.index([tokenize(document.page_content) for document in documents], show_progress=False)
     for query in ("solar energy", "光伏发电", "running wind turbines"):
         found, scores = plain.retrieve([tokenize(query)], k=7, show_progress=False)
-        expected = [(documents[int(i)].id, float(s)) for i, s in zip(found[0], scores[0]) if s > 0]
+        expected = [
+            (documents[int(i)].id, float(s))
+            for i, s in zip(found[0], scores[0], strict=True)
+            if s > 0
+        ]
         got = [(document.id, document.metadata["score"]) for document in retriever.invoke(query)]
         assert got == expected
     added = Document("wind power from offshore turbines", id="offshore")
