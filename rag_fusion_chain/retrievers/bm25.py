@@ -21,7 +21,12 @@ from langchain_core.documents import Document
 from pydantic import Field, field_validator, model_validator
 
 from rag_fusion_chain.retrievers.base import BatchedRetriever, scored_copy, with_identity
-from rag_fusion_chain.retrievers.columns import StoredDocuments, columns_json, stored_documents
+from rag_fusion_chain.retrievers.columns import (
+    StoredDocuments,
+    columns_json,
+    document_columns,
+    stored_documents,
+)
 from rag_fusion_chain.retrievers.fanout import DEFAULT_K
 
 BM25_FORMAT = "rag_fusion_chain.bm25"
@@ -185,7 +190,7 @@ class BM25Retriever(BatchedRetriever):
         if self.counts is None and self.documents:
             whole = [self.documents[item] if isinstance(item, int) else item for item in documents]
             return self.model_copy(update={"documents": []}).updated(whole)
-        previous = _columns(self.documents)
+        previous = document_columns(self.documents)
         columns: tuple[list[Any], list[Any], list[Any]] = ([], [], [])
         moved = np.full(len(self.documents), -1, dtype=np.int64)
         fresh = []
@@ -314,18 +319,6 @@ class BM25Retriever(BatchedRetriever):
         documents = stored_documents(stored, path / DOCUMENTS_FILE, int(index.scores["num_docs"]))
         fields = {name: settings[name] for name in ("k", "stem", "remove_stopwords")}
         return cls(documents=documents, index=index, counts=counts, **{**fields, **kwargs})
-
-
-def _columns(documents: Sequence[Document]) -> tuple[list[Any], list[Any], list[Any]]:
-    """Ids, texts and metadatas of ``documents`` (loaded columns as they are)."""
-    if isinstance(documents, StoredDocuments):
-        return documents.ids, documents.texts, documents.metadatas
-    ids, texts, metadatas = (
-        zip(*((d.id, d.page_content, d.metadata) for d in documents), strict=True)
-        if documents
-        else ((), (), ())
-    )
-    return list(ids), list(texts), list(metadatas)
 
 
 def _scored_index(
