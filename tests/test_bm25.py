@@ -322,8 +322,9 @@ def test_scores_equal_a_plain_bm25s_index_and_an_update_equals_a_rebuild(method:
     assert list(updated.documents) == list(rebuilt.documents)
     for query in ("solar energy", "光伏发电", "wind turbines", "battery"):
         assert updated.invoke(query) == rebuilt.invoke(query)
-    with pytest.raises(ValueError, match="position 0 is not one document, once"):
-        retriever.updated([0, 0])
+    for wrong in ([0, 0], [len(documents)], [-1]):
+        with pytest.raises(ValueError, match="an int must be a position in this retriever, once"):
+            retriever.updated(wrong)
 
 
 def test_an_update_tokenises_only_new_documents_even_after_a_save(

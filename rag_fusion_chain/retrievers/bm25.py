@@ -175,9 +175,8 @@ class BM25Retriever(BatchedRetriever):
         return cls(documents=[], index=index, **settings).updated(documents)
 
     def updated(self, documents: Sequence[Document | int]) -> BM25Retriever:
-        """A retriever with these settings over ``documents``, where an int stands for this
-        retriever's document at that position: its terms, counted when it was indexed, are
-        reused, so only new Documents are tokenised (all, for an index saved without counts).
+        """A retriever with these settings over ``documents``, an int standing for this one's
+        document at that position: its counted terms are reused, only new Documents tokenised.
 
         >>> one = BM25Retriever.from_documents([Document("solar", id="1"), Document("wind", id="2")])
         >>> [document.id for document in one.updated([1, Document("tide", id="3")]).documents]
@@ -185,64 +184,51 @@ class BM25Retriever(BatchedRetriever):
         """
         import numpy as np
 
-        if not documents:
-            raise ValueError("documents: cannot build a BM25 index from no documents")
-        if self.counts is None and self.documents:
+        if self.counts is None and self.documents:  # saved without counts: all are tokenised
             whole = [self.documents[item] if isinstance(item, int) else item for item in documents]
             return self.model_copy(update={"documents": []}).updated(whole)
-        previous = document_columns(self.documents)
-        columns: tuple[list[Any], list[Any], list[Any]] = ([], [], [])
-        moved = np.full(len(self.documents), -1, dtype=np.int64)
-        fresh = []
+        if not documents:
+            raise ValueError("documents: cannot build a BM25 index from no documents")
+        olds = [item for item in documents if isinstance(item, int)]
+        unique = set(olds)
+        if len(unique) < len(olds) or not unique <= set(range(len(self.documents))):
+            raise ValueError("documents: an int must be a position in this retriever, once")
+        old, columns = document_columns(self.documents), [[], [], []]  # type: tuple[Any, list[list[Any]]]
+        fresh: dict[int, Document] = {}
         for position, item in enumerate(documents):
             if isinstance(item, int):
-                if not 0 <= item < len(moved) or moved[item] >= 0:
-                    raise ValueError(f"documents: position {item} is not one document, once")
-                moved[item] = position
-                row = [column[item] for column in previous]
+                row = [column[item] for column in old]
             else:
-                fresh.append(position)
-                item = with_identity(item)
-                row = [item.id, item.page_content, item.metadata]
+                fresh[position] = document = with_identity(item)
+                row = [document.id, document.page_content, document.metadata]
             for column, value in zip(columns, row, strict=True):
                 column.append(value)
+        moved = np.full(len(self.documents), -1)
+        moved[olds] = [at for at, item in enumerate(documents) if isinstance(item, int)]
         vocabulary = dict(self.index.vocab_dict) if self.documents else {}
-        terms = [
-            [
-                vocabulary.setdefault(term, len(vocabulary))
-                for term in tokenize(
-                    columns[1][position], stem=self.stem, remove_stopwords=self.remove_stopwords
-                )
-            ]
-            for position in fresh
+        options = {"stem": self.stem, "remove_stopwords": self.remove_stopwords}
+        ids = [
+            [vocabulary.setdefault(term, len(vocabulary)) for term in tokenize(text, **options)]
+            for text in (document.page_content for document in fresh.values())
         ]
-        owners = np.repeat(np.array(fresh, dtype=np.int64), [len(ids) for ids in terms])
-        flat = np.fromiter(itertools.chain.from_iterable(terms), np.int64, len(owners))
+        owners = np.repeat(np.fromiter(fresh, np.int64, len(fresh)), [len(row) for row in ids])
+        flat = np.fromiter(itertools.chain.from_iterable(ids), np.int64, len(owners))
         keys, counts = np.unique(flat << 32 | owners, return_counts=True)
-        old_terms, old_owners, old_counts = self._entries()
-        kept = moved[old_owners] >= 0
-        index, counts = _scored_index(
-            self.index,
-            (
-                np.concatenate([old_terms[kept], keys >> 32]),
-                np.concatenate([moved[old_owners[kept]], keys & 0xFFFFFFFF]),
-                np.concatenate([old_counts[kept], counts]),
-            ),
-            vocabulary,
-            len(documents),
-        )
-        fields = {**dict(self), "index": index, "counts": counts}
-        return type(self)(**fields | {"documents": StoredDocuments(*columns)})
-
-    def _entries(self) -> tuple[Any, Any, Any]:
-        """The index's entries as (term id, document position, count) arrays."""
-        import numpy as np
-
-        if not self.documents:
-            return (np.zeros(0, dtype=np.int64),) * 3
-        indptr = np.asarray(self.index.scores["indptr"])
+        indptr = self.index.scores["indptr"] if self.documents else np.zeros(1, np.int64)
         terms = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
-        return terms, np.asarray(self.index.scores["indices"], np.int64), self.counts
+        previous = np.asarray(self.index.scores["indices"] if self.documents else terms, np.int64)
+        reused = moved[previous] >= 0
+        entries = [
+            np.concatenate(pair)
+            for pair in [
+                (terms[reused], keys >> 32),
+                (moved[previous[reused]], keys & 0xFFFFFFFF),
+                (self.counts[reused] if self.documents else terms, counts),
+            ]
+        ]
+        index, counts = _scored_index(self.index, entries, vocabulary, len(documents))
+        fields = {"documents": StoredDocuments(*columns), "index": index, "counts": counts}
+        return type(self)(**dict(self) | fields)
 
     def _retrieve_many(self, queries: list[str], k: int, run_managers: Any) -> list[list[Document]]:
         vocabulary: dict[str, int] = self.index.vocab_dict
@@ -322,48 +308,36 @@ class BM25Retriever(BatchedRetriever):
 
 
 def _scored_index(
-    template: Any, entries: tuple[Any, Any, Any], vocabulary: dict[str, int], total: int
+    template: Any, entries: list[Any], vocabulary: dict[str, int], total: int
 ) -> tuple[Any, Any]:
-    """A bm25s index with ``template``'s parameters over ``total`` documents whose
-    (term id, document, count) ``entries`` are given, and its entries' counts: the scores
-    ``BM25.index`` gives the same tokens (same formulas), in whole-array passes."""
+    """A bm25s index with ``template``'s parameters over ``total`` documents from its
+    (term id, document, count) ``entries``, and their counts in its order: the scores
+    ``BM25.index`` gives the same tokens (bm25s's formulas), in whole-array passes."""
     import numpy as np
     from bm25s import scoring
 
-    terms, owners, counts = entries
-    frequencies = np.bincount(terms, minlength=len(vocabulary))
+    names = ("k1", "b", "delta", "method", "idf_method", "dtype", "int_dtype")
+    index = type(template)(**{name: getattr(template, name) for name in names})
+    frequencies = np.bincount(entries[0], minlength=len(vocabulary))
     used = frequencies > 0  # terms only removed documents had are dropped
-    terms = (np.cumsum(used) - 1)[terms]
-    order = np.lexsort((owners, terms))  # bm25s's CSC layout: by term, then document
-    terms, owners, counts = terms[order], owners[order], counts[order]
+    renumbered = np.cumsum(used) - 1
+    terms = renumbered[entries[0]]
+    order = np.lexsort((entries[1], terms))  # bm25s's CSC layout: by term, then document
+    terms, owners, counts = terms[order], entries[1][order], entries[2][order]
     frequencies = frequencies[used]
     lengths = np.bincount(owners, weights=counts, minlength=total)
-    average = lengths.mean()
-    index = type(template)(
-        **{name: getattr(template, name) for name in ("k1", "b", "delta", "method", "dtype")},
-        idf_method=template.idf_method,
-        int_dtype=template.int_dtype,
+    idf_of, tfc_of = (
+        scoring._select_idf_scorer(index.idf_method),
+        scoring._select_tfc_scorer(index.method),
     )
-    idf_of = scoring._select_idf_scorer(index.idf_method)
-    tfc_of = scoring._select_tfc_scorer(index.method)
-    parameters = {"k1": index.k1, "b": index.b, "delta": index.delta}
-    idf = np.array([idf_of(df, N=total) for df in frequencies.tolist()], dtype=index.dtype)
-    tfc = tfc_of(
-        tf_array=counts.astype(index.dtype), l_d=lengths[owners], l_avg=average, **parameters
-    )
-    scores = idf[terms] * tfc
+    shape = {"k1": index.k1, "b": index.b, "delta": index.delta, "l_avg": lengths.mean()}
+    exact_idf = np.array([idf_of(df, N=total) for df in frequencies.tolist()])
+    idf = exact_idf.astype(index.dtype)
+    scores = idf[terms] * tfc_of(tf_array=counts.astype(index.dtype), l_d=lengths[owners], **shape)
     index.nonoccurrence_array = None
-    if index.method in index.methods_requiring_nonoccurrence:
-        index.nonoccurrence_array = scoring._build_nonoccurrence_array(
-            dict(enumerate(frequencies.tolist())),
-            total,
-            idf_of,
-            tfc_of,
-            average,
-            average,
-            dtype=index.dtype,
-            **parameters,
-        )
+    if index.method in index.methods_requiring_nonoccurrence:  # bm25l, bm25+
+        nonoccurrence = exact_idf * tfc_of(tf_array=0, l_d=shape["l_avg"], **shape)
+        index.nonoccurrence_array = nonoccurrence.astype(index.dtype)
         scores -= index.nonoccurrence_array[terms]
     index.scores = {
         "data": scores.astype(index.dtype),
@@ -371,9 +345,8 @@ def _scored_index(
         "indptr": np.concatenate([[0], np.cumsum(frequencies)]),
         "num_docs": total,
     }
-    renumbered = (np.cumsum(used) - 1).tolist()
-    flags = used.tolist()
-    index.vocab_dict = {term: renumbered[i] for term, i in vocabulary.items() if flags[i]}
+    numbers, flags = renumbered.tolist(), used.tolist()
+    index.vocab_dict = {term: numbers[i] for term, i in vocabulary.items() if flags[i]}
     index.unique_token_ids_set = set(index.vocab_dict.values())
     return index, counts
 
