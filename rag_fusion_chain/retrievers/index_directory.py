@@ -60,6 +60,12 @@ _CONFLICT = (
 )
 RECORDED: Final = "recorded"
 """``chunk_size``'s default: the index's own on an update, else ``ingest.DEFAULT_CHUNK_SIZE``."""
+_SETTINGS: Final = {  # each setting's default, and the value that leaves it to the index's own
+    "store": ("faiss", None),
+    "faiss_index": ("flat", None),
+    "chunk_size": (ingest.DEFAULT_CHUNK_SIZE, RECORDED),
+    "chunk_overlap": (ingest.DEFAULT_CHUNK_OVERLAP, None),
+}
 STORES = ("faiss", "chroma")
 EMBEDDING_BATCH_SIZE = 64  # texts per embedding call while building (and per progress step)
 
@@ -134,11 +140,12 @@ def build_index(
     out = Path(out)
     if (out / INDEX_FILE).exists() and not (force or update):
         raise FileExistsError(_EXISTS.format(out))
-    previous = _verified_settings(out) if update and (out / INDEX_FILE).exists() else {}
+    previous = read_settings(out) if update and (out / INDEX_FILE).exists() else {}
+    if previous:
+        verify_signature(previous, out / INDEX_FILE)
+        embedding = _given_or_recorded(embedding, previous, out)
     given = {"store": store, "faiss_index": faiss_index, "chunk_size": chunk_size}
     chosen = _chosen_settings(out, previous, given | {"chunk_overlap": chunk_overlap})
-    if embedding is None and previous:
-        embedding = _recorded_embedding(out, previous)
     embeddings, embedding_name = _chosen_embeddings(embedding, embedding_name)
     identity = models.embedding_identity(embeddings)
     if previous.get("embedding_identity", identity) != identity:
@@ -182,50 +189,40 @@ def build_index(
                 group, chunk_size=chosen["chunk_size"], chunk_overlap=chosen["chunk_overlap"]
             )
         chunks += [_without_url_credentials(chunk) for chunk in group]  # ids, sources: stored
-    fresh = [position for position, chunk in enumerate(chunks) if isinstance(chunk, Document)]
-    settings |= {"chunks": len(chunks), "embedded_chunks": len(fresh)}
-    build = _Build(chunks, fresh, bm25, stores_directory(out, previous) if previous else None)
-    return _write_version(out.absolute(), settings, build, embeddings, report, force or update)
+    fresh = sum(isinstance(chunk, Document) for chunk in chunks)
+    settings |= {"chunks": len(chunks), "embedded_chunks": fresh}
+    stores = stores_directory(out, previous) if previous else None
+    return _write_version(
+        out.absolute(),
+        settings,
+        lambda folder: _write_index(folder, settings, chunks, bm25, stores, embeddings, report),
+        force or update,
+    )
 
 
 def _chosen_settings(out: Path, previous: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
     """The store, FAISS index and chunking to build with: those given, else those ``previous``
     records, else the defaults; ValueError for a given one ``previous`` records otherwise."""
-    defaults = {
-        "store": "faiss",
-        "faiss_index": "flat",
-        "chunk_size": ingest.DEFAULT_CHUNK_SIZE,
-        "chunk_overlap": ingest.DEFAULT_CHUNK_OVERLAP,
-    }
-    unset = {"store": None, "faiss_index": None, "chunk_size": RECORDED, "chunk_overlap": None}
     chosen = {}
     for key, value in given.items():
-        if value == unset[key]:
-            value = previous[key] if key in previous else defaults[key]
+        default, unset = _SETTINGS[key]
+        if value == unset:
+            value = previous.get(key, default)
         elif key in previous and previous[key] != value:
             raise ValueError(_CONFLICT.format(key, out, previous[key], value))
         chosen[key] = value
-    if chosen["store"] not in STORES:
-        raise ValueError(f"unknown store {chosen['store']!r}: choose one of {', '.join(STORES)}")
-    if chosen["store"] != "faiss":
-        if given["faiss_index"] not in (None, "flat"):
-            raise ValueError(
-                f"faiss_index: {given['faiss_index']!r} needs store='faiss', not {chosen['store']!r}"
-            )
+    store = chosen["store"]
+    if store not in STORES:
+        raise ValueError(f"unknown store {store!r}: choose one of {', '.join(STORES)}")
+    if store != "faiss" and given["faiss_index"] not in (None, "flat"):
+        raise ValueError(
+            f"faiss_index: {given['faiss_index']!r} needs store='faiss', not {store!r}"
+        )
+    if store != "faiss":
         chosen["faiss_index"] = None
     if chosen["chunk_size"] is None:
         chosen["chunk_overlap"] = None
     return chosen
-
-
-def _recorded_embedding(out: Path, previous: dict[str, Any]) -> str:
-    """The embeddings name ``previous`` records (ValueError if it was built from an object)."""
-    if not previous.get("embedding"):
-        raise ValueError(
-            f"embedding: {out} was built with embeddings given as an object "
-            f"({previous.get('embedding_identity')}); pass the same embeddings"
-        )
-    return str(previous["embedding"])
 
 
 def _chosen_embeddings(
@@ -263,24 +260,6 @@ def _content_hash(documents: list[Document]) -> str:
     """SHA-256 of what a source loaded as: ids, texts and metadata."""
     content = [[document.id, document.page_content, document.metadata] for document in documents]
     return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()
-
-
-@dataclass
-class _Build:
-    """The chunks to store (an int: the previous index's chunk at that position), the positions
-    of those to embed, the previous BM25 retriever and stores an update starts from."""
-
-    chunks: list[Document | int]
-    fresh: list[int]
-    bm25: BM25Retriever | None
-    previous: Path | None
-
-
-def _verified_settings(out: Path) -> dict[str, Any]:
-    """The settings of the index in ``out``, its signature verified."""
-    settings = read_settings(out)
-    verify_signature(settings, out / INDEX_FILE)
-    return settings
 
 
 def _previous_chunks(
@@ -330,40 +309,39 @@ def _without_url_credentials(chunk: Document) -> Document:
 def _write_index(
     directory: Path,
     settings: dict[str, Any],
-    build: _Build,
+    chunks: list[Document | int],
+    bm25: BM25Retriever | None,
+    previous: Path | None,
     embeddings: Embeddings,
     report: ProgressCallback,
 ) -> None:
-    """The BM25 index and the vector store of ``build.chunks``, written in ``directory``."""
-    fresh, previous, store = build.fresh, build.previous, settings["store"]
+    """The BM25 index and the vector store of ``chunks`` (an int: the previous index's chunk at
+    that position, its vector and BM25 terms reused), written in ``directory``."""
+    fresh = [position for position, chunk in enumerate(chunks) if isinstance(chunk, Document)]
     report("bm25", 0, 1)
-    if build.bm25 is None:
-        bm25 = BM25Retriever.from_documents(
-            [chunk for chunk in build.chunks if isinstance(chunk, Document)]
-        )
-    else:
-        bm25 = build.bm25.updated(build.chunks)
+    new = [chunk for chunk in chunks if isinstance(chunk, Document)]
+    bm25 = bm25.updated(chunks) if bm25 else BM25Retriever.from_documents(new)
     bm25.save(directory / BM25_DIRECTORY)
     report("bm25", 1, 1)
-    chunks = bm25.documents  # identified, in order
+    identified, store = bm25.documents, settings["store"]  # in order, with ids
     report("embed", 0, len(fresh))
     reporting = _ProgressEmbeddings(embeddings, lambda count: report("embed", count, len(fresh)))
     path = directory / store
     if store == "faiss":
-        vectors = _vectors(chunks, fresh, reporting, previous)
-        build_faiss(chunks, reporting, path, vectors=vectors, index=settings["faiss_index"])
+        vectors = _vectors(identified, fresh, reporting, previous)
+        build_faiss(identified, reporting, path, vectors=vectors, index=settings["faiss_index"])
         return
     if previous is not None:  # a copy of the previous collection, less the chunks not kept
         shutil.copytree(previous / store, path)
         copied = load_chroma(reporting, persist_directory=path)
-        ids = document_columns(chunks)[0]
+        ids = document_columns(identified)[0]
         kept = set(ids) - {ids[position] for position in fresh}
         stale = [name for name in copied.get(include=[])["ids"] if name not in kept]
         if stale:
             copied.delete(stale)
     if fresh or previous is None:
         chroma = build_chroma(
-            [chunks[position] for position in fresh], reporting, persist_directory=path
+            [identified[position] for position in fresh], reporting, persist_directory=path
         )
         getattr(chroma._client, "close", lambda: None)()  # release the files
 
@@ -375,14 +353,13 @@ def _vectors(
     import faiss
     import numpy as np
 
-    texts = document_columns(chunks)[1]
+    ids, texts, _ = document_columns(chunks)
     embedded = models.embed_documents_array(embeddings, [texts[position] for position in fresh])
     kept = np.setdiff1d(np.arange(len(chunks)), fresh)
     if previous is None or not len(kept):
         return embedded
     stored = load_faiss(previous / "faiss", embeddings)  # verified
     rows = {identifier: row for row, identifier in stored.index_to_docstore_id.items()}
-    ids = document_columns(chunks)[0]
     try:
         wanted = np.array([rows[ids[position]] for position in kept], dtype=np.int64)
     except KeyError as error:
@@ -399,12 +376,7 @@ def _vectors(
 
 
 def _write_version(
-    out: Path,
-    settings: dict[str, Any],
-    build: _Build,
-    embeddings: Embeddings,
-    report: ProgressCallback,
-    force: bool,
+    out: Path, settings: dict[str, Any], write: Callable[[Path], None], force: bool
 ) -> dict[str, Any]:
     """Write the stores into a new version folder of ``out``, then switch ``index.json`` to it.
     The folder is locked while it is built (a killed build's lock goes with its process)."""
@@ -418,7 +390,7 @@ def _write_version(
     lock = os.open(folder, os.O_RDONLY)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        _write_index(folder, settings, build, embeddings, report)
+        write(folder)
         settings = sign({**settings, "version": version})
         previous = _current_version(out)
         _switch(out, folder, settings, force=force)
@@ -509,7 +481,8 @@ def open_index(
     settings = read_settings(directory)
     if not trust:
         verify_signature(settings, directory / INDEX_FILE)
-    embeddings = _embeddings(embedding, settings, directory)
+    chosen = _given_or_recorded(embedding, settings, directory)
+    embeddings = chosen if isinstance(chosen, Embeddings) else models.embeddings(chosen)
     stores = stores_directory(directory, settings)
     store: VectorStore
     if settings["store"] == "faiss":
@@ -556,18 +529,16 @@ def stores_directory(directory: str | os.PathLike[str], settings: dict[str, Any]
     return Path(directory) / VERSIONS_DIRECTORY / version if version else Path(directory)
 
 
-def _embeddings(
+def _given_or_recorded(
     embedding: str | Embeddings | None, settings: dict[str, Any], directory: Path
-) -> Embeddings:
-    if isinstance(embedding, Embeddings):
-        return embedding
-    name = embedding or settings.get("embedding")
-    if not name:
+) -> str | Embeddings:
+    """``embedding`` if given, else the name ``settings`` records (none: built from an object)."""
+    if not embedding and not settings.get("embedding"):
         raise ValueError(
             f"embedding: {directory} was built with embeddings given as an object "
             f"({settings.get('embedding_identity')}); pass the same embeddings"
         )
-    return models.embeddings(name)
+    return embedding or str(settings["embedding"])
 
 
 __all__ = [
