@@ -65,6 +65,7 @@ _SETTINGS: Final = {  # each setting's default, and the value that leaves it to 
     "faiss_index": ("flat", None),
     "chunk_size": (ingest.DEFAULT_CHUNK_SIZE, RECORDED),
     "chunk_overlap": (ingest.DEFAULT_CHUNK_OVERLAP, None),
+    "embedding_identity": (None, None),  # always given
 }
 STORES = ("faiss", "chroma")
 EMBEDDING_BATCH_SIZE = 64  # texts per embedding call while building (and per progress step)
@@ -144,14 +145,11 @@ def build_index(
     if previous:
         verify_signature(previous, out / INDEX_FILE)
         embedding = _given_or_recorded(embedding, previous, out)
-    given = {"store": store, "faiss_index": faiss_index, "chunk_size": chunk_size}
-    chosen = _chosen_settings(out, previous, given | {"chunk_overlap": chunk_overlap})
     embeddings, embedding_name = _chosen_embeddings(embedding, embedding_name)
     identity = models.embedding_identity(embeddings)
-    if previous.get("embedding_identity", identity) != identity:
-        raise ValueError(
-            _CONFLICT.format("embedding_identity", out, previous["embedding_identity"], identity)
-        )
+    given = {"store": store, "faiss_index": faiss_index, "chunk_size": chunk_size}
+    given |= {"chunk_overlap": chunk_overlap, "embedding_identity": identity}
+    chosen = _chosen_settings(out, previous, given)
     if chosen["faiss_index"] not in (None, "flat"):  # fails now, not after the embedding
         _check_faiss_index(chosen["faiss_index"], len(embeddings.embed_query("dimension")))
     report = on_progress or (lambda stage, advance, total: None)
@@ -201,8 +199,8 @@ def build_index(
 
 
 def _chosen_settings(out: Path, previous: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
-    """The store, FAISS index and chunking to build with: those given, else those ``previous``
-    records, else the defaults; ValueError for a given one ``previous`` records otherwise."""
+    """The store, FAISS index, chunking (and embeddings) to build with: those given, else those
+    ``previous`` records, else the defaults; ValueError for one ``previous`` records otherwise."""
     chosen = {}
     for key, value in given.items():
         default, unset = _SETTINGS[key]
