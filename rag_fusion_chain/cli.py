@@ -155,8 +155,8 @@ def index(
         typer.Option(
             "--update",
             help="Update an existing index: embed only new and changed sources, drop deleted ones. "
-            "Unless given, store, embeddings, chunking and FAISS index are the index's own; "
-            "giving others is an error (--force rebuilds with them).",
+            "Store, embeddings, chunking and FAISS index not given are those the index "
+            "records; giving others is an error (--force rebuilds with them).",
         ),
     ] = False,
     faiss_index: Annotated[

@@ -330,6 +330,8 @@ def test_scores_equal_a_plain_bm25s_index_and_an_update_equals_a_rebuild(method:
 def test_an_update_tokenises_only_new_documents_even_after_a_save(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import numpy as np
+
     from rag_fusion_chain.retrievers import bm25
 
     BM25Retriever.from_documents(ENGLISH).save(tmp_path)
@@ -343,6 +345,9 @@ def test_an_update_tokenises_only_new_documents_even_after_a_save(
     updated = loaded.updated([0, Document("solar roofs", id="roof"), 2])
     assert tokenized == ["solar roofs"]
     assert [document.id for document in updated.invoke("solar")] == ["roof", "solar"]
+    np.save(tmp_path / "counts.csc.index.npy", np.ones(3, dtype=np.int32))
+    with pytest.raises(ValueError, match="corrupt or incomplete .* is not .* term counts"):
+        BM25Retriever.load(tmp_path)
     (tmp_path / "counts.csc.index.npy").unlink()  # saved before counts were kept: all tokenised
     tokenized.clear()
     BM25Retriever.load(tmp_path).updated([0, Document("solar roofs", id="roof")])
