@@ -279,6 +279,8 @@ class BM25Retriever(BatchedRetriever):
     def load(cls, directory: str | Path, **kwargs: Any) -> BM25Retriever:
         """Load a retriever written by :meth:`save` (no pickle: bm25s arrays load with
         ``allow_pickle=False``); ``kwargs`` override fields (e.g. ``k``)."""
+        import numpy as np
+
         path = Path(directory)
         if not path.is_dir():
             raise FileNotFoundError(f"BM25 index directory not found: {path}")
@@ -287,7 +289,10 @@ class BM25Retriever(BatchedRetriever):
             raise ValueError(f"{path / SETTINGS_FILE} is not a BM25Retriever settings file")
         try:
             index = _bm25s_module().BM25.load(str(path), load_corpus=False, show_progress=False)
-            counts = _read_counts(path / COUNTS_FILE, len(index.scores["data"]))
+            exists = (path / COUNTS_FILE).is_file()  # not before format 3
+            counts = np.load(path / COUNTS_FILE, allow_pickle=False) if exists else None
+            if counts is not None and counts.shape != index.scores["data"].shape:
+                raise ValueError(f"{path / COUNTS_FILE} is not one term count a score")
         except FileNotFoundError:
             raise
         except (ValueError, EOFError, KeyError, OSError) as error:  # truncated or foreign files
@@ -349,18 +354,6 @@ def _scored_index(
     index.vocab_dict = {term: numbers[i] for term, i in vocabulary.items() if flags[i]}
     index.unique_token_ids_set = set(index.vocab_dict.values())
     return index, counts
-
-
-def _read_counts(path: Path, total: int) -> Any:
-    """The saved term counts (None if the index has none); ValueError unless ``total`` ints."""
-    import numpy
-
-    if not path.is_file():
-        return None
-    counts = numpy.load(path, allow_pickle=False)
-    if counts.shape != (total,) or counts.dtype.kind != "i":
-        raise ValueError(f"{path} is not {total} term counts")
-    return counts
 
 
 def _read_json(path: Path) -> Any:
