@@ -29,7 +29,12 @@ from rag_fusion_chain.rendering import (
     reported_errors,
     scores_table,
 )
-from rag_fusion_chain.retrievers.index_directory import INDEX_FILE, build_index, open_index
+from rag_fusion_chain.retrievers.index_directory import (
+    INDEX_FILE,
+    RECORDED,
+    build_index,
+    open_index,
+)
 from rag_fusion_chain.retrievers.stores import UntrustedIndexError
 from rag_fusion_chain.validation import question_of, require_extra
 
@@ -130,27 +135,36 @@ def index(
         list[str], typer.Argument(help="Files, folders, BEIR .jsonl corpora or http(s) URLs.")
     ],
     out: Annotated[Path, typer.Option("--out", "-o", help="Index directory to write.")],
-    store: Annotated[str, typer.Option("--store", help="Vector store: faiss or chroma.")] = "faiss",
+    store: Annotated[
+        str | None, typer.Option(help="Vector store: faiss (default) or chroma.")
+    ] = None,
     embedding: NewEmbeddingOption = None,
-    chunk_size: Annotated[int, typer.Option(help="Tokens per chunk.")] = ingest.DEFAULT_CHUNK_SIZE,
+    chunk_size: Annotated[
+        int | None, typer.Option(help=f"Tokens per chunk (default {ingest.DEFAULT_CHUNK_SIZE}).")
+    ] = None,
     chunk_overlap: Annotated[
-        int, typer.Option(help="Tokens shared by neighbouring chunks.")
-    ] = ingest.DEFAULT_CHUNK_OVERLAP,
+        int | None,
+        typer.Option(
+            help=f"Tokens shared by neighbouring chunks (default {ingest.DEFAULT_CHUNK_OVERLAP})."
+        ),
+    ] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing index.")] = False,
     update: Annotated[
         bool,
         typer.Option(
             "--update",
-            help="Update an existing index: embed only new and changed sources, drop deleted ones.",
+            help="Update an existing index: embed only new and changed sources, drop deleted ones. "
+            "Store, embeddings, chunking and FAISS index not given are those the index "
+            "records; giving others is an error (--force rebuilds with them).",
         ),
     ] = False,
     faiss_index: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--faiss-index",
-            help="FAISS index type: flat (exact), hnsw, ivfpq, or a FAISS index_factory string.",
+            help="FAISS index type: flat (exact, default), hnsw, ivfpq, or an index_factory string.",
         ),
-    ] = "flat",
+    ] = None,
     strict: Annotated[
         bool,
         typer.Option(
@@ -198,7 +212,7 @@ def index(
             faiss_index=faiss_index,
             update=update,
             embedding=embedding,
-            chunk_size=chunk_size,
+            chunk_size=RECORDED if chunk_size is None else chunk_size,
             chunk_overlap=chunk_overlap,
             force=force,
             load_options={

@@ -56,18 +56,22 @@ class DocumentsById(MutableMapping[str, Document]):
         return len(self._positions)
 
 
+def document_columns(documents: Iterable[Document]) -> tuple[list[Any], list[Any], list[Any]]:
+    """The ids, texts and metadatas of ``documents`` (loaded columns as they are)."""
+    if isinstance(documents, StoredDocuments):
+        return documents.ids, documents.texts, documents.metadatas
+    listed = list(documents)
+    return (
+        [document.id for document in listed],
+        [document.page_content for document in listed],
+        [document.metadata for document in listed],
+    )
+
+
 def columns_json(documents: Iterable[Document], where: Path) -> bytes:
     """``documents`` as ``{"ids", "texts", "metadatas"}`` UTF-8 JSON; ValueError naming ``where``
     when a metadata value is not JSON data."""
-    if isinstance(documents, StoredDocuments):
-        columns = {"ids": documents.ids, "texts": documents.texts, "metadatas": documents.metadatas}
-    else:
-        listed = list(documents)
-        columns = {
-            "ids": [document.id for document in listed],
-            "texts": [document.page_content for document in listed],
-            "metadatas": [document.metadata for document in listed],
-        }
+    columns = dict(zip(COLUMNS, document_columns(documents), strict=True))
     try:
         return json.dumps(columns, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     except (TypeError, ValueError) as error:
@@ -96,4 +100,10 @@ def stored_documents(columns: Any, where: Path, total: int) -> StoredDocuments:
     return StoredDocuments(ids, texts, metadatas)
 
 
-__all__ = ["DocumentsById", "StoredDocuments", "columns_json", "stored_documents"]
+__all__ = [
+    "DocumentsById",
+    "StoredDocuments",
+    "columns_json",
+    "document_columns",
+    "stored_documents",
+]
