@@ -25,7 +25,7 @@ from langchain_core.documents import Document
 from langchain_core.runnables import RunnableLambda
 
 from rag_fusion_chain import fusion
-from rag_fusion_chain.fusion.algorithms import scored_copy
+from rag_fusion_chain.fusion.algorithms import scored_copies
 
 
 def make_lists(list_count: int, list_length: int, seed: int = 0) -> list[list[Document]]:
@@ -97,10 +97,9 @@ def main() -> None:
                 kit_fusion = fusion.reciprocal_rank_fusion.with_settings(top_n=top_n)
                 baseline = partial(ensemble.weighted_reciprocal_rank, lists)
                 kit, base, ratio = paired(partial(kit_fusion.invoke, lists), baseline, rounds)
-                kept = fused[:top_n]
-                copies = paired(
-                    lambda kept=kept: [scored_copy(d, 0.5) for d in kept], baseline, rounds
-                )
+                kept = range(len(fused[:top_n]))
+                scores = [0.5] * len(fused)
+                copies = paired(partial(scored_copies, fused, scores, kept), baseline, rounds)
                 print(
                     f"| {list_count} x {list_length} | {len(fused)} | {top_n or 'all'} "
                     f"| {kit * 1e3:.3f} ms | {base * 1e3:.3f} ms | **{ratio:.2f}** "
