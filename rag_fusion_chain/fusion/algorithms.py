@@ -26,7 +26,7 @@ Bounds = Callable[[list[float]], tuple[float, float]]
 def _accumulate(ranked_lists: Lists, contributions: list[list[float]], id_key: Key) -> Fused:
     """Sum each list's per-position contribution into one score per distinct document; a document
     repeated within one list counts once, at its best position."""
-    key_of = identity(id_key)
+    key_of = None if id_key is None else identity(id_key)
     slot_of: dict[Any, int] = {}
     scores: list[float] = []
     documents: list[Document] = []

@@ -70,17 +70,17 @@ def flatten(
     flat: list[Sequence[Document]] = []
     retriever_of: list[int] = []
     for position, item in enumerate(ranked_lists):
-        if isinstance(item, Document):
-            raise TypeError(
-                "fusion input must be a list of ranked lists, got a single list of Documents; "
-                "wrap it: [documents]"
-            )
         if _is_document_list(item):
             flat.append(item)
             retriever_of.append(-1)
         elif isinstance(item, (list, tuple)) and all(map(_is_document_list, item)):
             flat.extend(item)
             retriever_of.extend(range(len(item)))
+        elif isinstance(item, Document):
+            raise TypeError(
+                "fusion input must be a list of ranked lists, got a single list of Documents; "
+                "wrap it: [documents]"
+            )
         else:
             raise TypeError(
                 f"fusion input item {position} is not a list of Documents "
@@ -115,10 +115,8 @@ def _weights_per_list(
     )
 
 
-def identity(id_key: str | None) -> Callable[[Document], Any] | None:
-    """A document's fusion identity: None means by text, else ``(id_key, value)``, else its text."""
-    if id_key is None:
-        return None
+def identity(id_key: str) -> Callable[[Document], Any]:
+    """A document's fusion identity: ``(id_key, value)``, else its text (no ``id_key``: its text)."""
     warned = False
 
     def key(document: Document) -> Any:

@@ -61,11 +61,10 @@ class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
         nothing); TypeError names any keyword not in :attr:`call_settings`."""
         if not settings:
             return self
-        unknown = sorted(set(settings) - set(self.call_settings))
-        if unknown:
+        if unknown := settings.keys() - set(self.call_settings):
             raise TypeError(
                 f"{type(self).__name__} got unexpected keyword argument(s) "
-                f"{', '.join(map(repr, unknown))}; settings it takes per call: "
+                f"{', '.join(map(repr, sorted(unknown)))}; settings it takes per call: "
                 f"{', '.join(self.call_settings)}"
             )
         if all(getattr(self, name) == value for name, value in settings.items()):
@@ -94,8 +93,7 @@ class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
 
 def refuse_unknown_fields(model: type[BaseModel], values: Any, hints: dict[str, str]) -> Any:
     """A before-validator: TypeError for a keyword that is no field of ``model``, with a hint."""
-    unknown = sorted(set(values) - set(model.model_fields)) if isinstance(values, dict) else []
-    if unknown:
+    if isinstance(values, dict) and (unknown := sorted(values.keys() - model.model_fields.keys())):
         close = difflib.get_close_matches(unknown[0], list(model.model_fields), n=1)
         hint = hints.get(unknown[0]) or (f"did you mean {close[0]!r}?" if close else "")
         raise TypeError(
