@@ -8,13 +8,10 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
+from langchain_core.callbacks import CallbackManagerForChainRun
 from langchain_core.documents import Document
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableSerializable
-from langchain_core.runnables.config import (
-    ensure_config,
-    get_callback_manager_for_config,
-    patch_config,
-)
+from langchain_core.runnables.config import ensure_config, get_callback_manager_for_config
 from pydantic import BaseModel, model_validator
 
 from rag_fusion_chain.fusion import algorithms, inputs
@@ -87,7 +84,7 @@ class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
         """Fuse, reporting one run to the callbacks (async callers get it in an executor, as
         langchain-core does by default)."""
         return traced_call(
-            self, lambda lists, _: self.with_settings(**kwargs).fuse(lists), input, config
+            self, lambda lists, *_: self.with_settings(**kwargs).fuse(lists), input, config
         )  # type: ignore[no-any-return]
 
 
@@ -105,12 +102,12 @@ def refuse_unknown_fields(model: type[BaseModel], values: Any, hints: dict[str, 
 
 def traced_call(
     runnable: Runnable[Any, Any],
-    body: Callable[[Any, RunnableConfig], Any],
+    body: Callable[[Any, CallbackManagerForChainRun, RunnableConfig], Any],
     input: Any,
     config: RunnableConfig | None,
 ) -> Any:
-    """``body(input, child_config)`` reported as one run of ``runnable`` to the callbacks: what
-    ``Runnable._call_with_config`` does, without its signature inspection on every call."""
+    """``body(input, run_manager, config)`` reported as one run of ``runnable`` to the callbacks:
+    what ``Runnable._call_with_config`` does, without its signature inspection on every call."""
     config = ensure_config(config)
     run_manager = get_callback_manager_for_config(config).on_chain_start(
         None,
@@ -119,7 +116,7 @@ def traced_call(
         run_id=config.pop("run_id", None),
     )
     try:
-        output = body(input, patch_config(config, callbacks=run_manager.get_child()))
+        output = body(input, run_manager, config)
     except BaseException as error:
         run_manager.on_chain_error(error)
         raise
