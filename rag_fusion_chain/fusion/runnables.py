@@ -6,7 +6,7 @@ from __future__ import annotations
 import difflib
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from langchain_core.callbacks import CallbackManagerForChainRun
 from langchain_core.documents import Document
@@ -131,7 +131,7 @@ class ReciprocalRankFusion(BaseFusion):
     ``k`` is no field here: in the kit ``k`` is the number of documents a retriever returns."""
 
     rank_constant: float = algorithms.RRF_K
-    rank_start: int = 1
+    rank_start: Literal[0, 1] = 1
 
     call_settings: ClassVar[tuple[str, ...]] = ("top_n", "weights", "rank_constant")
     field_hints: ClassVar[dict[str, str]] = {
@@ -144,8 +144,6 @@ class ReciprocalRankFusion(BaseFusion):
             raise ValueError(
                 f"rank_constant must be a finite non-negative number, got {self.rank_constant}"
             )
-        if self.rank_start not in (0, 1):
-            raise ValueError(f"rank_start must be 0 or 1, got {self.rank_start}")
         if self.rank_constant + self.rank_start <= 0:
             raise ValueError(
                 "rank_constant must be positive when rank_start=0 (1 / (0 + 0) is undefined)"

@@ -133,10 +133,8 @@ async def _aresult(call: Any, timeout: float | None) -> Any:
 
 def _warn(failures: list[RetrievalFailure], query_count: int) -> None:
     """One warning per failing retriever, naming it, with its first error."""
-    by_source: dict[str, list[RetrievalFailure]] = {}
-    for failure in failures:
-        by_source.setdefault(failure.source, []).append(failure)
-    for source, failed in by_source.items():
+    for source in dict.fromkeys(failure.source for failure in failures):
+        failed = [failure for failure in failures if failure.source == source]
         warnings.warn(
             f"retriever {source!r} failed for {len(failed)} of {query_count} queries "
             f"({failed[0].error}); fusing the results of the others",
