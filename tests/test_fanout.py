@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import warnings
@@ -607,3 +608,19 @@ def test_unknown_fields_are_refused_with_the_right_name() -> None:
         FusionRetriever(retrievers=[TagRetriever(tag="a")], kk=3)
     with pytest.raises(TypeError, match="unknown field 'top': did you mean 'top_n'"):
         ReciprocalRankFusion(top=3)  # type: ignore[call-arg]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_process_gets_retrieval_threads_of_its_own() -> None:
+    """A forked child inherits the parent's idle-thread count but none of its threads."""
+    fan_out = MultiRetriever([TagRetriever(tag="a")], timeout=2)
+    fan_out.invoke("parent")  # the parent's shared threads exist now
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the child
+        try:
+            answered = contents(fan_out.invoke("child")) == [["a:child:0", "a:child:1"]]
+        except BaseException:
+            answered = False
+        os._exit(0 if answered else 1)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
 import threading
 import warnings
 from collections.abc import Callable, Sequence
@@ -90,10 +91,18 @@ class RetrievalError(RuntimeError):
         super().__init__(f"every retriever failed: {details}")
 
 
-_executor = ContextThreadPoolExecutor(POOL_THREADS)
-"""Retrieval threads shared by all calls: starting threads per call cost more than two quick
-retrievers take. Replaced once a call passes its time bound, so that a hung call never holds a
-thread that later calls would queue behind."""
+def _fresh_executor() -> None:
+    """Retrieval threads shared by all calls (starting threads per call cost more than two quick
+    retrievers take); made anew after a call passes its time bound, so that a hung call never holds
+    a thread later calls would queue behind, and in a forked process, which has none of them."""
+    global _executor
+    _executor = ContextThreadPoolExecutor(POOL_THREADS)
+
+
+_executor: ContextThreadPoolExecutor
+_fresh_executor()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_executor)
 
 
 def _started(calls: list[Callable[[], Any]], workers: int) -> list[Future[Any]]:
@@ -106,11 +115,10 @@ def _started(calls: list[Callable[[], Any]], workers: int) -> list[Future[Any]]:
 
 def _result(future: Future[Any], timeout: float | None) -> Any:
     """The call's result, its error, or a TimeoutError once ``timeout`` seconds have passed."""
-    global _executor
     try:
         return future.result(timeout)
     except concurrent.futures.TimeoutError:  # the builtin TimeoutError from Python 3.11
-        _executor = ContextThreadPoolExecutor(POOL_THREADS)  # the late call keeps its thread
+        _fresh_executor()  # the late call keeps its thread
         return TimeoutError(f"no answer within {timeout} s")
     except Exception as error:  # recorded as the failure of every query of the call
         return error
