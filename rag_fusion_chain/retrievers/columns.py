@@ -8,6 +8,7 @@ from collections.abc import Iterable, Iterator, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import orjson
 from langchain_core.documents import Document
 
 COLUMNS = ("ids", "texts", "metadatas")
@@ -58,18 +59,20 @@ class DocumentsById(MutableMapping[str, Document]):
 
 def columns_json(documents: Iterable[Document], where: Path) -> bytes:
     """``documents`` as ``{"ids", "texts", "metadatas"}`` UTF-8 JSON; ValueError naming ``where``
-    when a metadata value is not JSON data."""
+    when a metadata value is not JSON data. Strings go through orjson (several times faster);
+    metadata through ``json``, whose types and NaN handling the saved files have always had."""
+    ids: Sequence[str | None]
     if isinstance(documents, StoredDocuments):
-        columns = {"ids": documents.ids, "texts": documents.texts, "metadatas": documents.metadatas}
+        ids, texts, metadatas = documents.ids, documents.texts, documents.metadatas
     else:
         listed = list(documents)
-        columns = {
-            "ids": [document.id for document in listed],
-            "texts": [document.page_content for document in listed],
-            "metadatas": [document.metadata for document in listed],
-        }
+        ids = [document.id for document in listed]
+        texts = [document.page_content for document in listed]
+        metadatas = [document.metadata for document in listed]
     try:
-        return json.dumps(columns, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        encoded = json.dumps(metadatas, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        strings = orjson.dumps(ids), orjson.dumps(texts)
+        return b'{"ids":%b,"texts":%b,"metadatas":%b}' % (*strings, encoded)
     except (TypeError, ValueError) as error:
         raise ValueError(
             f"documents: metadata must be JSON data (str, numbers, bools, None, lists, dicts) to "

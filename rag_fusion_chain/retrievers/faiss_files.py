@@ -16,7 +16,8 @@ import os
 import pickle
 import secrets
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -25,7 +26,12 @@ from langchain_core.embeddings import Embeddings
 
 from rag_fusion_chain._version import __version__
 from rag_fusion_chain.models import backends_agree, embedding_identity
-from rag_fusion_chain.retrievers.columns import DocumentsById, columns_json, stored_documents
+from rag_fusion_chain.retrievers.columns import (
+    DocumentsById,
+    StoredDocuments,
+    columns_json,
+    stored_documents,
+)
 from rag_fusion_chain.retrievers.signing import (
     TRUST_ADVICE,
     UntrustedIndexError,
@@ -96,16 +102,20 @@ def save_faiss(store: FAISS, path: str | Path) -> Path:
 
 
 def _docstore_json(store: FAISS, where: Path) -> bytes:
-    """The documents in index order as :mod:`.columns` JSON."""
-    documents = []
-    for position in range(int(store.index.ntotal)):
-        identifier = store.index_to_docstore_id[position]
-        document = store.docstore.search(identifier)
-        if not isinstance(document, Document):
-            raise ValueError(f"FAISS docstore has no document for id {identifier!r}")
-        same_id = document.id == identifier
-        documents.append(document if same_id else document.model_copy(update={"id": identifier}))
-    return columns_json(documents, where)
+    """The documents in index order, under their index ids, as :mod:`.columns` JSON."""
+    ids = list(map(store.index_to_docstore_id.__getitem__, range(int(store.index.ntotal))))
+    by_id = getattr(store.docstore, "_dict", None)
+    documents = list(map(by_id.get if isinstance(by_id, Mapping) else store.docstore.search, ids))
+    if not set(map(type, documents)) <= {Document}:  # one C loop; subclasses checked one by one
+        missing = [
+            i for i, found in zip(ids, documents, strict=True) if not isinstance(found, Document)
+        ]
+        if missing:
+            raise ValueError(f"FAISS docstore has no documents for ids {missing[:5]}")
+    texts = list(map(attrgetter("page_content"), documents))
+    return columns_json(
+        StoredDocuments(ids, texts, list(map(attrgetter("metadata"), documents))), where
+    )
 
 
 def _write_new_file(path: Path, content: bytes | Callable[[Callable[[bytes], int]], object]) -> str:

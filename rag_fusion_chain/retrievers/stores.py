@@ -54,7 +54,7 @@ def _documents_by_id(documents: Sequence[Document]) -> dict[str, Document]:
     """``{id: document}`` in order (content hash for a missing id); no duplicates, not empty."""
     if not documents:
         raise ValueError("documents: cannot build a vector store from no documents")
-    by_id = {str(document.id): document for document in documents if document.id}
+    by_id = {document.id: document for document in documents if document.id}
     if len(by_id) < len(documents):  # ids missing (content hashes then) or repeated
         by_id = {str(document.id): document for document in map(with_identity, documents)}
     if len(by_id) < len(documents):
