@@ -277,6 +277,7 @@ def main() -> None:
         result = case(arguments.case, arguments.sizes[0], arguments.dir, arguments.noise)
         print(json.dumps(result))
         return
+    print("load average", *(f"{load:.2f}" for load in os.getloadavg()))
     if arguments.sizes:
         print("| N | what | kit CPU | plain CPU | ratio | peak RSS kit / plain |")
         print("|---|---|---|---|---|---|")
@@ -294,9 +295,11 @@ def main() -> None:
     for count in arguments.search_sizes:
         for row in search_rows(count, arguments.noise, arguments.ef, arguments.bm25_backend):
             print(row, flush=True)
+    print("load average", *(f"{load:.2f}" for load in os.getloadavg()))
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    here = Path(__file__).resolve().parent
+    sys.path[:0] = [str(here), str(here.parent)]  # this checkout's kit, not an installed one
     os.environ.setdefault("RAG_FUSION_FAISS_THREADS", "1")
     main()

@@ -56,6 +56,10 @@ class DocumentsById(MutableMapping[str, Document]):
     def __len__(self) -> int:
         return len(self._positions)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled (``FAISS.save_local``) as a plain dict, which any loader can read back."""
+        return dict, (dict(self.items()),)
+
 
 def columns_json(documents: Iterable[Document], where: Path) -> bytes:
     """``documents`` as ``{"ids", "texts", "metadatas"}`` UTF-8 JSON; ValueError naming ``where``

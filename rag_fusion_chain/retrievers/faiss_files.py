@@ -66,12 +66,9 @@ def faiss_store_class() -> type[FAISS]:
 
 
 def save_faiss(store: FAISS, path: str | Path) -> Path:
-    """Save ``store`` as ``index.faiss`` + ``docstore.json`` with a signed ``manifest.json``.
-
-    The manifest records each file's SHA-256 (of the bytes written), the embedding identity,
-    the index type and the distance settings. Files are written under fresh names and renamed.
-    Metadata must be JSON data.
-    """
+    """Save ``store`` as ``index.faiss`` + ``docstore.json`` (metadata must be JSON data) and a
+    signed ``manifest.json``: SHA-256 of the bytes written, embedding identity, index type and
+    distance settings. Files are written under fresh names and renamed."""
     import faiss
 
     directory = Path(path)
@@ -139,13 +136,10 @@ def _write_new_file(path: Path, content: bytes | Callable[[Callable[[bytes], int
 
 
 def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False) -> FAISS:
-    """Load a FAISS index saved by :func:`save_faiss`, verified first.
-
-    The manifest must be signed with this user's key and list each file's SHA-256, computed over
-    the bytes deserialized; else :class:`UntrustedIndexError`. ``trust=True`` skips signature and
-    hashes (also for plain ``FAISS.save_local`` folders); a pickle still goes through the
-    allow-list. Other embeddings than those that built the index give a warning.
-    """
+    """Load a FAISS index saved by :func:`save_faiss`, verified first: the manifest must be signed
+    with this user's key and list the SHA-256 of the very bytes deserialized, else
+    :class:`UntrustedIndexError`. ``trust=True`` skips both (also for ``FAISS.save_local``
+    folders; their pickle still goes through the allow-list). Other embeddings give a warning."""
     FAISS = faiss_store_class()  # noqa: N806 - a class
     from langchain_community.docstore.in_memory import InMemoryDocstore
     from langchain_community.vectorstores.utils import DistanceStrategy
@@ -154,8 +148,6 @@ def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False)
     if not directory.is_dir():
         raise FileNotFoundError(f"FAISS index directory not found: {directory}")
     manifest = _read_manifest(directory, required=not trust)
-    if not trust:
-        verify_signature(manifest or {}, directory / MANIFEST_FILE)
     docstore_name = _docstore_name(directory, manifest)
     docstore_bytes, docstore_digest = read_hashed(directory / docstore_name)
     index, index_digest, failure = _read_faiss_hashed(directory / INDEX_FILE)
@@ -224,6 +216,7 @@ ALLOWED_GLOBALS: Final = frozenset(
     {
         ("langchain_community.docstore.in_memory", "InMemoryDocstore"),
         ("langchain_core.documents.base", "Document"),
+        ("builtins", "dict"),  # a loaded docstore's documents, re-saved by FAISS.save_local
         ("decimal", "Decimal"),
         ("uuid", "UUID"),
         ("uuid", "SafeUUID"),
@@ -257,16 +250,8 @@ def _load_docstore_pickle(data: bytes | bytearray, where: str | Path) -> tuple[A
     for a pickle naming other classes, ValueError for another structure."""
     from langchain_community.docstore.in_memory import InMemoryDocstore
 
-    try:
-        loaded = _DocstoreUnpickler(data, where).load()
-    except UntrustedIndexError:
-        raise
-    except Exception as error:  # noqa: BLE001 - any decoding failure means a corrupt file
-        raise ValueError(
-            f"{where} is not a LangChain FAISS docstore pickle ({type(error).__name__}: {error})"
-        ) from error
-    pair = loaded if isinstance(loaded, tuple) and len(loaded) == 2 else (None, None)
-    docstore, index_to_id = pair
+    loaded = _DocstoreUnpickler(data, where).load()  # load_faiss names a decoding failure
+    docstore, index_to_id = loaded if isinstance(loaded, tuple) and len(loaded) == 2 else (0, 0)
     stored = getattr(docstore, "_dict", None)
     if not (
         isinstance(docstore, InMemoryDocstore)
@@ -281,6 +266,7 @@ def _load_docstore_pickle(data: bytes | bytearray, where: str | Path) -> tuple[A
 
 
 def _read_manifest(directory: Path, *, required: bool) -> dict[str, Any] | None:
+    """The parsed manifest; when ``required``, present and signed with this user's key."""
     manifest_path = directory / MANIFEST_FILE
     if not manifest_path.exists():
         if required:
@@ -300,6 +286,8 @@ def _read_manifest(directory: Path, *, required: bool) -> dict[str, Any] | None:
         raise UntrustedIndexError(
             f"{manifest_path} is not a {FAISS_FORMAT} manifest. {TRUST_ADVICE}"
         )
+    if required:
+        verify_signature(manifest, manifest_path)
     return manifest
 
 

@@ -95,8 +95,7 @@ def build_faiss(
     if vectors is None:
         texts = [document.page_content for document in by_id.values()]
         vectors = embed_documents_array(embeddings, texts)
-    matrix = _as_matrix(vectors, len(by_id))
-    norms = _row_norms(matrix)
+    matrix, norms = _matrix_and_norms(vectors, len(by_id))
     faiss_index = _new_faiss_index(index, matrix, norms)
     if matrix.dtype == "float32" and matrix.flags.c_contiguous and abs(norms - 1).max() <= 1e-5:
         faiss_index.add(matrix)  # unit vectors already: FAISS's one copy, as a plain add makes
@@ -110,17 +109,6 @@ def build_faiss(
     return store
 
 
-def _row_norms(matrix: Any) -> Any:
-    """Each row's L2 norm (1 for a zero row); ValueError for NaN or infinite values."""
-    import numpy as np
-
-    norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix))
-    if not np.isfinite(norms).all():
-        raise ValueError("vectors: contain NaN or infinite values (or ones too large to square)")
-    norms[norms == 0] = 1.0
-    return norms
-
-
 def _unit_rows(matrix: Any, norms: Any, rows: Any) -> Any:
     """A float32 unit-vector copy of ``matrix[rows]`` (the caller's array is not changed)."""
     import numpy as np
@@ -128,8 +116,9 @@ def _unit_rows(matrix: Any, norms: Any, rows: Any) -> Any:
     return np.ascontiguousarray(matrix[rows] / norms[rows, None], dtype=np.float32)
 
 
-def _as_matrix(vectors: Any, count: int) -> Any:
-    """``vectors`` as a 2-D array of ``count`` rows (a numpy array is taken as it is)."""
+def _matrix_and_norms(vectors: Any, count: int) -> tuple[Any, Any]:
+    """``vectors`` as a 2-D array of ``count`` rows (a numpy array as it is) and each row's L2
+    norm (1 for a zero row); ValueError for another shape, NaN or infinite values."""
     import numpy as np
 
     matrix = vectors if isinstance(vectors, np.ndarray) else np.asarray(vectors, dtype=np.float32)
@@ -138,7 +127,11 @@ def _as_matrix(vectors: Any, count: int) -> Any:
             f"vectors: expected {count} rows (one per document) of d > 0 numbers, "
             f"got shape {matrix.shape}"
         )
-    return matrix
+    norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix))
+    if not np.isfinite(norms).all():
+        raise ValueError("vectors: contain NaN or infinite values (or ones too large to square)")
+    norms[norms == 0] = 1.0
+    return matrix, norms
 
 
 def _new_faiss_index(index: str, vectors: Any, norms: Any) -> Any:
@@ -202,8 +195,8 @@ def build_chroma(
     identified = list(_documents_by_id(documents).values())
     chroma_client = _chroma_client(persist_directory, client, host, port)
     store = Chroma(
-        collection_name=collection_name,
-        embedding_function=embeddings,
+        collection_name,
+        embeddings,
         client=chroma_client,
         collection_metadata={EMBEDDING_METADATA_KEY: embedding_identity(embeddings)},
         collection_configuration={"hnsw": {"space": "cosine"}},
@@ -232,10 +225,7 @@ def load_chroma(
     chroma_client = _chroma_client(persist_directory, client, host, port)
     try:
         store = Chroma(
-            collection_name=collection_name,
-            embedding_function=embeddings,
-            client=chroma_client,
-            create_collection_if_not_exists=False,
+            collection_name, embeddings, client=chroma_client, create_collection_if_not_exists=False
         )
     except chromadb.errors.NotFoundError as error:
         existing = sorted(collection.name for collection in chroma_client.list_collections())
