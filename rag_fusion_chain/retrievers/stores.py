@@ -258,23 +258,20 @@ def _chroma_space(collection: Any) -> str:
     return str((collection.metadata or {}).get("hnsw:space", "l2"))
 
 
-def _is_instance(store: Any, module_name: str, class_name: str) -> bool:
-    """isinstance without importing an optional package the caller has not imported."""
-    module = sys.modules.get(module_name)
-    return module is not None and isinstance(store, getattr(module, class_name))
-
-
 def _is_faiss(store: VectorStore) -> TypeGuard[FAISS]:
-    return _is_instance(store, "langchain_community.vectorstores.faiss", "FAISS")
+    """isinstance without importing langchain_community unless the caller has."""
+    module = sys.modules.get("langchain_community.vectorstores.faiss")
+    return module is not None and isinstance(store, module.FAISS)
 
 
 def _is_chroma(store: VectorStore) -> TypeGuard[Chroma]:
-    return _is_instance(store, "langchain_chroma.vectorstores", "Chroma")
+    module = sys.modules.get("langchain_chroma.vectorstores")
+    return module is not None and isinstance(store, module.Chroma)
 
 
 def default_faiss_threads() -> int:
-    """``$RAG_FUSION_FAISS_THREADS``, else 1: concurrent searches on FAISS's thread per core
-    oversubscribe the cores."""
+    """``$RAG_FUSION_FAISS_THREADS``, else 1 (concurrent searches on a thread per core each
+    oversubscribe the cores)."""
     configured = os.environ.get(FAISS_THREADS_ENV, "1").strip()
     if not configured.isdigit() or int(configured) < 1:
         raise ValueError(f"{FAISS_THREADS_ENV}: expected a positive integer, got {configured!r}")
@@ -282,13 +279,10 @@ def default_faiss_threads() -> int:
 
 
 class VectorRetriever(BatchedRetriever):
-    """Dense retriever over a vector store: one embedding call and one search per batch.
-
-    ``batch`` embeds all queries with one ``embed_documents`` (``query_embedding="per_query"``:
-    ``embed_query`` each, for asymmetric models) and searches them in one ``index.search``
-    (FAISS) or ``collection.query`` (Chroma); other stores are searched per vector and their score
-    taken as a similarity unless ``relevance_function`` converts it.
-    """
+    """Dense retriever over a vector store: ``batch`` embeds all queries in one ``embed_documents``
+    (``query_embedding="per_query"``: ``embed_query`` each, for asymmetric models) and searches
+    them in one ``index.search`` (FAISS) or ``collection.query`` (Chroma); other stores per vector,
+    their score a similarity unless ``relevance_function`` converts it."""
 
     vectorstore: VectorStore
     embeddings: Embeddings | None = None
