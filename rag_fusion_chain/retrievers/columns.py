@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, MutableMapping, Sequence
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,13 @@ class StoredDocuments(Sequence[Document]):
 
     def __init__(self, ids: list[str], texts: list[str], metadatas: list[dict[str, Any]]) -> None:
         self.ids, self.texts, self.metadatas = ids, texts, metadatas
+
+    @classmethod
+    def of(cls, documents: Sequence[Document], ids: list[str] | None = None) -> StoredDocuments:
+        """The columns of ``documents``, under ``ids`` if given (else their own)."""
+        texts = list(map(attrgetter("page_content"), documents))
+        metadatas = list(map(attrgetter("metadata"), documents))
+        return cls(list(map(attrgetter("id"), documents)) if ids is None else ids, texts, metadatas)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -65,18 +73,14 @@ def columns_json(documents: Iterable[Document], where: Path) -> bytes:
     """``documents`` as ``{"ids", "texts", "metadatas"}`` UTF-8 JSON; ValueError naming ``where``
     when a metadata value is not JSON data. Strings go through orjson (several times faster);
     metadata through ``json``, whose types and NaN handling the saved files have always had."""
-    ids: Sequence[str | None]
     if isinstance(documents, StoredDocuments):
-        ids, texts, metadatas = documents.ids, documents.texts, documents.metadatas
+        stored = documents
     else:
-        listed = list(documents)
-        ids = [document.id for document in listed]
-        texts = [document.page_content for document in listed]
-        metadatas = [document.metadata for document in listed]
+        stored = StoredDocuments.of(list(documents))
     try:
-        encoded = json.dumps(metadatas, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-        strings = orjson.dumps(ids), orjson.dumps(texts)
-        return b'{"ids":%b,"texts":%b,"metadatas":%b}' % (*strings, encoded)
+        metadatas = json.dumps(stored.metadatas, ensure_ascii=False, separators=(",", ":"))
+        strings = orjson.dumps(stored.ids), orjson.dumps(stored.texts)
+        return b'{"ids":%b,"texts":%b,"metadatas":%b}' % (*strings, metadatas.encode())
     except (TypeError, ValueError) as error:
         raise ValueError(
             f"documents: metadata must be JSON data (str, numbers, bools, None, lists, dicts) to "
@@ -87,20 +91,15 @@ def columns_json(documents: Iterable[Document], where: Path) -> bytes:
 def stored_documents(columns: Any, where: Path, total: int) -> StoredDocuments:
     """:class:`StoredDocuments` from parsed :func:`columns_json` output; ValueError unless it
     holds ``total`` string ids, string texts and dict metadatas."""
-    ids, texts, metadatas = (
+    found: list[Any] = [
         columns.get(name) if isinstance(columns, dict) else None for name in COLUMNS
-    )
-    if not (
-        isinstance(ids, list)
-        and isinstance(texts, list)
-        and isinstance(metadatas, list)
-        and len(ids) == len(texts) == len(metadatas) == total
-        and set(map(type, ids)) <= {str}
-        and set(map(type, texts)) <= {str}
-        and set(map(type, metadatas)) <= {dict}
+    ]
+    if not all(
+        isinstance(column, list) and len(column) == total and set(map(type, column)) <= {kind}
+        for column, kind in zip(found, (str, str, dict), strict=True)
     ):
         raise ValueError(f"{where} is not {total} ids, texts and metadata dicts (inconsistent)")
-    return StoredDocuments(ids, texts, metadatas)
+    return StoredDocuments(*found)
 
 
 __all__ = ["DocumentsById", "StoredDocuments", "columns_json", "stored_documents"]

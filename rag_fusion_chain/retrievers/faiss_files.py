@@ -17,7 +17,6 @@ import pickle
 import secrets
 import warnings
 from collections.abc import Callable, Mapping
-from operator import attrgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -102,17 +101,15 @@ def _docstore_json(store: FAISS, where: Path) -> bytes:
     """The documents in index order, under their index ids, as :mod:`.columns` JSON."""
     ids = list(map(store.index_to_docstore_id.__getitem__, range(int(store.index.ntotal))))
     by_id = getattr(store.docstore, "_dict", None)
-    documents = list(map(by_id.get if isinstance(by_id, Mapping) else store.docstore.search, ids))
+    lookup = by_id.get if isinstance(by_id, Mapping) else store.docstore.search
+    documents: list[Any] = list(map(lookup, ids))
     if not set(map(type, documents)) <= {Document}:  # one C loop; subclasses checked one by one
         missing = [
             i for i, found in zip(ids, documents, strict=True) if not isinstance(found, Document)
         ]
         if missing:
             raise ValueError(f"FAISS docstore has no documents for ids {missing[:5]}")
-    texts = list(map(attrgetter("page_content"), documents))
-    return columns_json(
-        StoredDocuments(ids, texts, list(map(attrgetter("metadata"), documents))), where
-    )
+    return columns_json(StoredDocuments.of(documents, ids), where)
 
 
 def _write_new_file(path: Path, content: bytes | Callable[[Callable[[bytes], int]], object]) -> str:
