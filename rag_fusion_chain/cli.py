@@ -254,9 +254,7 @@ def search(
             chain = chains.chain_for(strategy, retrievers, llm, return_sources=True, **options)
         else:
             retrieval = chains.retrieval_chain(strategy, retrievers, llm, **options)
-            chain = retrieval | (
-                lambda state: {**state, "documents": chains.quoted_documents(state)}
-            )
+            chain = retrieval | (lambda state: {**state, "documents": chains.quoted_documents(state)})
         fusion = _fusion_shown(strategy)
         if answer and not json_output:
             return render_answer(chain, question, retrievers, fusion=fusion, verbose=verbose)
