@@ -53,16 +53,17 @@ def model() -> FakeListChatModel:
     return FakeListChatModel(responses=replies * 4)
 
 
-def traced(call: Callable[[], Any]) -> tuple[int, int]:
-    """(distinct package lines, distinct package functions) run by ``call`` on any thread."""
+def traced(call: Callable[[], Any]) -> tuple[int, int, int]:
+    """(distinct package lines, distinct package functions, how many of those are comprehensions)
+    run by ``call`` on any thread."""
     lines: set[tuple[str, int]] = set()
-    functions: set[tuple[str, int]] = set()
+    functions: set[tuple[str, int, str]] = set()
 
     def tracer(frame: Any, event: str, arg: Any) -> Any:
         filename = frame.f_code.co_filename
         if not filename.startswith(PACKAGE):
             return None
-        functions.add((filename, frame.f_code.co_firstlineno))
+        functions.add((filename, frame.f_code.co_firstlineno, frame.f_code.co_name))
         lines.add((filename, frame.f_lineno))
 
         def local(frame: Any, event: str, arg: Any) -> Any:
@@ -79,7 +80,8 @@ def traced(call: Callable[[], Any]) -> tuple[int, int]:
     finally:
         sys.settrace(None)
         threading.settrace(None)  # type: ignore[arg-type]
-    return len(lines), len(functions)
+    comprehensions = [name for *_, name in functions if name.startswith("<") and name != "<lambda>"]
+    return len(lines), len(functions), len(comprehensions)
 
 
 def plain() -> Any:
@@ -105,12 +107,12 @@ def main() -> None:
     for strategy in strategies.STRATEGIES:
         rows.append((f"{strategy}, with a model", ready(strategy, True)))
         rows.append((f"{strategy}, offline", ready(strategy, False)))
-    print("| call | package lines run | package functions run |")
-    print("|---|---|---|")
+    print("| call | package lines run | package functions run | of which comprehensions |")
+    print("|---|---|---|---|")
     for label, call in rows:
         call()  # warm-up: imports and caches are not counted
-        line_count, function_count = traced(call)
-        print(f"| {label} | {line_count} | {function_count} |", flush=True)
+        line_count, function_count, comprehension_count = traced(call)
+        print(f"| {label} | {line_count} | {function_count} | {comprehension_count} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,7 @@ from langchain_core.documents import Document
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rag_fusion_chain import extractive, ingest, offline  # noqa: E402
+from rag_fusion_chain import ingest, offline  # noqa: E402
 from rag_fusion_chain.data import sample_corpus_path, sample_queries  # noqa: E402
 from rag_fusion_chain.fusion import reciprocal_rank_fusion  # noqa: E402
 from rag_fusion_chain.retrievers.bm25 import BM25Retriever  # noqa: E402
@@ -108,7 +108,7 @@ def main() -> None:
     claims = sample_queries()
     print(
         f"{len(claims)} SciFact claims, 300 abstracts, BM25, n={options.n}, k={options.k}, "
-        f"top_n={options.top_n}, {extractive.SENTENCES} sentences (1 per passage)"
+        f"top_n={options.top_n}, {offline.SENTENCES} sentences (1 per passage)"
     )
     header = ["quotes relevant", "first relevant", "quotes from relevant"]
     header += ["relevant retrieved", "quotes / retrieved"]

@@ -1,6 +1,6 @@
 """The offline answer and queries on held-out real text: scikit-learn's user guide (Debian).
 
-The heuristics of :mod:`extractive` and :mod:`offline` were tuned on the SciFact sample; this
+The heuristics of :mod:`offline` were tuned on the SciFact sample; this
 runs them on text nobody here wrote or tuned on: the 45 HTML pages of the scikit-learn 1.2.1
 user guide that Debian's ``python-sklearn-doc`` installs (``apt-get install
 python-sklearn-doc``), read at run time from ``--pages``, loaded and split by

@@ -102,9 +102,9 @@ def change_files(folder: Path, share: float) -> int:
 
 STAGES = {
     "before load": "resolve the embeddings",
-    "load": "read, hash, split (and read the previous chunks)",
-    "embed": "embed, FAISS (and read the previous vectors)",
-    "bm25": "BM25, switch index.json",
+    "load": "read, hash, split",
+    "bm25": "BM25 (update: from the previous counts)",
+    "embed": "embed, FAISS (update: and read the previous vectors), switch index.json",
 }
 
 

@@ -98,9 +98,10 @@ class Step(RunnableLambda):  # type: ignore[type-arg]
         return Runnable.get_graph(self, config)
 
 
-def _setting(config: RunnableConfig, name: str, default: int | None) -> int | None:
+def _per_call(config: RunnableConfig, name: str) -> int | None:
+    """The per-call setting ``name`` from ``config["configurable"]``, checked; None when unset."""
     value = (config.get("configurable") or {}).get(name)
-    return default if value is None else validate_count(name, value)
+    return None if value is None else validate_count(name, value)
 
 
 def _unique(documents: Sequence[Document], skip: Sequence[Document] = ()) -> list[Document]:
@@ -120,52 +121,30 @@ def _queried(record: Strategy, question: str, generated: list[str], search_quest
     """The state after the query step: ``queries`` as users see them, ``searched`` in order."""
     if record.grouping == "step-back":
         queries = [question, *[text for text in generated if text != question][:1]]
-        return {
-            "question": question,
-            "queries": queries,
-            "searched": queries,
-            "step_back_question": queries[-1],
-        }
-    first = [question] if search_question else []
-    searched = list(dict.fromkeys([*first, *generated]))
+        return {"question": question, "queries": queries, "searched": queries}
+    searched = list(dict.fromkeys([question, *generated] if search_question else generated))
     shown = generated if record.grouping == "sub-questions" else searched
     return {"question": question, "queries": shown, "searched": searched}
 
 
-def _fusion_groups(record: Strategy, state: State) -> list[tuple[str, list[Any]]]:
-    """(what the fused list is, the ranked lists fused into it), one per fusion."""
-    retrieved = state["retrieved"]
+def _fused(record: Strategy, state: State, fuse: Callable[[list[Any]], list[Any]]) -> State:
+    """``state`` with its ranked lists fused: all at once (flat), the question's and the
+    step-back question's apart, or each sub-question's apart (see :attr:`Strategy.grouping`)."""
+    retrieved, question = state["retrieved"], state["question"]
     if record.grouping == "flat":
-        return [("documents", list(retrieved))]
-
-    def lists_of(query: str) -> list[Any]:
-        return [ranked for ranked in retrieved if ranked.query == query]
-
-    if record.grouping == "step-back":
-        broader = state["queries"][-1]
-        return [("documents", lists_of(state["question"])), ("step_back", lists_of(broader))]
-    groups = [(f"sub:{query}", lists_of(query)) for query in state["queries"]]
-    if state["question"] in state["searched"]:
-        groups.append(("documents", lists_of(state["question"])))
-    return groups
-
-
-def _fused(record: Strategy, state: State, fused: list[list[Document]]) -> State:
-    names = [name for name, _ in _fusion_groups(record, state)]
-    by_name = dict(zip(names, fused, strict=True))
-    result = {**state, "documents": by_name.get("documents", [])}
-    if record.grouping == "step-back":
-        broader = state["queries"][-1]
-        result["step_back_documents"] = (
-            _unique(by_name["step_back"], skip=result["documents"])
-            if broader != state["question"]
-            else []
-        )
-    if record.grouping == "sub-questions":
-        result["sub_documents"] = [
-            (name[4:], by_name[name]) for name in names if name != "documents"
-        ]
-    return result
+        return {**state, "documents": fuse([list(retrieved)])[0]}
+    searched_question = record.grouping == "sub-questions" and question in state["searched"]
+    queries = [*state["queries"], *([question] if searched_question else [])]
+    fused = fuse([[ranked for ranked in retrieved if ranked.query == query] for query in queries])
+    if record.grouping == "step-back":  # no broader list when the model repeated the question
+        return {
+            **state,
+            "documents": fused[0],
+            "step_back_question": queries[-1],
+            "step_back_documents": _unique(fused[1], skip=fused[0]) if len(fused) > 1 else [],
+        }
+    answered = list(zip(state["queries"], fused, strict=False))
+    return {**state, "sub_documents": answered, "documents": fused[-1] if searched_question else []}
 
 
 def _formatted(state: State) -> State:
@@ -194,32 +173,38 @@ def _sources(state: State) -> AddableDict:
 # ---- the steps ------------------------------------------------------------------------------------
 
 
+def _searching(fan_out: MultiRetriever, config: RunnableConfig) -> Runnable[Any, Any]:
+    """The fan-out asking each retriever for the per-call ``k``, if set, run as ``fan_out``."""
+    k = _per_call(config, "k")
+    asking = fan_out if k is None else fan_out.model_copy(update={"k": k})
+    return asking.with_config(run_name="fan_out")
+
+
 def _generate_step(
     record: Strategy,
     query_step: Runnable[Any, list[str]] | None,
     fan_out: MultiRetriever,
     search_question: bool,
-    default_n: int | None,
+    count: int,
 ) -> Step:
     """``generate_queries``: the model's query step, the question's search started beside it and
-    handed on unfinished (``retrieve`` searches the other queries without waiting for it, so the
-    chain is never a retrieval round slower than ``generator | retriever.map()``); offline, the
-    question is searched first and the queries are drawn from its documents."""
+    handed on unfinished as ``first`` (``retrieve`` searches the other queries without waiting
+    for it, so the chain is never a retrieval round slower than ``generator | retriever.map()``);
+    offline, the question is searched first and the queries are drawn from its documents."""
     if query_step is not None:
         query_step = query_step.with_config(run_name="queries")
 
-    def offline_queries(question: str, first: Any, config: RunnableConfig) -> State:
+    def offline(question: str, first: RetrievalResults, config: RunnableConfig) -> State:
         # the question's whole fused ranking: the best documents lead, the rest give term statistics
         documents: list[Document] = reciprocal_rank_fusion.invoke(first, config)  # type: ignore[assignment]
-        count = configured_n(config, default_n or 1)
-        generated = record.offline_queries(question, documents, count)
-        return {**_queried(record, question, generated, search_question), "first": first}
+        generated = record.offline_queries(question, documents, configured_n(config, count))
+        state = _queried(record, question, generated, search_question)
+        return {**state, "first": first} if question in state["searched"] else state
 
     def generate(value: Any, config: RunnableConfig) -> State:
-        question = question_of(value)
-        searching = _searching(fan_out, config)
+        question, searching = question_of(value), _searching(fan_out, config)
         if query_step is None:
-            return offline_queries(question, searching.invoke(question, config), config)
+            return offline(question, searching.invoke(question, config), config)
         if not search_question:
             return _queried(record, question, query_step.invoke(question, config), False)
         executor = ContextThreadPoolExecutor(max_workers=1)
@@ -229,52 +214,42 @@ def _generate_step(
         return {**_queried(record, question, generated, True), "first": first}
 
     async def agenerate(value: Any, config: RunnableConfig) -> State:
-        question = question_of(value)
-        searching = _searching(fan_out, config)
+        question, searching = question_of(value), _searching(fan_out, config)
         if query_step is None:
-            first = await searching.ainvoke(question, config)
-            return offline_queries(question, first, config)
+            return offline(question, await searching.ainvoke(question, config), config)
         if not search_question:
             return _queried(record, question, await query_step.ainvoke(question, config), False)
         first = asyncio.ensure_future(searching.ainvoke(question, config))
         generated = await query_step.ainvoke(question, config)
         return {**_queried(record, question, generated, True), "first": first}
 
-    settings = [N_SPEC] if record.default_n is not None else []
-    return Step("generate_queries", generate, agenerate, settings)
-
-
-def _searching(fan_out: MultiRetriever, config: RunnableConfig) -> Runnable[Any, Any]:
-    """The fan-out asking each retriever for the per-call ``k``, if set, run as ``fan_out``."""
-    k = _setting(config, "k", None)
-    asking = fan_out if k is None else fan_out.model_copy(update={"k": k})
-    return asking.with_config(run_name="fan_out")
+    return Step("generate_queries", generate, agenerate, [N_SPEC] if record.default_n else [])
 
 
 def _retrieve_step(fan_out: MultiRetriever) -> Step:
     """``retrieve``: search what the query step did not, all at once (each retriever's batch),
     while the question's search ends; with ``max_concurrency`` set, after it (within the bound)."""
 
-    def rest(state: State) -> list[str]:
-        if "first" not in state or state["question"] not in state["searched"]:
-            return state["searched"]
-        return [query for query in state["searched"] if query != state["question"]]
+    def rest(state: State) -> tuple[State, Any, list[str]]:
+        """(the state without ``first``, ``first``, the queries still to search)."""
+        state = dict(state)
+        first = state.pop("first", None)
+        searched, question = state["searched"], state["question"]
+        return state, first, [query for query in searched if first is None or query != question]
 
-    def done(state: State, first: Any, found: Any) -> State:
-        kept = {key: value for key, value in state.items() if key != "first"}
-        searched_first = first is not None and state["question"] in state["searched"]
-        retrieved = (first if searched_first else RetrievalResults()) + found
-        return {**kept, "retrieved": retrieved, "failures": retrieved.failures}
+    def done(state: State, first: RetrievalResults | None, found: Any) -> State:
+        retrieved = (RetrievalResults() if first is None else first) + found
+        return {**state, "retrieved": retrieved, "failures": retrieved.failures}
 
     def retrieve(state: State, config: RunnableConfig) -> State:
-        first, queries = state.get("first"), rest(state)
+        state, first, queries = rest(state)
         if isinstance(first, Future) and config.get("max_concurrency") is not None:
             first = first.result()
         found = _searching(fan_out, config).invoke(queries, config) if queries else []
         return done(state, first.result() if isinstance(first, Future) else first, found)
 
     async def aretrieve(state: State, config: RunnableConfig) -> State:
-        first, queries = state.get("first"), rest(state)
+        state, first, queries = rest(state)
         if isinstance(first, asyncio.Future) and config.get("max_concurrency") is not None:
             first = await first
         found = await _searching(fan_out, config).ainvoke(queries, config) if queries else []
@@ -286,13 +261,11 @@ def _retrieve_step(fan_out: MultiRetriever) -> Step:
 def _fuse_step(record: Strategy, fusion: BaseFusion) -> Step:
     """``fuse``: one fusion per group of lists (see :attr:`Strategy.grouping`), ``top_n`` each."""
 
-    def configured(config: RunnableConfig) -> Runnable[Any, Any]:
-        top_n = _setting(config, "top_n", fusion.top_n)
-        return fusion.with_settings(top_n=top_n).with_config(run_name="fusion")
-
     def fuse(state: State, config: RunnableConfig) -> State:  # CPU only: no async twin
-        groups = [lists for _, lists in _fusion_groups(record, state)]
-        return _fused(record, state, configured(config).batch(groups, config))
+        top_n = _per_call(config, "top_n")
+        chosen = fusion if top_n is None else fusion.with_settings(top_n=top_n)
+        named = chosen.with_config(run_name="fusion")
+        return _fused(record, state, lambda groups: named.batch(groups, config))
 
     return Step("fuse", fuse, settings=[TOP_N_SPEC])
 
@@ -458,14 +431,13 @@ def _retrieval_steps(
         raise ValueError("query_prompt needs an llm: the offline chain (llm=None) uses no prompt")
     searching = fan_out(retrievers, k)
     chosen_fusion = _checked_fusion(fusion, record, top_n)
-    steps = [
+    steps: list[Runnable[Any, Any]] = [
         _generate_step(record, query_step, searching, search_question, count),
         _retrieve_step(searching),
         _fuse_step(record, chosen_fusion),
         Step("format_context", _formatted),
     ]
-    settings: dict[str, Any] = {"n": count if record.default_n else 1, "k": k}
-    return [*steps], {**settings, "top_n": chosen_fusion.top_n}
+    return steps, {"n": count if record.default_n else 1, "k": k, "top_n": chosen_fusion.top_n}
 
 
 def _named(

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Sequence
-from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -30,9 +29,14 @@ from rag_fusion_chain.rendering import (
     reported_errors,
     scores_table,
 )
-from rag_fusion_chain.retrievers.index_directory import INDEX_FILE, build_index, open_index
+from rag_fusion_chain.retrievers.index_directory import (
+    INDEX_FILE,
+    RECORDED,
+    build_index,
+    open_index,
+)
 from rag_fusion_chain.retrievers.stores import UntrustedIndexError
-from rag_fusion_chain.validation import question_of
+from rag_fusion_chain.validation import question_of, require_extra
 
 DEFAULT_K = 10  # documents per retriever call
 DEMO_CHUNK_SIZE = 1500
@@ -131,27 +135,36 @@ def index(
         list[str], typer.Argument(help="Files, folders, BEIR .jsonl corpora or http(s) URLs.")
     ],
     out: Annotated[Path, typer.Option("--out", "-o", help="Index directory to write.")],
-    store: Annotated[str, typer.Option("--store", help="Vector store: faiss or chroma.")] = "faiss",
+    store: Annotated[
+        str | None, typer.Option(help="Vector store: faiss (default) or chroma.")
+    ] = None,
     embedding: NewEmbeddingOption = None,
-    chunk_size: Annotated[int, typer.Option(help="Tokens per chunk.")] = ingest.DEFAULT_CHUNK_SIZE,
+    chunk_size: Annotated[
+        int | None, typer.Option(help=f"Tokens per chunk (default {ingest.DEFAULT_CHUNK_SIZE}).")
+    ] = None,
     chunk_overlap: Annotated[
-        int, typer.Option(help="Tokens shared by neighbouring chunks.")
-    ] = ingest.DEFAULT_CHUNK_OVERLAP,
+        int | None,
+        typer.Option(
+            help=f"Tokens shared by neighbouring chunks (default {ingest.DEFAULT_CHUNK_OVERLAP})."
+        ),
+    ] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing index.")] = False,
     update: Annotated[
         bool,
         typer.Option(
             "--update",
-            help="Update an existing index: embed only new and changed sources, drop deleted ones.",
+            help="Update an existing index: embed only new and changed sources, drop deleted ones. "
+            "Store, embeddings, chunking and FAISS index not given are those the index "
+            "records; giving others is an error (--force rebuilds with them).",
         ),
     ] = False,
     faiss_index: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--faiss-index",
-            help="FAISS index type: flat (exact), hnsw, ivfpq, or a FAISS index_factory string.",
+            help="FAISS index type: flat (exact, default), hnsw, ivfpq, or an index_factory string.",
         ),
-    ] = "flat",
+    ] = None,
     strict: Annotated[
         bool,
         typer.Option(
@@ -199,7 +212,7 @@ def index(
             faiss_index=faiss_index,
             update=update,
             embedding=embedding,
-            chunk_size=chunk_size,
+            chunk_size=RECORDED if chunk_size is None else chunk_size,
             chunk_overlap=chunk_overlap,
             force=force,
             load_options={
@@ -254,7 +267,9 @@ def search(
             chain = chains.chain_for(strategy, retrievers, llm, return_sources=True, **options)
         else:
             retrieval = chains.retrieval_chain(strategy, retrievers, llm, **options)
-            chain = retrieval | (lambda state: {**state, "documents": chains.quoted_documents(state)})
+            chain = retrieval | (
+                lambda state: {**state, "documents": chains.quoted_documents(state)}
+            )
         fusion = _fusion_shown(strategy)
         if answer and not json_output:
             return render_answer(chain, question, retrievers, fusion=fusion, verbose=verbose)
@@ -284,14 +299,13 @@ def _demo_index(directory: Path | None, rebuild: bool) -> Any:
     """The sample in memory from its shipped vectors, or kept in ``directory`` (built once)."""
     if directory is None:
         return serving.open_source(serving.IndexSource(), models.DEFAULT_EMBEDDING)
-    if rebuild or not (directory / INDEX_FILE).is_file():
-        _index_sample(directory)
-    try:
-        return open_index(directory, models.DEFAULT_EMBEDDING)
-    except UntrustedIndexError:  # made by an older kit, another user, or changed: not loaded
-        print_line("note", "cyan", f"the demo index in {directory} cannot be verified")
-        _index_sample(directory)
-        return open_index(directory, models.DEFAULT_EMBEDDING)
+    if not rebuild and (directory / INDEX_FILE).is_file():
+        try:
+            return open_index(directory, models.DEFAULT_EMBEDDING)
+        except UntrustedIndexError:  # made by an older kit, another user, or changed: not loaded
+            print_line("note", "cyan", f"the demo index in {directory} cannot be verified")
+    _index_sample(directory)
+    return open_index(directory, models.DEFAULT_EMBEDDING)
 
 
 @app.command()
@@ -337,10 +351,7 @@ def serve(
             index=index_directory, chroma_url=chroma_url, chroma_collection=chroma_collection
         )
         _check(None, strategy, source.index)
-        try:
-            import uvicorn
-        except ImportError as error:
-            raise ImportError('serving needs: pip install "rag-fusion-chain[serve]"') from error
+        uvicorn = require_extra("uvicorn", "serve")
         llm = models.chat_model(model, base_url=base_url, streaming=True)
         opened = serving.open_source(source, embedding, trust=trust_index)
         _note_offline(llm)
@@ -368,27 +379,6 @@ def _announce_corpus_embedding(dataset_dir: Path, cache: Path | None) -> None:
     reuse = f"later runs reuse the cache in {cache}" if cache else "--no-cache: every run embeds"
     message = f"the dense setups embed the corpus ({passages:,} passages) unless it is cached: about {low:.0f}-{high:.0f} min on 2 CPU cores the first time; {reuse}"
     print_line("note", "cyan", message)
-
-
-def _langsmith_summary(evaluate: Any, run: Any, queries_limit: int | None) -> Any:
-    """Run each setup as a LangSmith experiment, print the scores and where each experiment is."""
-    with progress_display() as progress:
-        dataset, experiments = run(progress=progress_bars(progress, "completed"))
-    scores = {experiment.setup: experiment.scores for experiment in experiments}
-    size: dict[str, Any] = {"query_count": len(dataset.queries), "queries_limit": queries_limit}
-    summary = evaluate.Summary(dataset.name, scores, split=dataset.split, **size)
-    metrics = evaluate.DEFAULT_METRICS
-    headers = ["setup", *metrics, "experiment"]
-    rows = [
-        [each.setup, *(f"{each.scores[metric]:.4f}" for metric in metrics), each.experiment_name]
-        for each in experiments
-    ]
-    output.print(scores_table(headers, rows, title=f"{summary.title}, LangSmith experiments"))
-    for experiment in experiments:
-        where = experiment.url or f"dataset {experiment.dataset_name}"
-        line = f"{experiment.setup}: {experiment.experiment_name} at {where}"
-        output.print(line, markup=False, soft_wrap=True)
-    return summary
 
 
 @app.command("eval")
@@ -422,23 +412,36 @@ def eval_dataset(
         cache = None if no_cache else (cache_dir or evaluate.DEFAULT_CACHE_DIR)
         common: dict[str, Any] = {"split": split, "queries_limit": queries_limit, "llm": llm}
         common |= {"embeddings": embedding, "cache_dir": cache, "query_count": n}
-        if langsmith and evaluate.langsmith_configured():
-            run = partial(evaluate.run_langsmith_experiments, dataset_dir, names, **common)
-            summary = _langsmith_summary(evaluate, run, queries_limit)
-        else:
-            if langsmith:
-                output.print("LangSmith is not configured (LANGSMITH_API_KEY); evaluated locally")
-            if any(name != "bm25" for name in names):
-                _announce_corpus_embedding(dataset_dir, cache)
-            with progress_display() as progress:
-                bars = progress_bars(progress, "completed")
-                evaluation = evaluate.run_experiment(
-                    dataset_dir, names, **common, stat_test=stat_test, max_p=max_p, progress=bars
+        use_langsmith = langsmith and evaluate.langsmith_configured()
+        if langsmith and not use_langsmith:
+            output.print("LangSmith is not configured (LANGSMITH_API_KEY); evaluated locally")
+        if any(name != "bm25" for name in names):
+            _announce_corpus_embedding(dataset_dir, cache)
+        experiments: list[Any] = []
+        with progress_display() as progress:
+            common["progress"] = progress_bars(progress, "completed")
+            if use_langsmith:
+                summary, experiments = evaluate.run_langsmith_experiments(
+                    dataset_dir, names, **common
                 )
-            headers, rows = evaluate.comparison_table(evaluation.comparison)
-            summary = evaluation.summary
-            caption = f"p: paired {stat_test} test against {evaluation.comparison.baseline}; * p < {max_p}"
-            output.print(scores_table(headers, rows, title=summary.title, caption=caption))
+            else:
+                tests: dict[str, Any] = {"stat_test": stat_test, "max_p": max_p}
+                summary = evaluate.run_experiment(dataset_dir, names, **common, **tests).summary
+        headers, rows = evaluate.comparison_table(summary)
+        test = f"p: paired {stat_test} test against {names[0]}; * p < {max_p}"
+        title = summary.title + (", LangSmith experiments" if experiments else "")
+        if experiments:
+            headers.append("experiment")
+            for row, each in zip(rows, experiments, strict=True):
+                row.append(each.experiment_name)
+        output.print(
+            scores_table(headers, rows, title=title, caption=None if experiments else test)
+        )
+        for each in experiments:
+            where = each.url or f"dataset {each.dataset_name}"
+            output.print(
+                f"{each.setup}: {each.experiment_name} at {where}", markup=False, soft_wrap=True
+            )
         if json_path is not None:
             output.print(f"Wrote {evaluate.write_json(json_path, summary)}", markup=False)
         if plot is not None:

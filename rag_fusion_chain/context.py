@@ -46,10 +46,6 @@ def escape_for_prompt(text: str) -> str:
     return _CHAT_MARKERS.sub(lambda match: f"({match.group(1) or 'SYS'})", escaped)
 
 
-escape_passage_tags = escape_for_prompt
-"""The former name (``chains`` re-exports it)."""
-
-
 def shown_source(source: object) -> str:
     """A document's source as shown to the model and in served sources: never an absolute path.
 
@@ -106,7 +102,6 @@ __all__ = [
     "NO_EARLIER_ANSWERS",
     "NO_PASSAGES",
     "escape_for_prompt",
-    "escape_passage_tags",
     "format_answered",
     "format_context",
     "shown_source",

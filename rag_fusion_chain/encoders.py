@@ -1,9 +1,7 @@
 """MiniLM through OpenVINO: the default embeddings' CPU backend, with PyTorch's vectors.
 
-The packaged weights are converted once to OpenVINO IR (fp32), in a child process bounded by
-``timeout``, and cached under ``$XDG_CACHE_HOME/rag-fusion-chain/openvino/`` (else ``~/.cache``);
-only local files are read. Encoding follows sentence-transformers for this model: its fast
-tokenizer (truncated to 256 tokens), mean pooling over the attention mask, L2 normalisation.
+The local weights are converted once to OpenVINO IR in a bounded child process and cached under
+:data:`DEFAULT_EXPORT_DIR`; encoding follows sentence-transformers (truncation, mean pooling).
 """
 
 from __future__ import annotations
@@ -43,17 +41,16 @@ class ExportError(RuntimeError):
 
 
 def native_precision(capabilities: Iterable[str] | None = None) -> str:
-    """``"bf16"`` where the CPU computes it natively (OpenVINO lists ``BF16``: AVX-512 BF16 or
-    AMX), else ``"f32"``; ``capabilities`` defaults to this CPU's, as OpenVINO reports them."""
+    """``"bf16"`` where the CPU computes it natively (AVX-512 BF16 or AMX), else ``"f32"``;
+    ``capabilities`` defaults to this CPU's OpenVINO ``OPTIMIZATION_CAPABILITIES``."""
     if capabilities is None:
         capabilities = _openvino().Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
     return "bf16" if "BF16" in capabilities else "f32"
 
 
 def _openvino() -> Any:
-    """``openvino``, imported as if ``openvino_telemetry`` were missing (unless imported before
-    the kit): its converter then uses a no-op stub instead of reaching Google Analytics and
-    writing ``~/intel/``. The block lasts only for the import."""
+    """``openvino``, imported as if ``openvino_telemetry`` were missing, so its converter neither
+    reaches Google Analytics nor writes ``~/intel/``."""
     hide = "openvino" not in sys.modules and "openvino_telemetry" not in sys.modules
     if hide:
         sys.modules["openvino_telemetry"] = None  # type: ignore[assignment]

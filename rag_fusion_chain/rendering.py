@@ -11,7 +11,7 @@ import re
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import PurePath
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 import typer
 from langchain_core.documents import Document
@@ -25,7 +25,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rag_fusion_chain import models
-from rag_fusion_chain.fusion import FUSION_SCORE_KEY, SCORE_KEY, document_id
+from rag_fusion_chain.fusion import FUSION_SCORE_KEY, RRF_K, SCORE_KEY, RankedList, document_id
 
 output = Console(highlight=False)
 errors = Console(stderr=True, highlight=False)
@@ -124,14 +124,6 @@ def json_text(record: Any) -> str:
     return _escaped(json.dumps(record, ensure_ascii=False, indent=2, default=str))
 
 
-class RankedList(NamedTuple):
-    """One retriever's documents for one query, as it returned them."""
-
-    query: str
-    source: str
-    documents: list[Document]
-
-
 class RetrievedLists(BaseTracer):
     """The ranked lists a chain fused: the runs of its ``retrievers`` (by name; None: any) inside no
     other such run (a hybrid's lists are fused into its own), each once, failed ones excluded."""
@@ -157,8 +149,8 @@ class RetrievedLists(BaseTracer):
             parent = self.run_map.get(str(parent.parent_run_id))
         if parent is None and self._counted(run):
             documents = (run.outputs or {}).get("documents", [])
-            ranked = RankedList(run.inputs["query"], run.name, documents)
-            key = (ranked.query, ranked.source, *map(document_id, ranked.documents))
+            ranked = RankedList(documents, query=run.inputs["query"], source=run.name)
+            key = (ranked.query, ranked.source, *map(document_id, ranked))
             self._found.setdefault(key, (run.start_time, ranked))
 
 
@@ -166,7 +158,7 @@ def _hits(document: Document, lists: Sequence[RankedList]) -> list[dict[str, Any
     """Each list holding the document; a fusing retriever's (hybrid's) score is its fused one."""
     key, hits = document_id(document), []
     for ranked in lists:
-        for rank, hit in enumerate(ranked.documents, 1):
+        for rank, hit in enumerate(ranked, 1):
             if document_id(hit) == key:
                 score = hit.metadata.get(FUSION_SCORE_KEY, hit.metadata.get(SCORE_KEY))
                 hits.append(
@@ -246,7 +238,7 @@ def sources_table(
     found_in = (
         f"found in: how many of {lists_named} (one per query and retriever) returned the passage"
     )
-    rrf = f"RRF: reciprocal rank fusion, the sum of 1/(60 + rank) over {lists_named} (one per query and retriever) holding the passage; rows in fused order"
+    rrf = f"RRF: reciprocal rank fusion, the sum of 1/({RRF_K} + rank) over {lists_named} (one per query and retriever) holding the passage; rows in fused order"
     caption = found_in if union else rrf
     table = Table(
         title="Fused sources", caption=caption, title_justify="left", caption_justify="left"

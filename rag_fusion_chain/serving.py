@@ -1,8 +1,5 @@
 """What ``rag-fusion serve`` and the templates serve: a strategy's chain, opened on first use
-over ``RAG_FUSION_INDEX`` (an index directory), else a Chroma server (``RAG_FUSION_CHROMA_URL``),
-else the bundled sample (in memory from its shipped vectors, or built once into
-``RAG_FUSION_CACHE_DIR``). Request limits of an HTTP app: :mod:`rag_fusion_chain.serving_limits`.
-"""
+over ``RAG_FUSION_INDEX``, else a Chroma server (``RAG_FUSION_CHROMA_URL``), else the sample."""
 
 from __future__ import annotations
 
@@ -34,7 +31,7 @@ from rag_fusion_chain.data import vectors
 from rag_fusion_chain.retrievers import index_directory, stores
 from rag_fusion_chain.retrievers.bm25 import BM25Retriever
 from rag_fusion_chain.retrievers.index_directory import OpenedIndex
-from rag_fusion_chain.validation import QuestionInput
+from rag_fusion_chain.validation import QuestionInput, require_extra
 
 INDEX_ENV = "RAG_FUSION_INDEX"
 CHROMA_URL_ENV = "RAG_FUSION_CHROMA_URL"
@@ -44,8 +41,7 @@ CACHE_DIR_ENV = "RAG_FUSION_CACHE_DIR"
 VECTOR_STORES = ("faiss", "chroma")
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "rag-fusion-chain" / "indexes"
 DEFAULT_COLLECTION = "rag_fusion_chain"
-CHROMA_PAGE = 1000
-"""Documents read per request when BM25 is built from a Chroma server's collection."""
+CHROMA_PAGE = 1000  # documents read per request to build BM25 over a Chroma collection
 CHROMA_TIMEOUT_SECONDS = 30.0
 MAX_K = 100
 MAX_TOP_N = 100
@@ -164,9 +160,8 @@ def with_shipped_vectors(
 
 
 def sample_index(kind: str, cache_dir: Path, embedding: str) -> OpenedIndex:
-    """BM25 and a vector store over the sample: FAISS in memory from the shipped vectors when
-    they fit, else an index directory in ``cache_dir`` named by corpus and embeddings (built
-    atomically once; a concurrent build's index is used)."""
+    """BM25 and a vector store over the sample: FAISS in memory from the shipped vectors when they
+    fit, else an index built once into ``cache_dir``, named by corpus, embeddings and precision."""
     corpus = data.sample_corpus_path()
     embeddings = models.embeddings(embedding)
     documents = ingest.load([corpus])
@@ -178,6 +173,7 @@ def sample_index(kind: str, cache_dir: Path, embedding: str) -> OpenedIndex:
         "format": index_directory.INDEX_FORMAT,
         "corpus_sha256": stores.file_sha256(corpus),
         "embedding": models.embedding_identity(embeddings),
+        "precision": models.embedding_precision(embeddings),
     }
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
     directory = cache_dir / f"{kind}-{digest[:16]}"
@@ -196,13 +192,9 @@ def _in_memory(settings: dict[str, Any], store: Any, documents: list[Document]) 
 
 
 def chroma_server_index(url: str, collection: str, embedding: str | None) -> OpenedIndex:
-    """A Chroma server's collection, with BM25 (offline queries, keyword search) over its
-    documents read in pages; ``embedding`` must be what built the collection."""
-    try:
-        import chromadb
-    except ImportError as error:
-        message = 'a Chroma server needs chromadb: pip install "rag-fusion-chain[chroma]"'
-        raise ImportError(message) from error
+    """A Chroma server's collection, with BM25 over its documents read in pages; ``embedding``
+    must be what built the collection."""
+    chromadb = require_extra("chromadb", "chroma")
     host, port, https = _chroma_address(url)
     client = chromadb.HttpClient(
         host=host, port=port, ssl=https, settings=chromadb.config.Settings()
@@ -265,8 +257,7 @@ def clear_cache() -> None:
 
 
 def _bounded(upper: int) -> Any:
-    """An int type from 1 to ``upper`` (LangServe rebuilds config models from bare annotations,
-    dropping ``Field`` bounds, so the bounds live in the type)."""
+    """An int type from 1 to ``upper``: LangServe's config models keep types, not ``Field`` bounds."""
     schema = core_schema.int_schema(ge=1, le=upper)
     return type(f"CountUpTo{upper}", (), {"__get_pydantic_core_schema__": lambda *_: schema})
 
@@ -298,8 +289,8 @@ def without_unset(config: RunnableConfig | None) -> RunnableConfig | None:
 
 
 class ServedChain(RunnableSerializable[QuestionInput, Any]):
-    """A strategy's chain over :meth:`IndexSource.from_environment`, built on first use; calls
-    pass the caller's config on (minus unset settings), so it adds no run to a trace."""
+    """A strategy's chain over :meth:`IndexSource.from_environment`, built on first use; it adds
+    no run to a trace (calls pass the caller's config on, minus unset settings)."""
 
     strategy: str
     return_sources: bool = False
@@ -314,8 +305,7 @@ class ServedChain(RunnableSerializable[QuestionInput, Any]):
         """The built chain (opening the index the first time)."""
         with self._lock:
             if self._chain is None:
-                embedding = os.environ.get(models.EMBEDDING_ENV) or None
-                opened = open_source(IndexSource.from_environment(), embedding)
+                opened = open_source(IndexSource.from_environment())  # RAG_FUSION_EMBEDDING
                 self._chain = chains.chain_for(
                     self.strategy,
                     [opened.bm25, opened.vectors],
@@ -354,9 +344,8 @@ def build_chain(
     return_sources: bool = False,
     chain: Runnable[QuestionInput, Any] | None = None,
 ) -> Runnable[QuestionInput, Any]:
-    """The served chain of ``strategy``: ``{"question": str}`` or the question in, the answer out
-    (with ``return_sources``: ``{"answer", "queries", "documents", "failures"}``); ``chain``
-    serves a chain built already (``rag-fusion serve``) with the same checks.
+    """The served chain of ``strategy``: ``{"question": str}`` or the question in, the answer (or
+    ``{"answer", "queries", "documents", "failures"}``) out; ``chain``: one built already.
 
     >>> [option.get("type") for option in build_chain("hyde").get_input_jsonschema()["anyOf"]]
     [None, 'string']
@@ -373,15 +362,9 @@ def build_chain(
 def create_app(
     routes: Mapping[str, Runnable[Any, Any]], *, allowed_hosts: Sequence[str] = ()
 ) -> Any:
-    """A FastAPI app serving each of ``routes`` at ``/<path>`` with LangServe, requests limited
-    by :func:`~rag_fusion_chain.serving_limits.limit_requests`."""
-    try:
-        from fastapi import FastAPI
-        from langserve import add_routes
-    except ImportError as error:
-        raise ImportError(
-            f'serving needs {error.name}: pip install "rag-fusion-chain[serve]"'
-        ) from error
+    """A FastAPI app serving each route at ``/<path>`` with LangServe, within ``limit_requests``."""
+    FastAPI = require_extra("fastapi", "serve").FastAPI  # noqa: N806 (the class)
+    add_routes = require_extra("langserve", "serve").add_routes
     from rag_fusion_chain._version import __version__
     from rag_fusion_chain.serving_limits import limit_requests
 

@@ -1,12 +1,5 @@
-"""Request limits for an HTTP app serving the kit's chains: :func:`limit_requests`.
-
-Before a chain sees a request, :class:`RequestLimits` answers 400 to a ``Host`` not served (the
-loopback names plus ``RAG_FUSION_ALLOWED_HOSTS`` or ``--allow-host``, against DNS rebinding), 403 to
-a foreign ``Origin``, 415 to a POST body that is not JSON (a cross-site "simple" POST is
-``text/plain``), 413 to a body over ``RAG_FUSION_MAX_BODY_BYTES`` (1 MB; reading stops), 400 to
-JSON nested deeper than :data:`MAX_JSON_DEPTH`, and 422 to a ``/batch`` of more than
-``RAG_FUSION_MAX_BATCH`` (32) inputs: JSON ``{"detail": ...}`` naming the setting to change.
-"""
+"""Request limits for an HTTP app serving the kit's chains, before a chain sees the request
+(Host, Origin, JSON only, body size, nesting depth, batch size; the README's Security section)."""
 
 from __future__ import annotations
 
@@ -61,8 +54,8 @@ def _json_depth(value: Any) -> int:
 
 
 class RequestLimits:
-    """ASGI middleware refusing foreign hosts and origins, non-JSON, oversized or too deep bodies
-    and oversized LangServe batches (see the module)."""
+    """ASGI middleware answering a refusal as JSON ``{"detail": ...}`` naming the setting to change:
+    400 foreign Host or too deep JSON, 403 foreign Origin, 415 not JSON, 413 too large, 422 batch."""
 
     def __init__(
         self,
@@ -151,9 +144,8 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 
 
 def limit_requests(app: Any, **limits: Any) -> Any:
-    """Add :class:`RequestLimits` (``limits``: its keyword arguments) to a FastAPI ``app``, and
-    a handler answering 422 (not 500) to an invalid input in a batch, which LangServe validates
-    outside its error handling. Returns ``app``.
+    """``app`` (FastAPI) with :class:`RequestLimits` (``limits``: its keyword arguments) and a 422
+    (not 500) for an invalid input in a batch, which LangServe validates outside its error handling.
 
     >>> app = limit_requests(FastAPI(), allowed_hosts=["my-server.example"])  # doctest: +SKIP
     """

@@ -1,5 +1,5 @@
-"""Input validation every layer of the kit shares: the question, positive counts, and URL
-credentials kept out of anything shown or stored.
+"""Input validation every layer of the kit shares: the question, positive counts, URL
+credentials kept out of anything shown or stored, and optional dependencies named by their extra.
 
 It imports nothing from the kit, so queries, retrievers, offline, chains and the CLI can all use
 it without pulling each other in.
@@ -10,6 +10,7 @@ it without pulling each other in.
 
 from __future__ import annotations
 
+import importlib
 import re
 import unicodedata
 from collections.abc import Mapping
@@ -81,11 +82,26 @@ def redact_credentials(text: str) -> str:
     return _URL_CREDENTIALS.sub(r"\g<scheme>***@", text)
 
 
+def require_extra(module: str, extra: str) -> Any:
+    """``module`` imported, else an ImportError naming the extra that installs it.
+
+    >>> require_extra("json", "core").dumps([1])
+    '[1]'
+    """
+    try:
+        return importlib.import_module(module)
+    except ImportError as error:
+        missing = error.name or module
+        message = f'{missing} is not installed: pip install "rag-fusion-chain[{extra}]"'
+        raise ImportError(message) from error
+
+
 __all__ = [
     "MAX_QUERIES",
     "MAX_QUESTION_CHARS",
     "QuestionInput",
     "question_of",
     "redact_credentials",
+    "require_extra",
     "validate_count",
 ]

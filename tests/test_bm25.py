@@ -295,3 +295,60 @@ def test_the_numba_backend_ranks_as_numpy_does() -> None:
     assert numba_side.index.backend == "numba" and numpy_side.index.backend == "numpy"
     for query in ("solar energy", "光伏", "running wind"):
         assert numba_side.invoke(query) == numpy_side.invoke(query)
+
+
+@pytest.mark.parametrize("method", ["lucene", "robertson", "atire", "bm25l", "bm25+"])
+def test_scores_equal_a_plain_bm25s_index_and_an_update_equals_a_rebuild(method: str) -> None:
+    import bm25s
+
+    documents = ENGLISH + CHINESE
+    retriever = BM25Retriever.from_documents(documents, k=7, method=method)
+    plain = bm25s.BM25(method=method)
+    plain.index([tokenize(document.page_content) for document in documents], show_progress=False)
+    for query in ("solar energy", "光伏发电", "running wind turbines"):
+        found, scores = plain.retrieve([tokenize(query)], k=7, show_progress=False)
+        expected = [
+            (documents[int(i)].id, float(s))
+            for i, s in zip(found[0], scores[0], strict=True)
+            if s > 0
+        ]
+        got = [(document.id, document.metadata["score"]) for document in retriever.invoke(query)]
+        assert got == expected
+    added = Document("wind power from offshore turbines", id="offshore")
+    updated = retriever.updated([5, added, 0, 3, 6])
+    rebuilt = BM25Retriever.from_documents(
+        [documents[5], added, *documents[0:7:3]], k=7, method=method
+    )
+    assert list(updated.documents) == list(rebuilt.documents)
+    for query in ("solar energy", "光伏发电", "wind turbines", "battery"):
+        assert updated.invoke(query) == rebuilt.invoke(query)
+    for wrong in ([0, 0], [len(documents)], [-1]):
+        with pytest.raises(ValueError, match="an int must be a position in this retriever, once"):
+            retriever.updated(wrong)
+
+
+def test_an_update_tokenises_only_new_documents_even_after_a_save(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import numpy as np
+
+    from rag_fusion_chain.retrievers import bm25
+
+    BM25Retriever.from_documents(ENGLISH).save(tmp_path)
+    loaded = BM25Retriever.load(tmp_path)
+    tokenized: list[str] = []
+    monkeypatch.setattr(
+        bm25,
+        "tokenize",
+        lambda text, **options: tokenized.append(text) or tokenize(text, **options),
+    )
+    updated = loaded.updated([0, Document("solar roofs", id="roof"), 2])
+    assert tokenized == ["solar roofs"]
+    assert [document.id for document in updated.invoke("solar")] == ["roof", "solar"]
+    np.save(tmp_path / "counts.csc.index.npy", np.ones(3, dtype=np.int32))
+    with pytest.raises(ValueError, match="corrupt or incomplete .* is not one term count a score"):
+        BM25Retriever.load(tmp_path)
+    (tmp_path / "counts.csc.index.npy").unlink()  # saved before counts were kept: all tokenised
+    tokenized.clear()
+    BM25Retriever.load(tmp_path).updated([0, Document("solar roofs", id="roof")])
+    assert sorted(tokenized) == sorted([ENGLISH[0].page_content, "solar roofs"])

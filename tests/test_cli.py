@@ -772,7 +772,7 @@ def test_the_lists_counted_are_the_ones_fused_not_the_hybrids_inner_lists() -> N
     for document in result["documents"]:
         for hit in hits_of(document, collected.lists):
             if hit["retriever"] == "hybrid":
-                ranked = hybrid_lists[hit["query"]].documents
+                ranked = hybrid_lists[hit["query"]]
                 assert hit["score"] == ranked[hit["rank"] - 1].metadata[FUSION_SCORE_KEY]
 
 

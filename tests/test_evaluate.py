@@ -30,7 +30,7 @@ from rag_fusion_chain.evaluate import (
     write_plot,
 )
 from rag_fusion_chain.evaluate.metrics import per_query_scores
-from rag_fusion_chain.evaluate.report import results_json, value_labels, y_limits
+from rag_fusion_chain.evaluate.report import marked_score, results_json, y_limits
 
 SCIFACT_DIR = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "scifact"
 
@@ -179,11 +179,11 @@ def test_compare_runs_gives_p_values_against_the_first_run() -> None:
 
 def test_cached_embeddings_encode_each_text_once(tmp_path: Path) -> None:
     model = CountingEmbeddings()
-    cached = CachedEmbeddings(model, model.model_identity, tmp_path, batch_size=2)
+    cached = CachedEmbeddings(model, tmp_path, batch_size=2)
     first = cached.embed_documents(["alpha", "beta", "alpha", "gamma"])
     assert model.encoded_texts == 3 and model.calls == 2  # "alpha" once; batches of two
 
-    again = CachedEmbeddings(model, model.model_identity, tmp_path)
+    again = CachedEmbeddings(model, tmp_path)
     assert again.embed_documents(["gamma", "alpha"]) == [first[3], first[0]]
     assert model.encoded_texts == 3
     assert again.embed_query("alpha") != [] and model.encoded_texts == 4  # queries keyed apart
@@ -203,6 +203,42 @@ def test_second_run_calls_the_encoder_zero_times(tiny_beir: Path, tmp_path: Path
     second = run_setups(dataset, setups, Indexes(dataset.corpus, second_model, tmp_path / "cache"))
     assert second_model.calls == 0
     assert second == first
+
+
+class PrecisionEmbeddings(CountingEmbeddings):
+    """One model identity whose vectors depend on the precision it computes in, as MiniLM's do
+    (OpenVINO picks bf16 or f32 by CPU; ``models.embedding_precision`` reads it)."""
+
+    def __init__(self, precision: str) -> None:
+        super().__init__()
+        self.embedding_precision = precision
+
+    def _vector(self, text: str) -> list[float]:
+        vector = super()._vector(text)
+        return vector if self.embedding_precision == "f32" else [round(x, 2) for x in vector]
+
+
+def test_the_cache_never_serves_vectors_of_another_precision(
+    tiny_beir: Path, tmp_path: Path
+) -> None:
+    dataset = load_beir(tiny_beir)
+    setups, cache = [setup_by_name("dense")], tmp_path / "cache"
+    f32 = PrecisionEmbeddings("f32")
+    run_setups(dataset, setups, Indexes(dataset.corpus, f32, cache))
+
+    bf16 = PrecisionEmbeddings("bf16")
+    indexes = Indexes(dataset.corpus, bf16, cache)
+    run_setups(dataset, setups, indexes)
+    assert bf16.encoded_texts == len(dataset.corpus) + len(dataset.queries)  # nothing reused
+    expected = {"depth": 100, "embedding": f32.model_identity, "precision": "bf16"}
+    assert indexes.settings() == expected
+    cached = CachedEmbeddings(bf16, cache).embed_query(dataset.queries["q1"])
+    assert cached == pytest.approx(bf16.embed_query(dataset.queries["q1"]), abs=1e-6)
+    assert cached != pytest.approx(f32.embed_query(dataset.queries["q1"]), abs=1e-6)
+
+    f32_again = PrecisionEmbeddings("f32")
+    run_setups(dataset, setups, Indexes(dataset.corpus, f32_again, cache))
+    assert f32_again.calls == 0  # each precision keeps its own vectors
 
 
 # --------------------------------------------------------------------------------------------
@@ -282,7 +318,7 @@ def test_chart_zooms_to_the_data_and_marks_significant_values(tmp_path: Path) ->
         {"first": HAND_RUN, "second": better, "same": HAND_RUN}, HAND_QRELS, ["mrr@10"]
     )
     summary = Summary("tiny", comparison.scores, comparison=comparison)
-    labels = value_labels(summary, "mrr@10")
+    labels = [marked_score(summary, setup, "mrr@10") for setup in summary.scores]
     assert labels[0] == "0.167" and labels[2] == "0.167"  # baseline and identical run: no mark
     assert labels[1].endswith("*") == comparison.is_significant("second", "mrr@10")
     forced = Summary(
@@ -292,7 +328,7 @@ def test_chart_zooms_to_the_data_and_marks_significant_values(tmp_path: Path) ->
             comparison.scores, {"second": {"mrr@10": 0.001}}, "first", "student", 0.05
         ),
     )
-    assert value_labels(forced, "mrr@10")[1].endswith("*")
+    assert marked_score(forced, "second", "mrr@10").endswith("*")
 
     path = write_plot(tmp_path / "plot.png", summary)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -301,13 +337,15 @@ def test_chart_zooms_to_the_data_and_marks_significant_values(tmp_path: Path) ->
 def test_table_has_a_significance_column() -> None:
     better = {"q1": {"d1": 2.0, "d2": 1.0}, "q2": {"d2": 1.0}, "q3": {"d1": 1.0}}
     comparison = compare_runs({"first": HAND_RUN, "second": better}, HAND_QRELS, ["mrr@10", "map"])
-    headers, rows = comparison_table(comparison)
+    headers, rows = comparison_table(Summary("tiny", comparison.scores, comparison=comparison))
 
     assert headers == ["setup", "mrr@10", "map", "p mrr@10"]
     assert rows[0] == ["first", "0.1667", "0.1944", "-"]
     assert float(rows[1][3]) == pytest.approx(comparison.p_values["second"]["mrr@10"], abs=1e-4)
     significant = comparison.is_significant("second", "mrr@10")
     assert rows[1][1].endswith("*") == significant
+    headers, rows = comparison_table(Summary("tiny", comparison.scores))  # LangSmith: no tests
+    assert headers == ["setup", "mrr@10", "map"] and rows[0] == ["first", "0.1667", "0.1944"]
 
 
 # --------------------------------------------------------------------------------------------

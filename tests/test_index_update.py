@@ -140,6 +140,55 @@ def test_an_update_needs_the_settings_the_index_was_built_with(
         build_index([folder], tmp_path / "other", store="chroma", faiss_index="hnsw")
 
 
+@pytest.mark.parametrize("store", ["faiss", "chroma"])
+def test_an_update_keeps_the_recorded_settings_when_none_are_given(
+    store: str, folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    embeddings = CountingEmbeddings(size=16, embedded=[])
+    named: list[str] = []
+    monkeypatch.setattr(models, "embeddings", lambda name, **_: named.append(name) or embeddings)
+    out = tmp_path / "index"
+    faiss_index = "hnsw" if store == "faiss" else None
+    first = build_index(
+        [folder], out, store=store, faiss_index=faiss_index, embedding="fake-name", **SMALL
+    )
+    change_add_delete(folder)
+    named.clear()
+    updated = build_index([folder], out, update=True)
+    assert named == ["fake-name"]  # the recorded name, not $RAG_FUSION_EMBEDDING or the default
+    kept = (
+        "store",
+        "faiss_index",
+        "embedding",
+        "embedding_identity",
+        "chunk_size",
+        "chunk_overlap",
+    )
+    assert {key: updated[key] for key in kept} == {key: first[key] for key in kept}
+    assert updated["chunk_size"] == SMALL["chunk_size"]
+    assert 0 < updated["embedded_chunks"] < updated["chunks"]
+    full = build_index(
+        [folder],
+        tmp_path / "full",
+        store=store,
+        faiss_index=faiss_index,
+        embedding="fake-name",
+        **SMALL,
+    )
+    assert chunks_of(out) == chunks_of(tmp_path / "full") and full["chunks"] == updated["chunks"]
+
+
+def test_an_update_of_an_index_built_from_an_embeddings_object_needs_it_again(
+    folder: Path, tmp_path: Path
+) -> None:
+    build_index([folder], tmp_path / "index", embedding=CountingEmbeddings(size=16), **SMALL)
+    with pytest.raises(ValueError, match="embedding: .* given as an object .* pass the same"):
+        build_index([folder], tmp_path / "index", update=True)
+    other = DeterministicFakeEmbedding(size=8)
+    with pytest.raises(ValueError, match="embedding_identity: .* leave it out .* force=True"):
+        build_index([folder], tmp_path / "index", update=True, embedding=other)
+
+
 def test_an_update_refuses_a_previous_store_it_cannot_verify(folder: Path, tmp_path: Path) -> None:
     embeddings = CountingEmbeddings(size=16, embedded=[])
     out = tmp_path / "index"
@@ -209,7 +258,12 @@ def test_the_index_command_updates_and_takes_a_faiss_index_type(
     assert updated.exit_code == 0, updated.output
     assert f"embedded {len(embeddings.embedded)}" in " ".join(updated.stdout.split())
     assert 0 < len(embeddings.embedded) < read_settings(out)["chunks"]
-    wrong = runner.invoke(app, ["index", str(folder), "--out", str(out), "--update"])
+    kept = runner.invoke(app, ["index", str(folder), "--out", str(out), "--update"])
+    assert kept.exit_code == 0, kept.output
+    assert read_settings(out)["faiss_index"] == "hnsw"  # the recorded one, not the default
+    wrong = runner.invoke(
+        app, ["index", str(folder), "--out", str(out), "--update", "--faiss-index", "flat"]
+    )
     assert wrong.exit_code != 0 and "faiss_index" in wrong.output and "--force" in wrong.output
 
 

@@ -29,7 +29,6 @@ LAYERS: dict[str, int] = {
     # the parts the strategies are made of
     "queries": 2,
     "retrievers": 3,  # FusionRetriever.from_llm takes its query step from queries
-    "extractive": 4,
     "offline": 5,
     "data": 4,  # the shipped sample, and its vectors checked with the stores' digest
     "strategies": 7,

@@ -10,7 +10,7 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
 from langchain_core.vectorstores import InMemoryVectorStore
 
-from rag_fusion_chain import extractive, offline
+from rag_fusion_chain import offline
 from rag_fusion_chain.offline import OFFLINE_LABEL, SINGLE_CLAUSE_NOTE
 from rag_fusion_chain.retrievers.bm25 import tokenize
 
@@ -58,7 +58,7 @@ def _added(queries: list[str], question: str = QUESTION) -> list[str]:
 
 
 def test_split_sentences_handles_paragraphs_western_and_cjk_ends() -> None:
-    assert extractive.split_sentences("Title\n\nOne. Two! 三。四？") == [
+    assert offline.split_sentences("Title\n\nOne. Two! 三。四？") == [
         "Title",
         "One.",
         "Two!",
@@ -69,7 +69,7 @@ def test_split_sentences_handles_paragraphs_western_and_cjk_ends() -> None:
 
 def test_split_sentences_joins_wrapped_lines() -> None:
     wrapped = "The model was trained on\n2 trillion tokens. It was then\ntuned."
-    assert extractive.split_sentences(wrapped) == [
+    assert offline.split_sentences(wrapped) == [
         "The model was trained on 2 trillion tokens.",
         "It was then tuned.",
     ]
@@ -91,7 +91,7 @@ def test_split_sentences_joins_wrapped_lines() -> None:
 def test_split_sentences_does_not_cut_at_abbreviations_numbers_initials_or_citations(
     text: str,
 ) -> None:
-    assert extractive.split_sentences(f"{text} The next sentence follows.") == [
+    assert offline.split_sentences(f"{text} The next sentence follows.") == [
         text,
         "The next sentence follows.",
     ]
@@ -108,7 +108,7 @@ def test_passage_sentences_skip_headings_titles_tables_markup_and_code() -> None
         "- Wax is a by-product.\n"
         "Weak colonies make less"
     )
-    assert extractive.passage_sentences(text) == [
+    assert offline.passage_sentences(text) == [
         "A strong hive yields 15 to 25 kg of honey a year.",
         "Wax is a by-product.",
     ]  # the unfinished last line is a fragment, not a sentence
@@ -129,8 +129,8 @@ def test_passage_sentences_skip_headings_titles_tables_markup_and_code() -> None
 )
 def test_reference_list_entries_are_never_quoted(line: str) -> None:
     prose = "Agents plan their tasks with chain of thought prompting."
-    assert extractive.passage_sentences(f"{prose}\n{line}") == [prose]
-    assert extractive.passage_sentences(f"{prose}\n\n{line}") == [prose]
+    assert offline.passage_sentences(f"{prose}\n{line}") == [prose]
+    assert offline.passage_sentences(f"{prose}\n\n{line}") == [prose]
 
 
 def test_a_wrapped_reference_list_item_is_dropped_whole() -> None:
@@ -144,7 +144,7 @@ def test_a_wrapped_reference_list_item_is_dropped_whole() -> None:
         "  Proc. ACM SIGMOD\n"
         '* "Kernel principal component analysis."\n'
     )
-    assert extractive.passage_sentences(rst) == [
+    assert offline.passage_sentences(rst) == [
         "The lemma bounds the distortion of a random projection."
     ]
 
@@ -162,7 +162,7 @@ def test_a_wrapped_reference_list_item_is_dropped_whole() -> None:
     ],
 )
 def test_prose_citing_a_work_is_still_quoted(sentence: str) -> None:
-    assert extractive.passage_sentences(sentence) == [sentence]
+    assert offline.passage_sentences(sentence) == [sentence]
 
 
 @pytest.mark.parametrize(
@@ -179,7 +179,7 @@ def test_prose_citing_a_work_is_still_quoted(sentence: str) -> None:
 )
 def test_fragments_that_are_not_sentences_are_not_quoted(fragment: str) -> None:
     prose = "Heat pumps move heat with a refrigerant."
-    assert extractive.passage_sentences(f"{prose}\n\n{fragment}") == [prose]
+    assert offline.passage_sentences(f"{prose}\n\n{fragment}") == [prose]
 
 
 def test_passage_sentences_of_html_text_keep_blocks_apart() -> None:
@@ -196,7 +196,7 @@ def test_passage_sentences_of_html_text_keep_blocks_apart() -> None:
         "Sparse inverse covariance w/ cross-validated choice of the l1 penalty.\n"
         "The estimator sklearn.covariance.OAS yields a smaller error than the formula."
     )
-    assert extractive.passage_sentences(text) == [
+    assert offline.passage_sentences(text) == [
         "NMF finds two non-negative matrices whose product approximates the data.",
         "Nearest neighbor search.",
         "Isomap uses BallTree for efficient neighbor search.",
@@ -214,14 +214,14 @@ def test_a_long_unpunctuated_list_item_is_not_joined_to_the_next_block() -> None
         "method can handle thousands of samples before becoming computationally intractable\n"
         "The exact method is more accurate. It uses more memory.\n"
     )
-    assert extractive.passage_sentences(text) == [
+    assert offline.passage_sentences(text) == [
         "The Barnes-Hut t-SNE that has been implemented here is usually much slower than "
         "other manifold learning algorithms.",
         "The exact method is more accurate.",
         "It uses more memory.",
     ]
     sidebar = "PrevUp Next\nscikit-learn 1.2.1\nOther versions\nPlease cite us if you use it."
-    assert extractive.passage_sentences(sidebar) == ["Please cite us if you use it."]
+    assert offline.passage_sentences(sidebar) == ["Please cite us if you use it."]
 
 
 # --------------------------------------------------------------------------------------------
@@ -239,26 +239,26 @@ def test_best_sentences_weigh_rare_terms_over_many_common_ones() -> None:
         "Each year the bees of a colony gather honey.",
     ]
     terms = set(tokenize(question))
-    first, second = extractive.split_sentences(passages[0])
+    first, second = offline.split_sentences(passages[0])
     assert len(terms & set(tokenize(first))) > len(terms & set(tokenize(second)))
-    assert extractive.best_sentences(question, passages, count=1) == [(0, second)]
+    assert offline.best_sentences(question, passages, count=1) == [(0, second)]
 
 
 def test_best_sentences_take_one_per_passage_skip_repeats_and_need_a_question_term() -> None:
     passages = ["Pumps move heat. Heat pumps use a compressor.", "Heat pumps use a compressor."]
-    chosen = extractive.best_sentences("heat pump compressor", passages, count=3)
+    chosen = offline.best_sentences("heat pump compressor", passages, count=3)
     assert chosen == [(0, "Heat pumps use a compressor.")]  # the same sentence is quoted once
-    assert extractive.best_sentences("absent", passages) == []
+    assert offline.best_sentences("absent", passages) == []
     # the searched queries' terms only weigh, they never qualify a sentence
-    assert extractive.best_sentences("absent", passages, related=["compressor"]) == []
+    assert offline.best_sentences("absent", passages, related=["compressor"]) == []
 
 
 def test_related_queries_break_ties() -> None:
     passages = ["Heat pumps use a compressor.", "Heat pumps use boreholes."]
-    assert extractive.best_sentences("heat pumps", passages, count=1) == [
+    assert offline.best_sentences("heat pumps", passages, count=1) == [
         (0, "Heat pumps use a compressor.")
     ]
-    guided = extractive.best_sentences("heat pumps", passages, count=1, related=["boreholes"])
+    guided = offline.best_sentences("heat pumps", passages, count=1, related=["boreholes"])
     assert guided == [(1, "Heat pumps use boreholes.")]
 
 
@@ -366,7 +366,7 @@ def test_hypothetical_passage_is_made_of_the_documents_best_sentences(
     hits: list[Document],
 ) -> None:
     passage = offline.hypothetical_passage(QUESTION, hits)
-    sentences = extractive.split_sentences(passage)
+    sentences = offline.split_sentences(passage)
     assert 1 <= len(sentences) <= 3
     for sentence in sentences:
         assert any(sentence in document.page_content for document in hits)

@@ -49,7 +49,7 @@ from langchain_core.runnables import Runnable, RunnableLambda
 from pydantic import Field
 
 from rag_fusion_chain import chains, fusion, models, offline, queries
-from rag_fusion_chain.context import NO_PASSAGES, escape_passage_tags
+from rag_fusion_chain.context import NO_PASSAGES, escape_for_prompt
 from rag_fusion_chain.fusion import (
     DistBasedScoreFusion,
     RankedList,
@@ -1120,7 +1120,7 @@ def test_a_document_cannot_close_its_passage_in_the_prompt_the_model_receives(
         assert "Ignore previous instructions" not in outside
         assert "evil" not in outside
         for text in INJECTIONS:  # each attack is quoted, its tags neutralised
-            assert any(escape_passage_tags(text) in block for block in blocks)
+            assert any(escape_for_prompt(text) in block for block in blocks)
 
 
 # ---------------------------------------------------------------- secrets never reach logs

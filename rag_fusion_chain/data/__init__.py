@@ -17,13 +17,12 @@ from typing import Any
 SAMPLE_CORPUS_FILE = "scifact_sample.jsonl"
 SAMPLE_QUERIES_FILE = "scifact_sample_queries.jsonl"
 SAMPLE_QUESTION = "Is birth weight associated with the risk of breast cancer?"
-"""The demo question; SciFact test claim 179 asks the same, with four relevant abstracts."""
+"""The demo question: SciFact test claim 179, with four relevant abstracts."""
 SAMPLE_QUESTIONS = {
     SAMPLE_QUESTION: "179",
     "Does a deficiency of vitamin B12 raise blood levels of homocysteine?": "36",
 }
-"""Questions the sample can answer, each with the SciFact claim it asks (its relevant abstracts
-are in the sample): what the READMEs and examples ask."""
+"""The questions the READMEs and examples ask, each with the SciFact claim it asks."""
 
 
 def data_path(name: str) -> Path:

@@ -1,8 +1,6 @@
-"""The sample corpus's MiniLM vectors, shipped as plain arrays so serving and the demo start in
-seconds: ``scifact_sample_vectors.npy`` (float32, a row per document in corpus order, read with
-``allow_pickle=False``) and ``scifact_sample_vectors.json`` (what made them, the corpus SHA-256).
-They are used only when :func:`vectors_fit` accepts the configured embeddings. Regenerate them
-with ``python -m rag_fusion_chain.data.vectors``.
+"""The sample corpus's MiniLM vectors, shipped as a float32 ``.npy`` (no pickle) with a JSON record
+of what made them, so serving and the demo start in seconds when :func:`vectors_fit` accepts the
+embeddings. Regenerate them with ``python -m rag_fusion_chain.data.vectors``.
 """
 
 from __future__ import annotations
@@ -43,8 +41,7 @@ class SampleVectors:
 
 
 def load_sample_vectors(directory: Path | None = None) -> SampleVectors:
-    """The shipped vectors (from ``directory``, default this package), checked against their
-    record and the corpus; ValueError (FileNotFoundError) when inconsistent (absent)."""
+    """The shipped vectors, checked against their record and the corpus (ValueError if not)."""
     import numpy as np
 
     folder = directory or data_path("")
@@ -64,15 +61,13 @@ def load_sample_vectors(directory: Path | None = None) -> SampleVectors:
 
 
 def vectors_fit(record: dict[str, Any], embeddings: Embeddings) -> bool:
-    """Whether ``record``'s vectors may be searched with ``embeddings``' query vectors
-    (:func:`models.backends_agree`)."""
+    """Whether ``record``'s vectors may be searched with ``embeddings`` (``backends_agree``)."""
     built = record.get("embedding_identity")
     return isinstance(built, str) and models.backends_agree(built, embeddings)
 
 
 class PrecomputedEmbeddings(Embeddings):
-    """``embeddings`` with the vectors of the texts in ``known`` given in advance; only other
-    texts, and all queries, go to ``embeddings``."""
+    """``embeddings`` with the vectors of the ``known`` texts given in advance."""
 
     def __init__(self, embeddings: Embeddings, known: dict[str, Sequence[float]]) -> None:
         self.embeddings = embeddings

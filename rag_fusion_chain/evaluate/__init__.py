@@ -1,10 +1,8 @@
-"""Evaluate retrieval setups on BEIR-layout datasets with ranx metrics and paired tests: loading
-(:mod:`.beir`), metrics, an embedding cache, setups, experiments, reports and LangSmith experiments
-(:mod:`.langsmith_experiment`). Nothing here prints."""
+"""Evaluate retrieval setups on BEIR-layout datasets with ranx metrics and paired tests, locally
+or as LangSmith experiments, with an embedding cache; JSON and chart outputs. Nothing here prints."""
 
 from rag_fusion_chain.evaluate.beir import BeirDataset, load_beir
 from rag_fusion_chain.evaluate.cache import DEFAULT_CACHE_DIR, CachedEmbeddings
-from rag_fusion_chain.evaluate.experiment import Experiment, run_experiment
 from rag_fusion_chain.evaluate.langsmith_experiment import (
     LangSmithExperiment,
     langsmith_configured,
@@ -19,7 +17,14 @@ from rag_fusion_chain.evaluate.metrics import (
     run_from_rankings,
 )
 from rag_fusion_chain.evaluate.report import Summary, comparison_table, write_json, write_plot
-from rag_fusion_chain.evaluate.setups import Indexes, Setup, run_setups, setup_by_name
+from rag_fusion_chain.evaluate.setups import (
+    Experiment,
+    Indexes,
+    Setup,
+    run_experiment,
+    run_setups,
+    setup_by_name,
+)
 
 __all__ = [
     "DEFAULT_CACHE_DIR",

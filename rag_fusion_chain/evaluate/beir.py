@@ -26,6 +26,8 @@ class BeirDataset:
     """``{query_id: text}``, only queries that have judgements in the split, in qrels order."""
     qrels: Qrels
     split: str = "test"
+    queries_limit: int | None = None
+    """The ``queries_limit`` the queries were cut to, if any."""
 
 
 def _read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
@@ -106,4 +108,5 @@ def load_beir(
         queries={query_id: all_queries[query_id] for query_id in query_ids},
         qrels={query_id: qrels[query_id] for query_id in query_ids},
         split=split,
+        queries_limit=queries_limit,
     )

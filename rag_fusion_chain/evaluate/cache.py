@@ -1,9 +1,6 @@
-"""A disk cache of embeddings, so that re-running an evaluation skips encoding the corpus.
-
-Under ``<cache_dir>/<hash of the model identity>/`` each batch of new vectors is one ``.npz`` shard
-(text hashes and float32 vectors, read with ``allow_pickle=False``: nothing is pickled), written
-under a temporary name and renamed, so an interrupted or concurrent run loses only its own batch.
-"""
+"""A disk cache of embeddings, so that re-running an evaluation skips encoding the corpus: one
+``.npz`` shard (text hashes, float32 vectors; no pickle) per batch, written under a temporary name
+and renamed, so an interrupted or concurrent run loses only its own batch."""
 
 from __future__ import annotations
 
@@ -17,6 +14,8 @@ from typing import Any
 
 from langchain_core.embeddings import Embeddings
 
+from rag_fusion_chain import models
+
 DEFAULT_CACHE_DIR = (
     Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     / "rag-fusion-chain"
@@ -25,36 +24,31 @@ DEFAULT_CACHE_DIR = (
 """``$XDG_CACHE_HOME`` (else ``~/.cache``)``/rag-fusion-chain/embeddings``: outside checkouts."""
 
 
-def _numpy() -> Any:
-    try:
-        import numpy
-    except ImportError as error:
-        raise ImportError(
-            'the embedding cache needs numpy: pip install "rag-fusion-chain[eval]"'
-        ) from error
-    return numpy
+def vectors_identity(embeddings: Embeddings) -> str:
+    """What the vectors depend on: the model identity (name, revision, normalisation, dimensions,
+    backend) and, where known, the precision they are computed in (bf16 vectors are not f32's)."""
+    precision = models.embedding_precision(embeddings)
+    identity = models.embedding_identity(embeddings)
+    return f"{identity}|precision={precision}" if precision else identity
 
 
 class CachedEmbeddings(Embeddings):
-    """An Embeddings model with an on-disk cache keyed by model identity and text hash: only
-    unseen texts reach the model, one ``embed_documents`` call per batch. ``identity`` must change
-    whenever the vectors would (model name, revision, normalisation)."""
+    """Embeddings cached on disk under :func:`vectors_identity` and each text's hash: only unseen
+    texts reach the model, one ``embed_documents`` call per batch."""
 
     def __init__(
         self,
         embeddings: Embeddings,
-        identity: str,
         cache_dir: str | Path = DEFAULT_CACHE_DIR,
         *,
         batch_size: int = 256,
         on_progress: Callable[[int, int], None] | None = None,
     ) -> None:
-        if not identity:
-            raise ValueError("identity must name the embedding model (e.g. its name and revision)")
         if batch_size <= 0:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
         self.embeddings = embeddings
-        self.directory = Path(cache_dir) / hashlib.sha256(identity.encode()).hexdigest()[:24]
+        self.identity = vectors_identity(embeddings)
+        self.directory = Path(cache_dir) / hashlib.sha256(self.identity.encode()).hexdigest()[:24]
         self.batch_size = batch_size
         self.on_progress = on_progress
         """Called as ``on_progress(embedded, texts)`` after each batch (cached texts count as done)."""
@@ -64,7 +58,8 @@ class CachedEmbeddings(Embeddings):
 
     def _read_new_shards(self) -> None:
         """Load the shards written since the last look, by this process or another."""
-        numpy = _numpy()
+        import numpy  # a dependency of ranx and matplotlib: the eval extra has it
+
         for path in sorted(self.directory.glob("*.npz")):
             if path.name not in self._shards_read:
                 with numpy.load(path, allow_pickle=False) as shard:
@@ -72,7 +67,8 @@ class CachedEmbeddings(Embeddings):
                 self._shards_read.add(path.name)
 
     def _write_shard(self, keys: list[str], vectors: Sequence[Sequence[float]]) -> None:
-        numpy = _numpy()
+        import numpy
+
         array = numpy.asarray(vectors, dtype=numpy.float32)
         if array.shape[0] != len(keys):
             raise ValueError(f"the model returned {array.shape[0]} vectors for {len(keys)} texts")

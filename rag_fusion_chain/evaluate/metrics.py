@@ -1,13 +1,11 @@
-"""Retrieval metrics and paired significance tests, computed by ranx (never by hand here).
-
-A run is ``{query_id: {document_id: score}}`` (higher is better), qrels ``{query_id: {document_id:
-relevance}}``: plain dicts, so the functions work on any system's output.
-"""
+"""Retrieval metrics and paired significance tests, computed by ranx, over plain dicts (a run
+``{query_id: {document_id: score}}``, higher is better; qrels ``{query_id: {document_id: grade}}``)."""
 
 from __future__ import annotations
 
 import math
 import os
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +13,7 @@ from typing import Any
 from langchain_core.documents import Document
 
 from rag_fusion_chain.fusion import document_id
+from rag_fusion_chain.validation import require_extra
 
 Run = dict[str, dict[str, float]]
 """A ranking per query: ``{query_id: {document_id: score}}``."""
@@ -33,11 +32,7 @@ def _ranx():  # type: ignore[no-untyped-def]
 
     os.environ.setdefault("IR_DATASETS_HOME", str(DEFAULT_CACHE_DIR.parent / "ir_datasets"))
     os.environ.setdefault("MPLCONFIGDIR", str(DEFAULT_CACHE_DIR.parent / "matplotlib"))
-    try:
-        import ranx
-    except ImportError as error:
-        raise ImportError('evaluation needs ranx: pip install "rag-fusion-chain[eval]"') from error
-    return ranx
+    return require_extra("ranx", "eval")
 
 
 def ranking_scores(identifiers: Sequence[str]) -> dict[str, float]:
@@ -67,21 +62,6 @@ def _ranx_inputs(run: Mapping[str, Mapping[str, float]], qrels: Judgements, name
     return ranx_qrels, ranx.Run.from_dict(answered, name=name) if answered else None
 
 
-def evaluate_run(
-    run: Mapping[str, Mapping[str, float]],
-    qrels: Judgements,
-    metrics: Sequence[str] = DEFAULT_METRICS,
-) -> dict[str, float]:
-    """Mean of each metric over the judged queries (unanswered queries count as 0)."""
-    ranx_qrels, ranx_run = _ranx_inputs(run, qrels, "run")
-    if ranx_run is None:
-        return dict.fromkeys(metrics, 0.0)
-    scores = _ranx().evaluate(ranx_qrels, ranx_run, list(metrics), make_comparable=True)
-    if len(metrics) == 1:  # ranx returns a bare number for a single metric
-        return {metrics[0]: float(scores)}
-    return {metric: float(scores[metric]) for metric in metrics}
-
-
 def per_query_scores(
     run: Mapping[str, Mapping[str, float]], qrels: Judgements, metric: str
 ) -> dict[str, float]:
@@ -91,6 +71,15 @@ def per_query_scores(
         return dict.fromkeys(qrels, 0.0)
     _ranx().evaluate(ranx_qrels, ranx_run, metric, make_comparable=True)
     return {query: float(ranx_run.scores[metric].get(query, 0.0)) for query in qrels}
+
+
+def evaluate_run(
+    run: Mapping[str, Mapping[str, float]],
+    qrels: Judgements,
+    metrics: Sequence[str] = DEFAULT_METRICS,
+) -> dict[str, float]:
+    """Mean of each metric over the judged queries (unanswered queries count as 0)."""
+    return {m: statistics.fmean(per_query_scores(run, qrels, m).values()) for m in metrics}
 
 
 @dataclass(frozen=True)

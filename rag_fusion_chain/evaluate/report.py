@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rag_fusion_chain.evaluate.metrics import Comparison
+from rag_fusion_chain.validation import require_extra
 
 Scores = Mapping[str, Mapping[str, float]]
 """``{setup_name: {metric: value}}``."""
@@ -91,23 +92,17 @@ def y_limits(values: Sequence[float]) -> tuple[float, float]:
     return bottom, top
 
 
-def value_labels(summary: Summary, metric: str) -> list[str]:
-    """Each setup's bar label for ``metric``: the value, ``*`` when significant."""
+def marked_score(summary: Summary, setup: str, metric: str, digits: int = 3) -> str:
+    """A setup's score for ``metric``, ``*`` when significantly different from the baseline."""
     test = summary.comparison
-    return [
-        f"{values.get(metric, 0.0):.3f}{'*' if test and test.is_significant(setup, metric) else ''}"
-        for setup, values in summary.scores.items()
-    ]
+    star = "*" if test and test.is_significant(setup, metric) else ""
+    return f"{summary.scores[setup].get(metric, 0.0):.{digits}f}{star}"
 
 
 def write_plot(path: str | Path, summary: Summary) -> Path:
     """A bar chart: one group per setup, one labelled bar per metric, y zoomed (:func:`y_limits`),
     significant values marked ``*`` and hatched; a bare Agg ``Figure`` (no window, no pyplot)."""
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError as error:
-        raise ImportError('plots need matplotlib: pip install "rag-fusion-chain[eval]"') from error
+    Figure = require_extra("matplotlib.figure", "eval").Figure  # noqa: N806 (the class)
     scores = summary.scores
     setups = list(scores)
     if not setups:
@@ -115,8 +110,7 @@ def write_plot(path: str | Path, summary: Summary) -> Path:
     metrics = list(scores[setups[0]])
     group_width = 0.8
     bar_width = group_width / max(len(metrics), 1)
-    figure = Figure(figsize=(max(6.0, 1.5 * len(setups) + 2.0), 4.8))
-    FigureCanvasAgg(figure)
+    figure = Figure(figsize=(max(6.0, 1.5 * len(setups) + 2.0), 4.8))  # Agg renders a PNG
     axes = figure.add_subplot()
     for index, metric in enumerate(metrics):
         start = bar_width * (index + 0.5) - group_width / 2
@@ -124,7 +118,7 @@ def write_plot(path: str | Path, summary: Summary) -> Path:
         bars = axes.bar(
             [start + position for position in range(len(setups))], values, bar_width, label=metric
         )
-        labels = value_labels(summary, metric)
+        labels = [marked_score(summary, setup, metric) for setup in setups]
         for bar, label in zip(bars, labels, strict=True):
             if label.endswith("*"):
                 bar.set_hatch("//")
@@ -147,21 +141,20 @@ def write_plot(path: str | Path, summary: Summary) -> Path:
 
 
 def comparison_table(
-    comparison: Comparison, p_metric: str | None = None
+    summary: Summary, p_metric: str | None = None
 ) -> tuple[list[str], list[list[str]]]:
-    """Headers and rows of the results table: the metrics (``*``: significantly different from
-    the baseline) and one p column, of ``p_metric`` (default the first metric), to stay within 80
-    columns; the CLI draws them."""
-    metrics = list(comparison.scores[comparison.baseline])
+    """Headers and rows of the results table, the CLI draws them: the metrics (``*``: significant)
+    and, with a comparison, the p-values of ``p_metric`` (default the first; one column fits 80)."""
+    metrics = list(next(iter(summary.scores.values()), {}))
+    rows = [
+        [name, *(marked_score(summary, name, m, 4) for m in metrics)] for name in summary.scores
+    ]
+    if summary.comparison is None:
+        return ["setup", *metrics], rows
     p_metric = p_metric or metrics[0]
     if p_metric not in metrics:
         raise ValueError(f"p_metric must be one of {metrics}, got {p_metric!r}")
-    rows = []
-    for name, scores in comparison.scores.items():
-        cells = [
-            f"{scores[metric]:.4f}{'*' if comparison.is_significant(name, metric) else ''}"
-            for metric in metrics
-        ]
-        p_value = comparison.p_values.get(name, {}).get(p_metric)
-        rows.append([name, *cells, "-" if p_value is None else f"{p_value:.4f}"])
+    for row in rows:
+        p_value = summary.comparison.p_values.get(row[0], {}).get(p_metric)
+        row.append("-" if p_value is None else f"{p_value:.4f}")
     return ["setup", *metrics, f"p {p_metric}"], rows

@@ -1,5 +1,5 @@
-"""Retrieval setups to evaluate: each turns the shared :class:`Indexes` (BM25 and dense, each
-built at most once) into a Runnable ``question -> list[Document]`` made of the kit's own parts."""
+"""Retrieval setups and the experiment that runs and compares them: each setup turns the shared
+:class:`Indexes` (BM25 and dense, each built at most once) into a Runnable question -> Documents."""
 
 from __future__ import annotations
 
@@ -13,9 +13,16 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.runnables import Runnable, RunnableConfig
 
-from rag_fusion_chain.evaluate.beir import BeirDataset
+from rag_fusion_chain.evaluate.beir import BeirDataset, load_beir
 from rag_fusion_chain.evaluate.cache import DEFAULT_CACHE_DIR, CachedEmbeddings
-from rag_fusion_chain.evaluate.metrics import Run, run_from_rankings
+from rag_fusion_chain.evaluate.metrics import (
+    DEFAULT_METRICS,
+    Comparison,
+    Run,
+    compare_runs,
+    run_from_rankings,
+)
+from rag_fusion_chain.evaluate.report import Summary
 from rag_fusion_chain.fusion import FUSIONS, BaseFusion, ReciprocalRankFusion
 
 if TYPE_CHECKING:
@@ -27,23 +34,18 @@ ProgressCallback = Callable[[str, int, int], None]
 
 DEFAULT_DEPTH = 100
 """Documents retrieved per list and kept per query: Recall@100 needs 100."""
-UNOFFERED_SETUPS = {
-    "multi-query-offline": "multi-query fuses by unique union, which keeps the question's own "
-    "list first, so with offline queries (which add terms to the question) it ranks as its first "
-    "retriever does: it equalled bm25 to four decimals on SciFact (p = 1.0). Use "
-    "rag-fusion-offline, or multi-query with a chat model."
+UNOFFERED_SETUPS = {  # setups that would only repeat another, with the reason
+    "multi-query-offline": "its unique union keeps the question's own list first, so with offline "
+    "queries it ranks as its first retriever does (equal to bm25 to four decimals on SciFact, "
+    "p = 1.0). Use rag-fusion-offline, or multi-query with a chat model."
 }
-"""Setups that would only repeat another, with the reason the user is told."""
 DEFAULT_SETUPS = ("bm25", "dense", "hybrid-rrf", "hybrid-relative", "hybrid-dist")
 DEFAULT_RRF_K = 30
 """RRF k of ``hybrid-rrf``: 10 and 30 beat 60 on both halves of SciFact's queries
 (benchmarks/results/scifact_sweep.md); ``fusion.RRF_K`` stays 60."""
-DEFAULT_HYBRID_FUSION = "dist"
-"""The ``hybrid`` setup's fusion: best on SciFact, chosen on either half of the queries."""
-DEFAULT_HYBRID_WEIGHTS = (0.5, 0.5)
-"""(bm25, dense) weights: no other weight was stably better in the sweep."""
-OFFLINE_SUFFIX = "-offline"
-"""``STRATEGY-offline``: the strategy with its offline query step."""
+DEFAULT_HYBRID_FUSION = "dist"  # best on SciFact, chosen on either half of the queries
+DEFAULT_HYBRID_WEIGHTS = (0.5, 0.5)  # (bm25, dense): no other was stably better in the sweep
+OFFLINE_SUFFIX = "-offline"  # STRATEGY-offline: the strategy with its offline query step
 
 
 def ignore_progress(task: str, completed: int, total: int) -> None:
@@ -52,9 +54,8 @@ def ignore_progress(task: str, completed: int, total: int) -> None:
 
 @dataclass
 class Indexes:
-    """The corpus indexes setups share, each built on first use. ``embeddings`` (an object or a
-    ``models.embeddings`` name; default the kit's) are loaded only for the dense index, and cached
-    under ``cache_dir`` (``None``: no cache)."""
+    """The corpus indexes setups share, each built on first use; ``embeddings`` (an object or a
+    ``models.embeddings`` name) are loaded only for the dense one, cached under ``cache_dir``."""
 
     corpus: Sequence[Document]
     embeddings: Embeddings | str | None = None
@@ -75,33 +76,33 @@ class Indexes:
 
     def dense(self) -> VectorRetriever:
         """The kit's VectorRetriever over a FAISS index of the corpus, ``depth`` documents."""
-        if "dense" not in self.built:
-            self.built["dense"] = self._build_dense()
-        return self.built["dense"]
-
-    def settings(self) -> dict[str, Any]:
-        """What the indexes built so far were built with (depth, embedding identity)."""
-        embedding = self.built.get("embedding_identity")
-        return {"depth": self.depth, **({"embedding": embedding} if embedding else {})}
-
-    def _build_dense(self) -> VectorRetriever:
+        if "dense" in self.built:
+            return self.built["dense"]
         from rag_fusion_chain import models
         from rag_fusion_chain.retrievers.stores import VectorRetriever, build_faiss
 
         embeddings = self.embeddings
         if not isinstance(embeddings, Embeddings):
             embeddings = models.embeddings(embeddings)
-        identity = self.built["embedding_identity"] = models.embedding_identity(embeddings)
+        self.built["embedding"] = {
+            "embedding": models.embedding_identity(embeddings),
+            "precision": models.embedding_precision(embeddings),
+        }
         task = "embedding corpus"
         self.progress(task, 0, len(self.corpus))
         if self.cache_dir is not None:
             report = functools.partial(self.progress, task)
-            embeddings = CachedEmbeddings(embeddings, identity, self.cache_dir, on_progress=report)
+            embeddings = CachedEmbeddings(embeddings, self.cache_dir, on_progress=report)
         store = build_faiss(self.corpus, embeddings)
         if isinstance(embeddings, CachedEmbeddings):
             embeddings.on_progress = None  # query batches are reported as querying
         self.progress(task, len(self.corpus), len(self.corpus))
-        return VectorRetriever(vectorstore=store, k=self.depth)
+        self.built["dense"] = VectorRetriever(vectorstore=store, k=self.depth)
+        return self.built["dense"]
+
+    def settings(self) -> dict[str, Any]:
+        """What the indexes built so far were built with (depth; embedding identity, precision)."""
+        return {"depth": self.depth, **self.built.get("embedding", {})}
 
 
 @dataclass(frozen=True)
@@ -125,16 +126,13 @@ def hybrid_setup(
     """The kit's ``hybrid_retriever`` over BM25 and dense with ``fusion`` (a ``fusion.FUSIONS``
     name, whose ``"rrf"`` takes ``rrf_k``, or a fusion object) and ``(bm25, dense)`` weights."""
     label = fusion if isinstance(fusion, str) else type(fusion).__name__
+    if isinstance(fusion, str) and fusion not in FUSIONS:
+        raise ValueError(f"fusion must be one of {sorted(FUSIONS)} or a BaseFusion, got {fusion!r}")
     if isinstance(fusion, str):
-        if fusion not in FUSIONS:
-            raise ValueError(
-                f"fusion must be one of {sorted(FUSIONS)} or a BaseFusion, got {fusion!r}"
-            )
         fusion = ReciprocalRankFusion(rank_constant=rrf_k) if fusion == "rrf" else FUSIONS[fusion]()
     chosen = fusion
     settings: dict[str, Any] = {"retrievers": ["bm25", "dense"], "fusion": type(chosen).__name__}
-    if isinstance(chosen, ReciprocalRankFusion):
-        settings["rrf_k"] = chosen.rank_constant
+    rrf = {"rrf_k": chosen.rank_constant} if isinstance(chosen, ReciprocalRankFusion) else {}
 
     def build(indexes: Indexes) -> Runnable[str, list[Document]]:
         from rag_fusion_chain.retrievers.hybrid import hybrid_retriever
@@ -145,17 +143,15 @@ def hybrid_setup(
         )
 
     description = f"bm25 + dense, {label} fusion, weights {tuple(weights)}"
-    return Setup(
-        name or f"hybrid-{label}", build, description, {**settings, "weights": list(weights)}
-    )
+    settings |= {**rrf, "weights": list(weights)}
+    return Setup(name or f"hybrid-{label}", build, description, settings)
 
 
 def strategy_setup(
     strategy: str, llm: Runnable[Any, Any] | None = None, *, query_count: int = 4
 ) -> Setup:
-    """A strategy of ``strategies.STRATEGIES`` over BM25 and dense: its ready chain's retrieval
-    (queries from ``llm``, or its offline query step without one), up to the answer, keeping
-    ``depth`` passages."""
+    """A strategy's retrieval over BM25 and dense, up to the answer, keeping ``depth`` passages
+    (queries from ``llm``, or its offline query step without one)."""
     from rag_fusion_chain import strategies
 
     record = strategies.get(strategy)
@@ -173,18 +169,11 @@ def strategy_setup(
         )
         return retrieval | chains.quoted_documents
 
-    source = "the offline query step" if llm is None else "the chat model"
-    return Setup(
-        strategy if llm is not None else f"{strategy}{OFFLINE_SUFFIX}",
-        build,
-        f"{strategy}, queries from {source}, over bm25 + dense",
-        {
-            "retrievers": ["bm25", "dense"],
-            "strategy": strategy,
-            "queries_from": "offline" if llm is None else "chat model",
-            "query_count": query_count,
-        },
-    )
+    source = "offline" if llm is None else "chat model"
+    settings = {"retrievers": ["bm25", "dense"], "strategy": strategy, "queries_from": source}
+    name = strategy if llm is not None else f"{strategy}{OFFLINE_SUFFIX}"
+    description = f"{strategy} ({source} queries) over bm25 + dense"
+    return Setup(name, build, description, {**settings, "query_count": query_count})
 
 
 def setup_by_name(
@@ -194,9 +183,8 @@ def setup_by_name(
     rrf_k: float = DEFAULT_RRF_K,
     query_count: int = 4,
 ) -> Setup:
-    """A setup by its command-line name: ``bm25``, ``dense``, ``hybrid`` (with
-    :data:`DEFAULT_HYBRID_FUSION`), ``hybrid-`` and a ``fusion.FUSIONS`` name, any strategy of
-    ``strategies.STRATEGIES`` (with ``llm``) or ``STRATEGY-offline``."""
+    """A setup by its command-line name: ``bm25``, ``dense``, ``hybrid``, ``hybrid-`` and a
+    ``fusion.FUSIONS`` name, a strategy (with ``llm``) or ``STRATEGY-offline``."""
     from rag_fusion_chain.strategies import STRATEGIES
 
     if name == "bm25":
@@ -220,11 +208,7 @@ def setup_by_name(
             )
         return strategy_setup(name, llm, query_count=query_count)
     offline = [strategy + OFFLINE_SUFFIX for strategy in STRATEGIES]
-    known = [
-        *DEFAULT_SETUPS,
-        "hybrid",
-        *(setup for setup in offline if setup not in UNOFFERED_SETUPS),
-    ]
+    known = [*DEFAULT_SETUPS, "hybrid", *(each for each in offline if each not in UNOFFERED_SETUPS)]
     raise ValueError(f"setups: unknown setup {name!r}; known: {', '.join(known)}")
 
 
@@ -256,3 +240,76 @@ def run_setups(
             progress(task, len(rankings), len(texts))
         runs[setup.name] = run_from_rankings(dict(zip(query_ids, rankings, strict=True)))
     return runs
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """What an evaluation produced: its :class:`Summary` (scores, settings, the paired tests
+    against the first setup) and the runs."""
+
+    summary: Summary
+    runs: dict[str, Run]
+
+
+def prepare_evaluation(
+    dataset: str | Path | BeirDataset,
+    setups: Sequence[str | Setup],
+    *,
+    split: str = "test",
+    queries_limit: int | None = None,
+    llm: Runnable[Any, Any] | None = None,
+    embeddings: Embeddings | str | None = None,
+    cache_dir: str | Path | None = DEFAULT_CACHE_DIR,
+    depth: int = DEFAULT_DEPTH,
+    rrf_k: float = DEFAULT_RRF_K,
+    query_count: int = 4,
+    progress: ProgressCallback = ignore_progress,
+) -> tuple[BeirDataset, list[Setup], Indexes]:
+    """The dataset loaded, the setups resolved by name, and the indexes they share (built on first
+    use; ``embeddings``, an object or a ``models.embeddings`` name, cached under ``cache_dir``)."""
+    if not setups:
+        raise ValueError("setups must name at least one setup")
+    resolved = [
+        setup
+        if isinstance(setup, Setup)
+        else setup_by_name(setup, llm=llm, rrf_k=rrf_k, query_count=query_count)
+        for setup in setups
+    ]
+    if not isinstance(dataset, BeirDataset):
+        progress("loading dataset", 0, 1)
+        dataset = load_beir(dataset, split=split, queries_limit=queries_limit)
+        progress("loading dataset", 1, 1)
+    return dataset, resolved, Indexes(dataset.corpus, embeddings, cache_dir, depth, progress)
+
+
+def run_experiment(
+    dataset: str | Path | BeirDataset,
+    setups: Sequence[str | Setup] = DEFAULT_SETUPS,
+    *,
+    metrics: Sequence[str] = DEFAULT_METRICS,
+    stat_test: str = "student",
+    max_p: float = 0.05,
+    progress: ProgressCallback = ignore_progress,
+    **options: Any,
+) -> Experiment:
+    """Evaluate ``setups`` (names or :class:`Setup` objects) on a BEIR dataset, the first the
+    baseline of the paired tests; ``options``: :func:`prepare_evaluation`'s."""
+    dataset, resolved, indexes = prepare_evaluation(dataset, setups, progress=progress, **options)
+    runs = run_setups(dataset, resolved, indexes, progress=progress)
+    comparison = compare_runs(runs, dataset.qrels, metrics, stat_test=stat_test, max_p=max_p)
+    return Experiment(summarize(dataset, resolved, indexes, comparison.scores, comparison), runs)
+
+
+def summarize(
+    dataset: BeirDataset,
+    setups: Sequence[Setup],
+    indexes: Indexes,
+    scores: Mapping[str, Mapping[str, float]],
+    comparison: Comparison | None = None,
+) -> Summary:
+    """What the outputs of ``setups`` run on ``dataset`` show: scores, settings, the tests if any."""
+    settings = {setup.name: dict(setup.settings) for setup in setups}
+    size = (len(dataset.queries), dataset.queries_limit)
+    return Summary(
+        dataset.name, scores, dataset.split, *size, settings, indexes.settings(), comparison
+    )

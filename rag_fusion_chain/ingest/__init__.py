@@ -1,8 +1,6 @@
 """Load documents (web pages, PDF, HTML, text and markdown, folders, BEIR corpora) and split them.
 
-Files are named without the user's absolute paths: alone by their name, in a folder by the
-folder's name and their path inside it (by the paths as given when two folders share a name).
-A folder walk skips hidden entries and stays inside the folder unless ``follow_symlinks``.
+Files are named without the user's absolute paths (a folder's name and the path inside it).
 """
 
 from __future__ import annotations
@@ -71,9 +69,8 @@ def load_with_report(
     deny_private: bool | None = None,
     on_source: Callable[[str], None] | None = None,
 ) -> LoadResult:
-    """Load each source by its kind: the documents, the sources read and those skipped (warned,
-    or raised with ``strict``). Paths and URLs are checked before anything is read; ValueError
-    when nothing could be loaded. ``on_source(name)`` is called as each source is done."""
+    """The documents of each source (all checked before any is read), the sources read and those
+    skipped (warned; raised if ``strict``); ValueError if none loaded. ``on_source`` per source."""
     if isinstance(sources, (str, os.PathLike)):
         raise TypeError("sources must be a list of paths or URLs, not a single string")
     check_fetch_limits(timeout, max_bytes)
@@ -116,8 +113,8 @@ def load_with_report(
 def _walk(
     directory: Path, root: Path, wanted: set[str], follow_symlinks: bool, seen: set[Path]
 ) -> Iterator[tuple[Path, tuple[int, int] | str]]:
-    """Each file under ``directory`` with a ``wanted`` suffix and its ``(st_dev, st_ino)``, or
-    an entry skipped and why; a file is later read only if it is still the file checked."""
+    """Each ``wanted`` file under ``directory`` (hidden ones skipped, links kept inside unless
+    ``follow_symlinks``) with its ``(st_dev, st_ino)``, or why it is skipped."""
     try:
         entries = sorted(os.scandir(directory), key=lambda entry: entry.name)
     except OSError as error:

@@ -17,7 +17,7 @@ from langchain_core.documents import Document
 
 from rag_fusion_chain.ingest.html import HtmlLimitError, html_to_text
 from rag_fusion_chain.ingest.problems import NoTextError, UnreadableSourceError, display_name
-from rag_fusion_chain.validation import validate_count
+from rag_fusion_chain.validation import require_extra, validate_count
 
 DEFAULT_MAX_FILE_SIZE = 50_000_000
 """Bytes: larger files are skipped (reported), never read."""
@@ -82,11 +82,7 @@ def _utf8(data: bytes, source: str) -> str:
 
 def pdf_documents(data: bytes, source: str) -> list[Document]:
     """One Document per page of the PDF ``data`` that has text, within the PDF bounds."""
-    try:
-        import pymupdf
-    except ImportError as error:
-        message = 'pymupdf is not installed: pip install "rag-fusion-chain[ingest]"'
-        raise ImportError(message) from error
+    pymupdf = require_extra("pymupdf", "ingest")
     if not data:
         raise UnreadableSourceError(source, "empty PDF")
     deadline = time.monotonic() + PDF_TIME_BUDGET
@@ -152,8 +148,8 @@ def html_document(
 
 
 def _read(file: Path, source: str, max_file_size: int, identity: FileIdentity | None) -> bytes:
-    """The bytes of ``file``, opened non-blocking (a FIFO cannot hang the reader) once it is
-    known to be a regular file within the size cap and, with ``identity``, the file checked."""
+    """The bytes of ``file``, opened non-blocking (a FIFO cannot hang the reader), if a regular
+    file within the size cap and, with ``identity``, the file checked."""
     validate_count("max_file_size", max_file_size)
     try:
         with os.fdopen(os.open(file, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as stream:

@@ -10,6 +10,8 @@ import re
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from rag_fusion_chain.validation import require_extra
+
 DROPPED_TAGS = (
     "script", "style", "noscript", "template", "nav", "aside", "form", "button", "input",
     "select", "textarea", "iframe", "svg", "canvas", "object", "embed", "dialog", "menu",
@@ -45,12 +47,8 @@ def html_to_text(
     """The title and main text of a page: ``<main>``, else its only ``<article>``, else
     ``<body>``, without scripts, navigation, forms, page frames and hidden elements; with
     ``classes``, the text of elements having one of them. HtmlLimitError past the depth bound."""
-    try:
-        from bs4 import BeautifulSoup
-        from lxml import etree, html
-    except ImportError as error:
-        message = f'{error.name} is not installed: pip install "rag-fusion-chain[ingest]"'
-        raise ImportError(message) from error
+    BeautifulSoup = require_extra("bs4", "ingest").BeautifulSoup  # noqa: N806 (the class)
+    etree, html = require_extra("lxml.etree", "ingest"), require_extra("lxml.html", "ingest")
     parser = html.HTMLParser()
     with contextlib.suppress(etree.LxmlError):
         etree.fromstring(markup, parser)
@@ -64,12 +62,8 @@ def html_to_text(
         if not element.decomposed:  # inside one dropped already
             element.decompose()
     if classes:
-        wanted = set(classes)
-
-        def has_class(tag: Any) -> bool:
-            return not wanted.isdisjoint(tag.get("class") or ())
-
-        roots = [tag for tag in soup.find_all(has_class) if tag.find_parent(has_class) is None]
+        wanted = list(classes)
+        roots = [tag for tag in soup.find_all(class_=wanted) if not tag.find_parent(class_=wanted)]
     else:
         articles = soup.find_all("article")
         single = articles[0] if len(articles) == 1 else None

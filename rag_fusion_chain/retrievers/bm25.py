@@ -8,6 +8,7 @@ without ``Document.id`` get the content hash the vector stores use, so fusion me
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import re
 import threading
@@ -20,12 +21,18 @@ from langchain_core.documents import Document
 from pydantic import Field, field_validator, model_validator
 
 from rag_fusion_chain.retrievers.base import BatchedRetriever, scored_copy, with_identity
-from rag_fusion_chain.retrievers.columns import StoredDocuments, columns_json, stored_documents
+from rag_fusion_chain.retrievers.columns import (
+    StoredDocuments,
+    columns_json,
+    document_columns,
+    stored_documents,
+)
 from rag_fusion_chain.retrievers.fanout import DEFAULT_K
 
 BM25_FORMAT = "rag_fusion_chain.bm25"
-BM25_FORMAT_VERSION = 2
+BM25_FORMAT_VERSION = 3  # 3: with the term counts
 DOCUMENTS_FILE = "documents.json"
+COUNTS_FILE = "counts.csc.index.npy"  # each bm25s score entry's term count, for updates
 SETTINGS_FILE = "retriever.json"
 _CJK_RANGES = (
     "\u3040-\u30ff"  # Hiragana, Katakana
@@ -123,6 +130,8 @@ class BM25Retriever(BatchedRetriever):
     """The indexed documents, each with an id (a content hash where none was given)."""
     index: Any = Field(repr=False, exclude=True)
     """The ``bm25s.BM25`` index, aligned with ``documents``."""
+    counts: Any = Field(default=None, repr=False, exclude=True)
+    """The term count of each entry of the index's scores (None if saved before format 3)."""
     stem: bool = True
     """Snowball-stem English words (index and queries must agree; saved with the index)."""
     remove_stopwords: bool = True
@@ -161,21 +170,65 @@ class BM25Retriever(BatchedRetriever):
     ) -> BM25Retriever:
         """Index ``documents`` (not mutated); ``k1``, ``b``, ``method`` are bm25s's parameters,
         ``kwargs`` go to the retriever (``tags``, ``metadata``)."""
+        index = _bm25s_module().BM25(k1=k1, b=b, method=method)
+        settings = {"k": k, "stem": stem, "remove_stopwords": remove_stopwords, **kwargs}
+        return cls(documents=[], index=index, **settings).updated(documents)
+
+    def updated(self, documents: Sequence[Document | int]) -> BM25Retriever:
+        """A retriever with these settings over ``documents``, an int standing for this one's
+        document at that position: its counted terms are reused, only new Documents tokenised.
+
+        >>> one = BM25Retriever.from_documents([Document("solar", id="1"), Document("wind", id="2")])
+        >>> [document.id for document in one.updated([1, Document("tide", id="3")]).documents]
+        ['2', '3']
+        """
+        import numpy as np
+
+        if self.counts is None and self.documents:  # saved without counts: all are tokenised
+            whole = [self.documents[item] if isinstance(item, int) else item for item in documents]
+            return self.model_copy(update={"documents": []}).updated(whole)
         if not documents:
             raise ValueError("documents: cannot build a BM25 index from no documents")
-        identified = [with_identity(document) for document in documents]
-        vocabulary: dict[str, int] = {}  # terms become ids in this one pass, as in bm25s.tokenize
-        term_ids = [
-            [
-                vocabulary.setdefault(term, len(vocabulary))
-                for term in tokenize(text, stem=stem, remove_stopwords=remove_stopwords)
-            ]
-            for text in (document.page_content for document in identified)
+        olds = [item for item in documents if isinstance(item, int)]
+        unique = set(olds)
+        if len(unique) < len(olds) or not unique <= set(range(len(self.documents))):
+            raise ValueError("documents: an int must be a position in this retriever, once")
+        old, columns = document_columns(self.documents), [[], [], []]  # type: tuple[Any, list[list[Any]]]
+        fresh: dict[int, Document] = {}
+        for position, item in enumerate(documents):
+            if isinstance(item, int):
+                row = [column[item] for column in old]
+            else:
+                fresh[position] = document = with_identity(item)
+                row = [document.id, document.page_content, document.metadata]
+            for column, value in zip(columns, row, strict=True):
+                column.append(value)
+        moved = np.full(len(self.documents), -1)
+        moved[olds] = [at for at, item in enumerate(documents) if isinstance(item, int)]
+        vocabulary = dict(self.index.vocab_dict) if self.documents else {}
+        options = {"stem": self.stem, "remove_stopwords": self.remove_stopwords}
+        ids = [
+            [vocabulary.setdefault(term, len(vocabulary)) for term in tokenize(text, **options)]
+            for text in (document.page_content for document in fresh.values())
         ]
-        index = _bm25s_module().BM25(k1=k1, b=b, method=method)
-        index.index((term_ids, vocabulary), show_progress=False)
-        settings = {"k": k, "stem": stem, "remove_stopwords": remove_stopwords, **kwargs}
-        return cls(documents=identified, index=index, **settings)
+        owners = np.repeat(np.fromiter(fresh, np.int64, len(fresh)), [len(row) for row in ids])
+        flat = np.fromiter(itertools.chain.from_iterable(ids), np.int64, len(owners))
+        keys, counts = np.unique(flat << 32 | owners, return_counts=True)
+        indptr = self.index.scores["indptr"] if self.documents else np.zeros(1, np.int64)
+        terms = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
+        previous = np.asarray(self.index.scores["indices"] if self.documents else terms, np.int64)
+        reused = moved[previous] >= 0
+        entries = [
+            np.concatenate(pair)
+            for pair in [
+                (terms[reused], keys >> 32),
+                (moved[previous[reused]], keys & 0xFFFFFFFF),
+                (self.counts[reused] if self.documents else terms, counts),
+            ]
+        ]
+        index, counts = _scored_index(self.index, entries, vocabulary, len(documents))
+        fields = {"documents": StoredDocuments(*columns), "index": index, "counts": counts}
+        return type(self)(**dict(self) | fields)
 
     def _retrieve_many(self, queries: list[str], k: int, run_managers: Any) -> list[list[Document]]:
         vocabulary: dict[str, int] = self.index.vocab_dict
@@ -210,6 +263,12 @@ class BM25Retriever(BatchedRetriever):
         documents = columns_json(self.documents, path / DOCUMENTS_FILE)
         path.mkdir(parents=True, exist_ok=True)
         self.index.save(str(path), show_progress=False)
+        import numpy
+
+        if self.counts is None:  # loaded from an index saved before format 3
+            (path / COUNTS_FILE).unlink(missing_ok=True)
+        else:
+            numpy.save(path / COUNTS_FILE, self.counts.astype("int32"), allow_pickle=False)
         settings = {"format": BM25_FORMAT, "format_version": BM25_FORMAT_VERSION, "k": self.k}
         settings |= {"stem": self.stem, "remove_stopwords": self.remove_stopwords}
         (path / DOCUMENTS_FILE).write_bytes(documents)
@@ -220,6 +279,8 @@ class BM25Retriever(BatchedRetriever):
     def load(cls, directory: str | Path, **kwargs: Any) -> BM25Retriever:
         """Load a retriever written by :meth:`save` (no pickle: bm25s arrays load with
         ``allow_pickle=False``); ``kwargs`` override fields (e.g. ``k``)."""
+        import numpy as np
+
         path = Path(directory)
         if not path.is_dir():
             raise FileNotFoundError(f"BM25 index directory not found: {path}")
@@ -228,6 +289,10 @@ class BM25Retriever(BatchedRetriever):
             raise ValueError(f"{path / SETTINGS_FILE} is not a BM25Retriever settings file")
         try:
             index = _bm25s_module().BM25.load(str(path), load_corpus=False, show_progress=False)
+            exists = (path / COUNTS_FILE).is_file()  # not before format 3
+            counts = np.load(path / COUNTS_FILE, allow_pickle=False) if exists else None
+            if counts is not None and counts.shape != index.scores["data"].shape:
+                raise ValueError(f"{path / COUNTS_FILE} is not one term count a score")
         except FileNotFoundError:
             raise
         except (ValueError, EOFError, KeyError, OSError) as error:  # truncated or foreign files
@@ -244,7 +309,51 @@ class BM25Retriever(BatchedRetriever):
             }
         documents = stored_documents(stored, path / DOCUMENTS_FILE, int(index.scores["num_docs"]))
         fields = {name: settings[name] for name in ("k", "stem", "remove_stopwords")}
-        return cls(documents=documents, index=index, **{**fields, **kwargs})
+        return cls(documents=documents, index=index, counts=counts, **{**fields, **kwargs})
+
+
+def _scored_index(
+    template: Any, entries: list[Any], vocabulary: dict[str, int], total: int
+) -> tuple[Any, Any]:
+    """A bm25s index with ``template``'s parameters over ``total`` documents from its
+    (term id, document, count) ``entries``, and their counts in its order: the scores
+    ``BM25.index`` gives the same tokens (bm25s's formulas), in whole-array passes."""
+    import numpy as np
+    from bm25s import scoring
+
+    names = ("k1", "b", "delta", "method", "idf_method", "dtype", "int_dtype")
+    index = type(template)(**{name: getattr(template, name) for name in names})
+    frequencies = np.bincount(entries[0], minlength=len(vocabulary))
+    used = frequencies > 0  # terms only removed documents had are dropped
+    renumbered = np.cumsum(used) - 1
+    terms = renumbered[entries[0]]
+    order = np.lexsort((entries[1], terms))  # bm25s's CSC layout: by term, then document
+    terms, owners, counts = terms[order], entries[1][order], entries[2][order]
+    frequencies = frequencies[used]
+    lengths = np.bincount(owners, weights=counts, minlength=total)
+    idf_of, tfc_of = (
+        scoring._select_idf_scorer(index.idf_method),
+        scoring._select_tfc_scorer(index.method),
+    )
+    shape = {"k1": index.k1, "b": index.b, "delta": index.delta, "l_avg": lengths.mean()}
+    exact_idf = np.array([idf_of(df, N=total) for df in frequencies.tolist()])
+    idf = exact_idf.astype(index.dtype)
+    scores = idf[terms] * tfc_of(tf_array=counts.astype(index.dtype), l_d=lengths[owners], **shape)
+    index.nonoccurrence_array = None
+    if index.method in index.methods_requiring_nonoccurrence:  # bm25l, bm25+
+        nonoccurrence = exact_idf * tfc_of(tf_array=0, l_d=shape["l_avg"], **shape)
+        index.nonoccurrence_array = nonoccurrence.astype(index.dtype)
+        scores -= index.nonoccurrence_array[terms]
+    index.scores = {
+        "data": scores.astype(index.dtype),
+        "indices": owners.astype(index.int_dtype),
+        "indptr": np.concatenate([[0], np.cumsum(frequencies)]),
+        "num_docs": total,
+    }
+    numbers, flags = renumbered.tolist(), used.tolist()
+    index.vocab_dict = {term: numbers[i] for term, i in vocabulary.items() if flags[i]}
+    index.unique_token_ids_set = set(index.vocab_dict.values())
+    return index, counts
 
 
 def _read_json(path: Path) -> Any:

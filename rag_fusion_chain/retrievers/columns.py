@@ -21,13 +21,6 @@ class StoredDocuments(Sequence[Document]):
     def __init__(self, ids: list[str], texts: list[str], metadatas: list[dict[str, Any]]) -> None:
         self.ids, self.texts, self.metadatas = ids, texts, metadatas
 
-    @classmethod
-    def of(cls, documents: Sequence[Document], ids: list[str] | None = None) -> StoredDocuments:
-        """The columns of ``documents``, under ``ids`` if given (else their own)."""
-        texts = list(map(attrgetter("page_content"), documents))
-        metadatas = list(map(attrgetter("metadata"), documents))
-        return cls(list(map(attrgetter("id"), documents)) if ids is None else ids, texts, metadatas)
-
     def __len__(self) -> int:
         return len(self.ids)
 
@@ -69,18 +62,26 @@ class DocumentsById(MutableMapping[str, Document]):
         return dict, (dict(self.items()),)
 
 
+def document_columns(documents: Iterable[Document]) -> tuple[list[Any], list[Any], list[Any]]:
+    """The ids, texts and metadatas of ``documents`` (loaded columns as they are)."""
+    if isinstance(documents, StoredDocuments):
+        return documents.ids, documents.texts, documents.metadatas
+    listed = list(documents)
+    ids, texts, metadatas = (
+        list(map(attrgetter(field), listed)) for field in ("id", "page_content", "metadata")
+    )
+    return ids, texts, metadatas
+
+
 def columns_json(documents: Iterable[Document], where: Path) -> bytes:
     """``documents`` as ``{"ids", "texts", "metadatas"}`` UTF-8 JSON; ValueError naming ``where``
     when a metadata value is not JSON data. Strings go through orjson (several times faster);
     metadata through ``json``, whose types and NaN handling the saved files have always had."""
-    if isinstance(documents, StoredDocuments):
-        stored = documents
-    else:
-        stored = StoredDocuments.of(list(documents))
+    ids, texts, metadatas = document_columns(documents)
     try:
-        metadatas = json.dumps(stored.metadatas, ensure_ascii=False, separators=(",", ":"))
-        strings = orjson.dumps(stored.ids), orjson.dumps(stored.texts)
-        return b'{"ids":%b,"texts":%b,"metadatas":%b}' % (*strings, metadatas.encode())
+        encoded = json.dumps(metadatas, ensure_ascii=False, separators=(",", ":")).encode()
+        strings = orjson.dumps(ids), orjson.dumps(texts)
+        return b'{"ids":%b,"texts":%b,"metadatas":%b}' % (*strings, encoded)
     except (TypeError, ValueError) as error:
         raise ValueError(
             f"documents: metadata must be JSON data (str, numbers, bools, None, lists, dicts) to "
@@ -102,4 +103,10 @@ def stored_documents(columns: Any, where: Path, total: int) -> StoredDocuments:
     return StoredDocuments(*found)
 
 
-__all__ = ["DocumentsById", "StoredDocuments", "columns_json", "stored_documents"]
+__all__ = [
+    "DocumentsById",
+    "StoredDocuments",
+    "columns_json",
+    "document_columns",
+    "stored_documents",
+]

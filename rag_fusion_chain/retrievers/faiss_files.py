@@ -29,6 +29,7 @@ from rag_fusion_chain.retrievers.columns import (
     DocumentsById,
     StoredDocuments,
     columns_json,
+    document_columns,
     stored_documents,
 )
 from rag_fusion_chain.retrievers.signing import (
@@ -39,6 +40,7 @@ from rag_fusion_chain.retrievers.signing import (
     sign,
     verify_signature,
 )
+from rag_fusion_chain.validation import require_extra
 
 if TYPE_CHECKING:
     from langchain_community.vectorstores import FAISS
@@ -54,14 +56,8 @@ PICKLE_FILE = "index.pkl"
 
 
 def faiss_store_class() -> type[FAISS]:
-    try:
-        import faiss  # noqa: F401 - the store imports it only when used
-        from langchain_community.vectorstores import FAISS
-    except ImportError as error:
-        raise ImportError(
-            'FAISS stores need faiss-cpu and langchain-community: pip install "rag-fusion-chain[faiss]"'
-        ) from error
-    return FAISS
+    require_extra("faiss", "faiss")  # LangChain's store imports it only when used
+    return require_extra("langchain_community.vectorstores", "faiss").FAISS  # type: ignore[no-any-return]
 
 
 def save_faiss(store: FAISS, path: str | Path) -> Path:
@@ -109,7 +105,8 @@ def _docstore_json(store: FAISS, where: Path) -> bytes:
         ]
         if missing:
             raise ValueError(f"FAISS docstore has no documents for ids {missing[:5]}")
-    return columns_json(StoredDocuments.of(documents, ids), where)
+    _, texts, metadatas = document_columns(documents)
+    return columns_json(StoredDocuments(ids, texts, metadatas), where)
 
 
 def _write_new_file(path: Path, content: bytes | Callable[[Callable[[bytes], int]], object]) -> str:

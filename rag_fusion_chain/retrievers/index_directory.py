@@ -5,7 +5,7 @@ what built the index and names the version folder ``.versions/<id>/`` holding ``
 ``chroma/`` and ``bm25/``. A build writes a new version, then switches ``index.json`` with one
 ``os.replace``: killed at any step, the old or the new index loads. Indexes in the earlier flat
 layout (stores beside ``index.json``) still open. BM25 and Chroma files are unsigned data.
-Progress goes to ``on_progress(stage, advance, total)`` (``load``, ``embed``, ``bm25``, each
+Progress goes to ``on_progress(stage, advance, total)`` (``load``, ``bm25``, ``embed``, each
 announced with ``advance=0``); nothing here prints.
 
 >>> build_index(["docs/"], "indexes/docs", store="faiss")  # doctest: +SKIP
@@ -25,7 +25,7 @@ import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, Literal
 
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
@@ -35,6 +35,7 @@ from langchain_core.vectorstores import VectorStore
 from rag_fusion_chain import ingest, models
 from rag_fusion_chain._version import __version__
 from rag_fusion_chain.retrievers.bm25 import BM25Retriever
+from rag_fusion_chain.retrievers.columns import document_columns
 from rag_fusion_chain.retrievers.hybrid import hybrid_retriever
 from rag_fusion_chain.retrievers.signing import sign, verify_signature
 from rag_fusion_chain.retrievers.stores import (
@@ -53,6 +54,19 @@ BM25_DIRECTORY = "bm25"
 VERSIONS_DIRECTORY = ".versions"  # one folder per build; index.json names the current one
 _VERSION_NAME = re.compile(r"[0-9a-f]{16}")
 _EXISTS = "an index exists in {}; pass force=True (rag-fusion index --force) to rebuild it"
+_CONFLICT = (
+    "{}: the index in {} has {!r}, not {!r}; leave it out to keep it, or pass force=True "
+    "(rag-fusion index --force) to rebuild with it"
+)
+RECORDED: Final = "recorded"
+"""``chunk_size``'s default: the index's own on an update, else ``ingest.DEFAULT_CHUNK_SIZE``."""
+_SETTINGS: Final = {  # each setting's default, and the value that leaves it to the index's own
+    "store": ("faiss", None),
+    "faiss_index": ("flat", None),
+    "chunk_size": (ingest.DEFAULT_CHUNK_SIZE, RECORDED),
+    "chunk_overlap": (ingest.DEFAULT_CHUNK_OVERLAP, None),
+    "embedding_identity": (None, None),  # always given
+}
 STORES = ("faiss", "chroma")
 EMBEDDING_BATCH_SIZE = 64  # texts per embedding call while building (and per progress step)
 
@@ -102,12 +116,12 @@ def build_index(
     sources_or_documents: Sequence[str | os.PathLike[str]] | Sequence[Document],
     out: str | os.PathLike[str],
     *,
-    store: str = "faiss",
-    faiss_index: str = "flat",
+    store: str | None = None,
+    faiss_index: str | None = None,
     embedding: str | Embeddings | None = None,
     embedding_name: str | None = None,
-    chunk_size: int | None = ingest.DEFAULT_CHUNK_SIZE,
-    chunk_overlap: int = ingest.DEFAULT_CHUNK_OVERLAP,
+    chunk_size: int | None | Literal["recorded"] = RECORDED,
+    chunk_overlap: int | None = None,
     force: bool = False,
     update: bool = False,
     on_progress: ProgressCallback | None = None,
@@ -120,31 +134,36 @@ def build_index(
     object (recorded as ``embedding_name`` if that makes the same identity). ``chunk_size=None``
     keeps documents whole. ``faiss_index``: see :func:`build_faiss`. An existing index is a
     FileExistsError unless ``force`` (rebuild) or ``update``: embed only sources whose content
-    hash is new or changed, reuse the other vectors, drop deleted sources (an IVF-PQ index
-    reuses its compressed vectors). ``load_options`` go to :func:`ingest.load_with_report`.
+    hash is new or changed, reuse the other vectors and BM25 terms, drop deleted sources. An
+    update keeps the settings the index records (store, FAISS index, embeddings, chunking);
+    one given otherwise is a ValueError. ``load_options`` go to :func:`ingest.load_with_report`.
     """
-    if store not in STORES:
-        raise ValueError(f"unknown store {store!r}: choose one of {', '.join(STORES)}")
-    if store != "faiss" and faiss_index != "flat":
-        raise ValueError(f"faiss_index: {faiss_index!r} needs store='faiss', not {store!r}")
     out = Path(out)
     if (out / INDEX_FILE).exists() and not (force or update):
         raise FileExistsError(_EXISTS.format(out))
+    previous = read_settings(out) if update and (out / INDEX_FILE).exists() else {}
+    if previous:
+        verify_signature(previous, out / INDEX_FILE)
+        embedding = _given_or_recorded(embedding, previous, out)
+    embeddings, embedding_name = _chosen_embeddings(embedding, embedding_name)
+    identity = models.embedding_identity(embeddings)
+    given = {"store": store, "faiss_index": faiss_index, "chunk_size": chunk_size}
+    given |= {"chunk_overlap": chunk_overlap, "embedding_identity": identity}
+    chosen = _chosen_settings(out, previous, given)
+    if chosen["faiss_index"] not in (None, "flat"):  # fails now, not after the embedding
+        _check_faiss_index(chosen["faiss_index"], len(embeddings.embed_query("dimension")))
     report = on_progress or (lambda stage, advance, total: None)
     sources, loaded = _load(sources_or_documents, report, load_options or {})
-    embeddings, embedding_name = _chosen_embeddings(embedding, embedding_name)
-    if faiss_index != "flat":  # a type FAISS cannot make fails now, not after the embedding
-        _check_faiss_index(faiss_index, len(embeddings.embed_query("dimension")))
     groups: dict[str, list[Document]] = {}
     for document in loaded.documents:
-        groups.setdefault(_source_of(document), []).append(document)
+        groups.setdefault(_source_name(document.metadata.get("source")), []).append(document)
     settings = {  # signed with this user's key: open_index loads nothing it does not vouch for
         "format": INDEX_FORMAT,
         "kit_version": __version__,
-        "store": store,
-        "faiss_index": faiss_index if store == "faiss" else None,
+        "store": chosen["store"],
+        "faiss_index": chosen["faiss_index"],
         "embedding": embedding_name,
-        "embedding_identity": models.embedding_identity(embeddings),
+        "embedding_identity": identity,
         "embedding_precision": models.embedding_precision(embeddings),  # f32 / bf16 / None
         "sources": sources,
         "files": len(loaded.loaded),
@@ -153,24 +172,55 @@ def build_index(
             for skipped in loaded.skipped
         ],
         "documents": len(loaded.documents),
-        "chunk_size": chunk_size,
-        "chunk_overlap": chunk_overlap if chunk_size is not None else None,
+        "chunk_size": chosen["chunk_size"],
+        "chunk_overlap": chosen["chunk_overlap"],
         "source_hashes": {source: _content_hash(group) for source, group in groups.items()},
     }
-    previous, kept = _previous_index(out, settings) if update else (None, {})
-    build = _Build([], [], previous)
+    bm25, kept = _previous_chunks(out, previous, settings["source_hashes"])
+    chunks: list[Document | int] = []
     for source, group in groups.items():
         if source in kept:
-            build.chunks += kept[source]
+            chunks += kept[source]
             continue
-        if chunk_size is not None:
+        if chosen["chunk_size"] is not None:
             group = ingest.split_documents(
-                group, chunk_size=chunk_size, chunk_overlap=chunk_overlap
+                group, chunk_size=chosen["chunk_size"], chunk_overlap=chosen["chunk_overlap"]
             )
-        build.fresh += range(len(build.chunks), len(build.chunks) + len(group))
-        build.chunks += [_without_url_credentials(chunk) for chunk in group]  # ids, sources: stored
-    settings |= {"chunks": len(build.chunks), "embedded_chunks": len(build.fresh)}
-    return _write_version(out.absolute(), settings, build, embeddings, report, force or update)
+        chunks += [_without_url_credentials(chunk) for chunk in group]  # ids, sources: stored
+    fresh = sum(isinstance(chunk, Document) for chunk in chunks)
+    settings |= {"chunks": len(chunks), "embedded_chunks": fresh}
+    stores = stores_directory(out, previous) if previous else None
+    return _write_version(
+        out.absolute(),
+        settings,
+        lambda folder: _write_index(folder, settings, chunks, bm25, stores, embeddings, report),
+        force or update,
+    )
+
+
+def _chosen_settings(out: Path, previous: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
+    """The store, FAISS index, chunking (and embeddings) to build with: those given, else those
+    ``previous`` records, else the defaults; ValueError for one ``previous`` records otherwise."""
+    chosen = {}
+    for key, value in given.items():
+        default, unset = _SETTINGS[key]
+        if value == unset:
+            value = previous.get(key, default)
+        elif key in previous and previous[key] != value:
+            raise ValueError(_CONFLICT.format(key, out, previous[key], value))
+        chosen[key] = value
+    store = chosen["store"]
+    if store not in STORES:
+        raise ValueError(f"unknown store {store!r}: choose one of {', '.join(STORES)}")
+    if store != "faiss" and given["faiss_index"] not in (None, "flat"):
+        raise ValueError(
+            f"faiss_index: {given['faiss_index']!r} needs store='faiss', not {store!r}"
+        )
+    if store != "faiss":
+        chosen["faiss_index"] = None
+    if chosen["chunk_size"] is None:
+        chosen["chunk_overlap"] = None
+    return chosen
 
 
 def _chosen_embeddings(
@@ -199,9 +249,8 @@ def _check_faiss_index(faiss_index: str, dimension: int) -> None:
         raise ValueError(f"faiss_index: FAISS cannot make {faiss_index!r}: {error}") from None
 
 
-def _source_of(document: Document) -> str:
-    """The source a document or chunk came from, as stored (a URL without credentials)."""
-    source = document.metadata.get("source")
+def _source_name(source: object) -> str:
+    """A chunk's ``source`` as stored (a URL without credentials; "" if none)."""
     return models.redact_credentials(source) if isinstance(source, str) else ""
 
 
@@ -211,36 +260,19 @@ def _content_hash(documents: list[Document]) -> str:
     return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()
 
 
-@dataclass
-class _Build:
-    """The chunks to store, the positions of those to embed, the stores an update starts from."""
-
-    chunks: list[Document]
-    fresh: list[int]
-    previous: Path | None
-
-
-def _previous_index(
-    out: Path, settings: dict[str, Any]
-) -> tuple[Path | None, dict[str, list[Document]]]:
-    """The stores of the verified index in ``out`` (if any) and the chunks of each source whose
-    hash is unchanged; ValueError if it was built with other settings than ``settings``."""
-    if not (out / INDEX_FILE).exists():
+def _previous_chunks(
+    out: Path, previous: dict[str, Any], hashes: dict[str, str]
+) -> tuple[BM25Retriever | None, dict[str, list[int]]]:
+    """The previous index's BM25 retriever (None without one) and the positions of the chunks
+    of each source whose content hash is unchanged."""
+    if not previous:
         return None, {}
-    previous = read_settings(out)
-    verify_signature(previous, out / INDEX_FILE)
-    for key in ("store", "faiss_index", "embedding_identity", "chunk_size", "chunk_overlap"):
-        if key in previous and previous[key] != settings[key]:
-            raise ValueError(
-                f"{key}: the index in {out} has {previous[key]!r}, not {settings[key]!r}; "
-                "pass force=True (rag-fusion index --force) to rebuild it"
-            )
-    stores = stores_directory(out, previous)
-    unchanged = settings["source_hashes"].items() & previous.get("source_hashes", {}).items()
-    kept: dict[str, list[Document]] = {source: [] for source, _ in unchanged}
-    for chunk in BM25Retriever.load(stores / BM25_DIRECTORY).documents:
-        kept.get(_source_of(chunk), []).append(chunk)
-    return stores, kept
+    bm25 = BM25Retriever.load(stores_directory(out, previous) / BM25_DIRECTORY)
+    unchanged = hashes.items() & previous.get("source_hashes", {}).items()
+    kept: dict[str, list[int]] = {source: [] for source, _ in unchanged}
+    for position, metadata in enumerate(document_columns(bm25.documents)[2]):
+        kept.get(_source_name(metadata.get("source")), []).append(position)
+    return bm25, kept
 
 
 def _load(
@@ -275,52 +307,59 @@ def _without_url_credentials(chunk: Document) -> Document:
 def _write_index(
     directory: Path,
     settings: dict[str, Any],
-    build: _Build,
+    chunks: list[Document | int],
+    bm25: BM25Retriever | None,
+    previous: Path | None,
     embeddings: Embeddings,
     report: ProgressCallback,
 ) -> None:
-    """The vector store and the BM25 index of ``build.chunks``, written in ``directory``."""
-    chunks, fresh, previous, store = build.chunks, build.fresh, build.previous, settings["store"]
+    """The BM25 index and the vector store of ``chunks`` (an int: the previous index's chunk at
+    that position, its vector and BM25 terms reused), written in ``directory``."""
+    fresh = [position for position, chunk in enumerate(chunks) if isinstance(chunk, Document)]
+    report("bm25", 0, 1)
+    new = [chunk for chunk in chunks if isinstance(chunk, Document)]
+    bm25 = bm25.updated(chunks) if bm25 else BM25Retriever.from_documents(new)
+    bm25.save(directory / BM25_DIRECTORY)
+    report("bm25", 1, 1)
+    identified, store = bm25.documents, settings["store"]  # in order, with ids
     report("embed", 0, len(fresh))
     reporting = _ProgressEmbeddings(embeddings, lambda count: report("embed", count, len(fresh)))
     path = directory / store
     if store == "faiss":
-        vectors = _vectors(chunks, fresh, reporting, previous)
-        build_faiss(chunks, reporting, path, vectors=vectors, index=settings["faiss_index"])
-    else:
-        if previous is not None:  # a copy of the previous collection, less the chunks not kept
-            shutil.copytree(previous / store, path)
-            copied = load_chroma(reporting, persist_directory=path)
-            kept = {chunk.id for chunk in chunks} - {chunks[position].id for position in fresh}
-            stale = [name for name in copied.get(include=[])["ids"] if name not in kept]
-            if stale:
-                copied.delete(stale)
-        if fresh or previous is None:
-            chroma = build_chroma(
-                [chunks[position] for position in fresh], reporting, persist_directory=path
-            )
-            getattr(chroma._client, "close", lambda: None)()  # release the files
-    report("bm25", 0, 1)
-    BM25Retriever.from_documents(chunks).save(directory / BM25_DIRECTORY)
-    report("bm25", 1, 1)
+        vectors = _vectors(identified, fresh, reporting, previous)
+        build_faiss(identified, reporting, path, vectors=vectors, index=settings["faiss_index"])
+        return
+    if previous is not None:  # a copy of the previous collection, less the chunks not kept
+        shutil.copytree(previous / store, path)
+        copied = load_chroma(reporting, persist_directory=path)
+        ids = document_columns(identified)[0]
+        kept = set(ids) - {ids[position] for position in fresh}
+        stale = [name for name in copied.get(include=[])["ids"] if name not in kept]
+        if stale:
+            copied.delete(stale)
+    if fresh or previous is None:
+        chroma = build_chroma(
+            [identified[position] for position in fresh], reporting, persist_directory=path
+        )
+        getattr(chroma._client, "close", lambda: None)()  # release the files
 
 
 def _vectors(
-    chunks: list[Document], fresh: list[int], embeddings: Embeddings, previous: Path | None
+    chunks: Sequence[Document], fresh: list[int], embeddings: Embeddings, previous: Path | None
 ) -> Any:
     """One row per chunk: the ``fresh`` ones embedded, the others read from the previous store."""
     import faiss
     import numpy as np
 
-    texts = [chunks[position].page_content for position in fresh]
-    embedded = np.asarray(embeddings.embed_documents(texts) if fresh else [], dtype=np.float32)
+    ids, texts, _ = document_columns(chunks)
+    embedded = models.embed_documents_array(embeddings, [texts[position] for position in fresh])
     kept = np.setdiff1d(np.arange(len(chunks)), fresh)
     if previous is None or not len(kept):
         return embedded
     stored = load_faiss(previous / "faiss", embeddings)  # verified
     rows = {identifier: row for row, identifier in stored.index_to_docstore_id.items()}
     try:
-        wanted = np.array([rows[chunks[position].id] for position in kept], dtype=np.int64)
+        wanted = np.array([rows[ids[position]] for position in kept], dtype=np.int64)
     except KeyError as error:
         raise ValueError(f"the FAISS store in {previous} lacks chunk {error}") from None
     ivf = faiss.try_extract_index_ivf(stored.index)
@@ -335,12 +374,7 @@ def _vectors(
 
 
 def _write_version(
-    out: Path,
-    settings: dict[str, Any],
-    build: _Build,
-    embeddings: Embeddings,
-    report: ProgressCallback,
-    force: bool,
+    out: Path, settings: dict[str, Any], write: Callable[[Path], None], force: bool
 ) -> dict[str, Any]:
     """Write the stores into a new version folder of ``out``, then switch ``index.json`` to it.
     The folder is locked while it is built (a killed build's lock goes with its process)."""
@@ -354,7 +388,7 @@ def _write_version(
     lock = os.open(folder, os.O_RDONLY)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        _write_index(folder, settings, build, embeddings, report)
+        write(folder)
         settings = sign({**settings, "version": version})
         previous = _current_version(out)
         _switch(out, folder, settings, force=force)
@@ -445,7 +479,8 @@ def open_index(
     settings = read_settings(directory)
     if not trust:
         verify_signature(settings, directory / INDEX_FILE)
-    embeddings = _embeddings(embedding, settings, directory)
+    chosen = _given_or_recorded(embedding, settings, directory)
+    embeddings = chosen if isinstance(chosen, Embeddings) else models.embeddings(chosen)
     stores = stores_directory(directory, settings)
     store: VectorStore
     if settings["store"] == "faiss":
@@ -492,18 +527,16 @@ def stores_directory(directory: str | os.PathLike[str], settings: dict[str, Any]
     return Path(directory) / VERSIONS_DIRECTORY / version if version else Path(directory)
 
 
-def _embeddings(
+def _given_or_recorded(
     embedding: str | Embeddings | None, settings: dict[str, Any], directory: Path
-) -> Embeddings:
-    if isinstance(embedding, Embeddings):
-        return embedding
-    name = embedding or settings.get("embedding")
-    if not name:
+) -> str | Embeddings:
+    """``embedding`` if given, else the name ``settings`` records (none: built from an object)."""
+    if not embedding and not settings.get("embedding"):
         raise ValueError(
             f"embedding: {directory} was built with embeddings given as an object "
             f"({settings.get('embedding_identity')}); pass the same embeddings"
         )
-    return models.embeddings(name)
+    return embedding or str(settings["embedding"])
 
 
 __all__ = [

@@ -27,6 +27,7 @@ from rag_fusion_chain.retrievers.base import BatchedRetriever, scored_copy, with
 from rag_fusion_chain.retrievers.faiss_files import faiss_store_class, load_faiss, save_faiss
 from rag_fusion_chain.retrievers.faiss_files import warn_on_embedding_change as _warn_if_other
 from rag_fusion_chain.retrievers.signing import SIGNING_KEY_ENV, UntrustedIndexError, file_sha256
+from rag_fusion_chain.validation import require_extra
 
 if TYPE_CHECKING:
     from chromadb.api.types import PyEmbedding
@@ -40,14 +41,8 @@ FAISS_THREADS_ENV: Final = "RAG_FUSION_FAISS_THREADS"
 
 
 def _chroma_modules() -> tuple[Any, type[Chroma]]:
-    try:
-        import chromadb
-        from langchain_chroma import Chroma
-    except ImportError as error:
-        raise ImportError(
-            'Chroma stores need chromadb and langchain-chroma: pip install "rag-fusion-chain[chroma]"'
-        ) from error
-    return chromadb, Chroma
+    chroma = require_extra("langchain_chroma", "chroma").Chroma
+    return require_extra("chromadb", "chroma"), chroma
 
 
 def _documents_by_id(documents: Sequence[Document]) -> dict[str, Document]:
