@@ -22,6 +22,7 @@ from rag_fusion_chain.models import embedding_identity
 from rag_fusion_chain.retrievers.faiss_files import MANIFEST_FILE
 from rag_fusion_chain.retrievers.signing import (
     SIGNING_KEY_ENV,
+    sign,
     signature_of,
     signing_key,
     signing_key_file,
@@ -709,3 +710,35 @@ def test_a_loaded_store_saved_by_langchain_loads_back_through_the_allow_list(
     assert type(reloaded.docstore._dict) is dict and len(reloaded.docstore._dict) == len(DOCUMENTS)
     solar = reloaded.docstore.search("solar")
     assert isinstance(solar, Document) and solar.id == "solar" and solar.metadata == {"n": 1}
+
+
+def test_a_signed_index_of_the_kits_pickle_format_loads_verified_without_trust(
+    tmp_path: Path,
+) -> None:
+    """Indexes saved before the JSON docstore (format 1: a signed ``index.pkl``) load as they are,
+    their pickle hashed and checked against the signed manifest first; a changed pickle is refused."""
+    import pickle
+
+    documents = [Document("Heat pumps move heat.", id="a"), Document("Kelp grows fast.", id="b")]
+    embeddings = DeterministicFakeEmbedding(size=32)
+    store = build_faiss(documents, embeddings)
+    directory = save_faiss(store, tmp_path / "old")
+    (directory / "docstore.json").unlink()
+    pickled = pickle.dumps((store.docstore, store.index_to_docstore_id))
+    (directory / "index.pkl").write_bytes(pickled)
+    manifest = json.loads((directory / MANIFEST_FILE).read_text())
+    files = {
+        "index.faiss": manifest["files"]["index.faiss"],
+        "index.pkl": file_sha256(directory / "index.pkl"),
+    }
+    old = {**manifest, "format_version": 1, "files": files}
+    (directory / MANIFEST_FILE).write_text(json.dumps(sign(old)))
+
+    loaded = load_faiss(directory, embeddings)
+    assert [hit.page_content for hit in loaded.similarity_search("Kelp grows fast.", k=2)][
+        0
+    ] == "Kelp grows fast."
+
+    (directory / "index.pkl").write_bytes(pickled.replace(b"Kelp", b"Kelq"))
+    with pytest.raises(UntrustedIndexError):
+        load_faiss(directory, embeddings)
