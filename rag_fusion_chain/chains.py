@@ -51,23 +51,17 @@ from rag_fusion_chain.validation import MAX_QUERIES, question_of, validate_count
 Retrievers = Runnable[Any, Any] | Sequence[Runnable[Any, Any]]
 """One retriever, a list of them, or a configured :class:`MultiRetriever`."""
 
-N_SPEC = ConfigurableFieldSpec(
-    id="n", annotation=int | None, name="n", default=None, description="Queries generated"
-)
-K_SPEC = ConfigurableFieldSpec(
-    id="k",
-    annotation=int | None,
-    name="k",
-    default=None,
-    description="Documents each retriever returns per query",
-)
-TOP_N_SPEC = ConfigurableFieldSpec(
-    id="top_n",
-    annotation=int | None,
-    name="top_n",
-    default=None,
-    description="Fused documents kept (and quoted to the model)",
-)
+
+def _count_setting(name: str, description: str) -> ConfigurableFieldSpec:
+    """A per-call count a ready chain reads from ``config["configurable"]`` (None: the built one)."""
+    return ConfigurableFieldSpec(
+        id=name, annotation=int | None, name=name, default=None, description=description
+    )
+
+
+N_SPEC = _count_setting("n", "Queries generated")
+K_SPEC = _count_setting("k", "Documents each retriever returns per query")
+TOP_N_SPEC = _count_setting("top_n", "Fused documents kept (and quoted to the model)")
 
 
 def _passage_identity(document: Document) -> str:
