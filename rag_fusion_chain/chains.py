@@ -420,7 +420,7 @@ def _retrieval_steps(
         chosen = _checked_prompt(
             "query_prompt", query_prompt, record.query_prompt, {"question", "n"}
         )
-        query_step = record.model_queries(llm, count, chosen)
+        query_step = record.model_queries(llm, count, prompt=chosen)
     elif query_prompt is not None:
         raise ValueError("query_prompt needs an llm: the offline chain (llm=None) uses no prompt")
     searching = fan_out(retrievers, k)

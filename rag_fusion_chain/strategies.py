@@ -36,15 +36,8 @@ State = dict[str, Any]
 def _one(text_step: Callable[..., Runnable[Any, str]]) -> Callable[..., Runnable[Any, list[str]]]:
     """A strategy that writes one text (a step-back question, a passage) searches it as a list."""
 
-    def step(llm: Runnable[Any, Any], n: int, prompt: BasePromptTemplate) -> Runnable[Any, Any]:
+    def step(llm: Runnable[Any, Any], n: int, *, prompt: BasePromptTemplate) -> Runnable[Any, Any]:
         return text_step(llm, prompt=prompt) | (lambda text: [text])
-
-    return step
-
-
-def _counted(query_step: Callable[..., Runnable[Any, list[str]]]) -> Callable[..., Any]:
-    def step(llm: Runnable[Any, Any], n: int, prompt: BasePromptTemplate) -> Runnable[Any, Any]:
-        return query_step(llm, n, prompt=prompt)
 
     return step
 
@@ -61,8 +54,8 @@ class Strategy:
     description: str
     query_prompt: BasePromptTemplate
     answer_prompt: BasePromptTemplate
-    model_queries: Callable[[Runnable[Any, Any], int, BasePromptTemplate], Runnable[Any, Any]]
-    """``(llm, n, prompt)`` to a Runnable from the question to the queries it adds."""
+    model_queries: Callable[..., Runnable[Any, Any]]
+    """``(llm, n, prompt=...)`` to a Runnable from the question to the queries it adds."""
     offline_queries: Callable[[str, Sequence[Document], int], list[str]]
     """``(question, the question's retrieved documents, n)`` to the queries it adds."""
     offline_answer: Callable[[State], str]
@@ -95,7 +88,7 @@ _RECORDS = (
         "related queries, fused by reciprocal rank",
         prompts.RAG_FUSION_PROMPT,
         prompts.ANSWER_PROMPT,
-        _counted(queries.rag_fusion),
+        queries.rag_fusion,
         offline.feedback_queries,
         _flat_answer,
         default_n=4,
@@ -105,7 +98,7 @@ _RECORDS = (
         "rephrasings of the question, unique union of the results",
         prompts.MULTI_QUERY_PROMPT,
         prompts.ANSWER_PROMPT,
-        _counted(queries.multi_query),
+        queries.multi_query,
         offline.feedback_queries,
         _flat_answer,
         default_n=5,
@@ -117,7 +110,7 @@ _RECORDS = (
         "sub-questions answered in turn, then the question",
         prompts.DECOMPOSITION_PROMPT,
         prompts.RECURSIVE_ANSWER_PROMPT,
-        _counted(queries.decomposition),
+        queries.decomposition,
         offline.sub_questions,
         _decomposition_answer,
         grouping="sub-questions",
