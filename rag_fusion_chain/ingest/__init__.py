@@ -137,7 +137,8 @@ def _walk(
     directory: Path, root: Path, wanted: set[str], follow_symlinks: bool, seen: set[Path]
 ) -> Iterator[tuple[Path, os.stat_result | str]]:
     """Each ``wanted`` file under ``directory`` (hidden ones skipped, links kept inside unless
-    ``follow_symlinks``) with its ``stat``, or why it is skipped."""
+    ``follow_symlinks``) with its ``stat``, or why it is skipped. Only links and folders are
+    resolved: what is not a link lies inside the folder it was found in."""
     try:
         entries = sorted(os.scandir(directory), key=lambda entry: entry.name)
     except OSError as error:
@@ -148,16 +149,16 @@ def _walk(
         if entry.name.startswith("."):
             continue
         try:
-            target = path.resolve(strict=True)
-            status = target.stat()
+            status, linked = entry.stat(), entry.is_symlink()  # the stat of a link's target
+            is_folder = stat.S_ISDIR(status.st_mode)
+            target = path.resolve(strict=True) if linked or is_folder else path
         except (OSError, RuntimeError):  # a broken link or a link loop
             if path.suffix.lower() in wanted:
                 yield path, "broken link"
             continue
-        is_folder = stat.S_ISDIR(status.st_mode)
         if not is_folder and path.suffix.lower() not in wanted:
             continue
-        if not follow_symlinks and not target.is_relative_to(root):
+        if linked and not follow_symlinks and not target.is_relative_to(root):
             yield path, "link to outside the folder"
         elif is_folder:
             if target not in seen:  # linked folders are walked once: no loops
