@@ -269,12 +269,9 @@ def _unchanged_files(previous: dict[str, Any]) -> Callable[[str, ingest.FileStam
     tick as that reading could leave the stamp as it was: "racily clean", so read again)."""
     recorded = previous.get("source_files", {})
     before = previous.get("read_at_ns", 0) - TIMESTAMP_GRANULARITY_NS
-
-    def unchanged(name: str, stamp: ingest.FileStamp) -> bool:
-        record = recorded.get(_source_name(name), [])
-        return record[:-1] == list(stamp) and stamp[1] < before
-
-    return unchanged
+    return lambda name, stamp: (
+        stamp[1] < before and recorded.get(_source_name(name), [])[:-1] == [*stamp]
+    )
 
 
 def _groups(
