@@ -91,7 +91,7 @@ def load_with_report(
             walked = _walk(source, root, wanted, follow_symlinks, {root})
             files = ((path, str(Path(name, path.relative_to(source))), why) for path, why in walked)
         else:
-            files = [(source, name, _status(source))]
+            files = [(source, name, source.stat())]  # it exists (_checked)
         for path, shown, status in files:
             shown_name = display_name(shown)
             if isinstance(status, str):
@@ -123,14 +123,6 @@ def load_with_report(
 def file_stamp(status: os.stat_result) -> FileStamp:
     """What :attr:`LoadResult.stamps` records of a file's ``stat``."""
     return (status.st_size, status.st_mtime_ns, status.st_ctime_ns, status.st_ino)
-
-
-def _status(file: Path) -> os.stat_result | str:
-    """``file``'s ``stat`` (followed through links), or why it cannot be read."""
-    try:
-        return file.stat()
-    except OSError as error:
-        return f"cannot be read ({error.strerror})"
 
 
 def _walk(
