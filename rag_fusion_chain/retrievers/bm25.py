@@ -192,9 +192,8 @@ class BM25Retriever(BatchedRetriever):
         moved = np.full(len(self.documents), -1)
         moved[olds] = [at for at, item in enumerate(documents) if isinstance(item, int)]
         vocabulary = dict(self.index.vocab_dict) if self.documents else {}
-        options = {"stem": self.stem, "remove_stopwords": self.remove_stopwords}
         ids = [
-            [vocabulary.setdefault(term, len(vocabulary)) for term in tokenize(text, **options)]
+            [vocabulary.setdefault(term, len(vocabulary)) for term in self._terms(text)]
             for text in (document.page_content for document in fresh.values())
         ]
         owners = np.repeat(np.fromiter(fresh, np.int64, len(fresh)), [len(row) for row in ids])
@@ -213,15 +212,14 @@ class BM25Retriever(BatchedRetriever):
         fields = {"documents": StoredDocuments(*columns), "index": index, "counts": counts}
         return type(self)(**dict(self) | fields)
 
+    def _terms(self, text: str) -> list[str]:
+        return tokenize(text, stem=self.stem, remove_stopwords=self.remove_stopwords)
+
     def _retrieve_many(self, queries: list[str], k: int, run_managers: Any) -> list[list[Document]]:
         vocabulary: dict[str, int] = self.index.vocab_dict
-        terms = (
-            tokenize(query, stem=self.stem, remove_stopwords=self.remove_stopwords)
-            for query in queries
-        )
         token_ids = [
-            [vocabulary[term] for term in query_terms if term in vocabulary]
-            for query_terms in terms
+            [vocabulary[term] for term in self._terms(query) if term in vocabulary]
+            for query in queries
         ]
         answerable = [position for position, ids in enumerate(token_ids) if ids]
         results: list[list[Document]] = [[] for _ in queries]
