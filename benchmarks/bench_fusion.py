@@ -1,14 +1,15 @@
-"""Fusion cost: the kit's RRF against LangChain's ``EnsembleRetriever.weighted_reciprocal_rank``.
+"""Fusion cost: the kit's fusions against LangChain's ``EnsembleRetriever.weighted_reciprocal_rank``.
 
 Both fuse the same ranked lists (drawn from a pool twice a list's length, so documents recur
 across lists as in hybrid search). The kit is called through ``.invoke`` (callbacks and all), for
 the whole ranking and with ``top_n=10``; LangChain returns its inputs, the kit fresh copies with
 ``metadata["fusion_score"]``. Calls alternate in the same run; the table gives CPU-time medians and
-the median of per-pair ratios; the last column times only the fresh copies the kit returns
-(pydantic's public ``__copy__`` plus a new metadata dict each) against the same LangChain call.
+the median of per-pair ratios. The last two columns time, against the same LangChain call, only
+the fresh copies the kit returns (``scored_copies``: pydantic's ``__copy__`` plus a new metadata
+dict each) and only a bare ``__copy__`` of each (the floor of any public copy of a Document).
 
-    python benchmarks/bench_fusion.py                  # 2/4/8 lists x 10/100/1000 documents
-    python benchmarks/bench_fusion.py --lists 4 --lengths 100 --rounds 2001
+    python benchmarks/bench_fusion.py                  # RRF, 2/4/8 lists x 10/100/1000 documents
+    python benchmarks/bench_fusion.py --lists 4 --lengths 100 --rounds 2001 --all-fusions
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from langchain_core.documents import Document
 from langchain_core.runnables import RunnableLambda
 
 from rag_fusion_chain import fusion
-from rag_fusion_chain.fusion.algorithms import scored_copy
+from rag_fusion_chain.fusion.algorithms import scored_copies
 
 
 def make_lists(list_count: int, list_length: int, seed: int = 0) -> list[list[Document]]:
@@ -79,12 +80,14 @@ def main() -> None:
     parser.add_argument("--lists", type=int, nargs="+", default=[2, 4, 8])
     parser.add_argument("--lengths", type=int, nargs="+", default=[10, 100, 1000])
     parser.add_argument("--rounds", type=int, default=401, help="pairs per cell (1000 docs: /10)")
+    parser.add_argument("--all-fusions", action="store_true", help="relative, dist, union too")
     arguments = parser.parse_args()
     print(
-        "| lists x docs | fused | top_n | kit .invoke | EnsembleRetriever | kit / LangChain "
-        "| its copies alone / LangChain |"
+        "| fusion | lists x docs | fused | top_n | kit .invoke | EnsembleRetriever "
+        "| kit / LangChain | its copies alone / LangChain | bare `__copy__` / LangChain |"
     )
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|")
+    names = ["rrf", "relative", "dist", "union"] if arguments.all_fusions else ["rrf"]
     for list_count in arguments.lists:
         for list_length in arguments.lengths:
             lists = make_lists(list_count, list_length)
@@ -93,18 +96,23 @@ def main() -> None:
             check_same_order(lists, ensemble)
             fused = fusion.reciprocal_rank_fusion.invoke(lists)
             rounds = max(21, arguments.rounds // (10 if list_length >= 1000 else 1))
-            for top_n in (None, 10):
-                kit_fusion = fusion.reciprocal_rank_fusion.with_settings(top_n=top_n)
-                baseline = partial(ensemble.weighted_reciprocal_rank, lists)
+            baseline = partial(ensemble.weighted_reciprocal_rank, lists)
+            for name, top_n in [(name, top_n) for name in names for top_n in (None, 10)]:
+                kit_fusion = fusion.FUSIONS[name](top_n=top_n)
                 kit, base, ratio = paired(partial(kit_fusion.invoke, lists), baseline, rounds)
-                kept = fused[:top_n]
-                copies = paired(
-                    lambda kept=kept: [scored_copy(d, 0.5) for d in kept], baseline, rounds
+                kept = range(len(fused[:top_n]))
+                scores = [0.5] * len(fused)
+                copies = paired(partial(scored_copies, fused, scores, kept), baseline, rounds)
+                bare = paired(
+                    lambda kept=kept, fused=fused: [fused[i].__copy__() for i in kept],
+                    baseline,
+                    rounds,
                 )
                 print(
-                    f"| {list_count} x {list_length} | {len(fused)} | {top_n or 'all'} "
+                    f"| {name} | {list_count} x {list_length} | {len(fused)} | {top_n or 'all'} "
                     f"| {kit * 1e3:.3f} ms | {base * 1e3:.3f} ms | **{ratio:.2f}** "
-                    f"| {copies[2]:.2f} |"
+                    f"| {copies[2]:.2f} | {bare[2]:.2f} |",
+                    flush=True,
                 )
 
 

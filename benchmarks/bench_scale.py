@@ -9,9 +9,10 @@ Times are the process's CPU time (``time.process_time``, all threads): on a shar
 wall time mostly measures the scheduler.
 
 * build: ``build_faiss(documents, embeddings, vectors=V)`` vs ``IndexFlatIP(d).add(V)``;
-  + save: ``save_faiss`` vs ``faiss.write_index`` + ``json.dump`` of the texts;
+  + save: ``save_faiss`` vs ``faiss.write_index`` + ``json.dump`` of the texts (and, a second
+  baseline, of the same ids, texts and metadata the kit stores);
 * load: ``load_faiss`` (signature, SHA-256 of the bytes read) vs ``faiss.read_index`` +
-  ``json.load`` of the texts;
+  ``json.load`` of either;
 * search: recall@10 of the kit's HNSW against flat over 200 held-out queries, five-query p50
   through ``VectorRetriever`` and through ``hybrid_retriever`` (BM25 + vectors).
 
@@ -277,6 +278,7 @@ def main() -> None:
         result = case(arguments.case, arguments.sizes[0], arguments.dir, arguments.noise)
         print(json.dumps(result))
         return
+    print("load average", *(f"{load:.2f}" for load in os.getloadavg()))
     if arguments.sizes:
         print("| N | what | kit CPU | plain CPU | ratio | peak RSS kit / plain |")
         print("|---|---|---|---|---|---|")
@@ -294,9 +296,11 @@ def main() -> None:
     for count in arguments.search_sizes:
         for row in search_rows(count, arguments.noise, arguments.ef, arguments.bm25_backend):
             print(row, flush=True)
+    print("load average", *(f"{load:.2f}" for load in os.getloadavg()))
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    here = Path(__file__).resolve().parent
+    sys.path[:0] = [str(here), str(here.parent)]  # this checkout's kit, not an installed one
     os.environ.setdefault("RAG_FUSION_FAISS_THREADS", "1")
     main()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import warnings
@@ -573,3 +574,53 @@ def test_a_ready_chain_over_a_hung_retriever_answers_from_the_others() -> None:
         hung.release.set()
     assert result["answer"] == "the answer"
     assert result["documents"] and all(d.page_content.startswith("a:") for d in result["documents"])
+
+
+def test_calls_reuse_the_retrieval_threads_and_a_hung_call_does_not_hold_them() -> None:
+    names: set[str] = set()
+    record = RunnableLambda(lambda query: names.add(threading.current_thread().name) or [])
+    MultiRetriever([record]).invoke("warm-up")
+    alive = {thread.name for thread in threading.enumerate()}
+    for _ in range(20):
+        MultiRetriever([record]).invoke("again")
+    assert names <= alive  # threads that were there already served every call: none started
+    fan_out = MultiRetriever([TagRetriever(tag="a"), TagRetriever(tag="b")])
+    hung = HungRetriever(name="hung")
+    try:
+        with pytest.warns(UserWarning, match="'hung' failed"):
+            MultiRetriever([hung, TagRetriever(tag="a")], timeout=0.2).invoke("q")
+        # later calls, gated to one at a time, still answer while the hung call holds its thread
+        started = time.perf_counter()
+        results = fan_out.invoke(["x", "y"], {"max_concurrency": 1})
+        assert contents(results) == [["a:x:0", "a:x:1"], ["b:x:0", "b:x:1"]] + [
+            ["a:y:0", "a:y:1"],
+            ["b:y:0", "b:y:1"],
+        ]
+        assert time.perf_counter() - started < 5
+    finally:
+        hung.release.set()
+
+
+def test_unknown_fields_are_refused_with_the_right_name() -> None:
+    with pytest.raises(TypeError, match="unknown field 'llm': use FusionRetriever.from_llm"):
+        FusionRetriever(retrievers=[TagRetriever(tag="a")], llm=FakeListChatModel(responses=[]))
+    with pytest.raises(TypeError, match="unknown field 'kk': did you mean 'k'"):
+        FusionRetriever(retrievers=[TagRetriever(tag="a")], kk=3)
+    with pytest.raises(TypeError, match="unknown field 'top': did you mean 'top_n'"):
+        ReciprocalRankFusion(top=3)  # type: ignore[call-arg]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_process_gets_retrieval_threads_of_its_own() -> None:
+    """A forked child inherits the parent's idle-thread count but none of its threads."""
+    fan_out = MultiRetriever([TagRetriever(tag="a")], timeout=2)
+    fan_out.invoke("parent")  # the parent's shared threads exist now
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the child
+        try:
+            answered = contents(fan_out.invoke("child")) == [["a:child:0", "a:child:1"]]
+        except BaseException:
+            answered = False
+        os._exit(0 if answered else 1)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

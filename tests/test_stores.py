@@ -698,3 +698,14 @@ def test_a_loaded_store_can_be_added_to_deleted_from_and_saved_again(
     expected = [document.page_content for document in DOCUMENTS if document.id != "wind"]
     assert texts == sorted([*expected, "Tidal power follows the moon."])
     assert reloaded.docstore.search("solar").metadata == {"n": 1}
+
+
+def test_a_loaded_store_saved_by_langchain_loads_back_through_the_allow_list(
+    tmp_path: Path, embeddings: CountingEmbeddings
+) -> None:
+    build_faiss(DOCUMENTS, embeddings, path=tmp_path / "kit")
+    load_faiss(tmp_path / "kit", embeddings).save_local(str(tmp_path / "langchain"))
+    reloaded = load_faiss(tmp_path / "langchain", embeddings, trust=True)
+    assert type(reloaded.docstore._dict) is dict and len(reloaded.docstore._dict) == len(DOCUMENTS)
+    solar = reloaded.docstore.search("solar")
+    assert isinstance(solar, Document) and solar.id == "solar" and solar.metadata == {"n": 1}

@@ -26,7 +26,7 @@ Bounds = Callable[[list[float]], tuple[float, float]]
 def _accumulate(ranked_lists: Lists, contributions: list[list[float]], id_key: Key) -> Fused:
     """Sum each list's per-position contribution into one score per distinct document; a document
     repeated within one list counts once, at its best position."""
-    key_of = identity(id_key)
+    key_of = None if id_key is None else identity(id_key)
     slot_of: dict[Any, int] = {}
     scores: list[float] = []
     documents: list[Document] = []
@@ -103,7 +103,7 @@ def _usable_scores(ranked: Sequence[Document], score_key: str, list_index: int) 
     float (so they rank first, last when negative), with a warning; none at all: rank-derived."""
 
     def warn(problem: str) -> None:
-        warnings.warn(f"ranked list {list_index}: {problem}", stacklevel=8)
+        warnings.warn(f"ranked list {list_index}: {problem}", stacklevel=10)
 
     raw = [_number(document.metadata.get(score_key)) for document in ranked]
     present = [score for score in raw if score is not None]
@@ -163,17 +163,20 @@ def distribution_based_scores(
     return _score_based(ranked_lists, weights, _mean_three_sigma, score_key, id_key)
 
 
-def best_first(scores: list[float]) -> list[int]:
-    """Positions by score, best first; the sort is stable, so ties stay in first-seen order."""
-    return sorted(range(len(scores)), key=scores.__getitem__, reverse=True)
-
-
-def scored_copy(document: Document, score: float) -> Document:
-    """A fresh copy with a new metadata dict holding ``fusion_score`` (the input is untouched), the
-    cheapest public way: ``__copy__`` plus assignment (benchmarks/results/fusion.md)."""
-    metadata = {**document.metadata, FUSION_SCORE_KEY: score}
-    if type(document) is not Document:  # a subclass may be frozen or validate assignment
-        return document.model_copy(update={"metadata": metadata})
-    copied = document.__copy__()
-    copied.metadata = metadata
-    return copied
+def scored_copies(
+    documents: list[Document], scores: list[float], kept: Sequence[int]
+) -> list[Document]:
+    """Fresh copies of the ``kept`` documents with ``metadata["fusion_score"]`` (inputs untouched),
+    the cheapest public way: pydantic's ``__copy__`` plus a new metadata dict assigned
+    (benchmarks/results/fusion.md); a subclass, which may be frozen, by ``model_copy``."""
+    copies = []
+    for slot in kept:
+        document = documents[slot]
+        metadata = {**document.metadata, FUSION_SCORE_KEY: scores[slot]}
+        if type(document) is Document:
+            copied = document.__copy__()
+            copied.metadata = metadata
+        else:
+            copied = document.model_copy(update={"metadata": metadata})
+        copies.append(copied)
+    return copies

@@ -70,17 +70,17 @@ def flatten(
     flat: list[Sequence[Document]] = []
     retriever_of: list[int] = []
     for position, item in enumerate(ranked_lists):
-        if isinstance(item, Document):
-            raise TypeError(
-                "fusion input must be a list of ranked lists, got a single list of Documents; "
-                "wrap it: [documents]"
-            )
         if _is_document_list(item):
             flat.append(item)
             retriever_of.append(-1)
         elif isinstance(item, (list, tuple)) and all(map(_is_document_list, item)):
             flat.extend(item)
             retriever_of.extend(range(len(item)))
+        elif isinstance(item, Document):
+            raise TypeError(
+                "fusion input must be a list of ranked lists, got a single list of Documents; "
+                "wrap it: [documents]"
+            )
         else:
             raise TypeError(
                 f"fusion input item {position} is not a list of Documents "
@@ -115,10 +115,8 @@ def _weights_per_list(
     )
 
 
-def identity(id_key: str | None) -> Callable[[Document], Any] | None:
-    """A document's fusion identity: None means by text, else ``(id_key, value)``, else its text."""
-    if id_key is None:
-        return None
+def identity(id_key: str) -> Callable[[Document], Any]:
+    """A document's fusion identity: ``(id_key, value)``, else its text (no ``id_key``: its text)."""
     warned = False
 
     def key(document: Document) -> Any:
@@ -130,7 +128,7 @@ def identity(id_key: str | None) -> Callable[[Document], Any] | None:
                 'id_key="id" names metadata["id"] (as in LangChain); these documents have a '
                 "Document.id but no metadata['id'], so they are identified by their text. "
                 f"For identity by Document.id pass id_key={DOCUMENT_ID!r} (fusion.DOCUMENT_ID).",
-                stacklevel=7,
+                stacklevel=9,
             )
         if value is None or (isinstance(value, str) and not value):
             return document.page_content

@@ -3,18 +3,20 @@ take ``top_n`` / ``weights`` (and RRF's ``rank_constant``) per call."""
 
 from __future__ import annotations
 
+import difflib
 import math
-from collections.abc import Sequence
-from typing import Any, ClassVar
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, Literal
 
+from langchain_core.callbacks import CallbackManagerForChainRun
 from langchain_core.documents import Document
-from langchain_core.runnables import RunnableConfig, RunnableSerializable
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableSerializable
 from langchain_core.runnables.config import ensure_config, get_callback_manager_for_config
-from pydantic import model_validator
+from pydantic import BaseModel, model_validator
 
 from rag_fusion_chain.fusion import algorithms, inputs
 from rag_fusion_chain.fusion.algorithms import Fused
-from rag_fusion_chain.fusion.inputs import SCORE_KEY, FusionInput, FusionOutput
+from rag_fusion_chain.fusion.inputs import FUSION_SCORE_KEY, SCORE_KEY, FusionInput, FusionOutput
 
 
 class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
@@ -33,6 +35,12 @@ class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
     sorts_by_score: ClassVar[bool] = True
     call_settings: ClassVar[tuple[str, ...]] = ("top_n", "weights")
     """Fields that ``invoke(..., **settings)`` and ``.bind(**settings)`` may set per call."""
+    field_hints: ClassVar[dict[str, str]] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_unknown(cls, values: Any) -> Any:
+        return refuse_unknown_fields(cls, values, cls.field_hints)
 
     @model_validator(mode="after")
     def _check_settings(self) -> BaseFusion:
@@ -46,54 +54,74 @@ class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
         raise NotImplementedError  # each fusion supplies its algorithm
 
     def with_settings(self, **settings: Any) -> BaseFusion:
-        """This fusion with per-call ``settings`` validated like fields; TypeError names any keyword
-        not in :attr:`call_settings`."""
+        """This fusion with per-call ``settings`` validated like fields (itself when they change
+        nothing); TypeError names any keyword not in :attr:`call_settings`."""
         if not settings:
             return self
-        unknown = sorted(set(settings) - set(self.call_settings))
-        if unknown:
+        if unknown := settings.keys() - set(self.call_settings):
             raise TypeError(
                 f"{type(self).__name__} got unexpected keyword argument(s) "
-                f"{', '.join(map(repr, unknown))}; settings it takes per call: "
+                f"{', '.join(map(repr, sorted(unknown)))}; settings it takes per call: "
                 f"{', '.join(self.call_settings)}"
             )
-        fields = {name: getattr(self, name) for name in type(self).model_fields}
-        return type(self)(**{**fields, **settings})
+        if all(getattr(self, name) == value for name, value in settings.items()):
+            return self
+        return type(self)(**{**dict(self), **settings})
 
     def fuse(self, ranked_lists: FusionInput) -> FusionOutput:
         """Fuse without callbacks: the pure path the Runnable methods wrap."""
         scores, documents = self._scores(*inputs.flatten(ranked_lists, self.weights))
-        order: Sequence[int] = (
-            algorithms.best_first(scores) if self.sorts_by_score else range(len(scores))
-        )
+        order: Sequence[int] = range(len(scores))
+        if self.sorts_by_score:  # stable: ties stay in first-seen order
+            order = sorted(order, key=scores.__getitem__, reverse=True)
         kept = order[: self.top_n]
-        if self.with_scores:
-            return [
-                (algorithms.scored_copy(documents[slot], scores[slot]), scores[slot])
-                for slot in kept
-            ]
-        return [algorithms.scored_copy(documents[slot], scores[slot]) for slot in kept]
+        fused = algorithms.scored_copies(documents, scores, kept)
+        return [(d, d.metadata[FUSION_SCORE_KEY]) for d in fused] if self.with_scores else fused
 
     def invoke(
         self, input: FusionInput, config: RunnableConfig | None = None, **kwargs: Any
     ) -> FusionOutput:
-        """Fuse, reporting one run to the callbacks directly: a leaf step needs neither the child
-        context nor the signature inspection of ``_call_with_config`` (async callers get it in an
-        executor, as langchain-core does by default)."""
-        config = ensure_config(config)
-        run_manager = get_callback_manager_for_config(config).on_chain_start(
-            None,
-            input,
-            name=config.get("run_name") or self.get_name(),
-            run_id=config.pop("run_id", None),
+        """Fuse, reporting one run to the callbacks (async callers get it in an executor, as
+        langchain-core does by default)."""
+        return traced_call(
+            self, lambda lists, *_: self.with_settings(**kwargs).fuse(lists), input, config
+        )  # type: ignore[no-any-return]
+
+
+def refuse_unknown_fields(model: type[BaseModel], values: Any, hints: dict[str, str]) -> Any:
+    """A before-validator: TypeError for a keyword that is no field of ``model``, with a hint."""
+    if isinstance(values, dict) and (unknown := sorted(values.keys() - model.model_fields.keys())):
+        close = difflib.get_close_matches(unknown[0], list(model.model_fields), n=1)
+        hint = hints.get(unknown[0]) or (f"did you mean {close[0]!r}?" if close else "")
+        raise TypeError(
+            f"{model.__name__} got an unknown field {unknown[0]!r}: {hint} "
+            f"(fields: {', '.join(sorted(model.model_fields))})"
         )
-        try:
-            output = self.with_settings(**kwargs).fuse(input)
-        except BaseException as error:
-            run_manager.on_chain_error(error)
-            raise
-        run_manager.on_chain_end(output)
-        return output
+    return values
+
+
+def traced_call(
+    runnable: Runnable[Any, Any],
+    body: Callable[[Any, CallbackManagerForChainRun, RunnableConfig], Any],
+    input: Any,
+    config: RunnableConfig | None,
+) -> Any:
+    """``body(input, run_manager, config)`` reported as one run of ``runnable`` to the callbacks:
+    what ``Runnable._call_with_config`` does, without its signature inspection on every call."""
+    config = ensure_config(config)
+    run_manager = get_callback_manager_for_config(config).on_chain_start(
+        None,
+        input,
+        name=config.get("run_name") or runnable.get_name(),
+        run_id=config.pop("run_id", None),
+    )
+    try:
+        output = body(input, run_manager, config)
+    except BaseException as error:
+        run_manager.on_chain_error(error)
+        raise
+    run_manager.on_chain_end(output)
+    return output
 
 
 class ReciprocalRankFusion(BaseFusion):
@@ -103,19 +131,12 @@ class ReciprocalRankFusion(BaseFusion):
     ``k`` is no field here: in the kit ``k`` is the number of documents a retriever returns."""
 
     rank_constant: float = algorithms.RRF_K
-    rank_start: int = 1
+    rank_start: Literal[0, 1] = 1
 
     call_settings: ClassVar[tuple[str, ...]] = ("top_n", "weights", "rank_constant")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _refuse_k(cls, values: Any) -> Any:
-        if isinstance(values, dict) and "k" in values:
-            raise TypeError(
-                "ReciprocalRankFusion takes the RRF constant as rank_constant (k is the number "
-                "of documents a retriever returns); use rank_constant=..."
-            )
-        return values
+    field_hints: ClassVar[dict[str, str]] = {
+        "k": "the RRF constant is rank_constant (k is the number of documents a retriever returns)"
+    }
 
     @model_validator(mode="after")
     def _check_rank_constant(self) -> ReciprocalRankFusion:
@@ -123,8 +144,6 @@ class ReciprocalRankFusion(BaseFusion):
             raise ValueError(
                 f"rank_constant must be a finite non-negative number, got {self.rank_constant}"
             )
-        if self.rank_start not in (0, 1):
-            raise ValueError(f"rank_start must be 0 or 1, got {self.rank_start}")
         if self.rank_constant + self.rank_start <= 0:
             raise ValueError(
                 "rank_constant must be positive when rank_start=0 (1 / (0 + 0) is undefined)"

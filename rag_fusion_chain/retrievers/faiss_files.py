@@ -16,7 +16,7 @@ import os
 import pickle
 import secrets
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -25,7 +25,13 @@ from langchain_core.embeddings import Embeddings
 
 from rag_fusion_chain._version import __version__
 from rag_fusion_chain.models import backends_agree, embedding_identity
-from rag_fusion_chain.retrievers.columns import DocumentsById, columns_json, stored_documents
+from rag_fusion_chain.retrievers.columns import (
+    DocumentsById,
+    StoredDocuments,
+    columns_json,
+    document_columns,
+    stored_documents,
+)
 from rag_fusion_chain.retrievers.signing import (
     TRUST_ADVICE,
     UntrustedIndexError,
@@ -34,6 +40,7 @@ from rag_fusion_chain.retrievers.signing import (
     sign,
     verify_signature,
 )
+from rag_fusion_chain.validation import require_extra
 
 if TYPE_CHECKING:
     from langchain_community.vectorstores import FAISS
@@ -49,23 +56,14 @@ PICKLE_FILE = "index.pkl"
 
 
 def faiss_store_class() -> type[FAISS]:
-    try:
-        import faiss  # noqa: F401 - the store imports it only when used
-        from langchain_community.vectorstores import FAISS
-    except ImportError as error:
-        raise ImportError(
-            'FAISS stores need faiss-cpu and langchain-community: pip install "rag-fusion-chain[faiss]"'
-        ) from error
-    return FAISS
+    require_extra("faiss", "faiss")  # LangChain's store imports it only when used
+    return require_extra("langchain_community.vectorstores", "faiss").FAISS  # type: ignore[no-any-return]
 
 
 def save_faiss(store: FAISS, path: str | Path) -> Path:
-    """Save ``store`` as ``index.faiss`` + ``docstore.json`` with a signed ``manifest.json``.
-
-    The manifest records each file's SHA-256 (of the bytes written), the embedding identity,
-    the index type and the distance settings. Files are written under fresh names and renamed.
-    Metadata must be JSON data.
-    """
+    """Save ``store`` as ``index.faiss`` + ``docstore.json`` (metadata must be JSON data) and a
+    signed ``manifest.json``: SHA-256 of the bytes written, embedding identity, index type and
+    distance settings. Files are written under fresh names and renamed."""
     import faiss
 
     directory = Path(path)
@@ -96,16 +94,19 @@ def save_faiss(store: FAISS, path: str | Path) -> Path:
 
 
 def _docstore_json(store: FAISS, where: Path) -> bytes:
-    """The documents in index order as :mod:`.columns` JSON."""
-    documents = []
-    for position in range(int(store.index.ntotal)):
-        identifier = store.index_to_docstore_id[position]
-        document = store.docstore.search(identifier)
-        if not isinstance(document, Document):
-            raise ValueError(f"FAISS docstore has no document for id {identifier!r}")
-        same_id = document.id == identifier
-        documents.append(document if same_id else document.model_copy(update={"id": identifier}))
-    return columns_json(documents, where)
+    """The documents in index order, under their index ids, as :mod:`.columns` JSON."""
+    ids = list(map(store.index_to_docstore_id.__getitem__, range(int(store.index.ntotal))))
+    by_id = getattr(store.docstore, "_dict", None)
+    lookup = by_id.get if isinstance(by_id, Mapping) else store.docstore.search
+    documents: list[Any] = list(map(lookup, ids))
+    if not set(map(type, documents)) <= {Document}:  # one C loop; subclasses checked one by one
+        missing = [
+            i for i, found in zip(ids, documents, strict=True) if not isinstance(found, Document)
+        ]
+        if missing:
+            raise ValueError(f"FAISS docstore has no documents for ids {missing[:5]}")
+    _, texts, metadatas = document_columns(documents)
+    return columns_json(StoredDocuments(ids, texts, metadatas), where)
 
 
 def _write_new_file(path: Path, content: bytes | Callable[[Callable[[bytes], int]], object]) -> str:
@@ -129,13 +130,10 @@ def _write_new_file(path: Path, content: bytes | Callable[[Callable[[bytes], int
 
 
 def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False) -> FAISS:
-    """Load a FAISS index saved by :func:`save_faiss`, verified first.
-
-    The manifest must be signed with this user's key and list each file's SHA-256, computed over
-    the bytes deserialized; else :class:`UntrustedIndexError`. ``trust=True`` skips signature and
-    hashes (also for plain ``FAISS.save_local`` folders); a pickle still goes through the
-    allow-list. Other embeddings than those that built the index give a warning.
-    """
+    """Load a FAISS index saved by :func:`save_faiss`, verified first: the manifest must be signed
+    with this user's key and list the SHA-256 of the very bytes deserialized, else
+    :class:`UntrustedIndexError`. ``trust=True`` skips both (also for ``FAISS.save_local``
+    folders; their pickle still goes through the allow-list). Other embeddings give a warning."""
     FAISS = faiss_store_class()  # noqa: N806 - a class
     from langchain_community.docstore.in_memory import InMemoryDocstore
     from langchain_community.vectorstores.utils import DistanceStrategy
@@ -144,8 +142,6 @@ def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False)
     if not directory.is_dir():
         raise FileNotFoundError(f"FAISS index directory not found: {directory}")
     manifest = _read_manifest(directory, required=not trust)
-    if not trust:
-        verify_signature(manifest or {}, directory / MANIFEST_FILE)
     docstore_name = _docstore_name(directory, manifest)
     docstore_bytes, docstore_digest = read_hashed(directory / docstore_name)
     index, index_digest, failure = _read_faiss_hashed(directory / INDEX_FILE)
@@ -214,6 +210,7 @@ ALLOWED_GLOBALS: Final = frozenset(
     {
         ("langchain_community.docstore.in_memory", "InMemoryDocstore"),
         ("langchain_core.documents.base", "Document"),
+        ("builtins", "dict"),  # a loaded docstore's documents, re-saved by FAISS.save_local
         ("decimal", "Decimal"),
         ("uuid", "UUID"),
         ("uuid", "SafeUUID"),
@@ -247,16 +244,8 @@ def _load_docstore_pickle(data: bytes | bytearray, where: str | Path) -> tuple[A
     for a pickle naming other classes, ValueError for another structure."""
     from langchain_community.docstore.in_memory import InMemoryDocstore
 
-    try:
-        loaded = _DocstoreUnpickler(data, where).load()
-    except UntrustedIndexError:
-        raise
-    except Exception as error:  # noqa: BLE001 - any decoding failure means a corrupt file
-        raise ValueError(
-            f"{where} is not a LangChain FAISS docstore pickle ({type(error).__name__}: {error})"
-        ) from error
-    pair = loaded if isinstance(loaded, tuple) and len(loaded) == 2 else (None, None)
-    docstore, index_to_id = pair
+    loaded = _DocstoreUnpickler(data, where).load()  # load_faiss names a decoding failure
+    docstore, index_to_id = loaded if isinstance(loaded, tuple) and len(loaded) == 2 else (0, 0)
     stored = getattr(docstore, "_dict", None)
     if not (
         isinstance(docstore, InMemoryDocstore)
@@ -271,6 +260,7 @@ def _load_docstore_pickle(data: bytes | bytearray, where: str | Path) -> tuple[A
 
 
 def _read_manifest(directory: Path, *, required: bool) -> dict[str, Any] | None:
+    """The parsed manifest; when ``required``, present and signed with this user's key."""
     manifest_path = directory / MANIFEST_FILE
     if not manifest_path.exists():
         if required:
@@ -290,6 +280,8 @@ def _read_manifest(directory: Path, *, required: bool) -> dict[str, Any] | None:
         raise UntrustedIndexError(
             f"{manifest_path} is not a {FAISS_FORMAT} manifest. {TRUST_ADVICE}"
         )
+    if required:
+        verify_signature(manifest, manifest_path)
     return manifest
 
 

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import math
+import os
+import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import partial
@@ -35,15 +36,18 @@ from langchain_core.runnables import (
 )
 from langchain_core.runnables.config import ContextThreadPoolExecutor, patch_config
 from langchain_core.runnables.utils import gather_with_concurrency
-from pydantic import ConfigDict, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from rag_fusion_chain.fusion import RankedList, validate_weights
+from rag_fusion_chain.fusion.runnables import traced_call
 from rag_fusion_chain.validation import validate_count
 
 DEFAULT_TIMEOUT = 30.0
 """Seconds one retriever call (all its queries) may take by default; None waits without a bound."""
 DEFAULT_K = 5
 """Documents a kit retriever returns unless ``k`` is given."""
+POOL_THREADS = 64
+"""Threads the shared retrieval pool may start (only as many as calls run at once are started)."""
 
 
 @dataclass(frozen=True)
@@ -87,29 +91,26 @@ class RetrievalError(RuntimeError):
         super().__init__(f"every retriever failed: {details}")
 
 
-def _checked_timeout(timeout: float | None) -> float | None:
-    if timeout is not None and not (
-        isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0
-    ):
-        raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout}")
-    return timeout
+def _fresh_executor() -> None:
+    """Retrieval threads shared by all calls (starting threads per call cost more than two quick
+    retrievers take); made anew after a call passes its time bound, so that a hung call never holds
+    a thread later calls would queue behind, and in a forked process, which has none of them."""
+    global _executor
+    _executor = ContextThreadPoolExecutor(POOL_THREADS)
 
 
-def _takes_k(retriever: Runnable[Any, Any]) -> bool:
-    """A ``BaseRetriever`` (maybe bound) hands ``k`` only to retrievers that declare it; another
-    Runnable may not take the keyword at all."""
-    while isinstance(retriever, RunnableBinding):
-        retriever = retriever.bound
-    return isinstance(retriever, BaseRetriever)
+_executor: ContextThreadPoolExecutor
+_fresh_executor()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_executor)
 
 
-def _started(calls: list[Any], workers: int) -> list[Future[Any]]:
-    """Each call started in a thread of a pool that is not waited for: a call that never
-    returns is given up at its time bound, not joined."""
-    executor = ContextThreadPoolExecutor(max_workers=workers)
-    futures = [executor.submit(call) for call in calls]
-    executor.shutdown(wait=False)
-    return futures
+def _started(calls: list[Callable[[], Any]], workers: int) -> list[Future[Any]]:
+    """Each call started in the shared threads, at most ``workers`` of them at once."""
+    if workers < len(calls):
+        gate = threading.BoundedSemaphore(workers)
+        calls = [partial(_gated, gate, call) for call in calls]
+    return [_executor.submit(call) for call in calls]
 
 
 def _result(future: Future[Any], timeout: float | None) -> Any:
@@ -117,9 +118,15 @@ def _result(future: Future[Any], timeout: float | None) -> Any:
     try:
         return future.result(timeout)
     except concurrent.futures.TimeoutError:  # the builtin TimeoutError from Python 3.11
+        _fresh_executor()  # the late call keeps its thread
         return TimeoutError(f"no answer within {timeout} s")
     except Exception as error:  # recorded as the failure of every query of the call
         return error
+
+
+def _gated(gate: threading.BoundedSemaphore, call: Callable[[], Any]) -> Any:
+    with gate:
+        return call()
 
 
 async def _aresult(call: Any, timeout: float | None) -> Any:
@@ -134,21 +141,13 @@ async def _aresult(call: Any, timeout: float | None) -> Any:
 
 def _warn(failures: list[RetrievalFailure], query_count: int) -> None:
     """One warning per failing retriever, naming it, with its first error."""
-    by_source: dict[str, list[RetrievalFailure]] = {}
-    for failure in failures:
-        by_source.setdefault(failure.source, []).append(failure)
-    for source, failed in by_source.items():
+    for source in dict.fromkeys(failure.source for failure in failures):
+        failed = [failure for failure in failures if failure.source == source]
         warnings.warn(
             f"retriever {source!r} failed for {len(failed)} of {query_count} queries "
             f"({failed[0].error}); fusing the results of the others",
-            stacklevel=4,
+            stacklevel=5,
         )
-
-
-def _source_names(retrievers: Sequence[Runnable[Any, Any]]) -> list[str]:
-    names = [retriever.get_name() for retriever in retrievers]
-    repeated = {name for name in names if names.count(name) > 1}
-    return [f"{name}[{index}]" if name in repeated else name for index, name in enumerate(names)]
 
 
 def as_retriever_list(retrievers: Any) -> list[Runnable[Any, Any]]:
@@ -182,6 +181,14 @@ def _as_queries(value: Any) -> list[str]:
     return list(queries)
 
 
+def _takes_k(retriever: Runnable[Any, Any]) -> bool:
+    """A ``BaseRetriever`` (maybe bound) hands ``k`` only to retrievers that declare it; another
+    Runnable may not take the keyword at all."""
+    while isinstance(retriever, RunnableBinding):
+        retriever = retriever.bound
+    return isinstance(retriever, BaseRetriever)
+
+
 QueriesInput = str | list[str]
 
 
@@ -204,7 +211,8 @@ class MultiRetriever(RunnableSerializable[QueriesInput, list[list[Document]]]):
     retrievers: list[Runnable[Any, Any]]
     weights: list[float] | None = None
     k: int | None = None
-    timeout: float | None = DEFAULT_TIMEOUT
+    timeout: float | None = Field(DEFAULT_TIMEOUT, gt=0, allow_inf_nan=False)
+    """Seconds each retriever call may take (None: no bound)."""
     on_error: Literal["warn", "raise"] = "warn"
 
     def __init__(self, retrievers: Any, weights: Sequence[float] | None = None, **kwargs: Any):
@@ -225,7 +233,6 @@ class MultiRetriever(RunnableSerializable[QueriesInput, list[list[Document]]]):
                 )
         if self.k is not None:
             validate_count("k", self.k)
-        _checked_timeout(self.timeout)
         return self
 
     def _calls(self, queries: list[str], config: RunnableConfig, asynchronous: bool) -> list[Any]:
@@ -243,14 +250,17 @@ class MultiRetriever(RunnableSerializable[QueriesInput, list[list[Document]]]):
 
     def _collect(self, queries: list[str], outcomes: list[Any]) -> RetrievalResults:
         """Ranked lists query-major, then retriever; failures recorded, warned about or raised."""
-        names, weights = _source_names(self.retrievers), self.weights or [1.0] * len(outcomes)
+        names = [retriever.get_name() for retriever in self.retrievers]
+        sources = [
+            f"{name}[{at}]" if names.count(name) > 1 else name for at, name in enumerate(names)
+        ]
+        weights = self.weights or [1.0] * len(sources)
         ranked_lists, failures = [], []
         for position, query in enumerate(queries):
-            for index, outcome in enumerate(outcomes):
+            for outcome, source, weight in zip(outcomes, sources, weights, strict=True):
                 found = outcome if isinstance(outcome, BaseException) else outcome[position]
                 if isinstance(found, list) and all(isinstance(item, Document) for item in found):
                     kept = found if self.k is None else found[: self.k]
-                    source, weight = names[index], weights[index]
                     ranked_lists.append(RankedList(kept, weight=weight, query=query, source=source))
                     continue
                 if not isinstance(found, BaseException):
@@ -258,19 +268,20 @@ class MultiRetriever(RunnableSerializable[QueriesInput, list[list[Document]]]):
                         f"a retriever must return a list of Documents, got {type(found).__name__}"
                     )
                 error = f"{type(found).__name__}: {found}"
-                failures.append(RetrievalFailure(names[index], query, error, found))
-        if failures and self.on_error == "raise":
-            raise failures[0].exception or RetrievalError(failures)
-        if failures and not ranked_lists:
-            raise RetrievalError(failures) from failures[0].exception
-        _warn(failures, len(queries))
+                failures.append(RetrievalFailure(source, query, error, found))
+        if failures:
+            if self.on_error == "raise":
+                raise failures[0].exception or RetrievalError(failures)
+            if not ranked_lists:
+                raise RetrievalError(failures) from failures[0].exception
+            _warn(failures, len(queries))
         return RetrievalResults(ranked_lists, failures, queries)
 
     def _retrieve(self, value: Any, run_manager: Any, config: RunnableConfig) -> RetrievalResults:
         queries = _as_queries(value)
         config = patch_config(config, callbacks=run_manager.get_child())
-        workers = min(len(self.retrievers), config.get("max_concurrency") or len(self.retrievers))
-        futures = _started(self._calls(queries, config, asynchronous=False), workers)
+        calls = self._calls(queries, config, asynchronous=False)
+        futures = _started(calls, config.get("max_concurrency") or len(calls))
         return self._collect(queries, [_result(future, self.timeout) for future in futures])
 
     async def _aretrieve(
@@ -278,8 +289,7 @@ class MultiRetriever(RunnableSerializable[QueriesInput, list[list[Document]]]):
     ) -> RetrievalResults:
         queries = _as_queries(value)
         config = patch_config(config, callbacks=run_manager.get_child())
-        calls = self._calls(queries, config, asynchronous=True)
-        waits = [_aresult(call(), self.timeout) for call in calls]
+        waits = [_aresult(call(), self.timeout) for call in self._calls(queries, config, True)]
         limit = config.get("max_concurrency")
         gathered = gather_with_concurrency(limit, *waits) if limit else asyncio.gather(*waits)
         return self._collect(queries, list(await gathered))
@@ -287,7 +297,7 @@ class MultiRetriever(RunnableSerializable[QueriesInput, list[list[Document]]]):
     def invoke(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> RetrievalResults:
-        return self._call_with_config(self._retrieve, input, config)  # type: ignore[return-value]
+        return traced_call(self, self._retrieve, input, config)  # type: ignore[no-any-return]
 
     async def ainvoke(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 from typing import Any
 
 from langchain_core.callbacks import (
@@ -24,6 +23,7 @@ from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from rag_fusion_chain import queries
 from rag_fusion_chain.fusion import BaseFusion, ReciprocalRankFusion
+from rag_fusion_chain.fusion.runnables import refuse_unknown_fields
 from rag_fusion_chain.retrievers.fanout import DEFAULT_K, MultiRetriever
 from rag_fusion_chain.validation import validate_count
 
@@ -66,15 +66,7 @@ class FusionRetriever(BaseRetriever):
     @model_validator(mode="before")
     @classmethod
     def _refuse_unknown(cls, values: Any) -> Any:
-        if isinstance(values, dict):
-            for name in set(values) - set(cls.model_fields):
-                close = difflib.get_close_matches(name, list(cls.model_fields), n=1)
-                hint = _HINTS.get(name) or (f"did you mean {close[0]!r}?" if close else "")
-                fields = ", ".join(sorted(cls.model_fields))
-                raise TypeError(
-                    f"FusionRetriever got an unknown field {name!r}: {hint} (fields: {fields})"
-                )
-        return values
+        return refuse_unknown_fields(cls, values, _HINTS)
 
     @field_validator("retrievers", mode="before")
     @classmethod

@@ -9,6 +9,7 @@ use: ``$RAG_FUSION_INDEX_KEY_FILE``, else ``$XDG_CONFIG_HOME`` or ``~/.config``,
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import hmac
 import io
@@ -28,8 +29,6 @@ TRUST_ADVICE = (
     "Rebuild the index on this machine, or pass trust=True (rag-fusion: --trust-index) if you "
     "trust its origin."
 )
-
-_warned_key_files: set[Path] = set()
 
 
 class UntrustedIndexError(ValueError):
@@ -100,7 +99,9 @@ def signing_key() -> bytes:
 
 def _read_signing_key(path: Path) -> bytes:
     with path.open("rb") as handle:  # mode and bytes of the same file
-        _warn_if_others_can_read(path, os.fstat(handle.fileno()).st_mode)
+        mode = os.fstat(handle.fileno()).st_mode
+        if mode & (stat.S_IRWXG | stat.S_IRWXO):
+            _warn_others_can_read(path, mode)
         raw = handle.read(1024)
     try:
         key = bytes.fromhex(raw.decode("ascii").strip())
@@ -114,11 +115,8 @@ def _read_signing_key(path: Path) -> bytes:
     return key
 
 
-def _warn_if_others_can_read(path: Path, mode: int) -> None:
-    """Warn once per key file (and process) when its mode lets group or others read it."""
-    if not mode & (stat.S_IRWXG | stat.S_IRWXO) or path in _warned_key_files:
-        return
-    _warned_key_files.add(path)
+@functools.cache  # once per key file and mode, per process
+def _warn_others_can_read(path: Path, mode: int) -> None:
     warnings.warn(
         f"the index signing key {path} is accessible to group or others (mode "
         f"{stat.filemode(mode)}): anyone who can read it can sign an index that this kit will "

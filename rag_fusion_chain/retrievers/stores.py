@@ -27,6 +27,7 @@ from rag_fusion_chain.retrievers.base import BatchedRetriever, scored_copy, with
 from rag_fusion_chain.retrievers.faiss_files import faiss_store_class, load_faiss, save_faiss
 from rag_fusion_chain.retrievers.faiss_files import warn_on_embedding_change as _warn_if_other
 from rag_fusion_chain.retrievers.signing import SIGNING_KEY_ENV, UntrustedIndexError, file_sha256
+from rag_fusion_chain.validation import require_extra
 
 if TYPE_CHECKING:
     from chromadb.api.types import PyEmbedding
@@ -40,21 +41,15 @@ FAISS_THREADS_ENV: Final = "RAG_FUSION_FAISS_THREADS"
 
 
 def _chroma_modules() -> tuple[Any, type[Chroma]]:
-    try:
-        import chromadb
-        from langchain_chroma import Chroma
-    except ImportError as error:
-        raise ImportError(
-            'Chroma stores need chromadb and langchain-chroma: pip install "rag-fusion-chain[chroma]"'
-        ) from error
-    return chromadb, Chroma
+    chroma = require_extra("langchain_chroma", "chroma").Chroma
+    return require_extra("chromadb", "chroma"), chroma
 
 
 def _documents_by_id(documents: Sequence[Document]) -> dict[str, Document]:
     """``{id: document}`` in order (content hash for a missing id); no duplicates, not empty."""
     if not documents:
         raise ValueError("documents: cannot build a vector store from no documents")
-    by_id = {str(document.id): document for document in documents if document.id}
+    by_id = {document.id: document for document in documents if document.id}
     if len(by_id) < len(documents):  # ids missing (content hashes then) or repeated
         by_id = {str(document.id): document for document in map(with_identity, documents)}
     if len(by_id) < len(documents):
@@ -95,8 +90,7 @@ def build_faiss(
     if vectors is None:
         texts = [document.page_content for document in by_id.values()]
         vectors = embed_documents_array(embeddings, texts)
-    matrix = _as_matrix(vectors, len(by_id))
-    norms = _row_norms(matrix)
+    matrix, norms = _matrix_and_norms(vectors, len(by_id))
     faiss_index = _new_faiss_index(index, matrix, norms)
     if matrix.dtype == "float32" and matrix.flags.c_contiguous and abs(norms - 1).max() <= 1e-5:
         faiss_index.add(matrix)  # unit vectors already: FAISS's one copy, as a plain add makes
@@ -110,17 +104,6 @@ def build_faiss(
     return store
 
 
-def _row_norms(matrix: Any) -> Any:
-    """Each row's L2 norm (1 for a zero row); ValueError for NaN or infinite values."""
-    import numpy as np
-
-    norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix))
-    if not np.isfinite(norms).all():
-        raise ValueError("vectors: contain NaN or infinite values (or ones too large to square)")
-    norms[norms == 0] = 1.0
-    return norms
-
-
 def _unit_rows(matrix: Any, norms: Any, rows: Any) -> Any:
     """A float32 unit-vector copy of ``matrix[rows]`` (the caller's array is not changed)."""
     import numpy as np
@@ -128,8 +111,9 @@ def _unit_rows(matrix: Any, norms: Any, rows: Any) -> Any:
     return np.ascontiguousarray(matrix[rows] / norms[rows, None], dtype=np.float32)
 
 
-def _as_matrix(vectors: Any, count: int) -> Any:
-    """``vectors`` as a 2-D array of ``count`` rows (a numpy array is taken as it is)."""
+def _matrix_and_norms(vectors: Any, count: int) -> tuple[Any, Any]:
+    """``vectors`` as a 2-D array of ``count`` rows (a numpy array as it is) and each row's L2
+    norm (1 for a zero row); ValueError for another shape, NaN or infinite values."""
     import numpy as np
 
     matrix = vectors if isinstance(vectors, np.ndarray) else np.asarray(vectors, dtype=np.float32)
@@ -138,7 +122,11 @@ def _as_matrix(vectors: Any, count: int) -> Any:
             f"vectors: expected {count} rows (one per document) of d > 0 numbers, "
             f"got shape {matrix.shape}"
         )
-    return matrix
+    norms = np.sqrt(np.einsum("ij,ij->i", matrix, matrix))
+    if not np.isfinite(norms).all():
+        raise ValueError("vectors: contain NaN or infinite values (or ones too large to square)")
+    norms[norms == 0] = 1.0
+    return matrix, norms
 
 
 def _new_faiss_index(index: str, vectors: Any, norms: Any) -> Any:
@@ -202,8 +190,8 @@ def build_chroma(
     identified = list(_documents_by_id(documents).values())
     chroma_client = _chroma_client(persist_directory, client, host, port)
     store = Chroma(
-        collection_name=collection_name,
-        embedding_function=embeddings,
+        collection_name,
+        embeddings,
         client=chroma_client,
         collection_metadata={EMBEDDING_METADATA_KEY: embedding_identity(embeddings)},
         collection_configuration={"hnsw": {"space": "cosine"}},
@@ -232,10 +220,7 @@ def load_chroma(
     chroma_client = _chroma_client(persist_directory, client, host, port)
     try:
         store = Chroma(
-            collection_name=collection_name,
-            embedding_function=embeddings,
-            client=chroma_client,
-            create_collection_if_not_exists=False,
+            collection_name, embeddings, client=chroma_client, create_collection_if_not_exists=False
         )
     except chromadb.errors.NotFoundError as error:
         existing = sorted(collection.name for collection in chroma_client.list_collections())
@@ -268,23 +253,20 @@ def _chroma_space(collection: Any) -> str:
     return str((collection.metadata or {}).get("hnsw:space", "l2"))
 
 
-def _is_instance(store: Any, module_name: str, class_name: str) -> bool:
-    """isinstance without importing an optional package the caller has not imported."""
-    module = sys.modules.get(module_name)
-    return module is not None and isinstance(store, getattr(module, class_name))
-
-
 def _is_faiss(store: VectorStore) -> TypeGuard[FAISS]:
-    return _is_instance(store, "langchain_community.vectorstores.faiss", "FAISS")
+    """isinstance without importing langchain_community unless the caller has."""
+    module = sys.modules.get("langchain_community.vectorstores.faiss")
+    return module is not None and isinstance(store, module.FAISS)
 
 
 def _is_chroma(store: VectorStore) -> TypeGuard[Chroma]:
-    return _is_instance(store, "langchain_chroma.vectorstores", "Chroma")
+    module = sys.modules.get("langchain_chroma.vectorstores")
+    return module is not None and isinstance(store, module.Chroma)
 
 
 def default_faiss_threads() -> int:
-    """``$RAG_FUSION_FAISS_THREADS``, else 1: concurrent searches on FAISS's thread per core
-    oversubscribe the cores."""
+    """``$RAG_FUSION_FAISS_THREADS``, else 1 (concurrent searches on a thread per core each
+    oversubscribe the cores)."""
     configured = os.environ.get(FAISS_THREADS_ENV, "1").strip()
     if not configured.isdigit() or int(configured) < 1:
         raise ValueError(f"{FAISS_THREADS_ENV}: expected a positive integer, got {configured!r}")
@@ -292,13 +274,10 @@ def default_faiss_threads() -> int:
 
 
 class VectorRetriever(BatchedRetriever):
-    """Dense retriever over a vector store: one embedding call and one search per batch.
-
-    ``batch`` embeds all queries with one ``embed_documents`` (``query_embedding="per_query"``:
-    ``embed_query`` each, for asymmetric models) and searches them in one ``index.search``
-    (FAISS) or ``collection.query`` (Chroma); other stores are searched per vector and their score
-    taken as a similarity unless ``relevance_function`` converts it.
-    """
+    """Dense retriever over a vector store: ``batch`` embeds all queries in one ``embed_documents``
+    (``query_embedding="per_query"``: ``embed_query`` each, for asymmetric models) and searches
+    them in one ``index.search`` (FAISS) or ``collection.query`` (Chroma); other stores per vector,
+    their score a similarity unless ``relevance_function`` converts it."""
 
     vectorstore: VectorStore
     embeddings: Embeddings | None = None
