@@ -6,15 +6,18 @@ update=True)``) and a full rebuild (``force=True``) of the same folder run back 
 alternating order, each on a copy of the same starting index. Times are medians over the rounds;
 the ratio is the same round's update over rebuild. ``--embedding fake`` (LangChain's
 ``DeterministicFakeEmbedding``, 384 dimensions) times the machinery; ``--embedding minilm`` the
-kit's default model. The seconds per stage come from the ``on_progress`` callback.
+kit's default model. The seconds per stage come from the ``on_progress`` callback. The files
+are dated an hour back (else, written just before the first build, they would all be "racily
+clean" and read again by the update).
 
-    nice python benchmarks/bench_update.py --chunks 10000 --rounds 3 --embedding fake
+    nice python benchmarks/bench_update.py --chunks 10000 --rounds 5 --embedding fake
     nice python benchmarks/bench_update.py --chunks 500 --rounds 3 --embedding minilm
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import shutil
 import statistics
@@ -83,10 +86,14 @@ def file_text(generator: random.Random, title: str) -> str:
 
 
 def write_folder(folder: Path, files: int) -> None:
+    """The files, dated an hour back: a folder edited well before it is first indexed."""
     generator = random.Random(0)
     folder.mkdir(parents=True)
+    past = time.time_ns() - 3600 * 10**9
     for number in range(files):
-        (folder / f"note-{number:05d}.md").write_text(file_text(generator, f"Note {number}"))
+        path = folder / f"note-{number:05d}.md"
+        path.write_text(file_text(generator, f"Note {number}"))
+        os.utime(path, ns=(past, past))
 
 
 def change_files(folder: Path, share: float) -> int:

@@ -24,6 +24,7 @@ from rag_fusion_chain.ingest.files import (
 )
 from rag_fusion_chain.ingest.html import HtmlText, html_to_text
 from rag_fusion_chain.ingest.problems import (
+    FileStamp,
     LoadResult,
     Skipped,
     SkippedSourceWarning,
@@ -68,9 +69,11 @@ def load_with_report(
     max_bytes: int = DEFAULT_MAX_BYTES,
     deny_private: bool | None = None,
     on_source: Callable[[str], None] | None = None,
+    unchanged: Callable[[str, FileStamp], bool] | None = None,
 ) -> LoadResult:
     """The documents of each source (all checked before any is read), the sources read and those
-    skipped (warned; raised if ``strict``); ValueError if none loaded. ``on_source`` per source."""
+    skipped (warned; raised if ``strict``); ValueError if none loaded. ``on_source`` per source.
+    A file for which ``unchanged(name, stamp)`` is true is listed as loaded and unchanged, unread."""
     if isinstance(sources, (str, os.PathLike)):
         raise TypeError("sources must be a list of paths or URLs, not a single string")
     check_fetch_limits(timeout, max_bytes)
@@ -79,25 +82,32 @@ def load_with_report(
     wanted = {extension.lower() for extension in extensions}
     result = LoadResult()
     for source, name in zip(checked, _shown_names(checked), strict=True):
-        files: Iterable[tuple[Path, str, Any]] = [(Path(source), name, None)]
+        files: Iterable[tuple[Path, str, os.stat_result | str]] = []
         if isinstance(source, str):
             fetch = functools.partial(load_url, source, timeout, max_bytes, deny_private, None)
             result.add(source, fetch, strict=strict)
-            files = []
         elif source.is_dir():
             root = source.resolve()
             walked = _walk(source, root, wanted, follow_symlinks, {root})
             files = ((path, str(Path(name, path.relative_to(source))), why) for path, why in walked)
-        for path, shown, identity in files:
-            if isinstance(identity, str):
-                result.skip(UnreadableSourceError(display_name(shown), identity), strict=strict)
+        else:
+            files = [(source, name, source.stat())]  # it exists (_checked)
+        for path, shown, status in files:
+            shown_name = display_name(shown)
+            if isinstance(status, str):
+                result.skip(UnreadableSourceError(shown_name, status), strict=strict)
                 continue
-            options: dict[str, Any] = {"identity": identity, "source": shown}
+            result.stamps[shown_name] = stamp = file_stamp(status)
+            if status.st_size <= max_file_size and unchanged and unchanged(shown_name, stamp):
+                result.loaded.append(shown_name)
+                result.unchanged.append(shown_name)
+                continue
+            options: dict[str, Any] = {"identity": (status.st_dev, status.st_ino), "source": shown}
             read = functools.partial(load_file, path, max_file_size=max_file_size, **options)
-            result.add(display_name(shown), read, strict=strict)
+            result.add(shown_name, read, strict=strict)
         if on_source is not None:
             on_source(display_name(source))
-    if not result.documents:
+    if not (result.documents or result.unchanged):
         named = ", ".join(display_name(source) for source in sources) or "no sources given"
         if result.skipped:
             skipped = describe_skipped(result.skipped)
@@ -110,11 +120,17 @@ def load_with_report(
     return result
 
 
+def file_stamp(status: os.stat_result) -> FileStamp:
+    """What :attr:`LoadResult.stamps` records of a file's ``stat``."""
+    return (status.st_size, status.st_mtime_ns, status.st_ctime_ns, status.st_ino)
+
+
 def _walk(
     directory: Path, root: Path, wanted: set[str], follow_symlinks: bool, seen: set[Path]
-) -> Iterator[tuple[Path, tuple[int, int] | str]]:
+) -> Iterator[tuple[Path, os.stat_result | str]]:
     """Each ``wanted`` file under ``directory`` (hidden ones skipped, links kept inside unless
-    ``follow_symlinks``) with its ``(st_dev, st_ino)``, or why it is skipped."""
+    ``follow_symlinks``) with its ``stat``, or why it is skipped. Only links and folders are
+    resolved: what is not a link lies inside the folder it was found in."""
     try:
         entries = sorted(os.scandir(directory), key=lambda entry: entry.name)
     except OSError as error:
@@ -125,23 +141,23 @@ def _walk(
         if entry.name.startswith("."):
             continue
         try:
-            target = path.resolve(strict=True)
-            status = target.stat()
+            status, linked = entry.stat(), entry.is_symlink()  # the stat of a link's target
+            is_folder = stat.S_ISDIR(status.st_mode)
+            target = path.resolve(strict=True) if linked or is_folder else path
         except (OSError, RuntimeError):  # a broken link or a link loop
             if path.suffix.lower() in wanted:
                 yield path, "broken link"
             continue
-        is_folder = stat.S_ISDIR(status.st_mode)
         if not is_folder and path.suffix.lower() not in wanted:
             continue
-        if not follow_symlinks and not target.is_relative_to(root):
+        if linked and not follow_symlinks and not target.is_relative_to(root):
             yield path, "link to outside the folder"
         elif is_folder:
             if target not in seen:  # linked folders are walked once: no loops
                 seen.add(target)
                 yield from _walk(path, root, wanted, follow_symlinks, seen)
         elif stat.S_ISREG(status.st_mode):
-            yield path, (status.st_dev, status.st_ino)
+            yield path, status
         else:
             yield path, "not a regular file"
 
@@ -169,6 +185,7 @@ __all__ = [
     "DEFAULT_CHUNK_SIZE",
     "DEFAULT_MAX_FILE_SIZE",
     "DENY_PRIVATE_ENV",
+    "FileStamp",
     "HtmlText",
     "LoadResult",
     "Skipped",
@@ -176,6 +193,7 @@ __all__ = [
     "UnreadableSourceError",
     "count_tokens",
     "describe_skipped",
+    "file_stamp",
     "html_to_text",
     "load",
     "load_file",

@@ -50,13 +50,20 @@ class Skipped:
     reason: str
 
 
+FileStamp = tuple[int, int, int, int]
+"""A file's ``(st_size, st_mtime_ns, st_ctime_ns, st_ino)``: what changes when its content does."""
+
+
 @dataclass
 class LoadResult:
-    """The documents loaded, the sources (files, URLs) they came from, and the sources skipped."""
+    """The documents loaded, the sources (files, URLs) they came from, and the sources skipped;
+    the files found unchanged (not read: no documents), and each file's stamp."""
 
     documents: list[Document] = field(default_factory=list)
     loaded: list[str] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    stamps: dict[str, FileStamp] = field(default_factory=dict)
 
     def add(self, source: str, load: Callable[[], list[Document]], *, strict: bool) -> None:
         """Keep what ``load()`` returns for ``source``, or skip its problem (raised if strict)."""

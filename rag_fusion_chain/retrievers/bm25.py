@@ -28,6 +28,7 @@ from rag_fusion_chain.retrievers.columns import (
     stored_documents,
 )
 from rag_fusion_chain.retrievers.fanout import DEFAULT_K
+from rag_fusion_chain.validation import require_extra
 
 BM25_FORMAT = "rag_fusion_chain.bm25"
 BM25_FORMAT_VERSION = 3  # 3: with the term counts
@@ -49,25 +50,11 @@ _thread_state = threading.local()
 _stems: dict[str, str] = {}  # each word is stemmed once (cleared at a million words)
 
 
-def _bm25s_module() -> Any:
-    try:
-        import bm25s
-        import Stemmer  # noqa: F401 - checked with bm25s: both come with the extra
-    except ImportError as error:
-        raise ImportError(
-            'BM25 needs bm25s and PyStemmer: pip install "rag-fusion-chain[bm25]"'
-        ) from error
-    return bm25s
-
-
 def _stem(word: str) -> str:
     """``word``'s Snowball English stem, by this thread's PyStemmer stemmer (not thread-safe)."""
     stemmer = getattr(_thread_state, "stemmer", None)
     if stemmer is None:
-        _bm25s_module()
-        import Stemmer
-
-        stemmer = _thread_state.stemmer = Stemmer.Stemmer("english")
+        stemmer = _thread_state.stemmer = require_extra("Stemmer", "bm25").Stemmer("english")
     if len(_stems) >= 1 << 20:
         _stems.clear()
     stemmed = _stems[word] = str(stemmer.stemWord(word))
@@ -76,7 +63,7 @@ def _stem(word: str) -> str:
 
 @functools.cache
 def _english_stopwords() -> frozenset[str]:
-    return frozenset(_bm25s_module().stopwords.STOPWORDS_EN_PLUS)
+    return frozenset(require_extra("bm25s", "bm25").stopwords.STOPWORDS_EN_PLUS)
 
 
 def cjk_bigrams(run: str) -> list[str]:
@@ -170,7 +157,7 @@ class BM25Retriever(BatchedRetriever):
     ) -> BM25Retriever:
         """Index ``documents`` (not mutated); ``k1``, ``b``, ``method`` are bm25s's parameters,
         ``kwargs`` go to the retriever (``tags``, ``metadata``)."""
-        index = _bm25s_module().BM25(k1=k1, b=b, method=method)
+        index = require_extra("bm25s", "bm25").BM25(k1=k1, b=b, method=method)
         settings = {"k": k, "stem": stem, "remove_stopwords": remove_stopwords, **kwargs}
         return cls(documents=[], index=index, **settings).updated(documents)
 
@@ -190,8 +177,7 @@ class BM25Retriever(BatchedRetriever):
         if not documents:
             raise ValueError("documents: cannot build a BM25 index from no documents")
         olds = [item for item in documents if isinstance(item, int)]
-        unique = set(olds)
-        if len(unique) < len(olds) or not unique <= set(range(len(self.documents))):
+        if len(set(olds)) < len(olds) or not set(olds) <= set(range(len(self.documents))):
             raise ValueError("documents: an int must be a position in this retriever, once")
         old, columns = document_columns(self.documents), [[], [], []]  # type: tuple[Any, list[list[Any]]]
         fresh: dict[int, Document] = {}
@@ -206,9 +192,8 @@ class BM25Retriever(BatchedRetriever):
         moved = np.full(len(self.documents), -1)
         moved[olds] = [at for at, item in enumerate(documents) if isinstance(item, int)]
         vocabulary = dict(self.index.vocab_dict) if self.documents else {}
-        options = {"stem": self.stem, "remove_stopwords": self.remove_stopwords}
         ids = [
-            [vocabulary.setdefault(term, len(vocabulary)) for term in tokenize(text, **options)]
+            [vocabulary.setdefault(term, len(vocabulary)) for term in self._terms(text)]
             for text in (document.page_content for document in fresh.values())
         ]
         owners = np.repeat(np.fromiter(fresh, np.int64, len(fresh)), [len(row) for row in ids])
@@ -219,26 +204,22 @@ class BM25Retriever(BatchedRetriever):
         previous = np.asarray(self.index.scores["indices"] if self.documents else terms, np.int64)
         reused = moved[previous] >= 0
         entries = [
-            np.concatenate(pair)
-            for pair in [
-                (terms[reused], keys >> 32),
-                (moved[previous[reused]], keys & 0xFFFFFFFF),
-                (self.counts[reused] if self.documents else terms, counts),
-            ]
+            np.concatenate([terms[reused], keys >> 32]),
+            np.concatenate([moved[previous[reused]], keys & 0xFFFFFFFF]),
+            np.concatenate([self.counts[reused] if self.documents else terms, counts]),
         ]
         index, counts = _scored_index(self.index, entries, vocabulary, len(documents))
         fields = {"documents": StoredDocuments(*columns), "index": index, "counts": counts}
         return type(self)(**dict(self) | fields)
 
+    def _terms(self, text: str) -> list[str]:
+        return tokenize(text, stem=self.stem, remove_stopwords=self.remove_stopwords)
+
     def _retrieve_many(self, queries: list[str], k: int, run_managers: Any) -> list[list[Document]]:
         vocabulary: dict[str, int] = self.index.vocab_dict
-        terms = (
-            tokenize(query, stem=self.stem, remove_stopwords=self.remove_stopwords)
-            for query in queries
-        )
         token_ids = [
-            [vocabulary[term] for term in query_terms if term in vocabulary]
-            for query_terms in terms
+            [vocabulary[term] for term in self._terms(query) if term in vocabulary]
+            for query in queries
         ]
         answerable = [position for position, ids in enumerate(token_ids) if ids]
         results: list[list[Document]] = [[] for _ in queries]
@@ -287,8 +268,9 @@ class BM25Retriever(BatchedRetriever):
         settings = _read_json(path / SETTINGS_FILE)
         if not isinstance(settings, dict) or settings.get("format") != BM25_FORMAT:
             raise ValueError(f"{path / SETTINGS_FILE} is not a BM25Retriever settings file")
+        bm25s = require_extra("bm25s", "bm25")
         try:
-            index = _bm25s_module().BM25.load(str(path), load_corpus=False, show_progress=False)
+            index = bm25s.BM25.load(str(path), load_corpus=False, show_progress=False)
             exists = (path / COUNTS_FILE).is_file()  # not before format 3
             counts = np.load(path / COUNTS_FILE, allow_pickle=False) if exists else None
             if counts is not None and counts.shape != index.scores["data"].shape:
@@ -331,10 +313,8 @@ def _scored_index(
     terms, owners, counts = terms[order], entries[1][order], entries[2][order]
     frequencies = frequencies[used]
     lengths = np.bincount(owners, weights=counts, minlength=total)
-    idf_of, tfc_of = (
-        scoring._select_idf_scorer(index.idf_method),
-        scoring._select_tfc_scorer(index.method),
-    )
+    idf_of = scoring._select_idf_scorer(index.idf_method)
+    tfc_of = scoring._select_tfc_scorer(index.method)
     shape = {"k1": index.k1, "b": index.b, "delta": index.delta, "l_avg": lengths.mean()}
     exact_idf = np.array([idf_of(df, N=total) for df in frequencies.tolist()])
     idf = exact_idf.astype(index.dtype)

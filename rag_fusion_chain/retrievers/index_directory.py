@@ -22,6 +22,7 @@ import os
 import re
 import secrets
 import shutil
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -68,6 +69,7 @@ _SETTINGS: Final = {  # each setting's default, and the value that leaves it to 
     "embedding_identity": (None, None),  # always given
 }
 STORES = ("faiss", "chroma")
+TIMESTAMP_GRANULARITY_NS = 2_000_000_000  # FAT's 2 s, the coarsest file timestamps in use
 EMBEDDING_BATCH_SIZE = 64  # texts per embedding call while building (and per progress step)
 
 ProgressCallback = Callable[[str, int, int], None]  # on_progress(stage, advance, total)
@@ -134,7 +136,8 @@ def build_index(
     object (recorded as ``embedding_name`` if that makes the same identity). ``chunk_size=None``
     keeps documents whole. ``faiss_index``: see :func:`build_faiss`. An existing index is a
     FileExistsError unless ``force`` (rebuild) or ``update``: embed only sources whose content
-    hash is new or changed, reuse the other vectors and BM25 terms, drop deleted sources. An
+    hash is new or changed, reuse the other vectors and BM25 terms, drop deleted sources; a file
+    whose size, times and inode are as recorded (2 s before the last build) is not even read. An
     update keeps the settings the index records (store, FAISS index, embeddings, chunking);
     one given otherwise is a ValueError. ``load_options`` go to :func:`ingest.load_with_report`.
     """
@@ -153,10 +156,10 @@ def build_index(
     if chosen["faiss_index"] not in (None, "flat"):  # fails now, not after the embedding
         _check_faiss_index(chosen["faiss_index"], len(embeddings.embed_query("dimension")))
     report = on_progress or (lambda stage, advance, total: None)
-    sources, loaded = _load(sources_or_documents, report, load_options or {})
-    groups: dict[str, list[Document]] = {}
-    for document in loaded.documents:
-        groups.setdefault(_source_name(document.metadata.get("source")), []).append(document)
+    started = time.time_ns()
+    options = {**(load_options or {}), "unchanged": _unchanged_files(previous)}
+    sources, loaded = _load(sources_or_documents, report, options)
+    groups, read = _groups(loaded, previous)
     settings = {  # signed with this user's key: open_index loads nothing it does not vouch for
         "format": INDEX_FORMAT,
         "kit_version": __version__,
@@ -171,10 +174,16 @@ def build_index(
             {name: models.redact_credentials(value) for name, value in asdict(skipped).items()}
             for skipped in loaded.skipped
         ],
-        "documents": len(loaded.documents),
+        "documents": sum(documents for _, documents in read.values()),
         "chunk_size": chosen["chunk_size"],
         "chunk_overlap": chosen["chunk_overlap"],
-        "source_hashes": {source: _content_hash(group) for source, group in groups.items()},
+        "source_hashes": {source: content_hash for source, (content_hash, _) in read.items()},
+        "source_files": {  # each file's stamp and document count: unchanged, it is not read
+            source: [*stamp, read[source][1]]
+            for name, stamp in loaded.stamps.items()
+            if (source := _source_name(name)) in read
+        },
+        "read_at_ns": started,
     }
     bm25, kept = _previous_chunks(out, previous, settings["source_hashes"])
     chunks: list[Document | int] = []
@@ -252,6 +261,34 @@ def _check_faiss_index(faiss_index: str, dimension: int) -> None:
 def _source_name(source: object) -> str:
     """A chunk's ``source`` as stored (a URL without credentials; "" if none)."""
     return models.redact_credentials(source) if isinstance(source, str) else ""
+
+
+def _unchanged_files(previous: dict[str, Any]) -> Callable[[str, ingest.FileStamp], bool]:
+    """Whether a file keeps its previous chunks unread: its stamp is the recorded one, and older
+    than the previous build's reading by more than a timestamp's granularity (an edit in the same
+    tick as that reading could leave the stamp as it was: "racily clean", so read again)."""
+    recorded = previous.get("source_files", {})
+    before = previous.get("read_at_ns", 0) - TIMESTAMP_GRANULARITY_NS
+    return lambda name, stamp: (
+        stamp[1] < before and recorded.get(_source_name(name), [])[:-1] == [*stamp]
+    )
+
+
+def _groups(
+    loaded: ingest.LoadResult, previous: dict[str, Any]
+) -> tuple[dict[str, list[Document]], dict[str, tuple[str, int]]]:
+    """Each source's documents, in load order (none for an unchanged file), and its content hash
+    and document count (an unchanged file's recorded ones)."""
+    groups: dict[str, list[Document]] = {_source_name(name): [] for name in loaded.loaded}
+    for document in loaded.documents:
+        groups.setdefault(_source_name(document.metadata.get("source")), []).append(document)
+    unchanged = {_source_name(name) for name in loaded.unchanged}
+    return groups, {
+        source: (previous["source_hashes"][source], previous["source_files"][source][-1])
+        if source in unchanged
+        else (_content_hash(group), len(group))
+        for source, group in groups.items()
+    }
 
 
 def _content_hash(documents: list[Document]) -> str:
