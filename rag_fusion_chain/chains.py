@@ -137,7 +137,8 @@ def _fused(record: Strategy, state: State, fuse: Callable[[list[Any]], list[Any]
             "step_back_question": queries[-1],
             "step_back_documents": _unique(fused[1], skip=fused[0]) if len(fused) > 1 else [],
         }
-    answered = list(zip(state["queries"], fused, strict=False))
+    sub_questions = state["queries"]
+    answered = list(zip(sub_questions, fused[: len(sub_questions)], strict=True))
     return {**state, "sub_documents": answered, "documents": fused[-1] if searched_question else []}
 
 
