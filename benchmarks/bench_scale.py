@@ -108,21 +108,25 @@ def case(name: str, count: int, directory: Path, noise: float) -> dict[str, floa
 
     faiss_store_class()  # both sides import their libraries before the clock starts
     embeddings = DeterministicFakeEmbedding(size=384)
+    # Both sides keep what they loaded until the clock stops (freeing it is not loading).
     if name == "kit-load":
         started = time.process_time()
-        assert load_faiss(directory / "kit", embeddings).index.ntotal == count
-        return {"seconds": time.process_time() - started, "rss_mb": peak_rss_mb()}
+        store = load_faiss(directory / "kit", embeddings)
+        seconds = time.process_time() - started
+        assert store.index.ntotal == count
+        return {"seconds": seconds, "rss_mb": peak_rss_mb()}
     if name == "plain-load":
         started = time.process_time()
         index = faiss.read_index(str(directory / "plain.faiss"))
         indexed = time.process_time()
         with open(directory / "columns.json", encoding="utf-8") as handle:
-            assert index.ntotal == len(json.load(handle)["ids"]) == count
+            columns = json.load(handle)
         full = time.process_time() - started
         texts_started = time.process_time()
         with open(directory / "plain.json", encoding="utf-8") as handle:
-            assert len(json.load(handle)) == count
+            chunks = json.load(handle)
         texts_only = indexed - started + time.process_time() - texts_started
+        assert index.ntotal == len(columns["ids"]) == len(chunks) == count
         return {"seconds": texts_only, "full_seconds": full, "rss_mb": peak_rss_mb()}
     matrix, chunks = vectors(count, noise=noise), texts(count)
     if name == "plain-build":

@@ -742,3 +742,21 @@ def test_a_signed_index_of_the_kits_pickle_format_loads_verified_without_trust(
     (directory / "index.pkl").write_bytes(pickled.replace(b"Kelp", b"Kelq"))
     with pytest.raises(UntrustedIndexError):
         load_faiss(directory, embeddings)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_parsing_the_docstore_leaves_the_garbage_collector_as_it_was(enabled: bool) -> None:
+    import gc
+
+    from rag_fusion_chain.retrievers.columns import parse_columns
+
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        assert parse_columns(b'{"ids":["a"],"texts":["t"],"metadatas":[{"n":1}]}')["ids"] == ["a"]
+        assert gc.isenabled() is enabled
+        with pytest.raises(json.JSONDecodeError):
+            parse_columns(b'{"ids":[')
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()

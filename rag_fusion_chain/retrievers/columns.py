@@ -3,6 +3,8 @@ object per chunk at load (a search makes Documents for its hits only)."""
 
 from __future__ import annotations
 
+import functools
+import gc
 import json
 from collections.abc import Iterable, Iterator, MutableMapping, Sequence
 from operator import attrgetter
@@ -32,12 +34,16 @@ class StoredDocuments(Sequence[Document]):
 
 class DocumentsById(MutableMapping[str, Document]):
     """``{id: Document}`` over :class:`StoredDocuments` (a FAISS docstore's ``_dict``); writes and
-    deletions behave as on a dict."""
+    deletions behave as on a dict. The ``{id: position}`` map is made on first use (the first
+    search), not at load."""
 
     def __init__(self, stored: StoredDocuments) -> None:
         self._stored = stored
-        self._positions = dict(zip(stored.ids, range(len(stored)), strict=True))
         self._written: dict[str, Document] = {}
+
+    @functools.cached_property
+    def _positions(self) -> dict[str, int]:
+        return dict(zip(self._stored.ids, range(len(self._stored)), strict=True))
 
     def __getitem__(self, identifier: str) -> Document:
         written = self._written.get(identifier)
@@ -89,6 +95,18 @@ def columns_json(documents: Iterable[Document], where: Path) -> bytes:
         ) from error
 
 
+def parse_columns(data: bytes) -> Any:
+    """``json.loads`` of :func:`columns_json` output with the cyclic GC paused: the collections
+    that a load's many new metadata dicts trigger would otherwise take a fifth of the parse."""
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return json.loads(data)
+    finally:
+        if paused:
+            gc.enable()
+
+
 def stored_documents(columns: Any, where: Path, total: int) -> StoredDocuments:
     """:class:`StoredDocuments` from parsed :func:`columns_json` output; ValueError unless it
     holds ``total`` string ids, string texts and dict metadatas."""
@@ -108,5 +126,6 @@ __all__ = [
     "StoredDocuments",
     "columns_json",
     "document_columns",
+    "parse_columns",
     "stored_documents",
 ]
