@@ -31,7 +31,33 @@ from langchain_core.vectorstores import InMemoryVectorStore
 from rag_fusion_chain.fusion import reciprocal_rank_fusion
 from rag_fusion_chain.retrievers import FusionRetriever, MultiRetriever
 
-WORDS = ["heat", "pump", "winter", "air", "ground", "solar", "panel", "wind", "turbine", "battery", "storage", "grid", "insulation", "efficiency", "cold", "house", "energy", "water", "boiler", "electricity", "cost", "carbon", "emission", "roof", "window"]
+WORDS = [
+    "heat",
+    "pump",
+    "winter",
+    "air",
+    "ground",
+    "solar",
+    "panel",
+    "wind",
+    "turbine",
+    "battery",
+    "storage",
+    "grid",
+    "insulation",
+    "efficiency",
+    "cold",
+    "house",
+    "energy",
+    "water",
+    "boiler",
+    "electricity",
+    "cost",
+    "carbon",
+    "emission",
+    "roof",
+    "window",
+]
 
 
 def passages(count: int, seed: int = 7) -> list[Document]:
@@ -75,7 +101,9 @@ def measure(count: int, runs: int) -> dict[str, Any]:
         "count": count,
         **{name: statistics.median(values) * 1000 for name, values in times.items()},
         **{
-            f"{name} / ensemble": statistics.median(t / b for t, b in zip(values, base, strict=True))
+            f"{name} / ensemble": statistics.median(
+                t / b for t, b in zip(values, base, strict=True)
+            )
             for name, values in times.items()
             if name != "ensemble"
         },
@@ -88,8 +116,10 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=200)
     arguments = parser.parse_args()
     warnings.simplefilter("ignore")
-    print("| passages | ensemble ms | FusionRetriever ms | fan-out \\| rrf ms "
-          "| FusionRetriever / ensemble | fan-out \\| rrf / ensemble |")
+    print(
+        "| passages | ensemble ms | FusionRetriever ms | fan-out \\| rrf ms "
+        "| FusionRetriever / ensemble | fan-out \\| rrf / ensemble |"
+    )
     print("|---|---|---|---|---|---|")
     for count in arguments.passages:
         row = measure(count, arguments.runs)

@@ -10,5 +10,6 @@ python3 -m venv .venv
 .venv/bin/python -m pip install --quiet -e ".[dev]"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 .venv/bin/ruff check .
+.venv/bin/ruff format --check .
 .venv/bin/mypy rag_fusion_chain
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

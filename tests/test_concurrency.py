@@ -214,7 +214,10 @@ async def test_async_the_question_is_searched_while_the_model_writes() -> None:
 
 def test_the_generated_queries_go_to_each_retriever_in_one_batch() -> None:
     timeline = Timeline()
-    first, second = RecordingRetriever(timeline=timeline), RecordingRetriever(timeline=timeline, tag="s")
+    first, second = (
+        RecordingRetriever(timeline=timeline),
+        RecordingRetriever(timeline=timeline, tag="s"),
+    )
     llm = slow_model(timeline, "\n".join(GENERATED), "An answer.")
     chains.rag_fusion_chain([first, second], llm, n=3).invoke(QUESTION)
     # the question's search runs beside the model's: the two batches may come in either order

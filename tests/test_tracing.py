@@ -266,9 +266,9 @@ def test_named_steps_sit_right_under_the_root_or_under_another_named_step(
     assert {run["name"] for run in named_steps} == set(STEPS)
     for run in named_steps:
         parent = runs[run["parent_run_id"]]
-        assert parent is root or (
-            depth(runs, run) == 2 and parent["name"] in STEPS
-        ), f"{run['name']} sits under {parent['name']} at depth {depth(runs, run)}"
+        assert parent is root or (depth(runs, run) == 2 and parent["name"] in STEPS), (
+            f"{run['name']} sits under {parent['name']} at depth {depth(runs, run)}"
+        )
     assert {run["name"] for run in runs.values() if run.get("parent_run_id") == root["id"]} >= set(
         STEPS
     )
