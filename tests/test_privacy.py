@@ -204,19 +204,31 @@ def test_demo_index_ask_and_serve_reach_only_loopback_and_write_only_their_folde
     assert written_outside_the_kit(sandbox["home"]) == []
 
 
-def test_the_evaluation_library_writes_only_in_the_kit_cache(tmp_path: Path) -> None:
-    """ranx imports ir_datasets and matplotlib, which would make ~/.ir_datasets and a font cache."""
+PLOT_FIRST = (
+    "import sys; from rag_fusion_chain.evaluate.report import Summary, write_plot; "
+    "write_plot(sys.argv[1], Summary('tiny', {'bm25': {'ndcg@10': 0.5}, 'dense': {'ndcg@10': 0.6}}))"
+)
+
+
+@pytest.mark.parametrize(
+    "program",
+    ["from rag_fusion_chain.evaluate import metrics; metrics.eval_library('ranx')", PLOT_FIRST],
+    ids=["ranx", "plot-before-ranx"],
+)
+def test_the_evaluation_library_writes_only_in_the_kit_cache(tmp_path: Path, program: str) -> None:
+    """ranx imports ir_datasets and matplotlib, which would make ~/.ir_datasets and a font cache;
+    a plot drawn before any ranx call would make ~/.config/matplotlib."""
     sandbox = {name: tmp_path / name for name in ("home", "hook", "work")}
     for path in sandbox.values():
         path.mkdir()
     sandbox["log"] = tmp_path / "audit.jsonl"
     (sandbox["hook"] / "sitecustomize.py").write_text(AUDIT_HOOK, "utf-8")
     subprocess.run(
-        [sys.executable, "-c", "from rag_fusion_chain.evaluate import metrics; metrics._ranx()"],
+        [sys.executable, "-c", program, str(sandbox["work"] / "plot.png")],
         env=child_environment(sandbox),
         timeout=COMMAND_TIMEOUT,
         check=True,
     )
-    assert (sandbox["home"] / ".cache" / "rag-fusion-chain" / "ir_datasets").is_dir()
+    assert (sandbox["home"] / ".cache" / "rag-fusion-chain").is_dir()
     assert written_outside_the_kit(sandbox["home"]) == []
     assert hosts_reached(sandbox["log"]) == set()

@@ -25,14 +25,15 @@ STAT_TESTS = ("student", "fisher")
 """ranx's paired tests: two-sided paired Student's t-test, Fisher's randomisation test."""
 
 
-def _ranx():  # type: ignore[no-untyped-def]
-    """ranx, with the homes its imports write to (ir_datasets, matplotlib) in the kit's cache
-    unless the user set ``IR_DATASETS_HOME`` / ``MPLCONFIGDIR``."""
+def eval_library(module: str) -> Any:
+    """``module`` of the eval extra (ranx, matplotlib), with the homes those libraries write to
+    (ir_datasets, matplotlib) in the kit's cache unless the user set ``IR_DATASETS_HOME`` /
+    ``MPLCONFIGDIR``: nothing new in ``~/.config`` or ``~``."""
     from rag_fusion_chain.evaluate.cache import DEFAULT_CACHE_DIR
 
     os.environ.setdefault("IR_DATASETS_HOME", str(DEFAULT_CACHE_DIR.parent / "ir_datasets"))
     os.environ.setdefault("MPLCONFIGDIR", str(DEFAULT_CACHE_DIR.parent / "matplotlib"))
-    return require_extra("ranx", "eval")
+    return require_extra(module, "eval")
 
 
 def ranking_scores(identifiers: Sequence[str]) -> dict[str, float]:
@@ -54,7 +55,7 @@ def run_from_rankings(rankings: Mapping[str, Sequence[Document]]) -> Run:
 
 def _ranx_inputs(run: Mapping[str, Mapping[str, float]], qrels: Judgements, name: str) -> Any:
     """ranx Qrels and Run (None when no judged query is answered)."""
-    ranx = _ranx()
+    ranx = eval_library("ranx")
     if not qrels:
         raise ValueError("qrels must judge at least one query")
     ranx_qrels = ranx.Qrels.from_dict({query: dict(judged) for query, judged in qrels.items()})
@@ -69,7 +70,7 @@ def per_query_scores(
     ranx_qrels, ranx_run = _ranx_inputs(run, qrels, "run")
     if ranx_run is None:
         return dict.fromkeys(qrels, 0.0)
-    _ranx().evaluate(ranx_qrels, ranx_run, metric, make_comparable=True)
+    eval_library("ranx").evaluate(ranx_qrels, ranx_run, metric, make_comparable=True)
     return {query: float(ranx_run.scores[metric].get(query, 0.0)) for query in qrels}
 
 
@@ -127,7 +128,7 @@ def compare_runs(
         if ranx_run is None:
             raise ValueError(f"runs[{name!r}] answers none of the judged queries")
         ranx_runs.append(ranx_run)
-    compared = _ranx().compare(
+    compared = eval_library("ranx").compare(
         ranx_qrels,
         ranx_runs,
         list(metrics),

@@ -9,8 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rag_fusion_chain.evaluate.metrics import Comparison
-from rag_fusion_chain.validation import require_extra
+from rag_fusion_chain.evaluate.metrics import Comparison, eval_library
 
 Scores = Mapping[str, Mapping[str, float]]
 """``{setup_name: {metric: value}}``."""
@@ -102,7 +101,7 @@ def marked_score(summary: Summary, setup: str, metric: str, digits: int = 3) -> 
 def write_plot(path: str | Path, summary: Summary) -> Path:
     """A bar chart: one group per setup, one labelled bar per metric, y zoomed (:func:`y_limits`),
     significant values marked ``*`` and hatched; a bare Agg ``Figure`` (no window, no pyplot)."""
-    Figure = require_extra("matplotlib.figure", "eval").Figure  # noqa: N806 (the class)
+    Figure = eval_library("matplotlib.figure").Figure  # noqa: N806 (the class)
     scores = summary.scores
     setups = list(scores)
     if not setups:
