@@ -15,14 +15,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pymupdf
 import pytest
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
 
 from rag_fusion_chain import ingest, models
 from rag_fusion_chain.ingest import Skipped, SkippedSourceWarning, count_tokens, split_documents
+from rag_fusion_chain.ingest.files import import_pymupdf
 from tests.conftest import StaticSite
+
+pymupdf = import_pymupdf()  # without its ONNX layout add-on, as the kit reads PDFs
 
 BLOG_POST = """<!doctype html>
 <html lang="en"><head><title>Fusion notes</title></head>

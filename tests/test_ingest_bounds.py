@@ -6,12 +6,13 @@ import time
 import warnings
 from pathlib import Path
 
-import pymupdf
 import pytest
 
 from rag_fusion_chain import ingest
 from rag_fusion_chain.ingest import files, html
 from tests.conftest import StaticSite
+
+pymupdf = files.import_pymupdf()  # without its ONNX layout add-on, as the kit reads PDFs
 
 HANG_GUARD = 10.0
 """Seconds: the issue's bound for each hostile file (a hang guard, not a benchmark)."""

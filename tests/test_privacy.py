@@ -232,3 +232,38 @@ def test_the_evaluation_library_writes_only_in_the_kit_cache(tmp_path: Path, pro
     assert (sandbox["home"] / ".cache" / "rag-fusion-chain").is_dir()
     assert written_outside_the_kit(sandbox["home"]) == []
     assert hosts_reached(sandbox["log"]) == set()
+
+
+def test_reading_a_pdf_starts_no_onnx_runtime_and_writes_nothing_in_home(tmp_path: Path) -> None:
+    """pymupdf 2 loads an ONNX layout model on import; its onnxruntime writes ~/.cache/Microsoft
+    and has telemetry of its own. The kit reads the text without it."""
+    from rag_fusion_chain.ingest.files import import_pymupdf
+
+    sandbox = {name: tmp_path / name for name in ("home", "hook", "work")}
+    for path in sandbox.values():
+        path.mkdir()
+    sandbox["log"] = tmp_path / "audit.jsonl"
+    (sandbox["hook"] / "sitecustomize.py").write_text(AUDIT_HOOK, "utf-8")
+    pdf_path = sandbox["work"] / "solar.pdf"
+    with import_pymupdf().open() as pdf:
+        pdf.new_page().insert_text((72, 72), "Solar panels feed the grid through an inverter.")
+        pdf.save(pdf_path)
+    program = (
+        "import sys; from rag_fusion_chain import ingest; "
+        "documents = ingest.load([sys.argv[1]]); "
+        "print(documents[0].page_content.strip(), 'onnxruntime' in sys.modules)"
+    )
+    read = subprocess.run(
+        [sys.executable, "-c", program, str(pdf_path)],
+        env=child_environment(sandbox),
+        timeout=COMMAND_TIMEOUT,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    assert read.stdout.split() == [
+        *["Solar", "panels", "feed", "the", "grid", "through", "an", "inverter."],
+        "False",
+    ]
+    assert written_outside_the_kit(sandbox["home"]) == []
+    assert hosts_reached(sandbox["log"]) == set()

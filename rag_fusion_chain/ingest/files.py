@@ -8,10 +8,12 @@ import json
 import os
 import re
 import stat
+import sys
 import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from langchain_core.documents import Document
 
@@ -80,9 +82,29 @@ def _utf8(data: bytes, source: str) -> str:
         raise UnreadableSourceError(source, "not UTF-8", detail) from error
 
 
+_PYMUPDF_ADD_ONS = ("pymupdf.layout", "pymupdf4llm")
+"""What pymupdf 2 imports when installed (and installs with it): ONNX models run by onnxruntime."""
+
+
+def import_pymupdf() -> Any:
+    """pymupdf without its add-ons, which pymupdf 2 imports on import and which start onnxruntime,
+    whose telemetry writes ``~/.cache/Microsoft`` and posts to Microsoft's event collector. The
+    kit reads a PDF's text only. (A ``None`` in ``sys.modules`` makes an import fail, which
+    pymupdf treats as the add-on not being installed.)"""
+    hidden = (
+        [] if "pymupdf" in sys.modules else [m for m in _PYMUPDF_ADD_ONS if m not in sys.modules]
+    )
+    sys.modules.update(dict.fromkeys(hidden))  # type: ignore[arg-type]
+    try:
+        return require_extra("pymupdf", "ingest")
+    finally:
+        for module in hidden:
+            del sys.modules[module]
+
+
 def pdf_documents(data: bytes, source: str) -> list[Document]:
     """One Document per page of the PDF ``data`` that has text, within the PDF bounds."""
-    pymupdf = require_extra("pymupdf", "ingest")
+    pymupdf = import_pymupdf()
     if not data:
         raise UnreadableSourceError(source, "empty PDF")
     deadline = time.monotonic() + PDF_TIME_BUDGET
