@@ -55,8 +55,10 @@ def kernel_specs(tmp_path_factory: pytest.TempPathFactory) -> KernelSpecManager:
 
 
 @pytest.fixture
-def kernel_env(clean_model_env: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
-    """The kernel inherits this process's environment: no model keys, no tracing, no downloads."""
+def kernel_env(clean_model_env: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[pytest.MonkeyPatch]:
+    """The kernel inherits this process's environment: no model keys, no tracing, no downloads,
+    and IPython's profile and history in a temporary folder, not in HOME."""
+    clean_model_env.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
     for name in TRACING_VARIABLES:
         clean_model_env.delenv(name, raising=False)
     for name, value in OFFLINE_VARIABLES.items():
