@@ -33,7 +33,6 @@ from langchain_core.runnables import (
     RunnableLambda,
     RunnableSequence,
 )
-from langchain_core.runnables.config import ContextThreadPoolExecutor
 from langchain_core.runnables.utils import (
     AddableDict,
     ConfigurableFieldSpec,
@@ -44,7 +43,7 @@ from rag_fusion_chain import prompts, strategies
 from rag_fusion_chain.context import format_answered, format_context
 from rag_fusion_chain.fusion import BaseFusion, reciprocal_rank_fusion
 from rag_fusion_chain.queries import configured_n
-from rag_fusion_chain.retrievers.fanout import MultiRetriever, RetrievalResults
+from rag_fusion_chain.retrievers.fanout import MultiRetriever, RetrievalResults, in_background
 from rag_fusion_chain.strategies import State, Strategy
 from rag_fusion_chain.validation import MAX_QUERIES, question_of, validate_count
 
@@ -202,11 +201,10 @@ def _generate_step(
             return offline(question, searching.invoke(question, config), config)
         if not search_question:
             return _queried(record, question, query_step.invoke(question, config), False)
-        executor = ContextThreadPoolExecutor(max_workers=1)
-        first = executor.submit(searching.invoke, question, config)
-        executor.shutdown(wait=False)  # the search goes on; ``retrieve`` collects it
-        generated = query_step.invoke(question, config)
-        return {**_queried(record, question, generated, True), "first": first}
+        first = in_background(searching.invoke, question, config)
+        state = _queried(record, question, query_step.invoke(question, config), True)
+        # not begun yet (an instant model): searched with the queries, in the same batch
+        return state if first.cancel() else {**state, "first": first}
 
     async def agenerate(value: Any, config: RunnableConfig) -> State:
         question, searching = question_of(value), _searching(fan_out, config)

@@ -29,6 +29,7 @@ from rag_fusion_chain.retrievers import (
     RetrievalError,
     RetrievalResults,
 )
+from rag_fusion_chain.retrievers.fanout import in_background
 
 # ---------------------------------------------------------------- helpers
 
@@ -614,11 +615,14 @@ def test_unknown_fields_are_refused_with_the_right_name() -> None:
 def test_a_forked_process_gets_retrieval_threads_of_its_own() -> None:
     """A forked child inherits the parent's idle-thread count but none of its threads."""
     fan_out = MultiRetriever([TagRetriever(tag="a")], timeout=2)
-    fan_out.invoke("parent")  # the parent's shared threads exist now
+    in_background(fan_out.invoke, "parent").result()  # the parent's shared threads exist now
     child = os.fork()
     if child == 0:  # pragma: no cover - runs in the child
         try:
-            answered = contents(fan_out.invoke("child")) == [["a:child:0", "a:child:1"]]
+            early = in_background(fan_out.invoke, "child").result(timeout=2)
+            answered = (
+                contents(early) == contents(fan_out.invoke("child")) == [["a:child:0", "a:child:1"]]
+            )
         except BaseException:
             answered = False
         os._exit(0 if answered else 1)
