@@ -388,6 +388,17 @@ def test_the_run_is_named_retrieve_with_one_child_run_per_retriever_call() -> No
     assert all(child.run_type == "retriever" for child in root.child_runs)
 
 
+def test_a_bound_retrievers_runs_nest_under_the_fan_out_inside_a_sequence() -> None:
+    """A bound retriever merges its config with the context's: the fan-out sets its own."""
+    collector = RunCollector()
+    bound = TagRetriever(tag="a").with_config(run_name="bound")
+    fan_out = MultiRetriever([bound]).with_config(run_name="fan_out")
+    (RunnableLambda(lambda query: query) | fan_out).invoke("x", {"callbacks": [collector]})
+    (root,) = collector.roots
+    (fan_out_run,) = [run for run in walk(root) if run.name == "fan_out"]
+    assert [child.name for child in fan_out_run.child_runs] == ["bound"]
+
+
 # ---------------------------------------------------------------- FusionRetriever
 
 

@@ -293,9 +293,8 @@ class MultiRetriever(RunnableSerializable[QueriesInput, list[list[Document]]]):
             _warn(failures, len(queries))
         return RetrievalResults(ranked_lists, failures, queries)
 
-    def _retrieve(self, value: Any, run_manager: Any, config: RunnableConfig) -> RetrievalResults:
+    def _retrieve(self, value: Any, config: RunnableConfig) -> RetrievalResults:
         queries = _as_queries(value)
-        config = patch_config(config, callbacks=run_manager.get_child())
         calls = self._calls(queries, config, asynchronous=False)
         futures = _started(calls, config.get("max_concurrency") or len(calls))
         return self._collect(queries, [_result(future, self.timeout) for future in futures])
