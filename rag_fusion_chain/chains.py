@@ -196,7 +196,8 @@ def _generate_step(
 ) -> Step:
     """``generate_queries``: the model's query step, the question's search started beside it and
     handed on unfinished as ``first`` (``retrieve`` searches the other queries without waiting
-    for it, so the chain is never a retrieval round slower than ``generator | retriever.map()``);
+    for it, so the chain is never a retrieval round slower than ``generator | retriever.map()``),
+    or, if it had not begun when the queries came (an instant model), searched in their batch;
     offline, the question is searched first and the queries are drawn from its documents."""
     if query_step is not None:
         query_step = query_step.with_config(run_name="queries")
@@ -216,7 +217,6 @@ def _generate_step(
             return _queried(record, question, query_step.invoke(question, config), False)
         first = in_background(searching.invoke, question, config)
         state = _queried(record, question, query_step.invoke(question, config), True)
-        # not begun yet (an instant model): searched with the queries, in the same batch
         return state if first.cancel() else {**state, "first": first}
 
     async def agenerate(value: Any, config: RunnableConfig) -> State:
