@@ -14,8 +14,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-SAMPLE_CORPUS_FILE = "scifact_sample.jsonl"
-SAMPLE_QUERIES_FILE = "scifact_sample_queries.jsonl"
 SAMPLE_QUESTION = "Is birth weight associated with the risk of breast cancer?"
 """The demo question: SciFact test claim 179, with four relevant abstracts."""
 SAMPLE_QUESTIONS = {
@@ -32,12 +30,12 @@ def data_path(name: str) -> Path:
 
 def sample_corpus_path() -> Path:
     """The sample corpus, BEIR JSONL (``_id``, ``title``, ``text``, ``metadata``)."""
-    return data_path(SAMPLE_CORPUS_FILE)
+    return data_path("scifact_sample.jsonl")
 
 
 def sample_queries() -> list[dict[str, Any]]:
     """The SciFact test claims of the sample: ``_id``, ``text`` and ``relevant`` document ids."""
-    with data_path(SAMPLE_QUERIES_FILE).open(encoding="utf-8") as handle:
+    with data_path("scifact_sample_queries.jsonl").open(encoding="utf-8") as handle:
         return [json.loads(line) for line in handle]
 
 
