@@ -1,10 +1,4 @@
-"""Quoting retrieved passages to a model: numbered ``<passage>`` blocks, their text escaped.
-
->>> print(format_context([Document("Heat pumps move heat.", metadata={"source": "a.txt"})]))
-<passage id="1" source="a.txt">
-Heat pumps move heat.
-</passage>
-"""
+"""Quoting retrieved passages to a model: numbered ``<passage>`` blocks, their text escaped."""
 
 from __future__ import annotations
 
@@ -58,10 +52,12 @@ def shown_source(source: object) -> str:
 
 def format_context(documents: Sequence[Document], *, start: int = 1) -> str:
     """Number the documents from ``start`` and quote each as ``<passage id="1" source="...">``
-    (``metadata["source"]``, else ``Document.id``, else no source).
+    (``metadata["source"]``, else ``Document.id``, else no source); :data:`NO_PASSAGES` if none.
 
-    >>> format_context([])
-    '(no passages were found)'
+    >>> print(format_context([Document("Heat pumps move heat.", metadata={"source": "a.txt"})]))
+    <passage id="1" source="a.txt">
+    Heat pumps move heat.
+    </passage>
     """
     passages = []
     for number, document in enumerate(documents, start):

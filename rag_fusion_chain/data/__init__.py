@@ -1,11 +1,5 @@
-"""The sample corpus shipped with the package: 300 SciFact abstracts (see ``NOTICE.md``).
-
-Load the corpus with :func:`rag_fusion_chain.ingest.load` (it reads BEIR JSONL):
-
->>> from rag_fusion_chain import ingest
->>> len(ingest.load([sample_corpus_path()]))
-300
-"""
+"""The sample corpus shipped with the package: 300 SciFact abstracts (see ``NOTICE.md``) in BEIR
+JSONL, which ``ingest.load([sample_corpus_path()])`` reads."""
 
 from __future__ import annotations
 
@@ -16,11 +10,6 @@ from typing import Any
 
 SAMPLE_QUESTION = "Is birth weight associated with the risk of breast cancer?"
 """The demo question: SciFact test claim 179, with four relevant abstracts."""
-SAMPLE_QUESTIONS = {
-    SAMPLE_QUESTION: "179",
-    "Does a deficiency of vitamin B12 raise blood levels of homocysteine?": "36",
-}
-"""The questions the READMEs and examples ask, each with the SciFact claim it asks."""
 
 
 def data_path(name: str) -> Path:
@@ -41,7 +30,6 @@ def sample_queries() -> list[dict[str, Any]]:
 
 __all__ = [
     "SAMPLE_QUESTION",
-    "SAMPLE_QUESTIONS",
     "data_path",
     "sample_corpus_path",
     "sample_queries",
