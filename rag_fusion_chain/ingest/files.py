@@ -82,15 +82,12 @@ def _utf8(data: bytes, source: str) -> str:
         raise UnreadableSourceError(source, "not UTF-8", detail) from error
 
 
-_PYMUPDF_ADD_ONS = ("pymupdf.layout", "pymupdf4llm")
-"""What pymupdf 2 imports when installed (and installs with it): ONNX models run by onnxruntime."""
+_PYMUPDF_ADD_ONS = ("pymupdf.layout", "pymupdf4llm")  # ONNX models pymupdf 2 imports if installed
 
 
 def import_pymupdf() -> Any:
-    """pymupdf without its add-ons, which pymupdf 2 imports on import and which start onnxruntime,
-    whose telemetry writes ``~/.cache/Microsoft`` and posts to Microsoft's event collector. The
-    kit reads a PDF's text only. (A ``None`` in ``sys.modules`` makes an import fail, which
-    pymupdf treats as the add-on not being installed.)"""
+    """pymupdf without its add-ons, whose onnxruntime writes ``~/.cache/Microsoft`` and posts
+    telemetry to Microsoft (a ``None`` in ``sys.modules`` reads to pymupdf as "not installed")."""
     hidden = (
         [] if "pymupdf" in sys.modules else [m for m in _PYMUPDF_ADD_ONS if m not in sys.modules]
     )
