@@ -15,6 +15,13 @@ MAX_QUESTION_CHARS = 20_000
 """Longer questions are refused: they would overflow the prompt of most chat models."""
 MAX_QUERIES = 50
 """Upper bound for ``n``: more queries than this cost much and add little to fusion."""
+TERMINAL_ESCAPE = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor moves
+    r"|\x9b[0-?]*[ -/]*[@-~]"  # CSI, 8-bit form
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC: window titles, hyperlinks
+    r"|\x1b[ -/]*[0-~]"  # other escape sequences
+)
+"""Terminal escape sequences: they hide or restyle text wherever it is shown."""
 
 
 def question_of(value: QuestionInput) -> str:
