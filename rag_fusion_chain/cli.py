@@ -427,10 +427,7 @@ def settings(
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # model loading stays quiet
 
 
-def main() -> None:
-    """The console-script entry point."""
-    app()
-
+main = app  # the console-script entry point
 
 if __name__ == "__main__":
-    main()
+    app()

@@ -610,25 +610,3 @@ def keyword_rewrite(question: str, documents: Sequence[Document]) -> str:
     vocabulary = {term for document in documents for term in tokenize(document.page_content)}
     used = [word for word in words if tokenize(word)[0] in vocabulary] or words
     return " ".join(used + _feedback_phrases(question, documents, TERMS_PER_QUERY)[:REWRITE_TERMS])
-
-
-__all__ = [
-    "OFFLINE_LABEL",
-    "OFFLINE_NOTE",
-    "SINGLE_CLAUSE_NOTE",
-    "best_sentences",
-    "broader_question",
-    "decomposition_answer",
-    "extractive_answer",
-    "feedback_queries",
-    "hyde_answer",
-    "hypothetical_passage",
-    "is_quotable",
-    "is_reference_entry",
-    "keyword_rewrite",
-    "passage_sentences",
-    "rewrite_answer",
-    "split_sentences",
-    "step_back_answer",
-    "sub_questions",
-]

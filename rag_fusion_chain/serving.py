@@ -362,22 +362,3 @@ def create_app(
     for path in sorted(routes, key=lambda path: -len(path.strip("/"))):
         add_routes(app, routes[path], path=f"/{path.strip('/')}")
     return app
-
-
-__all__ = [
-    "CACHE_DIR_ENV",
-    "CHROMA_COLLECTION_ENV",
-    "CHROMA_URL_ENV",
-    "DEFAULT_COLLECTION",
-    "INDEX_ENV",
-    "MAX_K",
-    "MAX_TOP_N",
-    "VECTOR_STORE_ENV",
-    "IndexSource",
-    "Question",
-    "QuestionText",
-    "ServedChain",
-    "build_chain",
-    "create_app",
-    "open_source",
-]

@@ -162,16 +162,3 @@ async def _invalid_input(request: Any, error: Any) -> Any:
 
     errors = error.errors(include_url=False, include_input=False)
     return JSONResponse({"detail": json.loads(json.dumps(errors, default=str))}, 422)
-
-
-__all__ = [
-    "ALLOWED_HOSTS_ENV",
-    "DEFAULT_MAX_BATCH",
-    "DEFAULT_MAX_BODY_BYTES",
-    "LOOPBACK_HOSTS",
-    "MAX_BATCH_ENV",
-    "MAX_BODY_BYTES_ENV",
-    "MAX_JSON_DEPTH",
-    "RequestLimits",
-    "limit_requests",
-]
