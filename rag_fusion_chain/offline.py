@@ -214,13 +214,12 @@ def passage_sentences(text: str) -> list[str]:
     lines = [line.strip() for line in text.strip().splitlines()]
     paragraphs: list[list[str]] = [[]]
     in_code = in_item = False
-    for position, line in enumerate(lines):
+    for line, following in zip(lines, [*lines, ""][1:], strict=True):
         if _LIST_MARKER.match(line) and paragraphs[-1]:  # a list item starts a paragraph
             paragraphs.append([])
         in_item = bool(_LIST_MARKER.match(line)) or (in_item and bool(paragraphs[-1]))
         fence = line.startswith(_CODE_FENCES)
         in_code = in_code != fence
-        following = lines[position + 1] if position + 1 < len(lines) else ""
         after_sentence = not paragraphs[-1] or bool(_SENTENCE_FINAL.search(paragraphs[-1][-1]))
         if len(line) <= MAX_REFERENCE_LENGTH and is_reference_entry(line):
             if in_item:  # the item's first lines belong to the same reference
@@ -286,15 +285,13 @@ def best_sentences(
         range(len(units)),
         key=lambda index: (-scores[index] / (1 + PASSAGE_DISCOUNT * units[index][0]), index),
     )
-    chosen: list[tuple[int, str]] = []
-    quoted: set[str] = set()
+    chosen: dict[int, str] = {}  # passage position: its sentence
     for index in ranked:
         position, sentence, _ = units[index]
-        key = sentence.casefold()
-        if len(chosen) < count and key not in quoted and position not in dict(chosen):
-            quoted.add(key)
-            chosen.append((position, sentence))
-    return chosen
+        quoted = {text.casefold() for text in chosen.values()}
+        if len(chosen) < count and position not in chosen and sentence.casefold() not in quoted:
+            chosen[position] = sentence
+    return list(chosen.items())
 
 
 def _body(document: Document) -> str:
