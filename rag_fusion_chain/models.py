@@ -243,12 +243,8 @@ def backends_agree(built_identity: str, embeddings: Embeddings) -> bool:
     if querying == built_identity:
         return True
     built_model, built_backend = split_backend(built_identity)
-    same_model = built_model == split_backend(querying)[0]
-    if (
-        not same_model
-        or built_backend not in _BACKENDS
-        or not built_model.startswith(_MINILM_IDENTITY)
-    ):
+    minilm = built_backend in _BACKENDS and built_model.startswith(_MINILM_IDENTITY)
+    if not minilm or built_model != split_backend(querying)[0]:
         return False
     try:
         reference = _probe_vectors(built_backend)

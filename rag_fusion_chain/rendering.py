@@ -235,10 +235,9 @@ def sources_table(
     """The fused documents as the answer cites them, score explained; ``verbose`` adds where found."""
     union, count = fusion == "union", len(lists)
     lists_named = f"the {count} ranked lists" if count else "the ranked lists"
-    found_in = (
-        f"found in: how many of {lists_named} (one per query and retriever) returned the passage"
-    )
-    rrf = f"RRF: reciprocal rank fusion, the sum of 1/({RRF_K} + rank) over {lists_named} (one per query and retriever) holding the passage; rows in fused order"
+    lists_named += " (one per query and retriever)"
+    found_in = f"found in: how many of {lists_named} returned the passage"
+    rrf = f"RRF: reciprocal rank fusion, the sum of 1/({RRF_K} + rank) over {lists_named} holding the passage; rows in fused order"
     caption = found_in if union else rrf
     table = Table(
         title="Fused sources", caption=caption, title_justify="left", caption_justify="left"

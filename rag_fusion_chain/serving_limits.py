@@ -158,20 +158,5 @@ def limit_requests(app: Any, **limits: Any) -> Any:
 
 async def _invalid_input(request: Any, error: Any) -> Any:
     """422 with pydantic's messages (no input echoed back, no traceback)."""
-    from fastapi.responses import JSONResponse
-
     errors = error.errors(include_url=False, include_input=False)
     return JSONResponse({"detail": json.loads(json.dumps(errors, default=str))}, 422)
-
-
-__all__ = [
-    "ALLOWED_HOSTS_ENV",
-    "DEFAULT_MAX_BATCH",
-    "DEFAULT_MAX_BODY_BYTES",
-    "LOOPBACK_HOSTS",
-    "MAX_BATCH_ENV",
-    "MAX_BODY_BYTES_ENV",
-    "MAX_JSON_DEPTH",
-    "RequestLimits",
-    "limit_requests",
-]

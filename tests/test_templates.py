@@ -359,7 +359,7 @@ def test_faiss_index_is_built_once_then_loaded_from_the_cache(serving_env: StubO
     stores = stores_directory(index, read_settings(index))
     assert (stores / "faiss" / "manifest.json").is_file() and (stores / "bm25").is_dir()
 
-    serving.clear_cache()
+    serving.open_source.cache_clear()
     again = serving.build_chain("multi-query").invoke({"question": data.SAMPLE_QUESTION})
     assert again == answer
     assert embedded_texts(serving_env) - built < SAMPLE_DOCUMENTS, "the corpus was embedded again"
@@ -376,7 +376,7 @@ def test_chroma_is_chosen_by_the_setting_and_reused(
     assert index.name.startswith("chroma-")
     assert read_settings(index)["store"] == "chroma"
 
-    serving.clear_cache()
+    serving.open_source.cache_clear()
     assert serving.build_chain("hyde").invoke({"question": data.SAMPLE_QUESTION}) == first
     assert embedded_texts(serving_env) - built < SAMPLE_DOCUMENTS, "the corpus was embedded again"
 
