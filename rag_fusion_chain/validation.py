@@ -4,6 +4,7 @@ what is shown, optional dependencies named by their extra); it imports nothing f
 from __future__ import annotations
 
 import importlib
+import os
 import re
 import unicodedata
 from collections.abc import Mapping
@@ -22,6 +23,14 @@ TERMINAL_ESCAPE = re.compile(
     r"|\x1b[ -/]*[0-~]"  # other escape sequences
 )
 """Terminal escape sequences: they hide or restyle text wherever it is shown."""
+
+
+def environment_count(variable: str, default: int, environ: Mapping[str, str] = os.environ) -> int:
+    """The positive integer in the environment variable ``variable``, else ``default``."""
+    text = environ.get(variable, "").strip()
+    if text and not (text.isdigit() and int(text) > 0):
+        raise ValueError(f"{variable} must be a positive integer, got {text!r}")
+    return int(text) if text else default
 
 
 def question_of(value: QuestionInput) -> str:
