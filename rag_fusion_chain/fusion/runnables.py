@@ -88,7 +88,11 @@ class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
         """Fuse, reporting one run to the callbacks (async callers get it in an executor, as
         langchain-core does by default)."""
         return traced_call(
-            self, lambda lists, _: self.with_settings(**kwargs).fuse(lists), input, config
+            self,
+            lambda lists, _: self.with_settings(**kwargs).fuse(lists),
+            input,
+            config,
+            children=False,
         )  # type: ignore[no-any-return]
 
 
@@ -109,10 +113,13 @@ def traced_call(
     body: Callable[[Any, RunnableConfig], Any],
     input: Any,
     config: RunnableConfig | None,
+    *,
+    children: bool = True,
 ) -> Any:
     """``body(input, child_config)`` reported as one run of ``runnable`` to the callbacks, its
     children nested under it: what ``Runnable._call_with_config`` does, without its signature
-    inspection on every call."""
+    inspection on every call. ``children=False`` (a body that starts no runs) skips the child
+    config and its context."""
     config = ensure_config(config)
     run_manager = get_callback_manager_for_config(config).on_chain_start(
         None,
@@ -120,10 +127,13 @@ def traced_call(
         name=config.get("run_name") or runnable.get_name(),
         run_id=config.pop("run_id", None),
     )
-    child = patch_config(config, callbacks=run_manager.get_child())
     try:
-        with set_config_context(child) as context:  # bound runnables merge this config
-            output = context.run(body, input, child)
+        if children:
+            child = patch_config(config, callbacks=run_manager.get_child())
+            with set_config_context(child) as context:  # bound runnables merge this config
+                output = context.run(body, input, child)
+        else:
+            output = body(input, config)
     except BaseException as error:
         run_manager.on_chain_error(error)
         raise
