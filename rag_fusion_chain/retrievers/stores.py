@@ -12,7 +12,7 @@ import math
 import os
 import sys
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeGuard, cast
 
@@ -24,6 +24,7 @@ from pydantic import Field, model_validator
 
 from rag_fusion_chain.models import embed_documents_array, embedding_identity
 from rag_fusion_chain.retrievers.base import BatchedRetriever, scored_copy, with_identity
+from rag_fusion_chain.retrievers.columns import DocumentsById, StoredDocuments, document_columns
 from rag_fusion_chain.retrievers.faiss_files import faiss_store_class, load_faiss, save_faiss
 from rag_fusion_chain.retrievers.faiss_files import warn_on_embedding_change as _warn_if_other
 from rag_fusion_chain.retrievers.signing import SIGNING_KEY_ENV, UntrustedIndexError, file_sha256
@@ -45,10 +46,14 @@ def _chroma_modules() -> tuple[Any, type[Chroma]]:
     return require_extra("chromadb", "chroma"), chroma
 
 
-def _documents_by_id(documents: Sequence[Document]) -> dict[str, Document]:
-    """``{id: document}`` in order (content hash for a missing id); no duplicates, not empty."""
+def _documents_by_id(documents: Sequence[Document]) -> MutableMapping[str, Document]:
+    """``{id: document}`` in order (content hash for a missing id; stored columns as they are);
+    no duplicates, not empty."""
     if not documents:
         raise ValueError("documents: cannot build a vector store from no documents")
+    stored = documents if isinstance(documents, StoredDocuments) else None
+    if stored is not None and all(stored.ids) and len(set(stored.ids)) == len(stored):
+        return DocumentsById(stored)
     by_id = {document.id: document for document in documents if document.id}
     if len(by_id) < len(documents):  # ids missing (content hashes then) or repeated
         by_id = {str(document.id): document for document in map(with_identity, documents)}
@@ -87,9 +92,8 @@ def build_faiss(
     from langchain_community.docstore.in_memory import InMemoryDocstore
 
     by_id = _documents_by_id(documents)
-    if vectors is None:
-        texts = [document.page_content for document in by_id.values()]
-        vectors = embed_documents_array(embeddings, texts)
+    if vectors is None:  # by_id holds the documents in their order
+        vectors = embed_documents_array(embeddings, document_columns(documents)[1])
     matrix, norms = _matrix_and_norms(vectors, len(by_id))
     faiss_index = _new_faiss_index(index, matrix, norms)
     if matrix.dtype == "float32" and matrix.flags.c_contiguous and abs(norms - 1).max() <= 1e-5:
