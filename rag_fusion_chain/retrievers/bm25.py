@@ -320,7 +320,7 @@ def _scored_index(
     used = frequencies > 0  # terms only removed documents had are dropped
     renumbered = np.cumsum(used) - 1
     terms = renumbered[entries[0]]
-    order = np.lexsort((entries[1], terms))  # bm25s's CSC layout: by term, then document
+    order = np.argsort(terms << 32 | entries[1], kind="stable")  # CSC: by term, then document
     terms, owners, counts = terms[order], entries[1][order], entries[2][order]
     frequencies = frequencies[used]
     lengths = np.bincount(owners, weights=counts, minlength=total)

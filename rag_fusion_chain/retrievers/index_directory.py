@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import functools
 import hashlib
 import json
 import os
@@ -267,7 +266,9 @@ def _check_faiss_index(faiss_index: str, dimension: int) -> None:
 
 def _source_name(source: object) -> str:
     """A chunk's ``source`` as stored (a URL without credentials; "" if none)."""
-    return models.redact_credentials(source) if isinstance(source, str) else ""
+    if not isinstance(source, str):
+        return ""
+    return models.redact_credentials(source) if "@" in source else source  # none without an @
 
 
 def _unchanged_files(previous: dict[str, Any]) -> Callable[[str, ingest.FileStamp], bool]:
@@ -317,10 +318,8 @@ def _previous_chunks(
     bm25 = BM25Retriever.load(folder / BM25_DIRECTORY, same_as=same_as)
     unchanged = hashes.items() & previous.get("source_hashes", {}).items()
     kept: dict[str, list[int]] = {source: [] for source, _ in unchanged}
-    name = functools.cache(_source_name)  # a name per source, not per chunk
     for position, metadata in enumerate(document_columns(bm25.documents)[2]):
-        source = metadata.get("source")
-        kept.get(name(source) if isinstance(source, str) else "", []).append(position)
+        kept.get(_source_name(metadata.get("source")), []).append(position)
     return bm25, vectors, kept
 
 
