@@ -96,7 +96,7 @@ def save_faiss(store: FAISS, path: str | Path) -> Path:
         "normalize_L2": bool(store._normalize_L2),
         "documents": int(store.index.ntotal),
     }
-    write_new_file(directory / MANIFEST_FILE, json.dumps(sign(manifest), indent=2).encode())
+    write_new_file(directory / MANIFEST_FILE, [json.dumps(sign(manifest), indent=2).encode()])
     return directory
 
 

@@ -318,8 +318,12 @@ def _previous_chunks(
     bm25 = BM25Retriever.load(folder / BM25_DIRECTORY, same_as=same_as)
     unchanged = hashes.items() & previous.get("source_hashes", {}).items()
     kept: dict[str, list[int]] = {source: [] for source, _ in unchanged}
+    positions: dict[Any, list[int]] = {}  # by each stored source, then by its name
     for position, metadata in enumerate(document_columns(bm25.documents)[2]):
-        kept.get(_source_name(metadata.get("source")), []).append(position)
+        source = metadata.get("source")
+        positions.setdefault(source if isinstance(source, str) else None, []).append(position)
+    for source, found in positions.items():
+        kept.get(_source_name(source), []).extend(found)
     return bm25, vectors, kept
 
 
@@ -416,8 +420,9 @@ def _vectors(
     old = stored.index.reconstruct_batch(wanted)
     matrix = np.empty((len(chunks), old.shape[1]), dtype=np.float32)
     matrix[kept] = old
-    if fresh:
-        matrix[fresh] = embedded
+    if fresh:  # unit rows, as the stored ones are, so that build_faiss adds them as they are
+        norms = np.linalg.norm(embedded, axis=1, keepdims=True)
+        matrix[fresh] = embedded / np.where(norms == 0, 1, norms)
     return matrix
 
 

@@ -18,7 +18,7 @@ import os
 import secrets
 import stat
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -80,8 +80,11 @@ def file_sha256(path: str | Path) -> str:
     return digest.hexdigest()
 
 
-def write_new_file(path: Path, content: bytes | Callable[[Callable[[bytes], int]], object]) -> str:
-    """Write ``content`` (or what it emits) to a new file beside ``path``, rename it; its SHA-256."""
+def write_new_file(
+    path: Path, content: Sequence[bytes] | Callable[[Callable[[bytes], int]], object]
+) -> str:
+    """Write ``content`` (its pieces, or what it emits) to a new file beside ``path``, rename
+    it; its SHA-256."""
     digest = hashlib.sha256()
     temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
     descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
@@ -93,7 +96,11 @@ def write_new_file(path: Path, content: bytes | Callable[[Callable[[bytes], int]
                 handle.write(block)
                 return len(block)
 
-            content(write) if callable(content) else write(content)
+            if callable(content):
+                content(write)
+            else:
+                for piece in content:
+                    write(piece)
         temporary.replace(path)
     finally:
         temporary.unlink(missing_ok=True)
