@@ -8,9 +8,9 @@ without ``Document.id`` get the content hash the vector stores use, so fusion me
 from __future__ import annotations
 
 import functools
-import hashlib
 import itertools
 import json
+import os
 import re
 import threading
 import unicodedata
@@ -30,7 +30,7 @@ from rag_fusion_chain.retrievers.columns import (
     stored_documents,
 )
 from rag_fusion_chain.retrievers.fanout import DEFAULT_K
-from rag_fusion_chain.retrievers.signing import open_regular_file, write_new_file
+from rag_fusion_chain.retrievers.signing import file_sha256, open_regular_file, write_new_file
 from rag_fusion_chain.validation import require_extra
 
 BM25_FORMAT = "rag_fusion_chain.bm25"
@@ -254,7 +254,8 @@ class BM25Retriever(BatchedRetriever):
         settings |= {"stem": self.stem, "remove_stopwords": self.remove_stopwords}
         digest = write_new_file(path / DOCUMENTS_FILE, documents)  # never rewritten in place
         if isinstance(self.documents, StoredDocuments):  # a FAISS store of them links the file
-            self.documents.file = path / DOCUMENTS_FILE, digest
+            written = os.stat(path / DOCUMENTS_FILE)
+            self.documents.file = path / DOCUMENTS_FILE, digest, written.st_ino, written.st_mtime_ns
         (path / SETTINGS_FILE).write_text(json.dumps(settings, indent=2), "utf-8")
         return path
 
@@ -287,20 +288,20 @@ class BM25Retriever(BatchedRetriever):
                 f"{path}: the bm25s index files are corrupt or incomplete "
                 f"({type(error).__name__}: {error}); rebuild the index"
             ) from error
-        data, total = _read_bytes(path / DOCUMENTS_FILE), int(index.scores["num_docs"])
-        known = same_as.file if same_as is not None and len(same_as) == total else None
-        documents: Sequence[Document]
-        if same_as and known and hashlib.sha256(data).hexdigest() == known[1]:
-            documents = same_as
-        else:
-            stored = _parsed(data, path / DOCUMENTS_FILE)
+        total, file = int(index.scores["num_docs"]), path / DOCUMENTS_FILE
+        documents: Sequence[Document] | None = None
+        if same_as is not None and same_as.file and len(same_as) == total:
+            same = os.path.samefile(file, same_as.file[0]) or file_sha256(file) == same_as.file[1]
+            documents = same_as if same else None
+        if documents is None:
+            stored = _parsed(_read_bytes(file), file)
             if isinstance(stored, list) and all(isinstance(entry, dict) for entry in stored):
                 stored = {  # format 1: a list of Document fields
                     "ids": [entry.get("id") for entry in stored],
                     "texts": [entry.get("page_content") for entry in stored],
                     "metadatas": [entry.get("metadata", {}) for entry in stored],
                 }
-            documents = stored_documents(stored, path / DOCUMENTS_FILE, total)
+            documents = stored_documents(stored, file, total)
         fields = {name: settings[name] for name in ("k", "stem", "remove_stopwords")}
         return cls(documents=documents, index=index, counts=counts, **{**fields, **kwargs})
 

@@ -22,11 +22,12 @@ _JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 class StoredDocuments(Sequence[Document]):
     """Documents by position over loaded columns, each made when it is read. ``file``: the
-    columns file they were parsed from or saved as, and the SHA-256 of its bytes then."""
+    columns file they were parsed from or saved as, the SHA-256 of its bytes then, and the inode
+    and mtime it was written with (none if read)."""
 
     def __init__(self, ids: list[str], texts: list[str], metadatas: list[dict[str, Any]]) -> None:
         self.ids, self.texts, self.metadatas = ids, texts, metadatas
-        self.file: tuple[Path, str] | None = None
+        self.file: tuple[Any, ...] | None = None
 
     def __len__(self) -> int:
         return len(self.ids)

@@ -126,17 +126,20 @@ def _docstore_columns(store: FAISS) -> StoredDocuments:
 
 
 def _linked(columns: StoredDocuments, path: Path) -> str | None:
-    """The SHA-256 of ``path`` made a link to the file ``columns`` were saved as, if that file
-    still holds the bytes saved (None, and nothing made, if not, or if links are not possible)."""
+    """The SHA-256 of ``path`` made a link to the file ``columns`` were saved as, if it is still
+    the file written (inode, mtime) or holds the bytes saved (else None, and nothing made).
+    The kit never rewrites a file in place: a changed one fails the manifest's check on load."""
     if columns.file is None:
         return None
+    source, digest, *written = columns.file
     temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
     try:
-        os.link(columns.file[0], temporary)
-        if file_sha256(temporary) != columns.file[1]:
+        os.link(source, temporary)
+        linked = os.stat(temporary)
+        if [linked.st_ino, linked.st_mtime_ns] != written and file_sha256(temporary) != digest:
             return None
         temporary.replace(path)
-        return columns.file[1]
+        return digest
     except OSError:  # another file system, no hard links: the caller writes the file
         return None
     finally:
