@@ -271,7 +271,7 @@ class BM25Retriever(BatchedRetriever):
         path = Path(directory)
         if not path.is_dir():
             raise FileNotFoundError(f"BM25 index directory not found: {path}")
-        settings = _parsed(_read_bytes(path / SETTINGS_FILE), path / SETTINGS_FILE)
+        settings = _read_json(path / SETTINGS_FILE)
         if not isinstance(settings, dict) or settings.get("format") != BM25_FORMAT:
             raise ValueError(f"{path / SETTINGS_FILE} is not a BM25Retriever settings file")
         bm25s = require_extra("bm25s", "bm25")
@@ -294,7 +294,7 @@ class BM25Retriever(BatchedRetriever):
             same = os.path.samefile(file, same_as.file[0]) or file_sha256(file) == same_as.file[1]
             documents = same_as if same else None
         if documents is None:
-            stored = _parsed(_read_bytes(file), file)
+            stored = _read_json(file)
             if isinstance(stored, list) and all(isinstance(entry, dict) for entry in stored):
                 stored = {  # format 1: a list of Document fields
                     "ids": [entry.get("id") for entry in stored],
@@ -348,12 +348,9 @@ def _scored_index(
     return index, counts
 
 
-def _read_bytes(path: Path) -> bytes:
-    with open_regular_file(path) as file:
-        return file.read()
-
-
-def _parsed(data: bytes, path: Path) -> Any:
+def _read_json(path: Path) -> Any:
+    with open_regular_file(path) as file:  # FileNotFoundError naming it if missing
+        data = file.read()
     try:
         return parse_columns(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:

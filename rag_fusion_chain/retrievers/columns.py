@@ -116,16 +116,12 @@ def _metadata_json(metadatas: list[Any]) -> bytes:
 
 
 def parse_columns(data: bytes) -> Any:
-    """:func:`columns_json` output parsed (orjson; ``json`` for NaN and what else orjson refuses)
-    with the cyclic GC paused: the collections a load's many new metadata dicts trigger would
-    otherwise take a fifth of the parse."""
+    """``json.loads`` of :func:`columns_json` output with the cyclic GC paused: the collections
+    that a load's many new metadata dicts trigger would otherwise take a fifth of the parse."""
     paused = gc.isenabled()
     gc.disable()
     try:
-        try:
-            return orjson.loads(data)
-        except orjson.JSONDecodeError:
-            return json.loads(data)
+        return json.loads(data)
     finally:
         if paused:
             gc.enable()

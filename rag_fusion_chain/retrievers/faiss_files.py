@@ -9,6 +9,7 @@ bytes it deserializes and uses nothing before the hashes match. LangChain ``save
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -133,17 +134,14 @@ def _linked(columns: StoredDocuments, path: Path) -> str | None:
         return None
     source, digest, *written = columns.file
     temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
-    try:
+    with contextlib.suppress(OSError):  # no hard links (another file system): it is written
         os.link(source, temporary)
         linked = os.stat(temporary)
-        if [linked.st_ino, linked.st_mtime_ns] != written and file_sha256(temporary) != digest:
-            return None
-        temporary.replace(path)
-        return digest
-    except OSError:  # another file system, no hard links: the caller writes the file
-        return None
-    finally:
-        temporary.unlink(missing_ok=True)
+        if [linked.st_ino, linked.st_mtime_ns] == written or file_sha256(temporary) == digest:
+            temporary.replace(path)
+            return digest
+    temporary.unlink(missing_ok=True)
+    return None
 
 
 def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False) -> FAISS:

@@ -41,10 +41,10 @@ from rag_fusion_chain.retrievers.faiss_files import docstore_columns
 from rag_fusion_chain.retrievers.hybrid import hybrid_retriever
 from rag_fusion_chain.retrievers.signing import sign, verify_signature
 from rag_fusion_chain.retrievers.stores import (
-    FAISS_INDEXES,
     VectorRetriever,
     build_chroma,
     build_faiss,
+    empty_faiss_index,
     load_chroma,
     load_faiss,
 )
@@ -158,7 +158,7 @@ def build_index(
     given |= {"chunk_overlap": chunk_overlap, "embedding_identity": identity}
     chosen = _chosen_settings(out, previous, given)
     if chosen["faiss_index"] not in (None, "flat"):  # fails now, not after the embedding
-        _check_faiss_index(chosen["faiss_index"], len(embeddings.embed_query("dimension")))
+        empty_faiss_index(chosen["faiss_index"], len(embeddings.embed_query("x")), "faiss_index")
     report = on_progress or (lambda stage, advance, total: None)
     started = time.time_ns()
     options = {**(load_options or {}), "unchanged": _unchanged_files(previous)}
@@ -255,15 +255,6 @@ def _chosen_embeddings(
     return embedding, embedding_name
 
 
-def _check_faiss_index(faiss_index: str, dimension: int) -> None:
-    import faiss
-
-    try:
-        faiss.index_factory(dimension, FAISS_INDEXES.get(faiss_index, faiss_index))
-    except RuntimeError as error:
-        raise ValueError(f"faiss_index: FAISS cannot make {faiss_index!r}: {error}") from None
-
-
 def _source_name(source: object) -> str:
     """A chunk's ``source`` as stored (a URL without credentials; "" if none)."""
     if not isinstance(source, str):
@@ -318,12 +309,8 @@ def _previous_chunks(
     bm25 = BM25Retriever.load(folder / BM25_DIRECTORY, same_as=same_as)
     unchanged = hashes.items() & previous.get("source_hashes", {}).items()
     kept: dict[str, list[int]] = {source: [] for source, _ in unchanged}
-    positions: dict[Any, list[int]] = {}  # by each stored source, then by its name
     for position, metadata in enumerate(document_columns(bm25.documents)[2]):
-        source = metadata.get("source")
-        positions.setdefault(source if isinstance(source, str) else None, []).append(position)
-    for source, found in positions.items():
-        kept.get(_source_name(source), []).extend(found)
+        kept.get(_source_name(metadata.get("source")), []).append(position)
     return bm25, vectors, kept
 
 

@@ -133,19 +133,25 @@ def _matrix_and_norms(vectors: Any, count: int) -> tuple[Any, Any]:
     return matrix, norms
 
 
-def _new_faiss_index(index: str, vectors: Any, norms: Any) -> Any:
-    """An empty FAISS index of type ``index`` for ``vectors``' dimension, trained if it must be."""
+def empty_faiss_index(index: str, dimension: int, name: str = "index") -> Any:
+    """An empty FAISS index of type ``index``; ValueError (naming the argument) if FAISS cannot
+    make it."""
     import faiss
-    import numpy as np
 
-    description = FAISS_INDEXES.get(index, index)
     try:
-        faiss_index = faiss.index_factory(int(vectors.shape[1]), description, faiss.METRIC_L2)
+        return faiss.index_factory(dimension, FAISS_INDEXES.get(index, index), faiss.METRIC_L2)
     except RuntimeError as error:
         raise ValueError(
-            f"index: {index!r} is not one of {sorted(FAISS_INDEXES)} nor a FAISS index_factory "
+            f"{name}: {index!r} is not one of {sorted(FAISS_INDEXES)} nor a FAISS index_factory "
             f"string ({error})"
         ) from error
+
+
+def _new_faiss_index(index: str, vectors: Any, norms: Any) -> Any:
+    """An empty FAISS index of type ``index`` for ``vectors``' dimension, trained if it must be."""
+    import numpy as np
+
+    faiss_index = empty_faiss_index(index, int(vectors.shape[1]))
     if hasattr(faiss_index, "hnsw"):
         faiss_index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
         faiss_index.hnsw.efSearch = HNSW_EF_SEARCH
@@ -431,6 +437,7 @@ __all__ = [
     "build_chroma",
     "build_faiss",
     "default_faiss_threads",
+    "empty_faiss_index",
     "file_sha256",
     "load_chroma",
     "load_faiss",
