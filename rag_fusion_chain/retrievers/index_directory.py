@@ -4,7 +4,8 @@
 what built the index and names the version folder ``.versions/<id>/`` holding ``faiss/`` or
 ``chroma/`` and ``bm25/``. A build writes a new version, then switches ``index.json`` with one
 ``os.replace``: killed at any step, the old or the new index loads. Indexes in the earlier flat
-layout (stores beside ``index.json``) still open. BM25 and Chroma files are unsigned data.
+layout (stores beside ``index.json``) still open. BM25 and Chroma files are unsigned data;
+FAISS's signed ``docstore.json`` is a hard link to BM25's ``documents.json`` (texts stored once).
 Progress goes to ``on_progress(stage, advance, total)`` (``load``, ``bm25``, ``embed``, each
 announced with ``advance=0``); nothing here prints.
 
