@@ -19,6 +19,7 @@ means); the run is named after the strategy, tagged with it, with the settings i
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any, cast
@@ -33,18 +34,19 @@ from langchain_core.runnables import (
     RunnableLambda,
     RunnableSequence,
 )
-from langchain_core.runnables.config import ContextThreadPoolExecutor
 from langchain_core.runnables.utils import (
     AddableDict,
     ConfigurableFieldSpec,
+    accepts_config,
     get_unique_config_specs,
 )
 
 from rag_fusion_chain import prompts, strategies
 from rag_fusion_chain.context import format_answered, format_context
 from rag_fusion_chain.fusion import BaseFusion, reciprocal_rank_fusion
+from rag_fusion_chain.fusion.runnables import traced_call
 from rag_fusion_chain.queries import configured_n
-from rag_fusion_chain.retrievers.fanout import MultiRetriever, RetrievalResults
+from rag_fusion_chain.retrievers.fanout import MultiRetriever, RetrievalResults, in_background
 from rag_fusion_chain.strategies import State, Strategy
 from rag_fusion_chain.validation import MAX_QUERIES, question_of, validate_count
 
@@ -72,7 +74,8 @@ def _passage_identity(document: Document) -> str:
 class Step(RunnableLambda):  # type: ignore[type-arg]
     """A named step of a ready chain: one node in ``get_graph()``, one run in a trace, declaring
     the per-call settings it reads (``RunnablePassthrough.assign`` would show its inner
-    parallel map and add two runs per step)."""
+    parallel map and add two runs per step). ``func`` takes the state, and the config if it
+    declares a second parameter."""
 
     def __init__(
         self,
@@ -83,6 +86,15 @@ class Step(RunnableLambda):  # type: ignore[type-arg]
     ) -> None:
         super().__init__(func, afunc=afunc, name=name)
         self.settings = list(settings)
+        self._body = func if accepts_config(func) else lambda state, _config: func(state)
+        self._streams = inspect.isgeneratorfunction(func)
+
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        """One traced run of ``func``, its signature read once at build: ``RunnableLambda``
+        reads it on every call (about 0.25 ms a step here; benchmarks/results/latency.md)."""
+        if self._streams:  # the answer: its chunks added up, as RunnableLambda does
+            return super().invoke(input, config, **kwargs)
+        return traced_call(self, self._body, input, config)
 
     @property
     def config_specs(self) -> list[ConfigurableFieldSpec]:
@@ -184,7 +196,8 @@ def _generate_step(
 ) -> Step:
     """``generate_queries``: the model's query step, the question's search started beside it and
     handed on unfinished as ``first`` (``retrieve`` searches the other queries without waiting
-    for it, so the chain is never a retrieval round slower than ``generator | retriever.map()``);
+    for it, so the chain is never a retrieval round slower than ``generator | retriever.map()``),
+    or, if it had not begun when the queries came (an instant model), searched in their batch;
     offline, the question is searched first and the queries are drawn from its documents."""
     if query_step is not None:
         query_step = query_step.with_config(run_name="queries")
@@ -202,11 +215,9 @@ def _generate_step(
             return offline(question, searching.invoke(question, config), config)
         if not search_question:
             return _queried(record, question, query_step.invoke(question, config), False)
-        executor = ContextThreadPoolExecutor(max_workers=1)
-        first = executor.submit(searching.invoke, question, config)
-        executor.shutdown(wait=False)  # the search goes on; ``retrieve`` collects it
-        generated = query_step.invoke(question, config)
-        return {**_queried(record, question, generated, True), "first": first}
+        first = in_background(searching.invoke, question, config)
+        state = _queried(record, question, query_step.invoke(question, config), True)
+        return state if first.cancel() else {**state, "first": first}
 
     async def agenerate(value: Any, config: RunnableConfig) -> State:
         question, searching = question_of(value), _searching(fan_out, config)

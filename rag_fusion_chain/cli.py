@@ -105,6 +105,15 @@ _HELP = {
     "limit": "Evaluate the first N queries only.",
     "json_out": "Write the scores as JSON.",
     "cache": "Embedding cache. Default: ~/.cache/rag-fusion-chain.",
+    "store": "Vector store: faiss (default) or chroma.",
+    "sources": "Files, folders, BEIR .jsonl corpora or http(s) URLs.",
+    "chunk_size": f"Tokens per chunk (default {ingest.DEFAULT_CHUNK_SIZE}).",
+    "chunk_overlap": f"Tokens shared by neighbouring chunks (default {ingest.DEFAULT_CHUNK_OVERLAP}).",
+    "update": "Update an existing index: embed only new and changed sources, drop deleted ones. Store, embeddings, chunking and FAISS index not given are those the index records; giving others is an error (--force rebuilds with them).",
+    "faiss_index": "FAISS index type: flat (exact, default), hnsw, ivfpq, or an index_factory string.",
+    "strict": "Fail on the first file or URL that cannot be used, instead of skipping it.",
+    "follow_symlinks": "Follow links that point out of a folder (by default they are skipped).",
+    "deny_private": f"Refuse URLs on private or local addresses, or allow them. Default: allowed, unless {ingest.DENY_PRIVATE_ENV}=1.",
     "langsmith": "Run each setup as a LangSmith experiment (needs LANGSMITH_API_KEY; LANGSMITH_ENDPOINT optional); evaluates locally when LangSmith is not configured.",
 }
 """The option help texts too long to sit beside their option."""
@@ -131,67 +140,27 @@ TrustOption = Annotated[bool, typer.Option("--trust-index", help=_HELP["trust"])
 
 @app.command()
 def index(
-    sources: Annotated[
-        list[str], typer.Argument(help="Files, folders, BEIR .jsonl corpora or http(s) URLs.")
-    ],
+    sources: Annotated[list[str], typer.Argument(help=_HELP["sources"])],
     out: Annotated[Path, typer.Option("--out", "-o", help="Index directory to write.")],
-    store: Annotated[
-        str | None, typer.Option(help="Vector store: faiss (default) or chroma.")
-    ] = None,
+    store: Annotated[str | None, typer.Option(help=_HELP["store"])] = None,
     embedding: NewEmbeddingOption = None,
-    chunk_size: Annotated[
-        int | None, typer.Option(help=f"Tokens per chunk (default {ingest.DEFAULT_CHUNK_SIZE}).")
-    ] = None,
-    chunk_overlap: Annotated[
-        int | None,
-        typer.Option(
-            help=f"Tokens shared by neighbouring chunks (default {ingest.DEFAULT_CHUNK_OVERLAP})."
-        ),
-    ] = None,
+    chunk_size: Annotated[int | None, typer.Option(help=_HELP["chunk_size"])] = None,
+    chunk_overlap: Annotated[int | None, typer.Option(help=_HELP["chunk_overlap"])] = None,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing index.")] = False,
-    update: Annotated[
-        bool,
-        typer.Option(
-            "--update",
-            help="Update an existing index: embed only new and changed sources, drop deleted ones. "
-            "Store, embeddings, chunking and FAISS index not given are those the index "
-            "records; giving others is an error (--force rebuilds with them).",
-        ),
-    ] = False,
-    faiss_index: Annotated[
-        str | None,
-        typer.Option(
-            "--faiss-index",
-            help="FAISS index type: flat (exact, default), hnsw, ivfpq, or an index_factory string.",
-        ),
-    ] = None,
-    strict: Annotated[
-        bool,
-        typer.Option(
-            "--strict/--no-strict",
-            help="Fail on the first file or URL that cannot be used, instead of skipping it.",
-        ),
-    ] = False,
+    update: Annotated[bool, typer.Option("--update", help=_HELP["update"])] = False,
+    faiss_index: Annotated[str | None, typer.Option(help=_HELP["faiss_index"])] = None,
+    strict: Annotated[bool, typer.Option("--strict/--no-strict", help=_HELP["strict"])] = False,
     follow_symlinks: Annotated[
-        bool,
-        typer.Option(
-            "--follow-symlinks/--no-follow-symlinks",
-            help="Follow links that point out of a folder (by default they are skipped).",
-        ),
+        bool, typer.Option("--follow-symlinks/--no-follow-symlinks", help=_HELP["follow_symlinks"])
     ] = False,
     max_file_size: Annotated[
         float,
-        typer.Option(
-            "--max-file-size", min=0.001, help="Skip files larger than this, in megabytes."
-        ),
+        typer.Option(min=0.001, help="Skip files larger than this, in megabytes."),
     ] = ingest.DEFAULT_MAX_FILE_SIZE / 1_000_000,
     deny_private: Annotated[
         bool | None,
         typer.Option(
-            "--deny-private/--allow-private",
-            help="Refuse URLs on private or local addresses, or allow them. Default: allowed, "
-            f"unless {ingest.DENY_PRIVATE_ENV}=1.",
-            show_default=False,
+            "--deny-private/--allow-private", help=_HELP["deny_private"], show_default=False
         ),
     ] = None,
 ) -> None:
@@ -285,18 +254,9 @@ app.command("ask", help="Answer QUESTION: the queries, the fused sources, then t
 app.command("retrieve", help="Retrieve for QUESTION: the queries and the fused sources.")(search)
 
 
-def _index_sample(directory: Path) -> None:
-    """Index the sample into ``directory``, from the shipped vectors when they fit MiniLM."""
-    output.print(f"Indexing the SciFact sample into {directory}", markup=False)
-    shipped = serving.with_shipped_vectors(models.embeddings(models.DEFAULT_EMBEDDING))
-    named = {"embedding_name": models.DEFAULT_EMBEDDING} if shipped else {}  # `ask` reopens it
-    options = {"chunk_size": DEMO_CHUNK_SIZE, "chunk_overlap": 0, "force": True, **named}
-    embedding = shipped or models.DEFAULT_EMBEDDING
-    _build_index([str(sample_corpus_path())], directory, embedding=embedding, **options)
-
-
 def _demo_index(directory: Path | None, rebuild: bool) -> Any:
-    """The sample in memory from its shipped vectors, or kept in ``directory`` (built once)."""
+    """The sample in memory from its shipped vectors, or kept in ``directory`` (built once, from
+    the shipped vectors when they fit MiniLM)."""
     if directory is None:
         return serving.open_source(serving.IndexSource(), models.DEFAULT_EMBEDDING)
     if not rebuild and (directory / INDEX_FILE).is_file():
@@ -304,7 +264,12 @@ def _demo_index(directory: Path | None, rebuild: bool) -> Any:
             return open_index(directory, models.DEFAULT_EMBEDDING)
         except UntrustedIndexError:  # made by an older kit, another user, or changed: not loaded
             print_line("note", "cyan", f"the demo index in {directory} cannot be verified")
-    _index_sample(directory)
+    output.print(f"Indexing the SciFact sample into {directory}", markup=False)
+    shipped = serving.with_shipped_vectors(models.embeddings(models.DEFAULT_EMBEDDING))
+    named = {"embedding_name": models.DEFAULT_EMBEDDING} if shipped else {}  # `ask` reopens it
+    options = {"chunk_size": DEMO_CHUNK_SIZE, "chunk_overlap": 0, "force": True, **named}
+    embedding = shipped or models.DEFAULT_EMBEDDING
+    _build_index([str(sample_corpus_path())], directory, embedding=embedding, **options)
     return open_index(directory, models.DEFAULT_EMBEDDING)
 
 
@@ -356,10 +321,9 @@ def serve(
         opened = serving.open_source(source, embedding, trust=trust_index)
         _note_offline(llm)
         retrievers = opened.retrievers(hybrid, k)
-        options: dict[str, Any] = {"top_n": top_n}
         routes = {}
         for path, sources in ((strategy, False), (f"{strategy}/sources", True)):
-            chain = chains.chain_for(strategy, retrievers, llm, return_sources=sources, **options)
+            chain = chains.chain_for(strategy, retrievers, llm, return_sources=sources, top_n=top_n)
             routes[path] = serving.build_chain(strategy, return_sources=sources, chain=chain)
         server = serving.create_app(routes, allowed_hosts=allow_host or ())
         where = f"{source.describe()} on http://127.0.0.1:{port}/{strategy}"
@@ -428,15 +392,14 @@ def eval_dataset(
                 tests: dict[str, Any] = {"stat_test": stat_test, "max_p": max_p}
                 summary = evaluate.run_experiment(dataset_dir, names, **common, **tests).summary
         headers, rows = evaluate.comparison_table(summary)
-        test = f"p: paired {stat_test} test against {names[0]}; * p < {max_p}"
-        title = summary.title + (", LangSmith experiments" if experiments else "")
+        caption: str | None = f"p: paired {stat_test} test against {names[0]}; * p < {max_p}"
+        title = summary.title
         if experiments:
+            title, caption = f"{title}, LangSmith experiments", None
             headers.append("experiment")
             for row, each in zip(rows, experiments, strict=True):
                 row.append(each.experiment_name)
-        output.print(
-            scores_table(headers, rows, title=title, caption=None if experiments else test)
-        )
+        output.print(scores_table(headers, rows, title=title, caption=caption))
         for each in experiments:
             where = each.url or f"dataset {each.dataset_name}"
             output.print(
@@ -464,10 +427,7 @@ def settings(
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # model loading stays quiet
 
 
-def main() -> None:
-    """The console-script entry point."""
-    app()
-
+main = app  # the console-script entry point
 
 if __name__ == "__main__":
-    main()
+    app()

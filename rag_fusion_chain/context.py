@@ -1,10 +1,4 @@
-"""Quoting retrieved passages to a model: numbered ``<passage>`` blocks, their text escaped.
-
->>> print(format_context([Document("Heat pumps move heat.", metadata={"source": "a.txt"})]))
-<passage id="1" source="a.txt">
-Heat pumps move heat.
-</passage>
-"""
+"""Quoting retrieved passages to a model: numbered ``<passage>`` blocks, their text escaped."""
 
 from __future__ import annotations
 
@@ -24,14 +18,11 @@ _CHAT_MARKERS = re.compile(r"\[\s*/?\s*(INST|SYS)\s*\]|<<\s*/?\s*SYS\s*>>", re.I
 """Llama-style ``[INST]`` / ``[/INST]`` / ``<<SYS>>`` markers (``<|...|>`` tokens lose their ``<``)."""
 
 
-def _visible(character: str) -> bool:
-    """False for control and format characters (NUL, zero-width, soft hyphen, bidi), not whitespace."""
-    return character in "\n\t" or unicodedata.category(character) not in ("Cc", "Cf")
-
-
 def _plain(text: str) -> str:
-    """``text`` NFKC-normalised, without control and format characters."""
-    return "".join(filter(_visible, unicodedata.normalize("NFKC", text)))
+    """``text`` NFKC-normalised, without control and format characters (NUL, zero-width, soft
+    hyphen, bidi) other than newline and tab."""
+    normal = unicodedata.normalize("NFKC", text)
+    return "".join(c for c in normal if c in "\n\t" or unicodedata.category(c) not in ("Cc", "Cf"))
 
 
 def escape_for_prompt(text: str) -> str:
@@ -59,28 +50,24 @@ def shown_source(source: object) -> str:
     return path.name if path.is_absolute() or text.startswith("~") else text
 
 
-def _format_passage(number: int, document: Document) -> str:
-    source = document.metadata.get("source") or document.id
-    attributes = f'id="{number}"'
-    if source:
-        attributes += f' source="{html.escape(_plain(shown_source(source)))}"'
-    return f"<passage {attributes}>\n{escape_for_prompt(document.page_content)}\n</passage>"
-
-
 def format_context(documents: Sequence[Document], *, start: int = 1) -> str:
-    """Number the documents from ``start`` and quote each as
-    ``<passage id="1" source="...">...</passage>``.
+    """Number the documents from ``start`` and quote each as ``<passage id="1" source="...">``
+    (``metadata["source"]``, else ``Document.id``, else no source); :data:`NO_PASSAGES` if none.
 
-    The source is ``metadata["source"]``, else ``Document.id`` (left out when neither is set).
-
-    >>> format_context([])
-    '(no passages were found)'
+    >>> print(format_context([Document("Heat pumps move heat.", metadata={"source": "a.txt"})]))
+    <passage id="1" source="a.txt">
+    Heat pumps move heat.
+    </passage>
     """
-    if not documents:
-        return NO_PASSAGES
-    return "\n\n".join(
-        _format_passage(number, document) for number, document in enumerate(documents, start)
-    )
+    passages = []
+    for number, document in enumerate(documents, start):
+        source = document.metadata.get("source") or document.id
+        attributes = f'id="{number}"'
+        if source:
+            attributes += f' source="{html.escape(_plain(shown_source(source)))}"'
+        text = escape_for_prompt(document.page_content)
+        passages.append(f"<passage {attributes}>\n{text}\n</passage>")
+    return "\n\n".join(passages) or NO_PASSAGES
 
 
 def format_answered(answered: Sequence[Mapping[str, Any]]) -> str:

@@ -205,11 +205,9 @@ class OpenVINOEmbeddings(Embeddings):
         return pooled
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        """Embed texts (vectors in input order)."""
         return self.embed_documents_array(texts).tolist() if texts else []
 
     def embed_query(self, text: str) -> list[float]:
-        """Embed one query."""
         return self.embed_documents([text])[0]
 
 

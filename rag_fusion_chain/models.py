@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from rag_fusion_chain import encoders
-from rag_fusion_chain.validation import redact_credentials, require_extra
+from rag_fusion_chain.validation import environment_count, redact_credentials, require_extra
 
 if TYPE_CHECKING:
     import numpy as np
@@ -243,12 +243,8 @@ def backends_agree(built_identity: str, embeddings: Embeddings) -> bool:
     if querying == built_identity:
         return True
     built_model, built_backend = split_backend(built_identity)
-    same_model = built_model == split_backend(querying)[0]
-    if (
-        not same_model
-        or built_backend not in _BACKENDS
-        or not built_model.startswith(_MINILM_IDENTITY)
-    ):
+    minilm = built_backend in _BACKENDS and built_model.startswith(_MINILM_IDENTITY)
+    if not minilm or built_model != split_backend(querying)[0]:
         return False
     try:
         reference = _probe_vectors(built_backend)
@@ -280,12 +276,7 @@ def embed_documents_array(embeddings: Embeddings, texts: Sequence[str]) -> np.nd
 def encoder_threads(environ: Mapping[str, str] = os.environ) -> int:
     """Threads of one local encoder call: ``RAG_FUSION_EMBEDDING_THREADS``, else the cores this
     process may run on (its affinity mask)."""
-    configured = environ.get(EMBEDDING_THREADS_ENV, "").strip()
-    if not configured:
-        return len(os.sched_getaffinity(0))
-    if not configured.isdigit() or int(configured) < 1:
-        raise ValueError(f"{EMBEDDING_THREADS_ENV} must be a positive integer, got {configured!r}")
-    return int(configured)
+    return environment_count(EMBEDDING_THREADS_ENV, len(os.sched_getaffinity(0)), environ)
 
 
 def split_backend(identity: str) -> tuple[str, str]:

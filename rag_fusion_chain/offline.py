@@ -1,14 +1,6 @@
 """The strategies without a chat model: query steps, pure functions of the question and the
-documents any retriever returned for it (with nothing to work from: the question, warned), and
-extractive answers quoting the passages' prose sentences best matching the question, cited ``[n]``.
-
->>> feedback_queries("heat pumps", [Document("Heat pumps use a refrigerant. The refrigerant "
-...     "loop is sealed.")], 1)
-['heat pumps refrigerant, use, loop']
->>> print(extractive_answer("heat pumps", [Document("Heat pumps move heat.")]))
-[offline extractive answer] No chat model is configured: ...
-- Heat pumps move heat. [1]
-"""
+documents any retriever returned for it, and extractive answers quoting the passages' prose
+sentences best matching the question, cited ``[n]``."""
 
 from __future__ import annotations
 
@@ -59,10 +51,11 @@ _GLUED_END = re.compile(r"[A-Za-z0-9_]\.\Z")
 _CANNOT_START = re.compile(r"[a-z_)\]},;:]")
 _SENTENCE_PUNCTUATION = (".", "!", "?", ":", ";", ",", "。", "！", "？", "；", "…", '"')
 _SENTENCE_FINAL = re.compile(r"[.!?。！？；…][\"”’)\]]*(?:\s*\[\d+(?:[,–-]\s*\d+)*\])?$")
-_HEADING_LINE = re.compile(r"#{1,6}\s|={3,}\s*$|-{3,}\s*$|.*¶$")
-_MARKUP_LINE = re.compile(r"(?:```|~~~|<[^>]*>\s*$|!\[|\[\^?\w*\]:|[-=*_~]{3,}\s*$)")
+_NOT_PROSE_LINE = re.compile(
+    r"#{1,6}\s|.*¶$|```|~~~|<[^>]*>\s*$|!\[|\[\^?\w*\]:|[-=*_~]{3,}\s*$|[\w.]+\("
+)
+"""Headings, rules, code fences, tags, images, footnote definitions, calls: never prose."""
 _CODE_FENCES = ("```", "~~~")
-_CALL_LINE = re.compile(r"[\w.]+\(")
 _LIST_MARKER = re.compile(r"^(?:[-*+•]|\d{1,3}[.)])\s+")
 CODE_TOKEN = re.compile(r"[_=\\{}<>|`]|\(\)|\w\(|::|->|^>>>|\[\d+(?:;\d+)*m|^\W+$")
 """A token of code, not prose: identifiers, operators, calls, terminal colour codes."""
@@ -188,7 +181,7 @@ def _is_skipped(line: str) -> bool:
     code = sum(bool(CODE_TOKEN.search(token)) for token in tokens)
     return (
         line.count("|") >= 2
-        or bool(_MARKUP_LINE.match(line) or _CALL_LINE.match(line) or _HEADING_LINE.match(line))
+        or bool(_NOT_PROSE_LINE.match(line))
         or 2 * code >= len(tokens) > 0
         or not any(character.isalpha() for character in line)
     )
@@ -221,13 +214,12 @@ def passage_sentences(text: str) -> list[str]:
     lines = [line.strip() for line in text.strip().splitlines()]
     paragraphs: list[list[str]] = [[]]
     in_code = in_item = False
-    for position, line in enumerate(lines):
+    for line, following in zip(lines, [*lines, ""][1:], strict=True):
         if _LIST_MARKER.match(line) and paragraphs[-1]:  # a list item starts a paragraph
             paragraphs.append([])
         in_item = bool(_LIST_MARKER.match(line)) or (in_item and bool(paragraphs[-1]))
         fence = line.startswith(_CODE_FENCES)
         in_code = in_code != fence
-        following = lines[position + 1] if position + 1 < len(lines) else ""
         after_sentence = not paragraphs[-1] or bool(_SENTENCE_FINAL.search(paragraphs[-1][-1]))
         if len(line) <= MAX_REFERENCE_LENGTH and is_reference_entry(line):
             if in_item:  # the item's first lines belong to the same reference
@@ -293,15 +285,13 @@ def best_sentences(
         range(len(units)),
         key=lambda index: (-scores[index] / (1 + PASSAGE_DISCOUNT * units[index][0]), index),
     )
-    chosen: list[tuple[int, str]] = []
-    quoted: set[str] = set()
+    chosen: dict[int, str] = {}  # passage position: its sentence
     for index in ranked:
         position, sentence, _ = units[index]
-        key = sentence.casefold()
-        if len(chosen) < count and key not in quoted and position not in dict(chosen):
-            quoted.add(key)
-            chosen.append((position, sentence))
-    return chosen
+        quoted = {text.casefold() for text in chosen.values()}
+        if len(chosen) < count and position not in chosen and sentence.casefold() not in quoted:
+            chosen[position] = sentence
+    return list(chosen.items())
 
 
 def _body(document: Document) -> str:
@@ -337,19 +327,14 @@ def _answer(
     related: Collection[str] = (),
 ) -> list[str]:
     """The label, the ``shown`` lines (what was searched), then the quotes or why there are none."""
-    if not documents:
-        return [
-            f"{OFFLINE_LABEL} No passages were retrieved, so there is nothing to quote.",
-            *shown,
-        ]
     quotes = _quotes(question, documents, _numbers(documents), related)
-    if not quotes:
-        head = (
-            f"{OFFLINE_LABEL} None of the {len(documents)} retrieved passages has a whole "
-            "sentence that shares a term with the question."
-        )
-        return [head, *shown]
-    return [f"{OFFLINE_LABEL} {OFFLINE_NOTE}", *shown, *quotes]
+    if quotes:
+        head = OFFLINE_NOTE
+    elif documents:
+        head = f"None of the {len(documents)} retrieved passages has a whole sentence that shares a term with the question."
+    else:
+        head = "No passages were retrieved, so there is nothing to quote."
+    return [f"{OFFLINE_LABEL} {head}", *shown, *quotes]
 
 
 def extractive_answer(
@@ -430,16 +415,11 @@ def _document_frequency(documents: Sequence[Document]) -> Counter[str]:
     return Counter(term for document in documents for term in set(tokenize(document.page_content)))
 
 
-def inverse_document_frequency(document_frequency: int, document_count: int) -> float:
-    """BM25's (Lucene's) idf, always positive, as bm25s computes it."""
-    return math.log(1 + (document_count - document_frequency + 0.5) / (document_frequency + 0.5))
-
-
 def _expansion_weights(
     question: str, texts: Sequence[str], frequency: Counter[str], count: int
 ) -> dict[str, float]:
     """Terms of the feedback ``texts`` the question lacks, weighed by RM1 (Σ_d tf/|d|/(1 + rank))
-    times 1 + idf over the ``count`` documents, so a term all of them share counts less."""
+    times 1 + BM25's idf over the ``count`` documents (a term all of them share counts less)."""
     question_terms = set(tokenize(question))
     weights: dict[str, float] = {}
     for rank, text in enumerate(texts):
@@ -453,7 +433,7 @@ def _expansion_weights(
         for term, times in Counter(terms).items():
             weights[term] = weights.get(term, 0.0) + times / len(terms) / (1 + rank)
     return {
-        term: weight * (1 + inverse_document_frequency(frequency[term], count))
+        term: weight * (1 + math.log(1 + (count - frequency[term] + 0.5) / (frequency[term] + 0.5)))
         for term, weight in weights.items()
     }
 
@@ -627,25 +607,3 @@ def keyword_rewrite(question: str, documents: Sequence[Document]) -> str:
     vocabulary = {term for document in documents for term in tokenize(document.page_content)}
     used = [word for word in words if tokenize(word)[0] in vocabulary] or words
     return " ".join(used + _feedback_phrases(question, documents, TERMS_PER_QUERY)[:REWRITE_TERMS])
-
-
-__all__ = [
-    "OFFLINE_LABEL",
-    "OFFLINE_NOTE",
-    "SINGLE_CLAUSE_NOTE",
-    "best_sentences",
-    "broader_question",
-    "decomposition_answer",
-    "extractive_answer",
-    "feedback_queries",
-    "hyde_answer",
-    "hypothetical_passage",
-    "is_quotable",
-    "is_reference_entry",
-    "keyword_rewrite",
-    "passage_sentences",
-    "rewrite_answer",
-    "split_sentences",
-    "step_back_answer",
-    "sub_questions",
-]

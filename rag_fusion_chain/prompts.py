@@ -1,8 +1,6 @@
-"""The kit's prompts, as ChatPromptTemplates in our own words. No logic lives here.
-
-Query prompts take ``{question}`` (and ``{n}`` where a count matters); answer prompts take
-``{context}`` (passages delimited by :func:`context.format_context`) and ``{question}``.
-"""
+"""The kit's prompts, as ChatPromptTemplates in our own words (no logic): query prompts take
+``{question}`` (and ``{n}`` where a count matters), answer prompts ``{context}`` (passages
+delimited by :func:`context.format_context`) and ``{question}``."""
 
 from __future__ import annotations
 

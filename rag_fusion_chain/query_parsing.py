@@ -14,7 +14,7 @@ import warnings
 
 from langchain_core.output_parsers import BaseOutputParser
 
-from rag_fusion_chain.validation import MAX_QUESTION_CHARS
+from rag_fusion_chain.validation import MAX_QUESTION_CHARS, TERMINAL_ESCAPE
 
 MAX_OUTPUT_CHARS = 100_000
 """Default bound on the model output a :class:`QueryListParser` reads (about 25k tokens)."""
@@ -51,14 +51,6 @@ _WRAPPERS = [
 _WRAPPER_STARTS = frozenset(opening[0] for opening, _ in _WRAPPERS)
 _PREAMBLE_END = (":", "：")
 _INLINE_EMPHASIS = re.compile(r"(\*\*|__)(.+?)\1")
-_TERMINAL_ESCAPE = re.compile(
-    r"""\x1b\[[0-?]*[ -/]*[@-~]               # CSI: colours, cursor moves (ESC [ ... m)
-      | \x9b[0-?]*[ -/]*[@-~]                 # CSI, 8-bit form
-      | \x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?   # OSC: window titles, hyperlinks
-      | \x1b[ -/]*[0-~]                        # other escape sequences
-    """,
-    re.VERBOSE,
-)
 
 
 def searchable_text(text: str, *, single_line: bool = True) -> str:
@@ -75,7 +67,7 @@ def searchable_text(text: str, *, single_line: bool = True) -> str:
     if text.isprintable():
         return text
     kept = []
-    for character in _TERMINAL_ESCAPE.sub("", text):
+    for character in TERMINAL_ESCAPE.sub("", text):
         if character == "\n" and not single_line:
             kept.append(character)
         elif character.isspace():

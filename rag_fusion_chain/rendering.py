@@ -26,6 +26,7 @@ from rich.text import Text
 
 from rag_fusion_chain import models
 from rag_fusion_chain.fusion import FUSION_SCORE_KEY, RRF_K, SCORE_KEY, RankedList, document_id
+from rag_fusion_chain.validation import TERMINAL_ESCAPE
 
 output = Console(highlight=False)
 errors = Console(stderr=True, highlight=False)
@@ -100,10 +101,6 @@ def progress_bars(
     return report
 
 
-_ESCAPE_SEQUENCE = re.compile(
-    r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]|\x9b[0-?]*[ -/]*[@-~]"
-)
-"""CSI (colours, cursor moves), OSC (titles, links), two-character escapes, one-byte CSI."""
 _UNSAFE_CHARACTER = re.compile(
     "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
 )
@@ -116,7 +113,7 @@ def _escaped(text: str) -> str:
 
 def printable(text: str) -> str:
     r"""``text`` without escape sequences, control and bidi characters shown as ``\uNNNN``."""
-    return _escaped(_ESCAPE_SEQUENCE.sub("", text))
+    return _escaped(TERMINAL_ESCAPE.sub("", text))
 
 
 def json_text(record: Any) -> str:
@@ -235,10 +232,9 @@ def sources_table(
     """The fused documents as the answer cites them, score explained; ``verbose`` adds where found."""
     union, count = fusion == "union", len(lists)
     lists_named = f"the {count} ranked lists" if count else "the ranked lists"
-    found_in = (
-        f"found in: how many of {lists_named} (one per query and retriever) returned the passage"
-    )
-    rrf = f"RRF: reciprocal rank fusion, the sum of 1/({RRF_K} + rank) over {lists_named} (one per query and retriever) holding the passage; rows in fused order"
+    lists_named += " (one per query and retriever)"
+    found_in = f"found in: how many of {lists_named} returned the passage"
+    rrf = f"RRF: reciprocal rank fusion, the sum of 1/({RRF_K} + rank) over {lists_named} holding the passage; rows in fused order"
     caption = found_in if union else rrf
     table = Table(
         title="Fused sources", caption=caption, title_justify="left", caption_justify="left"

@@ -78,11 +78,7 @@ def cache_directory() -> Path:
 
 @dataclass(frozen=True)
 class IndexSource:
-    """Where a served chain searches: an index directory, a Chroma server, or (neither) the sample.
-
-    >>> IndexSource(chroma_url="http://127.0.0.1:8000").describe()
-    "Chroma collection 'rag_fusion_chain' at http://127.0.0.1:8000"
-    """
+    """Where a served chain searches: an index directory, a Chroma server, or (neither) the sample."""
 
     index: Path | None = None
     chroma_url: str | None = None
@@ -251,11 +247,6 @@ def open_source(
     return opened
 
 
-def clear_cache() -> None:
-    """Forget the indexes opened in this process (the next call opens them again)."""
-    open_source.cache_clear()
-
-
 def _bounded(upper: int) -> Any:
     """An int type from 1 to ``upper``: LangServe's config models keep types, not ``Field`` bounds."""
     schema = core_schema.int_schema(ge=1, le=upper)
@@ -345,11 +336,7 @@ def build_chain(
     chain: Runnable[QuestionInput, Any] | None = None,
 ) -> Runnable[QuestionInput, Any]:
     """The served chain of ``strategy``: ``{"question": str}`` or the question in, the answer (or
-    ``{"answer", "queries", "documents", "failures"}``) out; ``chain``: one built already.
-
-    >>> [option.get("type") for option in build_chain("hyde").get_input_jsonschema()["anyOf"]]
-    [None, 'string']
-    """
+    ``{"answer", "queries", "documents", "failures"}``) out; ``chain``: one built already."""
     strategies.get(strategy)  # a ValueError naming the strategies for an unknown one
     # The name titles the schemas (LangServe keys its models by them); runs keep the strategy's.
     name = f"{strategy}-sources" if return_sources else strategy
@@ -375,23 +362,3 @@ def create_app(
     for path in sorted(routes, key=lambda path: -len(path.strip("/"))):
         add_routes(app, routes[path], path=f"/{path.strip('/')}")
     return app
-
-
-__all__ = [
-    "CACHE_DIR_ENV",
-    "CHROMA_COLLECTION_ENV",
-    "CHROMA_URL_ENV",
-    "DEFAULT_COLLECTION",
-    "INDEX_ENV",
-    "MAX_K",
-    "MAX_TOP_N",
-    "VECTOR_STORE_ENV",
-    "IndexSource",
-    "Question",
-    "QuestionText",
-    "ServedChain",
-    "build_chain",
-    "clear_cache",
-    "create_app",
-    "open_source",
-]

@@ -14,6 +14,8 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from rag_fusion_chain.validation import environment_count
+
 MAX_BODY_BYTES_ENV = "RAG_FUSION_MAX_BODY_BYTES"
 MAX_BATCH_ENV = "RAG_FUSION_MAX_BATCH"
 ALLOWED_HOSTS_ENV = "RAG_FUSION_ALLOWED_HOSTS"
@@ -22,14 +24,6 @@ DEFAULT_MAX_BATCH = 32
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 MAX_JSON_DEPTH = 64
 """How deep a request body's JSON may nest (a LangServe request needs about 6)."""
-
-
-def _configured(variable: str, default: int) -> int:
-    """The positive integer in the environment variable ``variable``, else ``default``."""
-    text = os.environ.get(variable, "").strip()
-    if text and not (text.isdigit() and int(text) > 0):
-        raise ValueError(f"{variable} must be a positive integer; got {text!r}")
-    return int(text) if text else default
 
 
 def _host_name(host: str) -> str:
@@ -68,9 +62,9 @@ class RequestLimits:
         configured = os.environ.get(ALLOWED_HOSTS_ENV, "").split(",")
         names = (*LOOPBACK_HOSTS, *configured, *allowed_hosts)
         self.allowed_hosts = frozenset(_host_name(name) for name in names if name.strip())
-        body_limit = _configured(MAX_BODY_BYTES_ENV, DEFAULT_MAX_BODY_BYTES)
+        body_limit = environment_count(MAX_BODY_BYTES_ENV, DEFAULT_MAX_BODY_BYTES)
         self.max_body_bytes = max_body_bytes or body_limit
-        self.max_batch = max_batch or _configured(MAX_BATCH_ENV, DEFAULT_MAX_BATCH)
+        self.max_batch = max_batch or environment_count(MAX_BATCH_ENV, DEFAULT_MAX_BATCH)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -158,20 +152,5 @@ def limit_requests(app: Any, **limits: Any) -> Any:
 
 async def _invalid_input(request: Any, error: Any) -> Any:
     """422 with pydantic's messages (no input echoed back, no traceback)."""
-    from fastapi.responses import JSONResponse
-
     errors = error.errors(include_url=False, include_input=False)
     return JSONResponse({"detail": json.loads(json.dumps(errors, default=str))}, 422)
-
-
-__all__ = [
-    "ALLOWED_HOSTS_ENV",
-    "DEFAULT_MAX_BATCH",
-    "DEFAULT_MAX_BODY_BYTES",
-    "LOOPBACK_HOSTS",
-    "MAX_BATCH_ENV",
-    "MAX_BODY_BYTES_ENV",
-    "MAX_JSON_DEPTH",
-    "RequestLimits",
-    "limit_requests",
-]

@@ -35,9 +35,9 @@ def serving_env(
         serving.CHROMA_COLLECTION_ENV,
     ):
         clean_model_env.delenv(name, raising=False)
-    serving.clear_cache()
+    serving.open_source.cache_clear()
     yield clean_openai_stub
-    serving.clear_cache()
+    serving.open_source.cache_clear()
 
 
 @pytest.fixture(scope="session")

@@ -79,6 +79,8 @@ class SlowChatModel(GenericFakeChatModel):
 
     timeline: Timeline
     token_delay: float = 0.01
+    streaming: bool = False
+    """Set True to have ``invoke`` stream (and so sleep) too, as a real client may."""
 
     def _stream(
         self,
@@ -162,6 +164,7 @@ def slow_model(timeline: Timeline, *replies: str, token_delay: float = 0.01) -> 
         messages=iter(AIMessage(reply) for reply in replies),
         timeline=timeline,
         token_delay=token_delay,
+        streaming=True,
     )
 
 
@@ -222,6 +225,17 @@ def test_the_generated_queries_go_to_each_retriever_in_one_batch() -> None:
     chains.rag_fusion_chain([first, second], llm, n=3).invoke(QUESTION)
     # the question's search runs beside the model's: the two batches may come in either order
     assert sorted(first.batches) == sorted(second.batches) == sorted([[QUESTION], GENERATED])
+
+
+def test_with_an_instant_model_every_query_is_searched_once() -> None:
+    """The question's search, if it had not begun when the queries came, joins their batch."""
+    timeline = Timeline()
+    retriever = RecordingRetriever(timeline=timeline)
+    llm = slow_model(timeline, "\n".join(GENERATED), "An answer.", token_delay=0.0)
+    chains.rag_fusion_chain(retriever, llm, n=3).invoke(QUESTION)
+    searched = [query for batch in retriever.batches for query in batch]
+    assert sorted(searched) == sorted([QUESTION, *GENERATED])
+    assert retriever.batches in ([[QUESTION, *GENERATED]], [[QUESTION], GENERATED])
 
 
 @pytest.mark.parametrize("call", ["invoke", "ainvoke"])

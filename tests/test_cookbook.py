@@ -24,11 +24,14 @@ pytest.importorskip("ipykernel")
 from jupyter_client.kernelspec import KernelSpecManager  # noqa: E402
 from jupyter_client.manager import KernelManager  # noqa: E402
 
+from rag_fusion_chain import encoders  # noqa: E402
 from tests.stub_openai import StubOpenAI  # noqa: E402
 
 COOKBOOK = Path(__file__).resolve().parent.parent / "cookbook"
 NOTEBOOKS = sorted(COOKBOOK.glob("*.ipynb"))
 KERNEL_NAME = "rag-fusion-cookbook"
+KIT = "rag-fusion-chain"
+"""The kit's folder in the cache and config homes."""
 CELL_TIMEOUT = 300
 """Seconds one cell may take: generous, as loading MiniLM on a busy CI runner can be slow."""
 TRACING_VARIABLES = ("LANGCHAIN_TRACING_V2", "LANGSMITH_TRACING", "LANGCHAIN_API_KEY")
@@ -57,13 +60,29 @@ def kernel_specs(tmp_path_factory: pytest.TempPathFactory) -> KernelSpecManager:
 @pytest.fixture
 def kernel_env(clean_model_env: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[pytest.MonkeyPatch]:
     """The kernel inherits this process's environment: no model keys, no tracing, no downloads,
-    and IPython's profile and history in a temporary folder, not in HOME."""
+    and an empty HOME (IPython's profile in a temporary folder) whose kit cache reuses the one-time
+    OpenVINO conversion; :func:`files_in_home` tells what the notebook left there."""
     clean_model_env.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
+    encoders.DEFAULT_EXPORT_DIR.mkdir(parents=True, exist_ok=True)
+    kit_cache = tmp_path / "home" / ".cache" / KIT
+    kit_cache.mkdir(parents=True)
+    (kit_cache / encoders.DEFAULT_EXPORT_DIR.name).symlink_to(encoders.DEFAULT_EXPORT_DIR)
+    clean_model_env.setenv("HOME", str(tmp_path / "home"))
+    clean_model_env.delenv("XDG_CACHE_HOME", raising=False)
+    clean_model_env.delenv("XDG_CONFIG_HOME", raising=False)
     for name in TRACING_VARIABLES:
         clean_model_env.delenv(name, raising=False)
     for name, value in OFFLINE_VARIABLES.items():
         clean_model_env.setenv(name, value)
     yield clean_model_env
+
+
+def files_in_home(home: Path) -> list[str]:
+    """What a run wrote in ``home`` outside the kit's own folders (Jupyter's runtime files are the
+    test harness's)."""
+    own = {f".cache/{KIT}", f".config/{KIT}", ".local/share/jupyter"}
+    written = [path.relative_to(home).as_posix() for path in home.rglob("*") if path.is_file()]
+    return [name for name in written if not any(name.startswith(f"{folder}/") for folder in own)]
 
 
 def execute(path: Path, kernel_specs: KernelSpecManager, workdir: Path) -> tuple[object, float]:
@@ -117,6 +136,7 @@ def test_notebook_runs_offline(
 ) -> None:
     notebook, seconds = execute(path, kernel_specs, tmp_path)
     assert not error_outputs(notebook)
+    assert files_in_home(tmp_path / "home") == []  # no telemetry ids, no library caches
     print(f"{path.name}: {seconds:.1f} s offline")
 
 

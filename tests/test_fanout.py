@@ -29,6 +29,7 @@ from rag_fusion_chain.retrievers import (
     RetrievalError,
     RetrievalResults,
 )
+from rag_fusion_chain.retrievers.fanout import in_background
 
 # ---------------------------------------------------------------- helpers
 
@@ -387,6 +388,17 @@ def test_the_run_is_named_retrieve_with_one_child_run_per_retriever_call() -> No
     assert all(child.run_type == "retriever" for child in root.child_runs)
 
 
+def test_a_bound_retrievers_runs_nest_under_the_fan_out_inside_a_sequence() -> None:
+    """A bound retriever merges its config with the context's: the fan-out sets its own."""
+    collector = RunCollector()
+    bound = TagRetriever(tag="a").with_config(run_name="bound")
+    fan_out = MultiRetriever([bound]).with_config(run_name="fan_out")
+    (RunnableLambda(lambda query: query) | fan_out).invoke("x", {"callbacks": [collector]})
+    (root,) = collector.roots
+    (fan_out_run,) = [run for run in walk(root) if run.name == "fan_out"]
+    assert [child.name for child in fan_out_run.child_runs] == ["bound"]
+
+
 # ---------------------------------------------------------------- FusionRetriever
 
 
@@ -614,11 +626,14 @@ def test_unknown_fields_are_refused_with_the_right_name() -> None:
 def test_a_forked_process_gets_retrieval_threads_of_its_own() -> None:
     """A forked child inherits the parent's idle-thread count but none of its threads."""
     fan_out = MultiRetriever([TagRetriever(tag="a")], timeout=2)
-    fan_out.invoke("parent")  # the parent's shared threads exist now
+    in_background(fan_out.invoke, "parent").result()  # the parent's shared threads exist now
     child = os.fork()
     if child == 0:  # pragma: no cover - runs in the child
         try:
-            answered = contents(fan_out.invoke("child")) == [["a:child:0", "a:child:1"]]
+            early = in_background(fan_out.invoke, "child").result(timeout=2)
+            answered = (
+                contents(early) == contents(fan_out.invoke("child")) == [["a:child:0", "a:child:1"]]
+            )
         except BaseException:
             answered = False
         os._exit(0 if answered else 1)

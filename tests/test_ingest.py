@@ -22,6 +22,7 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 from rag_fusion_chain import ingest, models
 from rag_fusion_chain.ingest import Skipped, SkippedSourceWarning, count_tokens, split_documents
 from rag_fusion_chain.ingest.files import import_pymupdf
+from rag_fusion_chain.ingest.html import HtmlText, html_to_text
 from tests.conftest import StaticSite
 
 pymupdf = import_pymupdf()  # without its ONNX layout add-on, as the kit reads PDFs
@@ -359,7 +360,7 @@ def test_special_token_text_is_ordinary_text():
 
 def test_overlap_larger_than_chunk_is_refused():
     with pytest.raises(ValueError, match="overlap"):
-        ingest.text_splitter(chunk_size=10, chunk_overlap=20)
+        split_documents([Document("text")], chunk_size=10, chunk_overlap=20)
 
 
 def test_splitting_never_touches_the_network():
@@ -402,7 +403,7 @@ MAIN_TEXT = "How much honey\nA strong colony stores 15-25 kg of honey.\nSpring\n
 
 
 def test_html_to_text_keeps_the_main_text_and_the_title():
-    assert ingest.html_to_text(NOISY_PAGE) == ingest.HtmlText(text=MAIN_TEXT, title="Hive notes")
+    assert html_to_text(NOISY_PAGE) == HtmlText(text=MAIN_TEXT, title="Hive notes")
 
 
 def test_html_in_folders_alone_and_over_http_gives_the_same_text(

@@ -158,7 +158,7 @@ def test_the_sample_index_is_built_from_shipped_vectors_without_embedding_a_docu
     assert embedded_texts(serving_env) == 1, "the Chroma build embedded the corpus"
     assert [document.id for document in chroma.vectors.invoke(data.SAMPLE_QUESTION)] == found
     monkeypatch.setattr(serving, "with_shipped_vectors", lambda *arguments: None)
-    serving.clear_cache()
+    serving.open_source.cache_clear()
     embedded = serving.sample_index("faiss", cache, STUB_EMBEDDING)  # the model embeds all
     assert embedded_texts(serving_env) > SAMPLE_DOCUMENTS
     assert [document.id for document in embedded.vectors.invoke(data.SAMPLE_QUESTION)] == found
@@ -264,7 +264,7 @@ def test_a_template_answers_from_a_chroma_server(
     assert client._server._session.timeout.read == serving.CHROMA_TIMEOUT_SECONDS  # bounded
 
     monkeypatch.setenv(serving.CHROMA_COLLECTION_ENV, "missing")
-    serving.clear_cache()
+    serving.open_source.cache_clear()
     with pytest.raises(ValueError, match="no Chroma collection 'missing'"):
         serving.build_chain("rag-fusion").invoke({"question": "lichen"})
 

@@ -1,11 +1,5 @@
-"""The sample corpus shipped with the package: 300 SciFact abstracts (see ``NOTICE.md``).
-
-Load the corpus with :func:`rag_fusion_chain.ingest.load` (it reads BEIR JSONL):
-
->>> from rag_fusion_chain import ingest
->>> len(ingest.load([sample_corpus_path()]))
-300
-"""
+"""The sample corpus shipped with the package: 300 SciFact abstracts (see ``NOTICE.md``) in BEIR
+JSONL, which ``ingest.load([sample_corpus_path()])`` reads."""
 
 from __future__ import annotations
 
@@ -14,15 +8,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-SAMPLE_CORPUS_FILE = "scifact_sample.jsonl"
-SAMPLE_QUERIES_FILE = "scifact_sample_queries.jsonl"
 SAMPLE_QUESTION = "Is birth weight associated with the risk of breast cancer?"
 """The demo question: SciFact test claim 179, with four relevant abstracts."""
-SAMPLE_QUESTIONS = {
-    SAMPLE_QUESTION: "179",
-    "Does a deficiency of vitamin B12 raise blood levels of homocysteine?": "36",
-}
-"""The questions the READMEs and examples ask, each with the SciFact claim it asks."""
 
 
 def data_path(name: str) -> Path:
@@ -32,18 +19,17 @@ def data_path(name: str) -> Path:
 
 def sample_corpus_path() -> Path:
     """The sample corpus, BEIR JSONL (``_id``, ``title``, ``text``, ``metadata``)."""
-    return data_path(SAMPLE_CORPUS_FILE)
+    return data_path("scifact_sample.jsonl")
 
 
 def sample_queries() -> list[dict[str, Any]]:
     """The SciFact test claims of the sample: ``_id``, ``text`` and ``relevant`` document ids."""
-    with data_path(SAMPLE_QUERIES_FILE).open(encoding="utf-8") as handle:
+    with data_path("scifact_sample_queries.jsonl").open(encoding="utf-8") as handle:
         return [json.loads(line) for line in handle]
 
 
 __all__ = [
     "SAMPLE_QUESTION",
-    "SAMPLE_QUESTIONS",
     "data_path",
     "sample_corpus_path",
     "sample_queries",

@@ -1,7 +1,6 @@
 """The sample corpus's MiniLM vectors, shipped as a float32 ``.npy`` (no pickle) with a JSON record
 of what made them, so serving and the demo start in seconds when :func:`vectors_fit` accepts the
-embeddings. Regenerate them with ``python -m rag_fusion_chain.data.vectors``.
-"""
+embeddings. Regenerate them with ``python -m rag_fusion_chain.data.vectors``."""
 
 from __future__ import annotations
 

@@ -16,25 +16,14 @@ from langchain_core.embeddings import Embeddings
 
 from rag_fusion_chain import models
 
-DEFAULT_CACHE_DIR = (
-    Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    / "rag-fusion-chain"
-    / "embeddings"
-)
+_CACHE_HOME = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+DEFAULT_CACHE_DIR = _CACHE_HOME / "rag-fusion-chain" / "embeddings"
 """``$XDG_CACHE_HOME`` (else ``~/.cache``)``/rag-fusion-chain/embeddings``: outside checkouts."""
 
 
-def vectors_identity(embeddings: Embeddings) -> str:
-    """What the vectors depend on: the model identity (name, revision, normalisation, dimensions,
-    backend) and, where known, the precision they are computed in (bf16 vectors are not f32's)."""
-    precision = models.embedding_precision(embeddings)
-    identity = models.embedding_identity(embeddings)
-    return f"{identity}|precision={precision}" if precision else identity
-
-
 class CachedEmbeddings(Embeddings):
-    """Embeddings cached on disk under :func:`vectors_identity` and each text's hash: only unseen
-    texts reach the model, one ``embed_documents`` call per batch."""
+    """Embeddings cached on disk under the model's identity and precision (bf16 vectors are not
+    f32's) and each text's hash: only unseen texts reach the model, one call per batch."""
 
     def __init__(
         self,
@@ -47,8 +36,10 @@ class CachedEmbeddings(Embeddings):
         if batch_size <= 0:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
         self.embeddings = embeddings
-        self.identity = vectors_identity(embeddings)
-        self.directory = Path(cache_dir) / hashlib.sha256(self.identity.encode()).hexdigest()[:24]
+        identity = models.embedding_identity(embeddings)
+        if precision := models.embedding_precision(embeddings):
+            identity += f"|precision={precision}"
+        self.directory = Path(cache_dir) / hashlib.sha256(identity.encode()).hexdigest()[:24]
         self.batch_size = batch_size
         self.on_progress = on_progress
         """Called as ``on_progress(embedded, texts)`` after each batch (cached texts count as done)."""

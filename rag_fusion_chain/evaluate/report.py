@@ -139,20 +139,16 @@ def write_plot(path: str | Path, summary: Summary) -> Path:
     return target
 
 
-def comparison_table(
-    summary: Summary, p_metric: str | None = None
-) -> tuple[list[str], list[list[str]]]:
+def comparison_table(summary: Summary) -> tuple[list[str], list[list[str]]]:
     """Headers and rows of the results table, the CLI draws them: the metrics (``*``: significant)
-    and, with a comparison, the p-values of ``p_metric`` (default the first; one column fits 80)."""
+    and, with a comparison, the p-values of the first metric (one column fits 80)."""
     metrics = list(next(iter(summary.scores.values()), {}))
     rows = [
         [name, *(marked_score(summary, name, m, 4) for m in metrics)] for name in summary.scores
     ]
     if summary.comparison is None:
         return ["setup", *metrics], rows
-    p_metric = p_metric or metrics[0]
-    if p_metric not in metrics:
-        raise ValueError(f"p_metric must be one of {metrics}, got {p_metric!r}")
+    p_metric = metrics[0]
     for row in rows:
         p_value = summary.comparison.p_values.get(row[0], {}).get(p_metric)
         row.append("-" if p_value is None else f"{p_value:.4f}")

@@ -8,10 +8,14 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Literal
 
-from langchain_core.callbacks import CallbackManagerForChainRun
 from langchain_core.documents import Document
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableSerializable
-from langchain_core.runnables.config import ensure_config, get_callback_manager_for_config
+from langchain_core.runnables.config import (
+    ensure_config,
+    get_callback_manager_for_config,
+    patch_config,
+    set_config_context,
+)
 from pydantic import BaseModel, model_validator
 
 from rag_fusion_chain.fusion import algorithms, inputs
@@ -84,7 +88,11 @@ class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
         """Fuse, reporting one run to the callbacks (async callers get it in an executor, as
         langchain-core does by default)."""
         return traced_call(
-            self, lambda lists, *_: self.with_settings(**kwargs).fuse(lists), input, config
+            self,
+            lambda lists, _: self.with_settings(**kwargs).fuse(lists),
+            input,
+            config,
+            children=False,
         )  # type: ignore[no-any-return]
 
 
@@ -102,12 +110,16 @@ def refuse_unknown_fields(model: type[BaseModel], values: Any, hints: dict[str, 
 
 def traced_call(
     runnable: Runnable[Any, Any],
-    body: Callable[[Any, CallbackManagerForChainRun, RunnableConfig], Any],
+    body: Callable[[Any, RunnableConfig], Any],
     input: Any,
     config: RunnableConfig | None,
+    *,
+    children: bool = True,
 ) -> Any:
-    """``body(input, run_manager, config)`` reported as one run of ``runnable`` to the callbacks:
-    what ``Runnable._call_with_config`` does, without its signature inspection on every call."""
+    """``body(input, child_config)`` reported as one run of ``runnable`` to the callbacks, its
+    children nested under it: what ``Runnable._call_with_config`` does, without its signature
+    inspection on every call. ``children=False`` (a body that starts no runs) skips the child
+    config and its context."""
     config = ensure_config(config)
     run_manager = get_callback_manager_for_config(config).on_chain_start(
         None,
@@ -116,7 +128,12 @@ def traced_call(
         run_id=config.pop("run_id", None),
     )
     try:
-        output = body(input, run_manager, config)
+        if children:
+            child = patch_config(config, callbacks=run_manager.get_child())
+            with set_config_context(child) as context:  # bound runnables merge this config
+                output = context.run(body, input, child)
+        else:
+            output = body(input, config)
     except BaseException as error:
         run_manager.on_chain_error(error)
         raise

@@ -1,7 +1,5 @@
-"""Load documents (web pages, PDF, HTML, text and markdown, folders, BEIR corpora) and split them.
-
-Files are named without the user's absolute paths (a folder's name and the path inside it).
-"""
+"""Load documents (web pages, PDF, HTML, text and markdown, folders, BEIR corpora) and split them;
+files are named without the user's absolute paths (a folder's name and the path inside it)."""
 
 from __future__ import annotations
 
@@ -22,7 +20,6 @@ from rag_fusion_chain.ingest.files import (
     load_file,
     load_pdf,
 )
-from rag_fusion_chain.ingest.html import HtmlText, html_to_text
 from rag_fusion_chain.ingest.problems import (
     FileStamp,
     LoadResult,
@@ -37,7 +34,6 @@ from rag_fusion_chain.ingest.splitting import (
     DEFAULT_CHUNK_SIZE,
     count_tokens,
     split_documents,
-    text_splitter,
 )
 from rag_fusion_chain.ingest.web import (
     DEFAULT_MAX_BYTES,
@@ -186,7 +182,6 @@ __all__ = [
     "DEFAULT_MAX_FILE_SIZE",
     "DENY_PRIVATE_ENV",
     "FileStamp",
-    "HtmlText",
     "LoadResult",
     "Skipped",
     "SkippedSourceWarning",
@@ -194,12 +189,10 @@ __all__ = [
     "count_tokens",
     "describe_skipped",
     "file_stamp",
-    "html_to_text",
     "load",
     "load_file",
     "load_pdf",
     "load_web",
     "load_with_report",
     "split_documents",
-    "text_splitter",
 ]

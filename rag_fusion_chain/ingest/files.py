@@ -19,7 +19,7 @@ from langchain_core.documents import Document
 
 from rag_fusion_chain.ingest.html import HtmlLimitError, html_to_text
 from rag_fusion_chain.ingest.problems import NoTextError, UnreadableSourceError, display_name
-from rag_fusion_chain.validation import require_extra, validate_count
+from rag_fusion_chain.validation import TERMINAL_ESCAPE, require_extra, validate_count
 
 DEFAULT_MAX_FILE_SIZE = 50_000_000
 """Bytes: larger files are skipped (reported), never read."""
@@ -32,12 +32,6 @@ PDF_TIME_BUDGET = 5.0
 KINDS = {".txt": "text", ".md": "text", ".markdown": "text", ".html": "html", ".htm": "html",
          ".pdf": "pdf", ".jsonl": "beir"}  # fmt: skip
 """File kinds by extension; any other file is read as UTF-8 text."""
-_TERMINAL_ESCAPE = re.compile(
-    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor moves
-    r"|\x9b[0-?]*[ -/]*[@-~]"  # CSI, 8-bit form
-    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC: window titles, hyperlinks
-    r"|\x1b[ -/]*[0-~]"  # other escape sequences
-)
 _CONTROL_CHARACTER = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
 FileIdentity = tuple[int, int]  # (st_dev, st_ino): the file opened must be the file checked
@@ -82,15 +76,12 @@ def _utf8(data: bytes, source: str) -> str:
         raise UnreadableSourceError(source, "not UTF-8", detail) from error
 
 
-_PYMUPDF_ADD_ONS = ("pymupdf.layout", "pymupdf4llm")
-"""What pymupdf 2 imports when installed (and installs with it): ONNX models run by onnxruntime."""
+_PYMUPDF_ADD_ONS = ("pymupdf.layout", "pymupdf4llm")  # ONNX models pymupdf 2 imports if installed
 
 
 def import_pymupdf() -> Any:
-    """pymupdf without its add-ons, which pymupdf 2 imports on import and which start onnxruntime,
-    whose telemetry writes ``~/.cache/Microsoft`` and posts to Microsoft's event collector. The
-    kit reads a PDF's text only. (A ``None`` in ``sys.modules`` makes an import fail, which
-    pymupdf treats as the add-on not being installed.)"""
+    """pymupdf without its add-ons, whose onnxruntime writes ``~/.cache/Microsoft`` and posts
+    telemetry to Microsoft (a ``None`` in ``sys.modules`` reads to pymupdf as "not installed")."""
     hidden = (
         [] if "pymupdf" in sys.modules else [m for m in _PYMUPDF_ADD_ONS if m not in sys.modules]
     )
@@ -144,7 +135,7 @@ def pdf_documents(data: bytes, source: str) -> list[Document]:
 
 def clean_text(text: str) -> str:
     """``text`` without terminal escape sequences and control characters but tab and newlines."""
-    return _CONTROL_CHARACTER.sub("", _TERMINAL_ESCAPE.sub("", text))
+    return _CONTROL_CHARACTER.sub("", TERMINAL_ESCAPE.sub("", text))
 
 
 def html_document(

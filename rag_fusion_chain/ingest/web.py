@@ -32,7 +32,6 @@ from rag_fusion_chain.validation import redact_credentials, validate_count
 
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_MAX_BYTES = 10_000_000
-USER_AGENT = "rag-fusion-chain"
 DENY_PRIVATE_ENV = "RAG_FUSION_DENY_PRIVATE_URLS"
 """Set to ``1`` (or ``true``/``yes``/``on``) to refuse private addresses by default."""
 MAX_REDIRECTS = 5
@@ -158,7 +157,7 @@ def _fetch(
 
 
 _HEADERS = {
-    "User-Agent": USER_AGENT,
+    "User-Agent": "rag-fusion-chain",
     "Accept": "text/html, application/xhtml+xml, text/*;q=0.9, application/pdf;q=0.8, */*;q=0.1",
     "Accept-Encoding": "gzip, deflate",
     "Connection": "close",

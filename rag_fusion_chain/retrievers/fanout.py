@@ -99,10 +99,20 @@ def _fresh_executor() -> None:
     _executor = ContextThreadPoolExecutor(POOL_THREADS)
 
 
+def _fresh_pools() -> None:
+    """Both pools anew: at import, and in a forked process."""
+    global _early_calls
+    _early_calls = ContextThreadPoolExecutor(POOL_THREADS)
+    _fresh_executor()
+
+
 _executor: ContextThreadPoolExecutor
-_fresh_executor()
+_early_calls: ContextThreadPoolExecutor
+"""Threads for whole fan-out calls started early (:func:`in_background`), apart from the retrieval
+threads they wait on, so that they can never hold all of those."""
+_fresh_pools()
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_fresh_executor)
+    os.register_at_fork(after_in_child=_fresh_pools)
 
 
 def _started(calls: list[Callable[[], Any]], workers: int) -> list[Future[Any]]:
@@ -111,6 +121,12 @@ def _started(calls: list[Callable[[], Any]], workers: int) -> list[Future[Any]]:
         gate = threading.BoundedSemaphore(workers)
         calls = [partial(_gated, gate, call) for call in calls]
     return [_executor.submit(call) for call in calls]
+
+
+def in_background(call: Callable[..., Any], *args: Any) -> Future[Any]:
+    """``call(*args)`` (a fan-out call) started in a shared thread; an idle thread takes it as
+    soon as it gets the interpreter, so ``cancel()`` tells whether it had begun."""
+    return _early_calls.submit(call, *args)
 
 
 def _result(future: Future[Any], timeout: float | None) -> Any:
@@ -277,9 +293,8 @@ class MultiRetriever(RunnableSerializable[QueriesInput, list[list[Document]]]):
             _warn(failures, len(queries))
         return RetrievalResults(ranked_lists, failures, queries)
 
-    def _retrieve(self, value: Any, run_manager: Any, config: RunnableConfig) -> RetrievalResults:
+    def _retrieve(self, value: Any, config: RunnableConfig) -> RetrievalResults:
         queries = _as_queries(value)
-        config = patch_config(config, callbacks=run_manager.get_child())
         calls = self._calls(queries, config, asynchronous=False)
         futures = _started(calls, config.get("max_concurrency") or len(calls))
         return self._collect(queries, [_result(future, self.timeout) for future in futures])
