@@ -504,7 +504,7 @@ def test_faiss_searches_use_the_thread_policy(
     VectorRetriever(vectorstore=store, faiss_threads=3).invoke(QUERIES[0])
     assert threads == [1, 2, 3]
     monkeypatch.setenv(FAISS_THREADS_ENV, "none")
-    with pytest.raises(ValueError, match=f"{FAISS_THREADS_ENV}: expected a positive integer"):
+    with pytest.raises(ValueError, match=f"{FAISS_THREADS_ENV} must be a positive integer"):
         VectorRetriever(vectorstore=store)
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
 import sys
 from collections import Counter
 from collections.abc import Callable, MutableMapping, Sequence
@@ -28,7 +27,7 @@ from rag_fusion_chain.retrievers.columns import DocumentsById, StoredDocuments, 
 from rag_fusion_chain.retrievers.faiss_files import faiss_store_class, load_faiss, save_faiss
 from rag_fusion_chain.retrievers.faiss_files import warn_on_embedding_change as _warn_if_other
 from rag_fusion_chain.retrievers.signing import SIGNING_KEY_ENV, UntrustedIndexError, file_sha256
-from rag_fusion_chain.validation import require_extra
+from rag_fusion_chain.validation import environment_count, require_extra
 
 if TYPE_CHECKING:
     from chromadb.api.types import PyEmbedding
@@ -277,10 +276,7 @@ def _is_chroma(store: VectorStore) -> TypeGuard[Chroma]:
 def default_faiss_threads() -> int:
     """``$RAG_FUSION_FAISS_THREADS``, else 1 (concurrent searches on a thread per core each
     oversubscribe the cores)."""
-    configured = os.environ.get(FAISS_THREADS_ENV, "1").strip()
-    if not configured.isdigit() or int(configured) < 1:
-        raise ValueError(f"{FAISS_THREADS_ENV}: expected a positive integer, got {configured!r}")
-    return int(configured)
+    return environment_count(FAISS_THREADS_ENV, 1)
 
 
 class VectorRetriever(BatchedRetriever):
