@@ -157,6 +157,32 @@ def test_build_and_open_round_trip(
     assert 1 <= len(hybrid.invoke(QUESTION)) <= 4
 
 
+def test_faiss_and_bm25_share_one_texts_file_parsed_once(
+    tmp_path: Path, embeddings: Embeddings
+) -> None:
+    import os
+
+    from rag_fusion_chain.retrievers.faiss_files import docstore_columns
+
+    out = tmp_path / "index"
+    stores = stores_directory(out, build_index(many_documents(3), out, embedding=embeddings))
+    documents = stores / BM25_DIRECTORY / "documents.json"
+    assert os.path.samefile(stores / "faiss" / "docstore.json", documents)  # written once
+    opened = open_index(out, embeddings)
+    assert opened.bm25.documents is docstore_columns(opened.vectors.vectorstore)  # parsed once
+    copy = tmp_path / "copy"  # copied file by file: two files of the same bytes, still shared
+    shutil.copytree(out, copy)
+    opened = open_index(copy, embeddings)
+    assert opened.bm25.documents is docstore_columns(opened.vectors.vectorstore)
+    copied = copy / documents.relative_to(out)
+    copied.write_bytes(copied.read_bytes().replace(b"energy", b"changed"))
+    opened = open_index(copy, embeddings)
+    assert opened.bm25.documents is not docstore_columns(opened.vectors.vectorstore)
+    assert "changed" in opened.bm25.documents[0].page_content  # its own file, read
+    verified = opened.vectors.vectorstore.docstore.search(opened.bm25.documents[0].id)
+    assert "energy" in verified.page_content  # FAISS's own, verified
+
+
 def test_documents_are_indexed_whole_with_chunk_size_none(
     tmp_path: Path, embeddings: Embeddings
 ) -> None:

@@ -504,7 +504,7 @@ def test_faiss_searches_use_the_thread_policy(
     VectorRetriever(vectorstore=store, faiss_threads=3).invoke(QUERIES[0])
     assert threads == [1, 2, 3]
     monkeypatch.setenv(FAISS_THREADS_ENV, "none")
-    with pytest.raises(ValueError, match=f"{FAISS_THREADS_ENV}: expected a positive integer"):
+    with pytest.raises(ValueError, match=f"{FAISS_THREADS_ENV} must be a positive integer"):
         VectorRetriever(vectorstore=store)
 
 
@@ -760,3 +760,54 @@ def test_parsing_the_docstore_leaves_the_garbage_collector_as_it_was(enabled: bo
         assert gc.isenabled() is enabled
     finally:
         (gc.enable if was else gc.disable)()
+
+
+def test_documents_saved_by_bm25_are_linked_not_written_again_unless_they_changed(
+    tmp_path: Path, embeddings: CountingEmbeddings
+) -> None:
+    import os
+
+    from rag_fusion_chain.retrievers.bm25 import BM25Retriever
+
+    def stored_texts(store: Any) -> list[str]:
+        return [
+            store.docstore.search(identifier).page_content
+            for identifier in store.index_to_docstore_id.values()
+        ]
+
+    bm25 = BM25Retriever.from_documents(DOCUMENTS)
+    bm25.save(tmp_path / "bm25")
+    store = build_faiss(bm25.documents, embeddings, path=tmp_path / "linked")
+    documents = tmp_path / "bm25" / "documents.json"
+    assert os.path.samefile(tmp_path / "linked" / "docstore.json", documents)
+    assert stored_texts(load_faiss(tmp_path / "linked", embeddings)) == stored_texts(store)
+    other = tmp_path / "other.json"  # another file of other bytes in its place
+    other.write_bytes(documents.read_bytes().replace(b"Solar panels", b"Forged panels"))
+    other.replace(documents)
+    save_faiss(store, tmp_path / "written")
+    assert not os.path.samefile(tmp_path / "written" / "docstore.json", documents)
+    assert stored_texts(load_faiss(tmp_path / "written", embeddings)) == stored_texts(store)
+    with (tmp_path / "linked" / "docstore.json").open("r+b") as handle:  # rewritten in place
+        handle.write(b" ")
+    with pytest.raises(UntrustedIndexError, match="docstore.json does not match"):
+        load_faiss(tmp_path / "linked", embeddings)
+
+
+def test_metadata_keeps_the_json_modules_values_and_refusals(tmp_path: Path) -> None:
+    import math
+
+    from rag_fusion_chain.retrievers.bm25 import BM25Retriever
+
+    nested = {"score": math.nan, "none": None, "flag": True, "pages": [1, 2]}
+    for metadatas in ([nested], [{"score": math.inf, "page": 3}], [{"n": 1.5, "none": None}]):
+        documents = [Document(str(n), id=str(n), metadata=m) for n, m in enumerate(metadatas)]
+        BM25Retriever.from_documents(documents).save(tmp_path / "saved")
+        (loaded,) = (
+            document.metadata for document in BM25Retriever.load(tmp_path / "saved").documents
+        )
+        assert {**loaded, "score": 0} == {**metadatas[0], "score": 0}
+        assert repr(loaded.get("score")) == repr(metadatas[0].get("score"))  # nan, inf: not null
+    for refused in (uuid.uuid4(), 2**70 * 1.0j, {1, 2}):
+        bad = BM25Retriever.from_documents([Document("c", id="c", metadata={"x": refused})])
+        with pytest.raises(ValueError, match="metadata must be JSON data"):
+            bad.save(tmp_path / "bad")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import os
 import re
 import threading
 import unicodedata
@@ -25,9 +26,11 @@ from rag_fusion_chain.retrievers.columns import (
     StoredDocuments,
     columns_json,
     document_columns,
+    parse_columns,
     stored_documents,
 )
 from rag_fusion_chain.retrievers.fanout import DEFAULT_K
+from rag_fusion_chain.retrievers.signing import file_sha256, open_regular_file, write_new_file
 from rag_fusion_chain.validation import require_extra
 
 BM25_FORMAT = "rag_fusion_chain.bm25"
@@ -179,24 +182,21 @@ class BM25Retriever(BatchedRetriever):
         olds = [item for item in documents if isinstance(item, int)]
         if len(set(olds)) < len(olds) or not set(olds) <= set(range(len(self.documents))):
             raise ValueError("documents: an int must be a position in this retriever, once")
-        old, columns = document_columns(self.documents), [[], [], []]  # type: tuple[Any, list[list[Any]]]
-        fresh: dict[int, Document] = {}
-        for position, item in enumerate(documents):
-            if isinstance(item, int):
-                row = [column[item] for column in old]
-            else:
-                fresh[position] = document = with_identity(item)
-                row = [document.id, document.page_content, document.metadata]
-            for column, value in zip(columns, row, strict=True):
-                column.append(value)
+        fresh = [with_identity(item) for item in documents if not isinstance(item, int)]
+        numbers = itertools.count(len(self.documents))  # the fresh ones, after the old ones
+        order = [item if isinstance(item, int) else next(numbers) for item in documents]
+        pairs = zip(document_columns(self.documents), document_columns(fresh), strict=True)
+        columns = [list(map([*old, *new].__getitem__, order)) for old, new in pairs]
+        placed = np.array(order, np.int64)
+        kept = placed < len(self.documents)
         moved = np.full(len(self.documents), -1)
-        moved[olds] = [at for at, item in enumerate(documents) if isinstance(item, int)]
+        moved[placed[kept]] = np.flatnonzero(kept)
         vocabulary = dict(self.index.vocab_dict) if self.documents else {}
         ids = [
             [vocabulary.setdefault(term, len(vocabulary)) for term in self._terms(text)]
-            for text in (document.page_content for document in fresh.values())
+            for text in document_columns(fresh)[1]
         ]
-        owners = np.repeat(np.fromiter(fresh, np.int64, len(fresh)), [len(row) for row in ids])
+        owners = np.repeat(np.flatnonzero(~kept), [len(row) for row in ids])
         flat = np.fromiter(itertools.chain.from_iterable(ids), np.int64, len(owners))
         keys, counts = np.unique(flat << 32 | owners, return_counts=True)
         indptr = self.index.scores["indptr"] if self.documents else np.zeros(1, np.int64)
@@ -240,7 +240,7 @@ class BM25Retriever(BatchedRetriever):
 
     def save(self, directory: str | Path) -> Path:
         """Write the bm25s index (JSON/npy), the documents (:mod:`.columns`) and settings; no pickle."""
-        path = Path(directory)
+        path = Path(directory).absolute()
         documents = columns_json(self.documents, path / DOCUMENTS_FILE)
         path.mkdir(parents=True, exist_ok=True)
         self.index.save(str(path), show_progress=False)
@@ -252,14 +252,20 @@ class BM25Retriever(BatchedRetriever):
             numpy.save(path / COUNTS_FILE, self.counts.astype("int32"), allow_pickle=False)
         settings = {"format": BM25_FORMAT, "format_version": BM25_FORMAT_VERSION, "k": self.k}
         settings |= {"stem": self.stem, "remove_stopwords": self.remove_stopwords}
-        (path / DOCUMENTS_FILE).write_bytes(documents)
+        digest = write_new_file(path / DOCUMENTS_FILE, documents)  # never rewritten in place
+        if isinstance(self.documents, StoredDocuments):  # a FAISS store of them links the file
+            written = os.stat(path / DOCUMENTS_FILE)
+            self.documents.file = path / DOCUMENTS_FILE, digest, written.st_ino, written.st_mtime_ns
         (path / SETTINGS_FILE).write_text(json.dumps(settings, indent=2), "utf-8")
         return path
 
     @classmethod
-    def load(cls, directory: str | Path, **kwargs: Any) -> BM25Retriever:
+    def load(
+        cls, directory: str | Path, same_as: StoredDocuments | None = None, **kwargs: Any
+    ) -> BM25Retriever:
         """Load a retriever written by :meth:`save` (no pickle: bm25s arrays load with
-        ``allow_pickle=False``); ``kwargs`` override fields (e.g. ``k``)."""
+        ``allow_pickle=False``); ``kwargs`` override fields (e.g. ``k``). ``same_as``: documents
+        parsed from a file (an index's FAISS docstore), taken if ``documents.json`` has its bytes."""
         import numpy as np
 
         path = Path(directory)
@@ -282,14 +288,20 @@ class BM25Retriever(BatchedRetriever):
                 f"{path}: the bm25s index files are corrupt or incomplete "
                 f"({type(error).__name__}: {error}); rebuild the index"
             ) from error
-        stored = _read_json(path / DOCUMENTS_FILE)
-        if isinstance(stored, list) and all(isinstance(entry, dict) for entry in stored):
-            stored = {  # format 1: a list of Document fields
-                "ids": [entry.get("id") for entry in stored],
-                "texts": [entry.get("page_content") for entry in stored],
-                "metadatas": [entry.get("metadata", {}) for entry in stored],
-            }
-        documents = stored_documents(stored, path / DOCUMENTS_FILE, int(index.scores["num_docs"]))
+        total, file = int(index.scores["num_docs"]), path / DOCUMENTS_FILE
+        documents: Sequence[Document] | None = None
+        if same_as is not None and same_as.file and len(same_as) == total:
+            same = os.path.samefile(file, same_as.file[0]) or file_sha256(file) == same_as.file[1]
+            documents = same_as if same else None
+        if documents is None:
+            stored = _read_json(file)
+            if isinstance(stored, list) and all(isinstance(entry, dict) for entry in stored):
+                stored = {  # format 1: a list of Document fields
+                    "ids": [entry.get("id") for entry in stored],
+                    "texts": [entry.get("page_content") for entry in stored],
+                    "metadatas": [entry.get("metadata", {}) for entry in stored],
+                }
+            documents = stored_documents(stored, file, total)
         fields = {name: settings[name] for name in ("k", "stem", "remove_stopwords")}
         return cls(documents=documents, index=index, counts=counts, **{**fields, **kwargs})
 
@@ -309,7 +321,7 @@ def _scored_index(
     used = frequencies > 0  # terms only removed documents had are dropped
     renumbered = np.cumsum(used) - 1
     terms = renumbered[entries[0]]
-    order = np.lexsort((entries[1], terms))  # bm25s's CSC layout: by term, then document
+    order = np.argsort(terms << 32 | entries[1], kind="stable")  # CSC: by term, then document
     terms, owners, counts = terms[order], entries[1][order], entries[2][order]
     frequencies = frequencies[used]
     lengths = np.bincount(owners, weights=counts, minlength=total)
@@ -337,10 +349,10 @@ def _scored_index(
 
 
 def _read_json(path: Path) -> Any:
-    if not path.is_file():
-        raise FileNotFoundError(f"missing file: {path}")
+    with open_regular_file(path) as file:  # FileNotFoundError naming it if missing
+        data = file.read()
     try:
-        return json.loads(path.read_bytes())
+        return parse_columns(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ValueError(f"{path} is not valid JSON (corrupt?): {error}") from error
 

@@ -3,8 +3,10 @@ object per chunk at load (a search makes Documents for its hits only)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
+import itertools
 import json
 from collections.abc import Iterable, Iterator, MutableMapping, Sequence
 from operator import attrgetter
@@ -15,13 +17,17 @@ import orjson
 from langchain_core.documents import Document
 
 COLUMNS = ("ids", "texts", "metadatas")
+_JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 class StoredDocuments(Sequence[Document]):
-    """Documents by position over loaded columns, each made when it is read."""
+    """Documents by position over loaded columns, each made when it is read. ``file``: the
+    columns file they were parsed from or saved as, the SHA-256 of its bytes then, and the inode
+    and mtime it was written with (none if read)."""
 
     def __init__(self, ids: list[str], texts: list[str], metadatas: list[dict[str, Any]]) -> None:
         self.ids, self.texts, self.metadatas = ids, texts, metadatas
+        self.file: tuple[Any, ...] | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -67,6 +73,10 @@ class DocumentsById(MutableMapping[str, Document]):
         """Pickled (``FAISS.save_local``) as a plain dict, which any loader can read back."""
         return dict, (dict(self.items()),)
 
+    def unchanged(self) -> StoredDocuments | None:
+        """The stored documents, unless a write or a deletion changed the mapping."""
+        return None if self._written or len(self) != len(self._stored) else self._stored
+
 
 def document_columns(documents: Iterable[Document]) -> tuple[list[Any], list[Any], list[Any]]:
     """The ids, texts and metadatas of ``documents`` (loaded columns as they are)."""
@@ -79,20 +89,30 @@ def document_columns(documents: Iterable[Document]) -> tuple[list[Any], list[Any
     return ids, texts, metadatas
 
 
-def columns_json(documents: Iterable[Document], where: Path) -> bytes:
-    """``documents`` as ``{"ids", "texts", "metadatas"}`` UTF-8 JSON; ValueError naming ``where``
-    when a metadata value is not JSON data. Strings go through orjson (several times faster);
-    metadata through ``json``, whose types and NaN handling the saved files have always had."""
+def columns_json(documents: Iterable[Document], where: Path) -> tuple[bytes, ...]:
+    """``documents`` as ``{"ids", "texts", "metadatas"}`` UTF-8 JSON in pieces (not joined: no
+    copy); ValueError naming ``where`` when a metadata value is not JSON data."""
     ids, texts, metadatas = document_columns(documents)
     try:
-        encoded = json.dumps(metadatas, ensure_ascii=False, separators=(",", ":")).encode()
-        strings = orjson.dumps(ids), orjson.dumps(texts)
-        return b'{"ids":%b,"texts":%b,"metadatas":%b}' % (*strings, encoded)
+        pieces = orjson.dumps(ids), orjson.dumps(texts), _metadata_json(metadatas)
     except (TypeError, ValueError) as error:
         raise ValueError(
             f"documents: metadata must be JSON data (str, numbers, bools, None, lists, dicts) to "
             f"be saved in {where}: {error}; convert other values (dates, bytes, sets) first"
         ) from error
+    return b'{"ids":', pieces[0], b',"texts":', pieces[1], b',"metadatas":', pieces[2], b"}"
+
+
+def _metadata_json(metadatas: list[Any]) -> bytes:
+    """orjson (ten times faster) for dicts of str, int, float, bool and None (NaN, which it writes
+    as null, aside); else ``json``, whose output and refusals the saved files have always had."""
+    kinds = set(map(type, itertools.chain.from_iterable(map(dict.values, metadatas))))
+    if kinds <= _JSON_SCALARS:
+        with contextlib.suppress(TypeError):  # keys that are not str, ints beyond 64 bits
+            encoded = orjson.dumps(metadatas)
+            if float not in kinds or b"null" not in encoded:
+                return encoded
+    return json.dumps(metadatas, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def parse_columns(data: bytes) -> Any:

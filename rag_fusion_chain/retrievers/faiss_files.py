@@ -9,6 +9,7 @@ bytes it deserializes and uses nothing before the hashes match. LangChain ``save
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -16,7 +17,7 @@ import os
 import pickle
 import secrets
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -36,10 +37,12 @@ from rag_fusion_chain.retrievers.columns import (
 from rag_fusion_chain.retrievers.signing import (
     TRUST_ADVICE,
     UntrustedIndexError,
+    file_sha256,
     open_regular_file,
     read_hashed,
     sign,
     verify_signature,
+    write_new_file,
 )
 from rag_fusion_chain.validation import require_extra
 
@@ -67,19 +70,20 @@ def faiss_store_class() -> type[FAISS]:
 def save_faiss(store: FAISS, path: str | Path) -> Path:
     """Save ``store`` as ``index.faiss`` + ``docstore.json`` (metadata must be JSON data) and a
     signed ``manifest.json``: SHA-256 of the bytes written, embedding identity, index type and
-    distance settings. Files are written under fresh names and renamed."""
+    distance settings. Files are written under fresh names and renamed; documents already saved
+    as a columns file (a BM25 index's, of the same chunks) are linked to it, not written again."""
     import faiss
 
     directory = Path(path)
     directory.mkdir(parents=True, exist_ok=True)
+    docstore, columns = directory / DOCSTORE_FILE, _docstore_columns(store)
     files = {
-        INDEX_FILE: _write_new_file(
+        INDEX_FILE: write_new_file(
             directory / INDEX_FILE,
             lambda write: faiss.write_index(store.index, faiss.PyCallbackIOWriter(write)),  # type: ignore[attr-defined]
         ),
-        DOCSTORE_FILE: _write_new_file(
-            directory / DOCSTORE_FILE, _docstore_json(store, directory / DOCSTORE_FILE)
-        ),
+        DOCSTORE_FILE: _linked(columns, docstore)
+        or write_new_file(docstore, columns_json(columns, docstore)),
     }
     embeddings = store.embeddings
     manifest = {
@@ -93,13 +97,22 @@ def save_faiss(store: FAISS, path: str | Path) -> Path:
         "normalize_L2": bool(store._normalize_L2),
         "documents": int(store.index.ntotal),
     }
-    _write_new_file(directory / MANIFEST_FILE, json.dumps(sign(manifest), indent=2).encode())
+    write_new_file(directory / MANIFEST_FILE, [json.dumps(sign(manifest), indent=2).encode()])
     return directory
 
 
-def _docstore_json(store: FAISS, where: Path) -> bytes:
-    """The documents in index order, under their index ids, as :mod:`.columns` JSON."""
+def docstore_columns(store: FAISS) -> StoredDocuments | None:
+    """The columns a store was built or loaded with, if no write or deletion changed them."""
+    by_id = getattr(store.docstore, "_dict", None)
+    return by_id.unchanged() if isinstance(by_id, DocumentsById) else None
+
+
+def _docstore_columns(store: FAISS) -> StoredDocuments:
+    """The documents in index order, under their index ids (the store's own columns if it can)."""
     ids = list(map(store.index_to_docstore_id.__getitem__, range(int(store.index.ntotal))))
+    columns = docstore_columns(store)
+    if columns is not None and columns.ids == ids:
+        return columns
     by_id = getattr(store.docstore, "_dict", None)
     lookup = by_id.get if isinstance(by_id, Mapping) else store.docstore.search
     documents: list[Any] = list(map(lookup, ids))
@@ -110,27 +123,25 @@ def _docstore_json(store: FAISS, where: Path) -> bytes:
         if missing:
             raise ValueError(f"FAISS docstore has no documents for ids {missing[:5]}")
     _, texts, metadatas = document_columns(documents)
-    return columns_json(StoredDocuments(ids, texts, metadatas), where)
+    return StoredDocuments(ids, texts, metadatas)
 
 
-def _write_new_file(path: Path, content: bytes | Callable[[Callable[[bytes], int]], object]) -> str:
-    """Write ``content`` (or what it emits) to a new file beside ``path``, rename it; its SHA-256."""
-    digest = hashlib.sha256()
+def _linked(columns: StoredDocuments, path: Path) -> str | None:
+    """The SHA-256 of ``path`` made a link to the file ``columns`` were saved as, if it is still
+    the file written (inode, mtime) or holds the bytes saved (else None, and nothing made).
+    The kit never rewrites a file in place: a changed one fails the manifest's check on load."""
+    if columns.file is None:
+        return None
+    source, digest, *written = columns.file
     temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(descriptor, "wb") as handle:
-
-            def write(block: bytes) -> int:
-                digest.update(block)
-                handle.write(block)
-                return len(block)
-
-            content(write) if callable(content) else write(content)
-        temporary.replace(path)
-    finally:
-        temporary.unlink(missing_ok=True)
-    return digest.hexdigest()
+    with contextlib.suppress(OSError):  # no hard links (another file system): it is written
+        os.link(source, temporary)
+        linked = os.stat(temporary)
+        if [linked.st_ino, linked.st_mtime_ns] == written or file_sha256(temporary) == digest:
+            temporary.replace(path)
+            return digest
+    temporary.unlink(missing_ok=True)
+    return None
 
 
 def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False) -> FAISS:
@@ -162,6 +173,7 @@ def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False)
         else:
             columns = parse_columns(docstore_bytes)
             stored = stored_documents(columns, directory / DOCSTORE_FILE, int(index.ntotal))
+            stored.file = directory / DOCSTORE_FILE, docstore_digest
             docstore = InMemoryDocstore(DocumentsById(stored))  # type: ignore[arg-type]
             index_to_docstore_id = dict(enumerate(stored.ids))
     except UntrustedIndexError:
@@ -321,4 +333,10 @@ def warn_on_embedding_change(
         )
 
 
-__all__ = ["MANIFEST_FILE", "load_faiss", "save_faiss", "warn_on_embedding_change"]
+__all__ = [
+    "MANIFEST_FILE",
+    "docstore_columns",
+    "load_faiss",
+    "save_faiss",
+    "warn_on_embedding_change",
+]

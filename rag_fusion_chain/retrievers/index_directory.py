@@ -4,7 +4,8 @@
 what built the index and names the version folder ``.versions/<id>/`` holding ``faiss/`` or
 ``chroma/`` and ``bm25/``. A build writes a new version, then switches ``index.json`` with one
 ``os.replace``: killed at any step, the old or the new index loads. Indexes in the earlier flat
-layout (stores beside ``index.json``) still open. BM25 and Chroma files are unsigned data.
+layout (stores beside ``index.json``) still open. BM25 and Chroma files are unsigned data;
+FAISS's signed ``docstore.json`` is a hard link to BM25's ``documents.json`` (texts stored once).
 Progress goes to ``on_progress(stage, advance, total)`` (``load``, ``bm25``, ``embed``, each
 announced with ``advance=0``); nothing here prints.
 
@@ -26,7 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
@@ -37,16 +38,20 @@ from rag_fusion_chain import ingest, models
 from rag_fusion_chain._version import __version__
 from rag_fusion_chain.retrievers.bm25 import BM25Retriever
 from rag_fusion_chain.retrievers.columns import document_columns
+from rag_fusion_chain.retrievers.faiss_files import docstore_columns
 from rag_fusion_chain.retrievers.hybrid import hybrid_retriever
 from rag_fusion_chain.retrievers.signing import sign, verify_signature
 from rag_fusion_chain.retrievers.stores import (
-    FAISS_INDEXES,
     VectorRetriever,
     build_chroma,
     build_faiss,
+    empty_faiss_index,
     load_chroma,
     load_faiss,
 )
+
+if TYPE_CHECKING:
+    from langchain_community.vectorstores import FAISS
 
 INDEX_FILE = "index.json"
 INDEX_FORMAT = "rag_fusion_chain.index"
@@ -154,7 +159,7 @@ def build_index(
     given |= {"chunk_overlap": chunk_overlap, "embedding_identity": identity}
     chosen = _chosen_settings(out, previous, given)
     if chosen["faiss_index"] not in (None, "flat"):  # fails now, not after the embedding
-        _check_faiss_index(chosen["faiss_index"], len(embeddings.embed_query("dimension")))
+        empty_faiss_index(chosen["faiss_index"], len(embeddings.embed_query("x")), "faiss_index")
     report = on_progress or (lambda stage, advance, total: None)
     started = time.time_ns()
     options = {**(load_options or {}), "unchanged": _unchanged_files(previous)}
@@ -185,7 +190,7 @@ def build_index(
         },
         "read_at_ns": started,
     }
-    bm25, kept = _previous_chunks(out, previous, settings["source_hashes"])
+    bm25, vectors, kept = _previous_chunks(out, previous, settings["source_hashes"], embeddings)
     chunks: list[Document | int] = []
     for source, group in groups.items():
         if source in kept:
@@ -202,7 +207,9 @@ def build_index(
     return _write_version(
         out.absolute(),
         settings,
-        lambda folder: _write_index(folder, settings, chunks, bm25, stores, embeddings, report),
+        lambda folder: _write_index(
+            folder, settings, chunks, (bm25, vectors, stores), embeddings, report
+        ),
         force or update,
     )
 
@@ -249,18 +256,11 @@ def _chosen_embeddings(
     return embedding, embedding_name
 
 
-def _check_faiss_index(faiss_index: str, dimension: int) -> None:
-    import faiss
-
-    try:
-        faiss.index_factory(dimension, FAISS_INDEXES.get(faiss_index, faiss_index))
-    except RuntimeError as error:
-        raise ValueError(f"faiss_index: FAISS cannot make {faiss_index!r}: {error}") from None
-
-
 def _source_name(source: object) -> str:
     """A chunk's ``source`` as stored (a URL without credentials; "" if none)."""
-    return models.redact_credentials(source) if isinstance(source, str) else ""
+    if not isinstance(source, str):
+        return ""
+    return models.redact_credentials(source) if "@" in source else source  # none without an @
 
 
 def _unchanged_files(previous: dict[str, Any]) -> Callable[[str, ingest.FileStamp], bool]:
@@ -298,18 +298,21 @@ def _content_hash(documents: list[Document]) -> str:
 
 
 def _previous_chunks(
-    out: Path, previous: dict[str, Any], hashes: dict[str, str]
-) -> tuple[BM25Retriever | None, dict[str, list[int]]]:
-    """The previous index's BM25 retriever (None without one) and the positions of the chunks
-    of each source whose content hash is unchanged."""
+    out: Path, previous: dict[str, Any], hashes: dict[str, str], embeddings: Embeddings
+) -> tuple[BM25Retriever | None, FAISS | None, dict[str, list[int]]]:
+    """The previous index's BM25 retriever and FAISS store (None without them) and the
+    positions of the chunks of each source whose content hash is unchanged."""
     if not previous:
-        return None, {}
-    bm25 = BM25Retriever.load(stores_directory(out, previous) / BM25_DIRECTORY)
+        return None, None, {}
+    folder = stores_directory(out, previous)
+    vectors = load_faiss(folder / "faiss", embeddings) if previous["store"] == "faiss" else None
+    same_as = docstore_columns(vectors) if vectors else None  # the texts parsed once
+    bm25 = BM25Retriever.load(folder / BM25_DIRECTORY, same_as=same_as)
     unchanged = hashes.items() & previous.get("source_hashes", {}).items()
     kept: dict[str, list[int]] = {source: [] for source, _ in unchanged}
     for position, metadata in enumerate(document_columns(bm25.documents)[2]):
         kept.get(_source_name(metadata.get("source")), []).append(position)
-    return bm25, kept
+    return bm25, vectors, kept
 
 
 def _load(
@@ -345,14 +348,15 @@ def _write_index(
     directory: Path,
     settings: dict[str, Any],
     chunks: list[Document | int],
-    bm25: BM25Retriever | None,
-    previous: Path | None,
+    previous: tuple[BM25Retriever | None, FAISS | None, Path | None],
     embeddings: Embeddings,
     report: ProgressCallback,
 ) -> None:
     """The BM25 index and the vector store of ``chunks`` (an int: the previous index's chunk at
-    that position, its vector and BM25 terms reused), written in ``directory``."""
+    that position, its vector and BM25 terms reused), written in ``directory``; ``previous``:
+    the previous index's BM25 retriever, FAISS store and stores folder."""
     fresh = [position for position, chunk in enumerate(chunks) if isinstance(chunk, Document)]
+    bm25, vectors, stores = previous
     report("bm25", 0, 1)
     new = [chunk for chunk in chunks if isinstance(chunk, Document)]
     bm25 = bm25.updated(chunks) if bm25 else BM25Retriever.from_documents(new)
@@ -363,18 +367,18 @@ def _write_index(
     reporting = _ProgressEmbeddings(embeddings, lambda count: report("embed", count, len(fresh)))
     path = directory / store
     if store == "faiss":
-        vectors = _vectors(identified, fresh, reporting, previous)
-        build_faiss(identified, reporting, path, vectors=vectors, index=settings["faiss_index"])
+        matrix = _vectors(identified, fresh, reporting, vectors)
+        build_faiss(identified, reporting, path, vectors=matrix, index=settings["faiss_index"])
         return
-    if previous is not None:  # a copy of the previous collection, less the chunks not kept
-        shutil.copytree(previous / store, path)
+    if stores is not None:  # a copy of the previous collection, less the chunks not kept
+        shutil.copytree(stores / store, path)
         copied = load_chroma(reporting, persist_directory=path)
         ids = document_columns(identified)[0]
         kept = set(ids) - {ids[position] for position in fresh}
         stale = [name for name in copied.get(include=[])["ids"] if name not in kept]
         if stale:
             copied.delete(stale)
-    if fresh or previous is None:
+    if fresh or stores is None:
         chroma = build_chroma(
             [identified[position] for position in fresh], reporting, persist_directory=path
         )
@@ -382,7 +386,7 @@ def _write_index(
 
 
 def _vectors(
-    chunks: Sequence[Document], fresh: list[int], embeddings: Embeddings, previous: Path | None
+    chunks: Sequence[Document], fresh: list[int], embeddings: Embeddings, stored: FAISS | None
 ) -> Any:
     """One row per chunk: the ``fresh`` ones embedded, the others read from the previous store."""
     import faiss
@@ -391,22 +395,22 @@ def _vectors(
     ids, texts, _ = document_columns(chunks)
     embedded = models.embed_documents_array(embeddings, [texts[position] for position in fresh])
     kept = np.setdiff1d(np.arange(len(chunks)), fresh)
-    if previous is None or not len(kept):
+    if stored is None or not len(kept):
         return embedded
-    stored = load_faiss(previous / "faiss", embeddings)  # verified
     rows = {identifier: row for row, identifier in stored.index_to_docstore_id.items()}
     try:
         wanted = np.array([rows[ids[position]] for position in kept], dtype=np.int64)
     except KeyError as error:
-        raise ValueError(f"the FAISS store in {previous} lacks chunk {error}") from None
+        raise ValueError(f"the previous FAISS store lacks chunk {error}") from None
     ivf = faiss.try_extract_index_ivf(stored.index)
     if ivf is not None:
         ivf.make_direct_map()  # PQ codes: the vectors come back approximate
     old = stored.index.reconstruct_batch(wanted)
     matrix = np.empty((len(chunks), old.shape[1]), dtype=np.float32)
     matrix[kept] = old
-    if fresh:
-        matrix[fresh] = embedded
+    if fresh:  # unit rows, as the stored ones are, so that build_faiss adds them as they are
+        norms = np.linalg.norm(embedded, axis=1, keepdims=True)
+        matrix[fresh] = embedded / np.where(norms == 0, 1, norms)
     return matrix
 
 
@@ -521,14 +525,12 @@ def open_index(
     stores = stores_directory(directory, settings)
     store: VectorStore
     if settings["store"] == "faiss":
-        store = load_faiss(stores / "faiss", embeddings, trust=trust)
+        store = faiss = load_faiss(stores / "faiss", embeddings, trust=trust)
+        same_as = docstore_columns(faiss)  # the texts parsed once
     else:
-        store = load_chroma(embeddings, persist_directory=stores / "chroma")
-    return OpenedIndex(
-        settings=settings,
-        vectors=VectorRetriever(vectorstore=store),
-        bm25=BM25Retriever.load(stores / BM25_DIRECTORY),
-    )
+        store, same_as = load_chroma(embeddings, persist_directory=stores / "chroma"), None
+    bm25 = BM25Retriever.load(stores / BM25_DIRECTORY, same_as=same_as)
+    return OpenedIndex(settings=settings, vectors=VectorRetriever(vectorstore=store), bm25=bm25)
 
 
 def read_settings(directory: str | os.PathLike[str]) -> dict[str, Any]:

@@ -18,7 +18,7 @@ import os
 import secrets
 import stat
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -72,11 +72,38 @@ def read_hashed(path: str | Path, max_bytes: int = MAX_INDEX_FILE_BYTES) -> tupl
 
 
 def file_sha256(path: str | Path) -> str:
-    """The hex SHA-256 of a file's bytes, read in blocks."""
+    """The hex SHA-256 of a regular file's bytes, read in blocks."""
     digest = hashlib.sha256()
-    with Path(path).open("rb") as file:
+    with open_regular_file(path) as file:
         for block in iter(lambda: file.read(1 << 20), b""):
             digest.update(block)
+    return digest.hexdigest()
+
+
+def write_new_file(
+    path: Path, content: Sequence[bytes] | Callable[[Callable[[bytes], int]], object]
+) -> str:
+    """Write ``content`` (its pieces, or what it emits) to a new file beside ``path``, rename
+    it; its SHA-256."""
+    digest = hashlib.sha256()
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+
+            def write(block: bytes) -> int:
+                digest.update(block)
+                handle.write(block)
+                return len(block)
+
+            if callable(content):
+                content(write)
+            else:
+                for piece in content:
+                    write(piece)
+        temporary.replace(path)
+    finally:
+        temporary.unlink(missing_ok=True)
     return digest.hexdigest()
 
 
@@ -186,4 +213,5 @@ __all__ = [
     "sign",
     "signing_key_file",
     "verify_signature",
+    "write_new_file",
 ]

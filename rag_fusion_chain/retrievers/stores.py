@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import math
-import os
 import sys
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeGuard, cast
 
@@ -24,10 +23,11 @@ from pydantic import Field, model_validator
 
 from rag_fusion_chain.models import embed_documents_array, embedding_identity
 from rag_fusion_chain.retrievers.base import BatchedRetriever, scored_copy, with_identity
+from rag_fusion_chain.retrievers.columns import DocumentsById, StoredDocuments, document_columns
 from rag_fusion_chain.retrievers.faiss_files import faiss_store_class, load_faiss, save_faiss
 from rag_fusion_chain.retrievers.faiss_files import warn_on_embedding_change as _warn_if_other
 from rag_fusion_chain.retrievers.signing import SIGNING_KEY_ENV, UntrustedIndexError, file_sha256
-from rag_fusion_chain.validation import require_extra
+from rag_fusion_chain.validation import environment_count, require_extra
 
 if TYPE_CHECKING:
     from chromadb.api.types import PyEmbedding
@@ -45,10 +45,14 @@ def _chroma_modules() -> tuple[Any, type[Chroma]]:
     return require_extra("chromadb", "chroma"), chroma
 
 
-def _documents_by_id(documents: Sequence[Document]) -> dict[str, Document]:
-    """``{id: document}`` in order (content hash for a missing id); no duplicates, not empty."""
+def _documents_by_id(documents: Sequence[Document]) -> MutableMapping[str, Document]:
+    """``{id: document}`` in order (content hash for a missing id; stored columns as they are);
+    no duplicates, not empty."""
     if not documents:
         raise ValueError("documents: cannot build a vector store from no documents")
+    stored = documents if isinstance(documents, StoredDocuments) else None
+    if stored is not None and all(stored.ids) and len(set(stored.ids)) == len(stored):
+        return DocumentsById(stored)
     by_id = {document.id: document for document in documents if document.id}
     if len(by_id) < len(documents):  # ids missing (content hashes then) or repeated
         by_id = {str(document.id): document for document in map(with_identity, documents)}
@@ -87,9 +91,8 @@ def build_faiss(
     from langchain_community.docstore.in_memory import InMemoryDocstore
 
     by_id = _documents_by_id(documents)
-    if vectors is None:
-        texts = [document.page_content for document in by_id.values()]
-        vectors = embed_documents_array(embeddings, texts)
+    if vectors is None:  # by_id holds the documents in their order
+        vectors = embed_documents_array(embeddings, document_columns(documents)[1])
     matrix, norms = _matrix_and_norms(vectors, len(by_id))
     faiss_index = _new_faiss_index(index, matrix, norms)
     if matrix.dtype == "float32" and matrix.flags.c_contiguous and abs(norms - 1).max() <= 1e-5:
@@ -129,19 +132,25 @@ def _matrix_and_norms(vectors: Any, count: int) -> tuple[Any, Any]:
     return matrix, norms
 
 
-def _new_faiss_index(index: str, vectors: Any, norms: Any) -> Any:
-    """An empty FAISS index of type ``index`` for ``vectors``' dimension, trained if it must be."""
+def empty_faiss_index(index: str, dimension: int, name: str = "index") -> Any:
+    """An empty FAISS index of type ``index``; ValueError (naming the argument) if FAISS cannot
+    make it."""
     import faiss
-    import numpy as np
 
-    description = FAISS_INDEXES.get(index, index)
     try:
-        faiss_index = faiss.index_factory(int(vectors.shape[1]), description, faiss.METRIC_L2)
+        return faiss.index_factory(dimension, FAISS_INDEXES.get(index, index), faiss.METRIC_L2)
     except RuntimeError as error:
         raise ValueError(
-            f"index: {index!r} is not one of {sorted(FAISS_INDEXES)} nor a FAISS index_factory "
+            f"{name}: {index!r} is not one of {sorted(FAISS_INDEXES)} nor a FAISS index_factory "
             f"string ({error})"
         ) from error
+
+
+def _new_faiss_index(index: str, vectors: Any, norms: Any) -> Any:
+    """An empty FAISS index of type ``index`` for ``vectors``' dimension, trained if it must be."""
+    import numpy as np
+
+    faiss_index = empty_faiss_index(index, int(vectors.shape[1]))
     if hasattr(faiss_index, "hnsw"):
         faiss_index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
         faiss_index.hnsw.efSearch = HNSW_EF_SEARCH
@@ -267,10 +276,7 @@ def _is_chroma(store: VectorStore) -> TypeGuard[Chroma]:
 def default_faiss_threads() -> int:
     """``$RAG_FUSION_FAISS_THREADS``, else 1 (concurrent searches on a thread per core each
     oversubscribe the cores)."""
-    configured = os.environ.get(FAISS_THREADS_ENV, "1").strip()
-    if not configured.isdigit() or int(configured) < 1:
-        raise ValueError(f"{FAISS_THREADS_ENV}: expected a positive integer, got {configured!r}")
-    return int(configured)
+    return environment_count(FAISS_THREADS_ENV, 1)
 
 
 class VectorRetriever(BatchedRetriever):
@@ -427,6 +433,7 @@ __all__ = [
     "build_chroma",
     "build_faiss",
     "default_faiss_threads",
+    "empty_faiss_index",
     "file_sha256",
     "load_chroma",
     "load_faiss",
