@@ -86,6 +86,27 @@ class FailingEmbeddings(Embeddings):
         return self.inner.embed_query(text)
 
 
+class ArrayOnlyEmbeddings(Embeddings):
+    """Hands vectors over as numpy rows only (as the kit's own embedders do): a detour through
+    lists of floats, 24+ bytes a number instead of 4, fails."""
+
+    def __init__(self) -> None:
+        self.inner = DeterministicFakeEmbedding(size=32)
+        self.rows = 0
+
+    def embed_documents_array(self, texts: list[str]) -> Any:
+        import numpy as np
+
+        self.rows += len(texts)
+        return np.asarray(self.inner.embed_documents(list(texts)), dtype=np.float32)
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        raise AssertionError("the vectors went through a list of floats")
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.inner.embed_query(text)
+
+
 def many_documents(count: int) -> list[Document]:
     return [
         Document(
@@ -155,6 +176,16 @@ def test_build_and_open_round_trip(
     assert opened.bm25.invoke(QUESTION)[0].id.startswith(corpus[0].name)
     (hybrid,) = opened.retrievers(hybrid=True, k=2)
     assert 1 <= len(hybrid.invoke(QUESTION)) <= 4
+
+
+def test_a_faiss_index_takes_the_embedders_numpy_rows(corpus: list[Path], tmp_path: Path) -> None:
+    embeddings = ArrayOnlyEmbeddings()
+    settings = build_index(
+        corpus, tmp_path / "index", embedding=embeddings, chunk_size=40, chunk_overlap=5
+    )
+    assert embeddings.rows == settings["chunks"]
+    (vectors,) = open_index(tmp_path / "index", embeddings).retrievers(hybrid=False, k=2)
+    assert len(vectors.invoke(QUESTION)) == 2
 
 
 def test_faiss_and_bm25_share_one_texts_file_parsed_once(

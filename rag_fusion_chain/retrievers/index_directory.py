@@ -88,16 +88,23 @@ class _ProgressEmbeddings(Embeddings):
         self.on_batch = on_batch
         self.model_identity = models.embedding_identity(embeddings)
 
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+    def embed_documents_array(self, texts: Sequence[str]) -> Any:
+        """One float32 row per text, never a list of floats (4 bytes a number, not 24+)."""
+        import numpy as np
+
         order = sorted(range(len(texts)), key=lambda position: len(texts[position]))
-        vectors: list[list[float]] = [[] for _ in texts]
+        matrix = np.empty((0, 0), dtype=np.float32)
         for start in range(0, len(order), EMBEDDING_BATCH_SIZE):
             positions = order[start : start + EMBEDDING_BATCH_SIZE]
-            batch = self.embeddings.embed_documents([texts[position] for position in positions])
-            for position, vector in zip(positions, batch, strict=True):
-                vectors[position] = vector
+            batch = models.embed_documents_array(self.embeddings, [texts[at] for at in positions])
+            if not start:
+                matrix = np.empty((len(texts), batch.shape[1]), dtype=np.float32)
+            matrix[positions] = batch
             self.on_batch(len(positions))
-        return vectors
+        return matrix
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self.embed_documents_array(texts).tolist()  # type: ignore[no-any-return]
 
     def embed_query(self, text: str) -> list[float]:
         return self.embeddings.embed_query(text)

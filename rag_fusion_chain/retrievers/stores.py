@@ -307,7 +307,7 @@ class VectorRetriever(BatchedRetriever):
         assert self.embeddings is not None
         if self.query_embedding == "per_query":
             return self.search_vectors([self.embeddings.embed_query(text) for text in queries], k)
-        return self.search_vectors(self.embeddings.embed_documents(queries), k)
+        return self.search_vectors(embed_documents_array(self.embeddings, queries), k)
 
     async def _aretrieve_many(
         self, queries: list[str], k: int, run_managers: Any
