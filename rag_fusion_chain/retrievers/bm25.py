@@ -7,6 +7,7 @@ without ``Document.id`` get the content hash the vector stores use, so fusion me
 
 from __future__ import annotations
 
+import array
 import functools
 import itertools
 import json
@@ -192,12 +193,13 @@ class BM25Retriever(BatchedRetriever):
         moved = np.full(len(self.documents), -1)
         moved[placed[kept]] = np.flatnonzero(kept)
         vocabulary = dict(self.index.vocab_dict) if self.documents else {}
-        ids = [
-            [vocabulary.setdefault(term, len(vocabulary)) for term in self._terms(text)]
-            for text in document_columns(fresh)[1]
-        ]
-        owners = np.repeat(np.flatnonzero(~kept), [len(row) for row in ids])
-        flat = np.fromiter(itertools.chain.from_iterable(ids), np.int64, len(owners))
+        term_ids, lengths = array.array("q"), []  # 8 bytes a term, not a Python int's 36
+        for text in document_columns(fresh)[1]:
+            row = [vocabulary.setdefault(term, len(vocabulary)) for term in self._terms(text)]
+            term_ids.extend(row)
+            lengths.append(len(row))
+        owners = np.repeat(np.flatnonzero(~kept), lengths)
+        flat = np.frombuffer(term_ids, np.int64)
         keys, counts = np.unique(flat << 32 | owners, return_counts=True)
         indptr = self.index.scores["indptr"] if self.documents else np.zeros(1, np.int64)
         terms = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
