@@ -180,11 +180,10 @@ def _sources(state: State) -> AddableDict:
 # ---- the steps ------------------------------------------------------------------------------------
 
 
-def _searching(fan_out: MultiRetriever, config: RunnableConfig) -> Runnable[Any, Any]:
-    """The fan-out asking each retriever for the per-call ``k``, if set, run as ``fan_out``."""
+def _searching(fan_out: MultiRetriever, config: RunnableConfig) -> MultiRetriever:
+    """The fan-out asking each retriever for the per-call ``k``, if set."""
     k = _per_call(config, "k")
-    asking = fan_out if k is None else fan_out.model_copy(update={"k": k})
-    return asking.with_config(run_name="fan_out")
+    return fan_out if k is None else fan_out.model_copy(update={"k": k})
 
 
 def _generate_step(
@@ -200,7 +199,7 @@ def _generate_step(
     or, if it had not begun when the queries came (an instant model), searched in their batch;
     offline, the question is searched first and the queries are drawn from its documents."""
     if query_step is not None:
-        query_step = query_step.with_config(run_name="queries")
+        query_step.name = "queries"  # made for this chain: named, not wrapped in a binding
 
     def offline(question: str, first: RetrievalResults, config: RunnableConfig) -> State:
         # the question's whole fused ranking: the best documents lead, the rest give term statistics
@@ -270,8 +269,7 @@ def _fuse_step(record: Strategy, fusion: BaseFusion) -> Step:
     def fuse(state: State, config: RunnableConfig) -> State:  # CPU only: no async twin
         top_n = _per_call(config, "top_n")
         chosen = fusion if top_n is None else fusion.with_settings(top_n=top_n)
-        named = chosen.with_config(run_name="fusion")
-        return _fused(record, state, lambda groups: named.batch(groups, config))
+        return _fused(record, state, lambda groups: chosen.batch(groups, config))
 
     return Step("fuse", fuse, settings=[TOP_N_SPEC])
 
@@ -435,8 +433,8 @@ def _retrieval_steps(
         query_step = record.model_queries(llm, count, prompt=chosen)
     elif query_prompt is not None:
         raise ValueError("query_prompt needs an llm: the offline chain (llm=None) uses no prompt")
-    searching = fan_out(retrievers, k)
-    chosen_fusion = _checked_fusion(fusion, record, top_n)
+    searching = fan_out(retrievers, k).model_copy(update={"name": "fan_out"})
+    chosen_fusion = _checked_fusion(fusion, record, top_n).model_copy(update={"name": "fusion"})
     steps: list[Runnable[Any, Any]] = [
         _generate_step(record, query_step, searching, search_question, count),
         _retrieve_step(searching),
