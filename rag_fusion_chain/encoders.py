@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import shutil
 import subprocess
 import sys
@@ -22,10 +21,11 @@ from typing import Any
 
 from langchain_core.embeddings import Embeddings
 
+from rag_fusion_chain.validation import KIT_CACHE
+
 logger = logging.getLogger(__name__)
 
-_CACHE_HOME = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-DEFAULT_EXPORT_DIR = _CACHE_HOME / "rag-fusion-chain" / "openvino"
+DEFAULT_EXPORT_DIR = KIT_CACHE / "openvino"
 DEFAULT_EXPORT_TIMEOUT = 600.0
 """Seconds the one-time conversion may take (about 15-30 s on two busy cores)."""
 MODEL_FILE = "openvino_model.xml"

@@ -31,7 +31,7 @@ from rag_fusion_chain.data import vectors
 from rag_fusion_chain.retrievers import index_directory, stores
 from rag_fusion_chain.retrievers.bm25 import BM25Retriever
 from rag_fusion_chain.retrievers.index_directory import OpenedIndex
-from rag_fusion_chain.validation import QuestionInput, require_extra
+from rag_fusion_chain.validation import KIT_CACHE, QuestionInput, require_extra
 
 INDEX_ENV = "RAG_FUSION_INDEX"
 CHROMA_URL_ENV = "RAG_FUSION_CHROMA_URL"
@@ -39,7 +39,7 @@ CHROMA_COLLECTION_ENV = "RAG_FUSION_CHROMA_COLLECTION"
 VECTOR_STORE_ENV = "RAG_FUSION_VECTOR_STORE"
 CACHE_DIR_ENV = "RAG_FUSION_CACHE_DIR"
 VECTOR_STORES = ("faiss", "chroma")
-DEFAULT_CACHE_DIR = Path.home() / ".cache" / "rag-fusion-chain" / "indexes"
+DEFAULT_CACHE_DIR = KIT_CACHE / "indexes"
 DEFAULT_COLLECTION = "rag_fusion_chain"
 CHROMA_PAGE = 1000  # documents read per request to build BM25 over a Chroma collection
 CHROMA_TIMEOUT_SECONDS = 30.0

@@ -8,6 +8,7 @@ import os
 import re
 import unicodedata
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 QuestionInput = str | Mapping[str, Any]
@@ -16,6 +17,8 @@ MAX_QUESTION_CHARS = 20_000
 """Longer questions are refused: they would overflow the prompt of most chat models."""
 MAX_QUERIES = 50
 """Upper bound for ``n``: more queries than this cost much and add little to fusion."""
+KIT_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rag-fusion-chain"
+"""The kit's one cache folder: ``$XDG_CACHE_HOME`` (else ``~/.cache``) ``/rag-fusion-chain``."""
 TERMINAL_ESCAPE = re.compile(
     r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor moves
     r"|\x9b[0-?]*[ -/]*[@-~]"  # CSI, 8-bit form

@@ -16,9 +16,9 @@ PACKAGE = "rag_fusion_chain"
 ROOT = Path(__file__).resolve().parent.parent / PACKAGE
 
 LAYERS: dict[str, int] = {
-    # the bottom: no other module of the kit, or only each other (fusion never imports models)
-    "_version": 0,
-    "validation": 0,
+    "_version": -1,
+    "validation": -1,  # imports nothing from the kit; every layer may use it
+    # the bottom: no other module of the kit but those (fusion never imports models)
     "prompts": 0,
     "encoders": 0,
     "context": 0,

@@ -267,3 +267,21 @@ def test_reading_a_pdf_starts_no_onnx_runtime_and_writes_nothing_in_home(tmp_pat
     ]
     assert written_outside_the_kit(sandbox["home"]) == []
     assert hosts_reached(sandbox["log"]) == set()
+
+
+def test_every_cache_folder_follows_xdg_cache_home(tmp_path: Path) -> None:
+    """The served indexes, the OpenVINO export and the evaluation's embeddings share one root."""
+    program = (
+        "from rag_fusion_chain import encoders, evaluate, serving; "
+        "print(serving.DEFAULT_CACHE_DIR, encoders.DEFAULT_EXPORT_DIR, evaluate.DEFAULT_CACHE_DIR)"
+    )
+    printed = subprocess.run(
+        [sys.executable, "-c", program],
+        env={**os.environ, "XDG_CACHE_HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT,
+        check=True,
+    ).stdout.split()
+    kit = tmp_path / "rag-fusion-chain"
+    assert printed == [str(kit / "indexes"), str(kit / "openvino"), str(kit / "embeddings")]

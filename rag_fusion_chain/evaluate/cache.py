@@ -15,10 +15,10 @@ from typing import Any
 from langchain_core.embeddings import Embeddings
 
 from rag_fusion_chain import models
+from rag_fusion_chain.validation import KIT_CACHE
 
-_CACHE_HOME = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-DEFAULT_CACHE_DIR = _CACHE_HOME / "rag-fusion-chain" / "embeddings"
-"""``$XDG_CACHE_HOME`` (else ``~/.cache``)``/rag-fusion-chain/embeddings``: outside checkouts."""
+DEFAULT_CACHE_DIR = KIT_CACHE / "embeddings"
+"""In the kit's cache folder (:data:`~rag_fusion_chain.validation.KIT_CACHE`): outside checkouts."""
 
 
 class CachedEmbeddings(Embeddings):
