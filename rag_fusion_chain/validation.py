@@ -1,5 +1,6 @@
 """Input checks every layer shares (the question, positive counts, URL credentials kept out of
-what is shown, optional dependencies named by their extra); it imports nothing from the kit."""
+what is shown, terminal escapes, optional dependencies named by their extra) and the kit's cache
+folder; it imports nothing from the kit."""
 
 from __future__ import annotations
 
