@@ -403,54 +403,20 @@ def _answers(
     return synthesis | llm | StrOutputParser(), sub | llm | StrOutputParser()
 
 
-def _retrieval_steps(
-    record: Strategy,
-    retrievers: Retrievers,
-    llm: Runnable[Any, Any] | None,
-    *,
-    n: int | None,
-    k: int | None,
-    top_n: int | None,
-    fusion: BaseFusion | None,
-    include_original: bool | None,
-    query_prompt: BasePromptTemplate | None,
-    mode: str,
-) -> tuple[list[Runnable[Any, Any]], dict[str, Any]]:
-    """The steps up to ``format_context`` and the settings they were built with."""
-    if n is not None and record.default_n is None:
-        raise ValueError(f"n: {record.name} writes one query; n applies to counted strategies")
-    if include_original is not None and record.grouping != "flat":
-        raise ValueError(f"include_original applies to flat strategies, not {record.name}")
-    count = validate_count("n", n if n is not None else record.default_n or 1, MAX_QUERIES)
-    search_question = record.searches_question if include_original is None else include_original
-    if record.grouping == "sub-questions":
-        search_question = mode == "recursive"
-    query_step = None
-    if llm is not None:
-        chosen = _checked_prompt(
-            "query_prompt", query_prompt, record.query_prompt, {"question", "n"}
-        )
-        query_step = record.model_queries(llm, count, prompt=chosen)
-    elif query_prompt is not None:
-        raise ValueError("query_prompt needs an llm: the offline chain (llm=None) uses no prompt")
-    searching = fan_out(retrievers, k).model_copy(update={"name": "fan_out"})
-    chosen_fusion = _checked_fusion(fusion, record, top_n).model_copy(update={"name": "fusion"})
-    steps: list[Runnable[Any, Any]] = [
-        _generate_step(record, query_step, searching, search_question, count),
-        _retrieve_step(searching),
-        _fuse_step(record, chosen_fusion),
-        Step("format_context", _formatted),
-    ]
-    return steps, {"n": count if record.default_n else 1, "k": k, "top_n": chosen_fusion.top_n}
+def _parts(chain: Runnable[Any, Any]) -> tuple[list[Runnable[Any, Any]], RunnableConfig]:
+    """A ready chain's steps and its name, tags and metadata."""
+    config = chain.config if isinstance(chain, RunnableBinding) else {}
+    sequence = chain.bound if isinstance(chain, RunnableBinding) else chain
+    if not isinstance(sequence, RunnableSequence):
+        raise TypeError("chain must be a ready chain (a RunnableSequence of named steps)")
+    return sequence.steps, config
 
 
-def _named(
-    record: Strategy, steps: list[Runnable[Any, Any]], offline: bool, settings: dict[str, Any]
-) -> Runnable[Any, Any]:
-    tags = [record.name, "offline"] if offline else [record.name]
-    metadata = {"strategy": record.name, **settings, **({"offline": True} if offline else {})}
-    sequence: Runnable[Any, Any] = RunnableSequence(*steps)
-    return sequence.with_config(run_name=record.name, tags=tags, metadata=metadata)
+def _position_after(steps: list[Runnable[Any, Any]], after: str) -> int:
+    names = [step.get_name() for step in steps]
+    if after not in names:
+        raise ValueError(f"after must name a step of the chain, one of {names}; got {after!r}")
+    return names.index(after) + 1
 
 
 def chain_for(
@@ -482,32 +448,47 @@ def chain_for(
     record = strategies.get(strategy)
     if llm is not None and not isinstance(llm, Runnable):
         raise TypeError(f"llm must be a chat model or a Runnable, got {type(llm).__name__}")
+    if llm is None and (query_prompt, prompt, synthesis_prompt) != (None, None, None):
+        raise ValueError(
+            "query_prompt, prompt and synthesis_prompt need an llm: the offline chain (llm=None) "
+            "uses no prompt"
+        )
     if mode is not None and record.grouping != "sub-questions":
         raise ValueError(f"mode applies to decomposition, not {record.name}")
     mode = mode or "recursive"
     if mode not in ("recursive", "individual"):
         raise ValueError(f"mode must be 'recursive' or 'individual', got {mode!r}")
-    if llm is None and (prompt is not None or synthesis_prompt is not None):
-        raise ValueError("prompt needs an llm: the offline chain (llm=None) uses no prompt")
-    steps, settings = _retrieval_steps(
-        record,
-        retrievers,
-        llm,
-        n=n,
-        k=k,
-        top_n=top_n,
-        fusion=fusion,
-        include_original=include_original,
-        query_prompt=query_prompt,
-        mode=mode,
-    )
+    if n is not None and record.default_n is None:
+        raise ValueError(f"n: {record.name} writes one query; n applies to counted strategies")
+    if include_original is not None and record.grouping != "flat":
+        raise ValueError(f"include_original applies to flat strategies, not {record.name}")
+    count = validate_count("n", n if n is not None else record.default_n or 1, MAX_QUERIES)
+    search_question = record.searches_question if include_original is None else include_original
+    if record.grouping == "sub-questions":
+        search_question = mode == "recursive"
+    query_step = None
+    if llm is not None:
+        chosen = _checked_prompt(
+            "query_prompt", query_prompt, record.query_prompt, {"question", "n"}
+        )
+        query_step = record.model_queries(llm, count, prompt=chosen)
+    searching = fan_out(retrievers, k).model_copy(update={"name": "fan_out"})
+    chosen_fusion = _checked_fusion(fusion, record, top_n).model_copy(update={"name": "fusion"})
     answer, sub_answer = _answers(record, llm, mode, prompt, synthesis_prompt)
-    if sub_answer is not None:
-        steps.append(_sub_answers_step(sub_answer, in_turn=mode == "recursive"))
-    steps.append(_answer_step(answer, return_sources))
+    steps = [
+        _generate_step(record, query_step, searching, search_question, count),
+        _retrieve_step(searching),
+        _fuse_step(record, chosen_fusion),
+        Step("format_context", _formatted),
+        *([] if sub_answer is None else [_sub_answers_step(sub_answer, mode == "recursive")]),
+        _answer_step(answer, return_sources),
+    ]
+    settings = {"n": count if record.default_n else 1, "k": k, "top_n": chosen_fusion.top_n}
     if record.grouping == "sub-questions":
         settings["mode"] = mode
-    return _named(record, steps, llm is None, settings)
+    tags = [record.name, "offline"] if llm is None else [record.name]
+    metadata = {"strategy": record.name, **settings, **({"offline": True} if llm is None else {})}
+    return RunnableSequence(*steps).with_config(run_name=record.name, tags=tags, metadata=metadata)
 
 
 def retrieval_chain(
@@ -518,36 +499,23 @@ def retrieval_chain(
 ) -> Runnable[Any, State]:
     """A ready chain's steps up to ``format_context``: the question to its retrieval state
     (``question``, ``queries``, ``retrieved`` ranked lists, ``documents``, ``failures``,
-    ``context``). Options as :func:`chain_for` (``n``, ``k``, ``top_n``, ``fusion``, ...).
+    ``context``). Options as :func:`chain_for`, but for the answer's.
 
     >>> # retrieval_chain("multi-query", [bm25], n=2).invoke("What is RRF?")["documents"]
     """
-    record = strategies.get(strategy)
-    options.setdefault("mode", "recursive" if record.grouping == "sub-questions" else None)
-    options.setdefault("n", None)
-    keys = ("n", "k", "top_n", "fusion", "include_original", "query_prompt", "mode")
-    unknown = set(options) - set(keys)
-    if unknown:
-        raise TypeError(f"retrieval_chain got unknown options {sorted(unknown)}; use {list(keys)}")
-    filled: dict[str, Any] = {key: options.get(key) for key in keys}
-    steps, settings = _retrieval_steps(record, retrievers, llm, **filled)
-    return _named(record, steps, llm is None, settings)
+    if answer_options := sorted(options.keys() & {"prompt", "synthesis_prompt", "return_sources"}):
+        raise TypeError(f"retrieval_chain stops before the answer: {answer_options} do not apply")
+    steps, config = _parts(chain_for(strategy, retrievers, llm, **options))
+    return RunnableSequence(*steps[: _position_after(steps, "format_context")]).with_config(config)
 
 
 def with_step(chain: Runnable[Any, Any], step: Runnable[Any, Any], *, after: str) -> Runnable:
     """``chain`` (a ready chain) with ``step`` inserted after the step named ``after``, keeping
     its name, tags and metadata. ``step`` maps the state dict to the state dict, e.g. a reranker:
     ``RunnablePassthrough.assign(documents=lambda state: rerank(state))`` after ``"fuse"``."""
-    config = chain.config if isinstance(chain, RunnableBinding) else {}
-    sequence = chain.bound if isinstance(chain, RunnableBinding) else chain
-    if not isinstance(sequence, RunnableSequence):
-        raise TypeError("chain must be a ready chain (a RunnableSequence of named steps)")
-    names = [part.get_name() for part in sequence.steps]
-    if after not in names:
-        raise ValueError(f"after must name a step of the chain, one of {names}; got {after!r}")
-    position = names.index(after) + 1
-    steps = [*sequence.steps[:position], step, *sequence.steps[position:]]
-    return RunnableSequence(*steps).with_config(config)
+    steps, config = _parts(chain)
+    position = _position_after(steps, after)
+    return RunnableSequence(*steps[:position], step, *steps[position:]).with_config(config)
 
 
 def multi_query_chain(

@@ -650,7 +650,7 @@ def test_without_an_llm_every_chain_is_the_offline_chain(name: str) -> None:
 
 
 def test_without_an_llm_prompts_are_refused_and_any_retriever_feeds_the_offline_steps() -> None:
-    with pytest.raises(ValueError, match="prompt needs an llm"):
+    with pytest.raises(ValueError, match="synthesis_prompt need an llm"):
         chains.rag_fusion_chain([bm25_retriever()], prompt=prompts.ANSWER_PROMPT)
     result = chains.rag_fusion_chain([TopicRetriever()], return_sources=True).invoke(QUESTION)
     assert result["documents"]
@@ -744,3 +744,22 @@ def test_a_flat_ready_chain_shows_its_steps_and_takes_a_step_inserted() -> None:
     assert inserted.config["run_name"] == "rag-fusion"
     with pytest.raises(ValueError, match="after must name a step"):
         chains.with_step(chain, keep_one, after="rerank")
+
+
+def test_retrieval_chain_is_the_ready_chains_steps_up_to_format_context() -> None:
+    retrieval = chains.retrieval_chain("rag-fusion", [bm25_retriever()], n=2, top_n=3)
+    assert [step.get_name() for step in retrieval.bound.steps] == [
+        "generate_queries",
+        "retrieve",
+        "fuse",
+        "format_context",
+    ]
+    assert retrieval.config["run_name"] == "rag-fusion"
+    assert retrieval.config["metadata"]["top_n"] == 3
+    state = retrieval.invoke(QUESTION)
+    assert {"question", "queries", "retrieved", "documents", "failures", "context"} <= set(state)
+    assert 0 < len(state["documents"]) <= 3 and "answer" not in state
+    with pytest.raises(TypeError, match=r"\['prompt', 'return_sources'\] do not apply"):
+        chains.retrieval_chain("rag-fusion", [bm25_retriever()], prompt=None, return_sources=True)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'top'"):
+        chains.retrieval_chain("rag-fusion", [bm25_retriever()], top=3)
