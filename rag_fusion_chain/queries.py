@@ -66,17 +66,13 @@ def _query_list(
     on_failure: OnFailure,
 ) -> Runnable[Any, list[str]]:
     """``prompt | llm | QueryListParser`` for ``n`` queries (``n`` configurable per call)."""
-    validate_count("n", n, MAX_QUERIES)
-
-    def values(question: str, count: int) -> dict[str, Any]:
-        offered = {"question": question, "n": count}
-        return {key: value for key, value in offered.items() if key in prompt.input_variables}
+    validate_count("n", n, MAX_QUERIES)  # prompts ignore the values they do not use (n)
 
     def generate(value: Any, config: RunnableConfig) -> list[str]:
         question, count = question_of(value), configured_n(config, n)
         model = prompt | llm | QueryListParser(n=count)
         try:
-            generated = model.invoke(values(question, count), config)
+            generated = model.invoke({"question": question, "n": count}, config)
         except Exception as error:
             if on_failure == "raise":
                 raise
@@ -87,7 +83,7 @@ def _query_list(
         question, count = question_of(value), configured_n(config, n)
         model = prompt | llm | QueryListParser(n=count)
         try:
-            generated = await model.ainvoke(values(question, count), config)
+            generated = await model.ainvoke({"question": question, "n": count}, config)
         except Exception as error:
             if on_failure == "raise":
                 raise
