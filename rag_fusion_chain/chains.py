@@ -483,7 +483,11 @@ def chain_for(
         *([] if sub_answer is None else [_sub_answers_step(sub_answer, mode == "recursive")]),
         _answer_step(answer, return_sources),
     ]
-    settings = {"n": count if record.default_n else 1, "k": k, "top_n": chosen_fusion.top_n}
+    settings: dict[str, Any] = {
+        "n": count if record.default_n else 1,
+        "k": k,
+        "top_n": chosen_fusion.top_n,
+    }
     if record.grouping == "sub-questions":
         settings["mode"] = mode
     tags = [record.name, "offline"] if llm is None else [record.name]
@@ -559,19 +563,3 @@ def rewrite_chain(
 ) -> Runnable:
     """Rewrite-Retrieve-Read: the question rewritten into one search query. See :func:`chain_for`."""
     return chain_for("rewrite", retrievers, llm, **options)
-
-
-__all__ = [
-    "Step",
-    "chain_for",
-    "decomposition_chain",
-    "fan_out",
-    "hyde_chain",
-    "multi_query_chain",
-    "quoted_documents",
-    "rag_fusion_chain",
-    "retrieval_chain",
-    "rewrite_chain",
-    "step_back_chain",
-    "with_step",
-]

@@ -83,13 +83,3 @@ def format_answered(answered: Sequence[Mapping[str, Any]]) -> str:
         f"Answer: {escape_for_prompt(str(item['answer']))}"
         for number, item in enumerate(answered, 1)
     )
-
-
-__all__ = [
-    "NO_EARLIER_ANSWERS",
-    "NO_PASSAGES",
-    "escape_for_prompt",
-    "format_answered",
-    "format_context",
-    "shown_source",
-]

@@ -193,15 +193,3 @@ def rewrite(
 ) -> Runnable[Any, str]:
     """Rewrite the question into one better search query (Rewrite-Retrieve-Read, Ma et al. 2023)."""
     return _text(llm, prompt or prompts.REWRITE_PROMPT, True, on_failure)
-
-
-__all__ = [
-    "QueryListParser",
-    "configured_n",
-    "decomposition",
-    "hyde",
-    "multi_query",
-    "rag_fusion",
-    "rewrite",
-    "step_back",
-]

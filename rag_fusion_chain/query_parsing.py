@@ -204,13 +204,3 @@ class QueryListParser(BaseOutputParser[list[str]]):
             if query is not None:
                 queries.setdefault(dedupe_key(query), query)
         return list(queries.values())
-
-
-__all__ = [
-    "MAX_OUTPUT_CHARS",
-    "QueryListParser",
-    "clean_query_line",
-    "dedupe_key",
-    "searchable_text",
-    "within_query_limit",
-]

@@ -168,6 +168,3 @@ def get(strategy: str | Strategy) -> Strategy:
     if strategy not in REGISTRY:
         raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}; got {strategy!r}")
     return REGISTRY[strategy]
-
-
-__all__ = ["DEFAULT_TOP_N", "REGISTRY", "STRATEGIES", "Strategy", "get"]

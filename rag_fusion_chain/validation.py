@@ -109,14 +109,3 @@ def require_extra(module: str, extra: str) -> Any:
         missing = error.name or module
         message = f'{missing} is not installed: pip install "rag-fusion-chain[{extra}]"'
         raise ImportError(message) from error
-
-
-__all__ = [
-    "MAX_QUERIES",
-    "MAX_QUESTION_CHARS",
-    "QuestionInput",
-    "question_of",
-    "redact_credentials",
-    "require_extra",
-    "validate_count",
-]

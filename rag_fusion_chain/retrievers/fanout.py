@@ -318,14 +318,3 @@ class MultiRetriever(RunnableSerializable[QueriesInput, list[list[Document]]]):
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> RetrievalResults:
         return await self._acall_with_config(self._aretrieve, input, config)  # type: ignore[return-value]
-
-
-__all__ = [
-    "DEFAULT_K",
-    "DEFAULT_TIMEOUT",
-    "MultiRetriever",
-    "RetrievalError",
-    "RetrievalFailure",
-    "RetrievalResults",
-    "as_retriever_list",
-]

@@ -168,6 +168,3 @@ class FusionRetriever(BaseRetriever):
         queries = await generator.ainvoke(query, config) if generator else [query]
         ranked_lists = await self.retrievers.ainvoke(queries, config)
         return await self._fusion(k, config).ainvoke(ranked_lists, config)  # type: ignore[return-value]
-
-
-__all__ = ["FusionRetriever"]
