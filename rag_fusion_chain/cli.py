@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.table import Column, Table
 from rich.text import Text
 
 from rag_fusion_chain import chains, ingest, models, offline, serving, strategies
@@ -27,7 +28,7 @@ from rag_fusion_chain.rendering import (
     progress_display,
     render_answer,
     reported_errors,
-    scores_table,
+    say,
 )
 from rag_fusion_chain.retrievers.index_directory import (
     INDEX_FILE,
@@ -191,20 +192,14 @@ def index(
                 "deny_private": deny_private,
             },
         )
-        output.print(
+        say(
             f"Indexed {settings['files']} files as {settings['documents']} documents, "
             f"{settings['chunks']} chunks ({settings['store']}, embeddings "
-            f"{settings['embedding']}) in {out}; embedded {settings['embedded_chunks']}",
-            markup=False,
-            soft_wrap=True,
+            f"{settings['embedding']}) in {out}; embedded {settings['embedded_chunks']}"
         )
         if settings["skipped"]:
             skipped = [ingest.Skipped(**entry) for entry in settings["skipped"]]
-            output.print(
-                f"Skipped {len(skipped)}: {ingest.describe_skipped(skipped)}",
-                markup=False,
-                soft_wrap=True,
-            )
+            say(f"Skipped {len(skipped)}: {ingest.describe_skipped(skipped)}")
 
 
 def search(
@@ -264,7 +259,7 @@ def _demo_index(directory: Path | None, rebuild: bool) -> Any:
             return open_index(directory, models.DEFAULT_EMBEDDING)
         except UntrustedIndexError:  # made by an older kit, another user, or changed: not loaded
             print_line("note", "cyan", f"the demo index in {directory} cannot be verified")
-    output.print(f"Indexing the SciFact sample into {directory}", markup=False)
+    say(f"Indexing the SciFact sample into {directory}")
     shipped = serving.with_shipped_vectors(models.embeddings(models.DEFAULT_EMBEDDING))
     named = {"embedding_name": models.DEFAULT_EMBEDDING} if shipped else {}  # `ask` reopens it
     options = {"chunk_size": DEMO_CHUNK_SIZE, "chunk_overlap": 0, "force": True, **named}
@@ -328,7 +323,7 @@ def serve(
         server = serving.create_app(routes, allowed_hosts=allow_host or ())
         where = f"{source.describe()} on http://127.0.0.1:{port}/{strategy}"
         links = f"(playground: /{strategy}/playground/, with sources: /{strategy}/sources)"
-        output.print(f"Serving {strategy} over {where} {links}", markup=False, soft_wrap=True)
+        say(f"Serving {strategy} over {where} {links}")
         uvicorn.run(server, host="127.0.0.1", port=port, log_level="warning")
 
 
@@ -378,7 +373,7 @@ def eval_dataset(
         common |= {"embeddings": embedding, "cache_dir": cache, "query_count": n}
         use_langsmith = langsmith and evaluate.langsmith_configured()
         if langsmith and not use_langsmith:
-            output.print("LangSmith is not configured (LANGSMITH_API_KEY); evaluated locally")
+            say("LangSmith is not configured (LANGSMITH_API_KEY); evaluated locally")
         if any(name != "bm25" for name in names):
             _announce_corpus_embedding(dataset_dir, cache)
         experiments: list[Any] = []
@@ -399,16 +394,19 @@ def eval_dataset(
             headers.append("experiment")
             for row, each in zip(rows, experiments, strict=True):
                 row.append(each.experiment_name)
-        output.print(scores_table(headers, rows, title=title, caption=caption))
+        text = ("setup", "experiment")  # left-aligned; the scores are right-aligned
+        columns = [Column(name, justify="left" if name in text else "right") for name in headers]
+        table = Table(*columns, title=title, caption=caption)
+        for row in rows:
+            table.add_row(*row)
+        output.print(table)
         for each in experiments:
             where = each.url or f"dataset {each.dataset_name}"
-            output.print(
-                f"{each.setup}: {each.experiment_name} at {where}", markup=False, soft_wrap=True
-            )
+            say(f"{each.setup}: {each.experiment_name} at {where}")
         if json_path is not None:
-            output.print(f"Wrote {evaluate.write_json(json_path, summary)}", markup=False)
+            say(f"Wrote {evaluate.write_json(json_path, summary)}")
         if plot is not None:
-            output.print(f"Wrote {evaluate.write_plot(plot, summary)}", markup=False)
+            say(f"Wrote {evaluate.write_plot(plot, summary)}")
 
 
 def _print_version(requested: bool) -> None:

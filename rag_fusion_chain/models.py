@@ -280,11 +280,7 @@ def encoder_threads(environ: Mapping[str, str] = os.environ) -> int:
 
 
 def split_backend(identity: str) -> tuple[str, str]:
-    """An embedding identity's model part and backend (``"torch"`` when none is named).
-
-    >>> split_backend("m|normalized|backend=openvino")
-    ('m|normalized', 'openvino')
-    """
+    """An embedding identity's model part and backend (``"torch"`` when none is named)."""
     model, _, backend = identity.partition(_BACKEND_MARK)
     return model, backend or "torch"
 

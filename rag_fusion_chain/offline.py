@@ -116,11 +116,7 @@ _COMPARISON = re.compile(
 
 def split_sentences(text: str) -> list[str]:
     """Sentences of ``text``, whitespace collapsed: sentencex per paragraph, a piece that starts
-    lowercase or follows an abbreviation, an open parenthesis or a dotted name joined back.
-
-    >>> split_sentences("Title\\n\\nFirst one,\\nwrapped. CoT (Wei et al. [1]) works. 第三句。第四句")
-    ['Title', 'First one, wrapped.', 'CoT (Wei et al. [1]) works.', '第三句。', '第四句']
-    """
+    lowercase or follows an abbreviation, an open parenthesis or a dotted name joined back."""
     pieces: list[str] = []
     for paragraph in _BLANK_LINE.split(text):
         start = len(pieces)
@@ -140,13 +136,7 @@ def split_sentences(text: str) -> list[str]:
 
 
 def is_reference_entry(line: str) -> bool:
-    """A bibliography line: an arXiv id, DOI, ISBN or bare URL, or two signs of a reference.
-
-    >>> is_reference_entry("Smith, A., & Lee, B. (2020). Deep nets. Journal of Things, 3(2).")
-    True
-    >>> is_reference_entry("In 2004, O. Ledoit and M. Wolf propose a formula [1].")
-    False
-    """
+    """A bibliography line: an arXiv id, DOI, ISBN or bare URL, or two signs of a reference."""
     stripped = line.strip(" -*•")
     if _IDENTIFIER.search(stripped) or _URL.fullmatch(stripped.strip("<>`_()[]. ")):
         return True
@@ -155,12 +145,7 @@ def is_reference_entry(line: str) -> bool:
 
 def is_quotable(sentence: str) -> bool:
     """A whole sentence of prose: not a reference, a sentence's start and end, enough words, not
-    mostly capitalised words (names, titles) nor code.
-
-    >>> [is_quotable(text) for text in ("Heat pumps move heat [2].", "and fed to a hasher.",
-    ...  "Wei, J., Le, Q., and Zhou, D.", "Call x = f(y) now.", "Heat pumps move heat")]
-    [True, False, False, False, False]
-    """
+    mostly capitalised words (names, titles) nor code."""
     words = sentence.split()
     if is_reference_entry(sentence) or _WHOLLY_QUOTED.fullmatch(sentence):
         return False
@@ -205,12 +190,8 @@ def _ends_block(line: str) -> bool:
 
 
 def passage_sentences(text: str) -> list[str]:
-    r"""The :func:`is_quotable` sentences of a passage, in order; headings, titles, list items,
-    tables, code, tags and references end a paragraph and are left out.
-
-    >>> passage_sentences("# Bees\n\n| kg | 20 |\n|---|---|\nA hive makes 20 kg a year.\n- Wax too.")
-    ['A hive makes 20 kg a year.']
-    """
+    """The :func:`is_quotable` sentences of a passage, in order; headings, titles, list items,
+    tables, code, tags and references end a paragraph and are left out."""
     lines = [line.strip() for line in text.strip().splitlines()]
     paragraphs: list[list[str]] = [[]]
     in_code = in_item = False
@@ -264,11 +245,7 @@ def best_sentences(
     related: Iterable[str] = (),
 ) -> list[tuple[int, str]]:
     """The ``count`` best (passage position, sentence) sharing a term with ``question``: BM25 over
-    the sentences (``related`` terms weigh less), discounted by position, one per passage.
-
-    >>> best_sentences("hive honey", ["Bees fly. A hive makes honey.", "Honey is sweet."])
-    [(0, 'A hive makes honey.'), (1, 'Honey is sweet.')]
-    """
+    the sentences (``related`` terms weigh less), discounted by position, one per passage."""
     question_terms = set(tokenize(question))
     weights = {term: RELATED_TERM_WEIGHT for text in related for term in tokenize(text)}
     weights.update(dict.fromkeys(question_terms, 1.0))
@@ -314,10 +291,8 @@ def _quotes(
 
 def _numbers(documents: Iterable[Document]) -> dict[str, int]:
     """Each distinct passage (by text) numbered from 1 in order of first appearance."""
-    numbers: dict[str, int] = {}
-    for document in documents:
-        numbers.setdefault(document.page_content, len(numbers) + 1)
-    return numbers
+    texts = dict.fromkeys(document.page_content for document in documents)
+    return {text: number for number, text in enumerate(texts, 1)}
 
 
 def _answer(
@@ -449,16 +424,13 @@ def _phrase_runs(text: str) -> Iterator[list[str]]:
     run: list[str] = []
     for token in text.split():
         word = token.strip(_WRAPPING)
-        if not _WORD.fullmatch(word) or word.isdigit() or CODE_TOKEN.search(token):
-            if run:
-                yield run
-            run = []
-            continue
-        if token[:1] in _WRAPPING and run:
+        plain = bool(_WORD.fullmatch(word)) and not word.isdigit() and not CODE_TOKEN.search(token)
+        if run and (not plain or token[:1] in _WRAPPING):
             yield run
             run = []
-        run.append(word)
-        if token[-1:] in _WRAPPING:
+        if plain:
+            run.append(word)
+        if plain and token[-1:] in _WRAPPING:
             yield run
             run = []
     if run:

@@ -119,16 +119,3 @@ SYNTHESIS_PROMPT = _chat(
     "question. Use only what the sub-answers say.",
     "Sub-questions and answers:\n{context}\n\nOriginal question: {question}",
 )
-
-__all__ = [
-    "ANSWER_PROMPT",
-    "DECOMPOSITION_PROMPT",
-    "HYDE_PROMPT",
-    "MULTI_QUERY_PROMPT",
-    "RAG_FUSION_PROMPT",
-    "RECURSIVE_ANSWER_PROMPT",
-    "REWRITE_PROMPT",
-    "STEP_BACK_ANSWER_PROMPT",
-    "STEP_BACK_PROMPT",
-    "SYNTHESIS_PROMPT",
-]

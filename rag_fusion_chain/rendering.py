@@ -32,6 +32,11 @@ output = Console(highlight=False)
 errors = Console(stderr=True, highlight=False)
 
 
+def say(text: str) -> None:
+    """One message on stdout, as it is: no markup, never wrapped mid-path."""
+    output.print(text, markup=False, soft_wrap=True)
+
+
 def print_line(label: str, style: str, message: object) -> None:
     """One ``label: message`` line on stderr, the API key from the environment redacted."""
     text = " ".join(str(message).split())
@@ -323,15 +328,3 @@ def json_record(
     record = {"question": question, "strategy": strategy, "queries": list(result["queries"])}
     record |= {"documents": documents, "failures": failures}
     return {**record, "answer": result["answer"]} if "answer" in result else record
-
-
-def scores_table(
-    headers: Sequence[str], rows: Sequence[Sequence[str]], *, title: str, caption: str | None = None
-) -> Table:
-    """An evaluation table: text columns (``setup``, ``experiment``) left, scores right."""
-    table = Table(title=title, caption=caption)
-    for header in headers:
-        table.add_column(header, justify="left" if header in ("setup", "experiment") else "right")
-    for row in rows:
-        table.add_row(*row)
-    return table
