@@ -120,22 +120,18 @@ _HELP = {
 """The option help texts too long to sit beside their option."""
 _DEFAULT_SETUPS = "bm25,dense,hybrid-rrf,hybrid-relative,hybrid-dist"
 
-IndexOption = Annotated[Path, typer.Option("--index", "-i", help=_HELP["index"])]
 StrategyOption = Annotated[str, typer.Option("--strategy", "-s", help=_HELP["strategy"])]
 HybridOption = Annotated[bool, typer.Option("--hybrid/--no-hybrid", help=_HELP["hybrid"])]
 ModelOption = Annotated[str | None, typer.Option("--model", "-m", help=_HELP["model"])]
 BaseUrlOption = Annotated[str | None, typer.Option("--base-url", help=_HELP["base_url"])]
 EmbeddingOption = Annotated[str | None, typer.Option("--embedding", "-e", help=_HELP["embedding"])]
 NewEmbeddingOption = Annotated[str | None, typer.Option("--embedding", "-e", help=_HELP["new"])]
-CountOption = Annotated[int, typer.Option("--queries", "-n", min=1, help="Queries to generate.")]
 StrategyCountOption = Annotated[
     int | None,
     typer.Option("--queries", "-n", min=1, help="Queries to generate (default: the strategy's)."),
 ]
 KOption = Annotated[int, typer.Option("--k", "-k", min=1, help="Documents per retriever call.")]
 TopOption = Annotated[int, typer.Option("--top-n", min=1, help="Fused documents kept.")]
-VerboseOption = Annotated[bool, typer.Option("--verbose", "-v", help=_HELP["verbose"])]
-JsonOption = Annotated[bool, typer.Option("--json", help=_HELP["json"])]
 TrustOption = Annotated[bool, typer.Option("--trust-index", help=_HELP["trust"])]
 
 
@@ -205,7 +201,7 @@ def index(
 def search(
     context: typer.Context,
     question: Annotated[str, typer.Argument(help="The question.")],
-    index_directory: IndexOption,
+    index_directory: Annotated[Path, typer.Option("--index", "-i", help=_HELP["index"])],
     strategy: StrategyOption = "rag-fusion",
     hybrid: HybridOption = False,
     model: ModelOption = None,
@@ -214,8 +210,8 @@ def search(
     n: StrategyCountOption = None,
     k: KOption = DEFAULT_K,
     top_n: TopOption = strategies.DEFAULT_TOP_N,
-    json_output: JsonOption = False,
-    verbose: VerboseOption = False,
+    json_output: Annotated[bool, typer.Option("--json", help=_HELP["json"])] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help=_HELP["verbose"])] = False,
     trust_index: TrustOption = False,
 ) -> None:
     """``ask`` and ``retrieve``: the same options, ``retrieve`` stops before the answer."""
@@ -355,7 +351,7 @@ def eval_dataset(
     model: ModelOption = None,
     base_url: BaseUrlOption = None,
     embedding: NewEmbeddingOption = None,
-    n: CountOption = 4,
+    n: Annotated[int, typer.Option("--queries", "-n", min=1, help="Queries to generate.")] = 4,
     langsmith: Annotated[bool, typer.Option("--langsmith", help=_HELP["langsmith"])] = False,
 ) -> None:
     """Evaluate retrieval setups on a BEIR dataset: nDCG@10, Recall@100, MRR@10, MAP (ranx)."""

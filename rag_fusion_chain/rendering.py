@@ -50,23 +50,21 @@ _KEYWORD = re.compile(r"\b(pass )?(force|trust)=True(?: \([^)]*\))?")
 _PARAMETERS = {"sources_or_documents:": "SOURCES:", "setups:": "--setups:"}
 
 
-def command_line_words(message: str) -> str:
-    """A library message in the command line's words: ``pass force=True`` becomes ``add --force``."""
-    message = _KEYWORD.sub(lambda match: ("add " if match[1] else "") + _FLAGS[match[2]], message)
-    for parameter, flag in _PARAMETERS.items():
-        if message.startswith(parameter):
-            message = flag + message.removeprefix(parameter)
-    return message
-
-
 def describe(error: BaseException) -> str:
-    """The usual errors' text, other errors with their type, pydantic errors as ``field: problem``."""
+    """The usual errors' text, other errors with their type, pydantic errors as ``field: problem``;
+    in the command line's words (``pass force=True`` becomes ``add --force``)."""
     if isinstance(error, ValidationError):
         return "; ".join(
             f"{'.'.join(map(str, problem['loc'])) or 'value'}: {problem['msg']}"
             for problem in error.errors()
         )
-    message = command_line_words(str(error)) or type(error).__name__
+    message = _KEYWORD.sub(
+        lambda match: ("add " if match[1] else "") + _FLAGS[match[2]], str(error)
+    )
+    for parameter, flag in _PARAMETERS.items():
+        if message.startswith(parameter):
+            message = flag + message.removeprefix(parameter)
+    message = message or type(error).__name__
     usual = (OSError, ValueError, TypeError, ImportError, KeyError, ConnectionError, TimeoutError)
     return message if isinstance(error, usual) else f"{type(error).__name__}: {message}"
 
