@@ -121,7 +121,7 @@ _HELP = {
 _DEFAULT_SETUPS = "bm25,dense,hybrid-rrf,hybrid-relative,hybrid-dist"
 
 StrategyOption = Annotated[str, typer.Option("--strategy", "-s", help=_HELP["strategy"])]
-HybridOption = Annotated[bool, typer.Option("--hybrid/--no-hybrid", help=_HELP["hybrid"])]
+HybridOption = Annotated[bool, typer.Option(help=_HELP["hybrid"])]
 ModelOption = Annotated[str | None, typer.Option("--model", "-m", help=_HELP["model"])]
 BaseUrlOption = Annotated[str | None, typer.Option("--base-url", help=_HELP["base_url"])]
 EmbeddingOption = Annotated[str | None, typer.Option("--embedding", "-e", help=_HELP["embedding"])]
@@ -146,19 +146,14 @@ def index(
     force: Annotated[bool, typer.Option("--force", help="Replace an existing index.")] = False,
     update: Annotated[bool, typer.Option("--update", help=_HELP["update"])] = False,
     faiss_index: Annotated[str | None, typer.Option(help=_HELP["faiss_index"])] = None,
-    strict: Annotated[bool, typer.Option("--strict/--no-strict", help=_HELP["strict"])] = False,
-    follow_symlinks: Annotated[
-        bool, typer.Option("--follow-symlinks/--no-follow-symlinks", help=_HELP["follow_symlinks"])
-    ] = False,
+    strict: Annotated[bool, typer.Option(help=_HELP["strict"])] = False,
+    follow_symlinks: Annotated[bool, typer.Option(help=_HELP["follow_symlinks"])] = False,
     max_file_size: Annotated[
         float,
         typer.Option(min=0.001, help="Skip files larger than this, in megabytes."),
     ] = ingest.DEFAULT_MAX_FILE_SIZE / 1_000_000,
     deny_private: Annotated[
-        bool | None,
-        typer.Option(
-            "--deny-private/--allow-private", help=_HELP["deny_private"], show_default=False
-        ),
+        bool | None, typer.Option("--deny-private/--allow-private", help=_HELP["deny_private"])
     ] = None,
 ) -> None:
     """Load, split and embed SOURCES into a vector store, with a BM25 index beside it.
