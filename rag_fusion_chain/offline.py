@@ -94,6 +94,7 @@ TERMS_PER_QUERY = 3
 """Words a feedback query adds to the question, about."""
 REWRITE_TERMS = 2
 """Document phrases a keyword rewrite adds to the question's own words, at most."""
+_PHRASE_WORDS = 3
 
 _WORD = re.compile(r"[^\W_]+")
 _WRAPPING = "\"'“”‘’()[]{}<>.,;:!?…"
@@ -390,29 +391,6 @@ def _document_frequency(documents: Sequence[Document]) -> Counter[str]:
     return Counter(term for document in documents for term in set(tokenize(document.page_content)))
 
 
-def _expansion_weights(
-    question: str, texts: Sequence[str], frequency: Counter[str], count: int
-) -> dict[str, float]:
-    """Terms of the feedback ``texts`` the question lacks, weighed by RM1 (Σ_d tf/|d|/(1 + rank))
-    times 1 + BM25's idf over the ``count`` documents (a term all of them share counts less)."""
-    question_terms = set(tokenize(question))
-    weights: dict[str, float] = {}
-    for rank, text in enumerate(texts):
-        terms = [
-            term
-            for term in tokenize(text)
-            if term not in question_terms
-            and any(character.isalpha() for character in term)
-            and (len(term) >= 3 or not term.isascii())
-        ]
-        for term, times in Counter(terms).items():
-            weights[term] = weights.get(term, 0.0) + times / len(terms) / (1 + rank)
-    return {
-        term: weight * (1 + math.log(1 + (count - frequency[term] + 0.5) / (frequency[term] + 0.5)))
-        for term, weight in weights.items()
-    }
-
-
 def _shown_word(word: str) -> str:
     """A word as a query shows it: lower case, unless an acronym or a gene-like name."""
     return word if any(character.isupper() for character in word[1:]) else word.lower()
@@ -437,12 +415,10 @@ def _phrase_runs(text: str) -> Iterator[list[str]]:
         yield run
 
 
-def _keyword_phrases(
-    texts: Sequence[str], weights: dict[str, float], max_words: int = 3
-) -> list[tuple[str, list[str]]]:
-    """(phrase, its terms) of up to ``max_words`` adjacent weighted terms, best first, sharing no
-    term; a phrase of several words must occur twice (a collocation)."""
-    candidates: dict[str, tuple[float, int, str, list[str]]] = {}
+def _keyword_phrases(texts: Sequence[str], weights: dict[str, float]) -> list[str]:
+    """Phrases of up to :data:`_PHRASE_WORDS` adjacent weighted terms, best first (first seen
+    first among equals), sharing no term; a phrase of several words must occur twice."""
+    candidates: dict[str, tuple[float, str, list[str]]] = {}
     occurrences: Counter[str] = Counter()
     for text in texts:
         for words in _phrase_runs(text):
@@ -453,34 +429,48 @@ def _keyword_phrases(
                     run = []
                     continue
                 run.append((word, word_terms[0]))
-                for start in range(max(0, len(run) - max_words), len(run)):
+                for start in range(max(0, len(run) - _PHRASE_WORDS), len(run)):
                     window = run[start:]
                     terms = list(dict.fromkeys(term for _, term in window))
                     phrase = " ".join(_shown_word(word) for word, _ in window)
                     key = phrase.casefold()
                     occurrences[key] += 1
                     if len(terms) == len(window) and key not in candidates:
-                        worth = sum(weights[term] for term in terms)
-                        candidates[key] = (worth, len(candidates), phrase, terms)
-    chosen: list[tuple[str, list[str]]] = []
+                        candidates[key] = (sum(weights[term] for term in terms), phrase, terms)
+    chosen: list[str] = []
     used: set[str] = set()
-    for _, _, phrase, terms in sorted(candidates.values(), key=lambda item: (-item[0], item[1])):
+    for _, phrase, terms in sorted(candidates.values(), key=lambda item: -item[0]):
         if (len(terms) == 1 or occurrences[phrase.casefold()] >= 2) and used.isdisjoint(terms):
-            chosen.append((phrase, terms))
+            chosen.append(phrase)
             used.update(terms)
     return chosen
 
 
-def _feedback_phrases(question: str, documents: Sequence[Document], terms: int) -> list[str]:
-    """Key phrases of the first :data:`FEEDBACK_DOCUMENTS` documents' prose, best first."""
+def _feedback_phrases(question: str, documents: Sequence[Document], count: int) -> list[str]:
+    """Key phrases of the first :data:`FEEDBACK_DOCUMENTS` documents' prose, best first, made of
+    their ``count`` strongest terms the question lacks: RM1 (Σ_d tf/|d|/(1 + rank)) times 1 +
+    BM25's idf over all ``documents`` (a term all of them share counts less)."""
     texts = [
         " ".join(passage_sentences(document.page_content))
         for document in documents[:FEEDBACK_DOCUMENTS]
     ]
-    frequency = _document_frequency(documents)
-    weights = _expansion_weights(question, texts, frequency, len(documents))
-    strongest = sorted(weights, key=lambda term: (-weights[term], term))[:terms]
-    return [phrase for phrase, _ in _keyword_phrases(texts, {t: weights[t] for t in strongest})]
+    question_terms = set(tokenize(question))
+    weights: dict[str, float] = {}
+    for rank, text in enumerate(texts):
+        terms = [
+            term
+            for term in tokenize(text)
+            if term not in question_terms
+            and any(character.isalpha() for character in term)
+            and (len(term) >= 3 or not term.isascii())
+        ]
+        for term, times in Counter(terms).items():
+            weights[term] = weights.get(term, 0.0) + times / len(terms) / (1 + rank)
+    frequency, total = _document_frequency(documents), len(documents)
+    for term in weights:
+        weights[term] *= 1 + math.log(1 + (total - frequency[term] + 0.5) / (frequency[term] + 0.5))
+    strongest = sorted(weights, key=lambda term: (-weights[term], term))[:count]
+    return _keyword_phrases(texts, {term: weights[term] for term in strongest})
 
 
 def feedback_queries(question: str, documents: Sequence[Document], n: int) -> list[str]:
