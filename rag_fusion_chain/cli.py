@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.table import Column, Table
 from rich.text import Text
 
 from rag_fusion_chain import chains, ingest, models, offline, serving, strategies
@@ -27,7 +28,7 @@ from rag_fusion_chain.rendering import (
     progress_display,
     render_answer,
     reported_errors,
-    scores_table,
+    say,
 )
 from rag_fusion_chain.retrievers.index_directory import (
     INDEX_FILE,
@@ -119,22 +120,18 @@ _HELP = {
 """The option help texts too long to sit beside their option."""
 _DEFAULT_SETUPS = "bm25,dense,hybrid-rrf,hybrid-relative,hybrid-dist"
 
-IndexOption = Annotated[Path, typer.Option("--index", "-i", help=_HELP["index"])]
 StrategyOption = Annotated[str, typer.Option("--strategy", "-s", help=_HELP["strategy"])]
-HybridOption = Annotated[bool, typer.Option("--hybrid/--no-hybrid", help=_HELP["hybrid"])]
+HybridOption = Annotated[bool, typer.Option(help=_HELP["hybrid"])]
 ModelOption = Annotated[str | None, typer.Option("--model", "-m", help=_HELP["model"])]
 BaseUrlOption = Annotated[str | None, typer.Option("--base-url", help=_HELP["base_url"])]
 EmbeddingOption = Annotated[str | None, typer.Option("--embedding", "-e", help=_HELP["embedding"])]
 NewEmbeddingOption = Annotated[str | None, typer.Option("--embedding", "-e", help=_HELP["new"])]
-CountOption = Annotated[int, typer.Option("--queries", "-n", min=1, help="Queries to generate.")]
 StrategyCountOption = Annotated[
     int | None,
     typer.Option("--queries", "-n", min=1, help="Queries to generate (default: the strategy's)."),
 ]
 KOption = Annotated[int, typer.Option("--k", "-k", min=1, help="Documents per retriever call.")]
 TopOption = Annotated[int, typer.Option("--top-n", min=1, help="Fused documents kept.")]
-VerboseOption = Annotated[bool, typer.Option("--verbose", "-v", help=_HELP["verbose"])]
-JsonOption = Annotated[bool, typer.Option("--json", help=_HELP["json"])]
 TrustOption = Annotated[bool, typer.Option("--trust-index", help=_HELP["trust"])]
 
 
@@ -149,19 +146,14 @@ def index(
     force: Annotated[bool, typer.Option("--force", help="Replace an existing index.")] = False,
     update: Annotated[bool, typer.Option("--update", help=_HELP["update"])] = False,
     faiss_index: Annotated[str | None, typer.Option(help=_HELP["faiss_index"])] = None,
-    strict: Annotated[bool, typer.Option("--strict/--no-strict", help=_HELP["strict"])] = False,
-    follow_symlinks: Annotated[
-        bool, typer.Option("--follow-symlinks/--no-follow-symlinks", help=_HELP["follow_symlinks"])
-    ] = False,
+    strict: Annotated[bool, typer.Option(help=_HELP["strict"])] = False,
+    follow_symlinks: Annotated[bool, typer.Option(help=_HELP["follow_symlinks"])] = False,
     max_file_size: Annotated[
         float,
         typer.Option(min=0.001, help="Skip files larger than this, in megabytes."),
     ] = ingest.DEFAULT_MAX_FILE_SIZE / 1_000_000,
     deny_private: Annotated[
-        bool | None,
-        typer.Option(
-            "--deny-private/--allow-private", help=_HELP["deny_private"], show_default=False
-        ),
+        bool | None, typer.Option("--deny-private/--allow-private", help=_HELP["deny_private"])
     ] = None,
 ) -> None:
     """Load, split and embed SOURCES into a vector store, with a BM25 index beside it.
@@ -191,26 +183,20 @@ def index(
                 "deny_private": deny_private,
             },
         )
-        output.print(
+        say(
             f"Indexed {settings['files']} files as {settings['documents']} documents, "
             f"{settings['chunks']} chunks ({settings['store']}, embeddings "
-            f"{settings['embedding']}) in {out}; embedded {settings['embedded_chunks']}",
-            markup=False,
-            soft_wrap=True,
+            f"{settings['embedding']}) in {out}; embedded {settings['embedded_chunks']}"
         )
         if settings["skipped"]:
             skipped = [ingest.Skipped(**entry) for entry in settings["skipped"]]
-            output.print(
-                f"Skipped {len(skipped)}: {ingest.describe_skipped(skipped)}",
-                markup=False,
-                soft_wrap=True,
-            )
+            say(f"Skipped {len(skipped)}: {ingest.describe_skipped(skipped)}")
 
 
 def search(
     context: typer.Context,
     question: Annotated[str, typer.Argument(help="The question.")],
-    index_directory: IndexOption,
+    index_directory: Annotated[Path, typer.Option("--index", "-i", help=_HELP["index"])],
     strategy: StrategyOption = "rag-fusion",
     hybrid: HybridOption = False,
     model: ModelOption = None,
@@ -219,8 +205,8 @@ def search(
     n: StrategyCountOption = None,
     k: KOption = DEFAULT_K,
     top_n: TopOption = strategies.DEFAULT_TOP_N,
-    json_output: JsonOption = False,
-    verbose: VerboseOption = False,
+    json_output: Annotated[bool, typer.Option("--json", help=_HELP["json"])] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help=_HELP["verbose"])] = False,
     trust_index: TrustOption = False,
 ) -> None:
     """``ask`` and ``retrieve``: the same options, ``retrieve`` stops before the answer."""
@@ -264,7 +250,7 @@ def _demo_index(directory: Path | None, rebuild: bool) -> Any:
             return open_index(directory, models.DEFAULT_EMBEDDING)
         except UntrustedIndexError:  # made by an older kit, another user, or changed: not loaded
             print_line("note", "cyan", f"the demo index in {directory} cannot be verified")
-    output.print(f"Indexing the SciFact sample into {directory}", markup=False)
+    say(f"Indexing the SciFact sample into {directory}")
     shipped = serving.with_shipped_vectors(models.embeddings(models.DEFAULT_EMBEDDING))
     named = {"embedding_name": models.DEFAULT_EMBEDDING} if shipped else {}  # `ask` reopens it
     options = {"chunk_size": DEMO_CHUNK_SIZE, "chunk_overlap": 0, "force": True, **named}
@@ -328,7 +314,7 @@ def serve(
         server = serving.create_app(routes, allowed_hosts=allow_host or ())
         where = f"{source.describe()} on http://127.0.0.1:{port}/{strategy}"
         links = f"(playground: /{strategy}/playground/, with sources: /{strategy}/sources)"
-        output.print(f"Serving {strategy} over {where} {links}", markup=False, soft_wrap=True)
+        say(f"Serving {strategy} over {where} {links}")
         uvicorn.run(server, host="127.0.0.1", port=port, log_level="warning")
 
 
@@ -360,7 +346,7 @@ def eval_dataset(
     model: ModelOption = None,
     base_url: BaseUrlOption = None,
     embedding: NewEmbeddingOption = None,
-    n: CountOption = 4,
+    n: Annotated[int, typer.Option("--queries", "-n", min=1, help="Queries to generate.")] = 4,
     langsmith: Annotated[bool, typer.Option("--langsmith", help=_HELP["langsmith"])] = False,
 ) -> None:
     """Evaluate retrieval setups on a BEIR dataset: nDCG@10, Recall@100, MRR@10, MAP (ranx)."""
@@ -378,7 +364,7 @@ def eval_dataset(
         common |= {"embeddings": embedding, "cache_dir": cache, "query_count": n}
         use_langsmith = langsmith and evaluate.langsmith_configured()
         if langsmith and not use_langsmith:
-            output.print("LangSmith is not configured (LANGSMITH_API_KEY); evaluated locally")
+            say("LangSmith is not configured (LANGSMITH_API_KEY); evaluated locally")
         if any(name != "bm25" for name in names):
             _announce_corpus_embedding(dataset_dir, cache)
         experiments: list[Any] = []
@@ -399,16 +385,19 @@ def eval_dataset(
             headers.append("experiment")
             for row, each in zip(rows, experiments, strict=True):
                 row.append(each.experiment_name)
-        output.print(scores_table(headers, rows, title=title, caption=caption))
+        text = ("setup", "experiment")  # left-aligned; the scores are right-aligned
+        columns = [Column(name, justify="left" if name in text else "right") for name in headers]
+        table = Table(*columns, title=title, caption=caption)
+        for row in rows:
+            table.add_row(*row)
+        output.print(table)
         for each in experiments:
             where = each.url or f"dataset {each.dataset_name}"
-            output.print(
-                f"{each.setup}: {each.experiment_name} at {where}", markup=False, soft_wrap=True
-            )
+            say(f"{each.setup}: {each.experiment_name} at {where}")
         if json_path is not None:
-            output.print(f"Wrote {evaluate.write_json(json_path, summary)}", markup=False)
+            say(f"Wrote {evaluate.write_json(json_path, summary)}")
         if plot is not None:
-            output.print(f"Wrote {evaluate.write_plot(plot, summary)}", markup=False)
+            say(f"Wrote {evaluate.write_plot(plot, summary)}")
 
 
 def _print_version(requested: bool) -> None:

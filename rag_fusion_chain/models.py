@@ -280,11 +280,7 @@ def encoder_threads(environ: Mapping[str, str] = os.environ) -> int:
 
 
 def split_backend(identity: str) -> tuple[str, str]:
-    """An embedding identity's model part and backend (``"torch"`` when none is named).
-
-    >>> split_backend("m|normalized|backend=openvino")
-    ('m|normalized', 'openvino')
-    """
+    """An embedding identity's model part and backend (``"torch"`` when none is named)."""
     model, _, backend = identity.partition(_BACKEND_MARK)
     return model, backend or "torch"
 
@@ -301,25 +297,21 @@ def _load_openvino(
 ) -> Embeddings:
     """MiniLM in OpenVINO, once per process; no ``precision``: the CPU's native one if its probe
     vectors agree with f32's, else f32."""
-    export = encoders.ensure_export(model_path)
-
-    def load(chosen: str) -> Any:
-        return encoders.OpenVINOEmbeddings(
-            model_path,
-            export,
-            model_identity=f"{_minilm_identity(normalize)}{_BACKEND_MARK}openvino",
-            batch_size=batch_size,
-            normalize=normalize,
-            precision=chosen,
-            threads=threads,
-        )
-
+    load = functools.partial(
+        encoders.OpenVINOEmbeddings,
+        model_path,
+        encoders.ensure_export(model_path),
+        model_identity=f"{_minilm_identity(normalize)}{_BACKEND_MARK}openvino",
+        batch_size=batch_size,
+        normalize=normalize,
+        threads=threads,
+    )
     if precision is not None:
-        return load(precision)
-    fast = load(encoders.native_precision())
+        return load(precision=precision)
+    fast = load(precision=encoders.native_precision())
     if fast.embedding_precision == "f32":
         return fast
-    exact = load("f32")
+    exact = load(precision="f32")
     probes = list(PROBE_TEXTS)
     if vectors_agree(exact.embed_documents(probes), fast.embed_documents(probes)):
         return fast

@@ -94,6 +94,7 @@ TERMS_PER_QUERY = 3
 """Words a feedback query adds to the question, about."""
 REWRITE_TERMS = 2
 """Document phrases a keyword rewrite adds to the question's own words, at most."""
+_PHRASE_WORDS = 3
 
 _WORD = re.compile(r"[^\W_]+")
 _WRAPPING = "\"'“”‘’()[]{}<>.,;:!?…"
@@ -116,11 +117,7 @@ _COMPARISON = re.compile(
 
 def split_sentences(text: str) -> list[str]:
     """Sentences of ``text``, whitespace collapsed: sentencex per paragraph, a piece that starts
-    lowercase or follows an abbreviation, an open parenthesis or a dotted name joined back.
-
-    >>> split_sentences("Title\\n\\nFirst one,\\nwrapped. CoT (Wei et al. [1]) works. 第三句。第四句")
-    ['Title', 'First one, wrapped.', 'CoT (Wei et al. [1]) works.', '第三句。', '第四句']
-    """
+    lowercase or follows an abbreviation, an open parenthesis or a dotted name joined back."""
     pieces: list[str] = []
     for paragraph in _BLANK_LINE.split(text):
         start = len(pieces)
@@ -140,13 +137,7 @@ def split_sentences(text: str) -> list[str]:
 
 
 def is_reference_entry(line: str) -> bool:
-    """A bibliography line: an arXiv id, DOI, ISBN or bare URL, or two signs of a reference.
-
-    >>> is_reference_entry("Smith, A., & Lee, B. (2020). Deep nets. Journal of Things, 3(2).")
-    True
-    >>> is_reference_entry("In 2004, O. Ledoit and M. Wolf propose a formula [1].")
-    False
-    """
+    """A bibliography line: an arXiv id, DOI, ISBN or bare URL, or two signs of a reference."""
     stripped = line.strip(" -*•")
     if _IDENTIFIER.search(stripped) or _URL.fullmatch(stripped.strip("<>`_()[]. ")):
         return True
@@ -155,12 +146,7 @@ def is_reference_entry(line: str) -> bool:
 
 def is_quotable(sentence: str) -> bool:
     """A whole sentence of prose: not a reference, a sentence's start and end, enough words, not
-    mostly capitalised words (names, titles) nor code.
-
-    >>> [is_quotable(text) for text in ("Heat pumps move heat [2].", "and fed to a hasher.",
-    ...  "Wei, J., Le, Q., and Zhou, D.", "Call x = f(y) now.", "Heat pumps move heat")]
-    [True, False, False, False, False]
-    """
+    mostly capitalised words (names, titles) nor code."""
     words = sentence.split()
     if is_reference_entry(sentence) or _WHOLLY_QUOTED.fullmatch(sentence):
         return False
@@ -205,12 +191,8 @@ def _ends_block(line: str) -> bool:
 
 
 def passage_sentences(text: str) -> list[str]:
-    r"""The :func:`is_quotable` sentences of a passage, in order; headings, titles, list items,
-    tables, code, tags and references end a paragraph and are left out.
-
-    >>> passage_sentences("# Bees\n\n| kg | 20 |\n|---|---|\nA hive makes 20 kg a year.\n- Wax too.")
-    ['A hive makes 20 kg a year.']
-    """
+    """The :func:`is_quotable` sentences of a passage, in order; headings, titles, list items,
+    tables, code, tags and references end a paragraph and are left out."""
     lines = [line.strip() for line in text.strip().splitlines()]
     paragraphs: list[list[str]] = [[]]
     in_code = in_item = False
@@ -264,11 +246,7 @@ def best_sentences(
     related: Iterable[str] = (),
 ) -> list[tuple[int, str]]:
     """The ``count`` best (passage position, sentence) sharing a term with ``question``: BM25 over
-    the sentences (``related`` terms weigh less), discounted by position, one per passage.
-
-    >>> best_sentences("hive honey", ["Bees fly. A hive makes honey.", "Honey is sweet."])
-    [(0, 'A hive makes honey.'), (1, 'Honey is sweet.')]
-    """
+    the sentences (``related`` terms weigh less), discounted by position, one per passage."""
     question_terms = set(tokenize(question))
     weights = {term: RELATED_TERM_WEIGHT for text in related for term in tokenize(text)}
     weights.update(dict.fromkeys(question_terms, 1.0))
@@ -314,10 +292,8 @@ def _quotes(
 
 def _numbers(documents: Iterable[Document]) -> dict[str, int]:
     """Each distinct passage (by text) numbered from 1 in order of first appearance."""
-    numbers: dict[str, int] = {}
-    for document in documents:
-        numbers.setdefault(document.page_content, len(numbers) + 1)
-    return numbers
+    texts = dict.fromkeys(document.page_content for document in documents)
+    return {text: number for number, text in enumerate(texts, 1)}
 
 
 def _answer(
@@ -415,11 +391,69 @@ def _document_frequency(documents: Sequence[Document]) -> Counter[str]:
     return Counter(term for document in documents for term in set(tokenize(document.page_content)))
 
 
-def _expansion_weights(
-    question: str, texts: Sequence[str], frequency: Counter[str], count: int
-) -> dict[str, float]:
-    """Terms of the feedback ``texts`` the question lacks, weighed by RM1 (Σ_d tf/|d|/(1 + rank))
-    times 1 + BM25's idf over the ``count`` documents (a term all of them share counts less)."""
+def _shown_word(word: str) -> str:
+    """A word as a query shows it: lower case, unless an acronym or a gene-like name."""
+    return word if any(character.isupper() for character in word[1:]) else word.lower()
+
+
+def _phrase_runs(text: str) -> Iterator[list[str]]:
+    """Runs of plain words: punctuation ends a run, and a token that is not one plain word
+    (an identifier, a call, a number, a colour code) ends it without joining it."""
+    run: list[str] = []
+    for token in text.split():
+        word = token.strip(_WRAPPING)
+        plain = bool(_WORD.fullmatch(word)) and not word.isdigit() and not CODE_TOKEN.search(token)
+        if run and (not plain or token[:1] in _WRAPPING):
+            yield run
+            run = []
+        if plain:
+            run.append(word)
+        if plain and token[-1:] in _WRAPPING:
+            yield run
+            run = []
+    if run:
+        yield run
+
+
+def _keyword_phrases(texts: Sequence[str], weights: dict[str, float]) -> list[str]:
+    """Phrases of up to :data:`_PHRASE_WORDS` adjacent weighted terms, best first (first seen
+    first among equals), sharing no term; a phrase of several words must occur twice."""
+    candidates: dict[str, tuple[float, str, list[str]]] = {}
+    occurrences: Counter[str] = Counter()
+    for text in texts:
+        for words in _phrase_runs(text):
+            run: list[tuple[str, str]] = []
+            for word in words:
+                word_terms = tokenize(word)
+                if len(word_terms) != 1 or word_terms[0] not in weights:
+                    run = []
+                    continue
+                run.append((word, word_terms[0]))
+                for start in range(max(0, len(run) - _PHRASE_WORDS), len(run)):
+                    window = run[start:]
+                    terms = list(dict.fromkeys(term for _, term in window))
+                    phrase = " ".join(_shown_word(word) for word, _ in window)
+                    key = phrase.casefold()
+                    occurrences[key] += 1
+                    if len(terms) == len(window) and key not in candidates:
+                        candidates[key] = (sum(weights[term] for term in terms), phrase, terms)
+    chosen: list[str] = []
+    used: set[str] = set()
+    for _, phrase, terms in sorted(candidates.values(), key=lambda item: -item[0]):
+        if (len(terms) == 1 or occurrences[phrase.casefold()] >= 2) and used.isdisjoint(terms):
+            chosen.append(phrase)
+            used.update(terms)
+    return chosen
+
+
+def _feedback_phrases(question: str, documents: Sequence[Document], count: int) -> list[str]:
+    """Key phrases of the first :data:`FEEDBACK_DOCUMENTS` documents' prose, best first, made of
+    their ``count`` strongest terms the question lacks: RM1 (Σ_d tf/|d|/(1 + rank)) times 1 +
+    BM25's idf over all ``documents`` (a term all of them share counts less)."""
+    texts = [
+        " ".join(passage_sentences(document.page_content))
+        for document in documents[:FEEDBACK_DOCUMENTS]
+    ]
     question_terms = set(tokenize(question))
     weights: dict[str, float] = {}
     for rank, text in enumerate(texts):
@@ -432,83 +466,11 @@ def _expansion_weights(
         ]
         for term, times in Counter(terms).items():
             weights[term] = weights.get(term, 0.0) + times / len(terms) / (1 + rank)
-    return {
-        term: weight * (1 + math.log(1 + (count - frequency[term] + 0.5) / (frequency[term] + 0.5)))
-        for term, weight in weights.items()
-    }
-
-
-def _shown_word(word: str) -> str:
-    """A word as a query shows it: lower case, unless an acronym or a gene-like name."""
-    return word if any(character.isupper() for character in word[1:]) else word.lower()
-
-
-def _phrase_runs(text: str) -> Iterator[list[str]]:
-    """Runs of plain words: punctuation ends a run, and a token that is not one plain word
-    (an identifier, a call, a number, a colour code) ends it without joining it."""
-    run: list[str] = []
-    for token in text.split():
-        word = token.strip(_WRAPPING)
-        if not _WORD.fullmatch(word) or word.isdigit() or CODE_TOKEN.search(token):
-            if run:
-                yield run
-            run = []
-            continue
-        if token[:1] in _WRAPPING and run:
-            yield run
-            run = []
-        run.append(word)
-        if token[-1:] in _WRAPPING:
-            yield run
-            run = []
-    if run:
-        yield run
-
-
-def _keyword_phrases(
-    texts: Sequence[str], weights: dict[str, float], max_words: int = 3
-) -> list[tuple[str, list[str]]]:
-    """(phrase, its terms) of up to ``max_words`` adjacent weighted terms, best first, sharing no
-    term; a phrase of several words must occur twice (a collocation)."""
-    candidates: dict[str, tuple[float, int, str, list[str]]] = {}
-    occurrences: Counter[str] = Counter()
-    for text in texts:
-        for words in _phrase_runs(text):
-            run: list[tuple[str, str]] = []
-            for word in words:
-                word_terms = tokenize(word)
-                if len(word_terms) != 1 or word_terms[0] not in weights:
-                    run = []
-                    continue
-                run.append((word, word_terms[0]))
-                for start in range(max(0, len(run) - max_words), len(run)):
-                    window = run[start:]
-                    terms = list(dict.fromkeys(term for _, term in window))
-                    phrase = " ".join(_shown_word(word) for word, _ in window)
-                    key = phrase.casefold()
-                    occurrences[key] += 1
-                    if len(terms) == len(window) and key not in candidates:
-                        worth = sum(weights[term] for term in terms)
-                        candidates[key] = (worth, len(candidates), phrase, terms)
-    chosen: list[tuple[str, list[str]]] = []
-    used: set[str] = set()
-    for _, _, phrase, terms in sorted(candidates.values(), key=lambda item: (-item[0], item[1])):
-        if (len(terms) == 1 or occurrences[phrase.casefold()] >= 2) and used.isdisjoint(terms):
-            chosen.append((phrase, terms))
-            used.update(terms)
-    return chosen
-
-
-def _feedback_phrases(question: str, documents: Sequence[Document], terms: int) -> list[str]:
-    """Key phrases of the first :data:`FEEDBACK_DOCUMENTS` documents' prose, best first."""
-    texts = [
-        " ".join(passage_sentences(document.page_content))
-        for document in documents[:FEEDBACK_DOCUMENTS]
-    ]
-    frequency = _document_frequency(documents)
-    weights = _expansion_weights(question, texts, frequency, len(documents))
-    strongest = sorted(weights, key=lambda term: (-weights[term], term))[:terms]
-    return [phrase for phrase, _ in _keyword_phrases(texts, {t: weights[t] for t in strongest})]
+    frequency, total = _document_frequency(documents), len(documents)
+    for term in weights:
+        weights[term] *= 1 + math.log(1 + (total - frequency[term] + 0.5) / (frequency[term] + 0.5))
+    strongest = sorted(weights, key=lambda term: (-weights[term], term))[:count]
+    return _keyword_phrases(texts, {term: weights[term] for term in strongest})
 
 
 def feedback_queries(question: str, documents: Sequence[Document], n: int) -> list[str]:

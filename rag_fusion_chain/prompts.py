@@ -4,7 +4,7 @@ delimited by :func:`context.format_context`) and ``{question}``."""
 
 from __future__ import annotations
 
-from langchain_core.prompts import ChatPromptTemplate, FewShotChatMessagePromptTemplate
+from langchain_core.prompts import ChatPromptTemplate
 
 _ONE_PER_LINE = (
     "Write exactly one query per line, with no numbering, no bullets, no quotes and no "
@@ -42,19 +42,13 @@ DECOMPOSITION_PROMPT = _chat(
     "no bullets and no introduction. Use the language of the question." + _QUESTION,
 )
 
-_STEP_BACK_EXAMPLES = [
-    {
-        "question": "Which team did the goalkeeper of the 2010 World Cup winners play for in 2012?",
-        "step_back": "What is the club career of the goalkeeper of the 2010 World Cup winners?",
-    },
-    {
-        "question": "Does aspirin taken daily lower the risk of a second heart attack in men over 60?",
-        "step_back": "What are the effects of long-term aspirin use on cardiovascular health?",
-    },
-    {
-        "question": "Can I run the 2019 version of this spreadsheet macro on a 64-bit laptop?",
-        "step_back": "What determines whether spreadsheet macros are compatible across systems?",
-    },
+_STEP_BACK_EXAMPLES = [  # a specific question, then the general question behind it
+    ("human", "Which team did the goalkeeper of the 2010 World Cup winners play for in 2012?"),
+    ("ai", "What is the club career of the goalkeeper of the 2010 World Cup winners?"),
+    ("human", "Does aspirin taken daily lower the risk of a second heart attack in men over 60?"),
+    ("ai", "What are the effects of long-term aspirin use on cardiovascular health?"),
+    ("human", "Can I run the 2019 version of this spreadsheet macro on a 64-bit laptop?"),
+    ("ai", "What determines whether spreadsheet macros are compatible across systems?"),
 ]
 
 STEP_BACK_PROMPT = ChatPromptTemplate.from_messages(
@@ -65,12 +59,7 @@ STEP_BACK_PROMPT = ChatPromptTemplate.from_messages(
             "behind it, whose answer gives the background needed. Reply with the general question "
             "only, in the language of the original.",
         ),
-        FewShotChatMessagePromptTemplate(
-            examples=_STEP_BACK_EXAMPLES,
-            example_prompt=ChatPromptTemplate.from_messages(
-                [("human", "{question}"), ("ai", "{step_back}")]
-            ),
-        ),
+        *_STEP_BACK_EXAMPLES,
         ("human", "{question}"),
     ]
 )
@@ -119,16 +108,3 @@ SYNTHESIS_PROMPT = _chat(
     "question. Use only what the sub-answers say.",
     "Sub-questions and answers:\n{context}\n\nOriginal question: {question}",
 )
-
-__all__ = [
-    "ANSWER_PROMPT",
-    "DECOMPOSITION_PROMPT",
-    "HYDE_PROMPT",
-    "MULTI_QUERY_PROMPT",
-    "RAG_FUSION_PROMPT",
-    "RECURSIVE_ANSWER_PROMPT",
-    "REWRITE_PROMPT",
-    "STEP_BACK_ANSWER_PROMPT",
-    "STEP_BACK_PROMPT",
-    "SYNTHESIS_PROMPT",
-]

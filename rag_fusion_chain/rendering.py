@@ -32,6 +32,11 @@ output = Console(highlight=False)
 errors = Console(stderr=True, highlight=False)
 
 
+def say(text: str) -> None:
+    """One message on stdout, as it is: no markup, never wrapped mid-path."""
+    output.print(text, markup=False, soft_wrap=True)
+
+
 def print_line(label: str, style: str, message: object) -> None:
     """One ``label: message`` line on stderr, the API key from the environment redacted."""
     text = " ".join(str(message).split())
@@ -45,23 +50,21 @@ _KEYWORD = re.compile(r"\b(pass )?(force|trust)=True(?: \([^)]*\))?")
 _PARAMETERS = {"sources_or_documents:": "SOURCES:", "setups:": "--setups:"}
 
 
-def command_line_words(message: str) -> str:
-    """A library message in the command line's words: ``pass force=True`` becomes ``add --force``."""
-    message = _KEYWORD.sub(lambda match: ("add " if match[1] else "") + _FLAGS[match[2]], message)
-    for parameter, flag in _PARAMETERS.items():
-        if message.startswith(parameter):
-            message = flag + message.removeprefix(parameter)
-    return message
-
-
 def describe(error: BaseException) -> str:
-    """The usual errors' text, other errors with their type, pydantic errors as ``field: problem``."""
+    """The usual errors' text, other errors with their type, pydantic errors as ``field: problem``;
+    in the command line's words (``pass force=True`` becomes ``add --force``)."""
     if isinstance(error, ValidationError):
         return "; ".join(
             f"{'.'.join(map(str, problem['loc'])) or 'value'}: {problem['msg']}"
             for problem in error.errors()
         )
-    message = command_line_words(str(error)) or type(error).__name__
+    message = _KEYWORD.sub(
+        lambda match: ("add " if match[1] else "") + _FLAGS[match[2]], str(error)
+    )
+    for parameter, flag in _PARAMETERS.items():
+        if message.startswith(parameter):
+            message = flag + message.removeprefix(parameter)
+    message = message or type(error).__name__
     usual = (OSError, ValueError, TypeError, ImportError, KeyError, ConnectionError, TimeoutError)
     return message if isinstance(error, usual) else f"{type(error).__name__}: {message}"
 
@@ -323,15 +326,3 @@ def json_record(
     record = {"question": question, "strategy": strategy, "queries": list(result["queries"])}
     record |= {"documents": documents, "failures": failures}
     return {**record, "answer": result["answer"]} if "answer" in result else record
-
-
-def scores_table(
-    headers: Sequence[str], rows: Sequence[Sequence[str]], *, title: str, caption: str | None = None
-) -> Table:
-    """An evaluation table: text columns (``setup``, ``experiment``) left, scores right."""
-    table = Table(title=title, caption=caption)
-    for header in headers:
-        table.add_column(header, justify="left" if header in ("setup", "experiment") else "right")
-    for row in rows:
-        table.add_row(*row)
-    return table

@@ -584,16 +584,16 @@ def test_help_texts_say_what_each_command_does_with_embeddings() -> None:
 
 
 def test_library_words_become_command_line_words() -> None:
-    from rag_fusion_chain.rendering import command_line_words, describe
+    from rag_fusion_chain.rendering import describe
     from rag_fusion_chain.retrievers.signing import TRUST_ADVICE
     from rag_fusion_chain.retrievers.stores import UntrustedIndexError
 
     untrusted = describe(UntrustedIndexError(f"the index was changed. {TRUST_ADVICE}"))
     assert "--trust-index" in untrusted and "trust=True" not in untrusted
-    assert command_line_words(
-        "an index exists in x; pass force=True (rag-fusion index --force)"
+    assert describe(
+        FileExistsError("an index exists in x; pass force=True (rag-fusion index --force)")
     ) == ("an index exists in x; add --force")
-    assert command_line_words("setups: unknown setup 'x'") == "--setups: unknown setup 'x'"
+    assert describe(ValueError("setups: unknown setup 'x'")) == "--setups: unknown setup 'x'"
 
 
 def test_an_existing_index_is_refused_before_loading_anything(

@@ -446,6 +446,11 @@ def test_local_models_load_without_any_network(minilm: Embeddings, monkeypatch: 
 # ---------------------------------------------------------------- MiniLM backends
 
 
+def test_split_backend_names_the_model_part_and_the_backend() -> None:
+    assert models.split_backend("m|normalized|backend=openvino") == ("m|normalized", "openvino")
+    assert models.split_backend("m|normalized") == ("m|normalized", "torch")
+
+
 def test_vectors_agree_is_a_minimum_cosine_rule() -> None:
     reference = [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]
     assert models.vectors_agree(reference, [[2.0, 0.0, 0.0], [0.0, 0.5, 0.0]])  # scale is free

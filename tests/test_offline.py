@@ -224,6 +224,35 @@ def test_a_long_unpunctuated_list_item_is_not_joined_to_the_next_block() -> None
     assert offline.passage_sentences(sidebar) == ["Please cite us if you use it."]
 
 
+def test_the_docstring_examples_of_the_sentence_functions() -> None:
+    """The examples the functions' docstrings used to carry, run."""
+    text = "Title\n\nFirst one,\nwrapped. CoT (Wei et al. [1]) works. 第三句。第四句"
+    assert offline.split_sentences(text) == [
+        "Title",
+        "First one, wrapped.",
+        "CoT (Wei et al. [1]) works.",
+        "第三句。",
+        "第四句",
+    ]
+    reference = "Smith, A., & Lee, B. (2020). Deep nets. Journal of Things, 3(2)."
+    assert offline.is_reference_entry(reference)
+    assert not offline.is_reference_entry("In 2004, O. Ledoit and M. Wolf propose a formula [1].")
+    quotable = [
+        "Heat pumps move heat [2].",
+        "and fed to a hasher.",
+        "Wei, J., Le, Q., and Zhou, D.",
+    ]
+    quotable += ["Call x = f(y) now.", "Heat pumps move heat"]
+    assert [offline.is_quotable(sentence) for sentence in quotable] == [True] + [False] * 4
+    passage = "# Bees\n\n| kg | 20 |\n|---|---|\nA hive makes 20 kg a year.\n- Wax too."
+    assert offline.passage_sentences(passage) == ["A hive makes 20 kg a year."]
+    passages = ["Bees fly. A hive makes honey.", "Honey is sweet."]
+    assert offline.best_sentences("hive honey", passages) == [
+        (0, "A hive makes honey."),
+        (1, "Honey is sweet."),
+    ]
+
+
 # --------------------------------------------------------------------------------------------
 # Choosing sentences
 # --------------------------------------------------------------------------------------------
