@@ -12,6 +12,8 @@ from typing import Any
 
 from langchain_core.documents import Document
 
+from rag_fusion_chain.ingest.files import beir_documents
+
 Qrels = dict[str, dict[str, int]]
 """Relevance judgements: ``{query_id: {document_id: relevance}}``."""
 
@@ -51,18 +53,6 @@ def _require(directory: Path, relative: str) -> Path:
     return path
 
 
-def corpus_document(record: dict[str, Any]) -> Document:
-    """One BEIR corpus record as a Document: ``id`` is ``_id``, content is title and text."""
-    document_id = str(record["_id"])
-    title = (record.get("title") or "").strip()
-    text = record.get("text") or ""
-    return Document(
-        page_content=f"{title}\n{text}" if title else text,
-        id=document_id,
-        metadata={"doc_id": document_id, "title": title, "source": f"beir:{document_id}"},
-    )
-
-
 def read_qrels(path: Path) -> Qrels:
     """Read a BEIR qrels TSV (``query-id corpus-id score``, header optional) in file order."""
     qrels: Qrels = {}
@@ -99,11 +89,11 @@ def load_beir(
             f"e.g. {missing[:3]}"
         )
     query_ids = list(qrels)[:queries_limit] if queries_limit else list(qrels)
-    corpus = [
-        corpus_document(record) for record in _read_jsonl(_require(directory, "corpus.jsonl"))
-    ]
+    name = directory.resolve().name
+    with _require(directory, "corpus.jsonl").open("rb") as lines:  # line by line, any size
+        corpus = beir_documents(lines, f"{name}/corpus.jsonl")
     return BeirDataset(
-        name=directory.resolve().name,
+        name=name,
         corpus=corpus,
         queries={query_id: all_queries[query_id] for query_id in query_ids},
         qrels={query_id: qrels[query_id] for query_id in query_ids},
