@@ -119,9 +119,8 @@ class IndexSource:
         if self.index is not None:
             return f"index {self.index}"
         if self.chroma_url is not None:
-            host, port, https = _chroma_address(self.chroma_url)
-            address = f"{'https' if https else 'http'}://{host}:{port}"
-            return f"Chroma collection {self.chroma_collection!r} at {address}"
+            url = validation.redact_credentials(self.chroma_url)
+            return f"Chroma collection {self.chroma_collection!r} at {url}"
         return "the bundled SciFact sample"
 
 
