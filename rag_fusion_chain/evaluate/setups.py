@@ -128,22 +128,22 @@ def hybrid_setup(
     label = fusion if isinstance(fusion, str) else type(fusion).__name__
     if isinstance(fusion, str) and fusion not in FUSIONS:
         raise ValueError(f"fusion must be one of {sorted(FUSIONS)} or a BaseFusion, got {fusion!r}")
-    if fusion == "rrf":
-        fusion = ReciprocalRankFusion(rank_constant=rrf_k)
-    chosen = FUSIONS[fusion]() if isinstance(fusion, str) else fusion
+    if isinstance(fusion, str):
+        fusion = ReciprocalRankFusion(rank_constant=rrf_k) if fusion == "rrf" else FUSIONS[fusion]()
+    chosen = fusion
+    settings: dict[str, Any] = {"retrievers": ["bm25", "dense"], "fusion": type(chosen).__name__}
     rrf = {"rrf_k": chosen.rank_constant} if isinstance(chosen, ReciprocalRankFusion) else {}
-    settings = {"retrievers": ["bm25", "dense"], "fusion": type(chosen).__name__, **rrf}
-    settings["weights"] = list(weights)
 
     def build(indexes: Indexes) -> Runnable[str, list[Document]]:
         from rag_fusion_chain.retrievers.hybrid import hybrid_retriever
 
-        depth = indexes.depth
+        bm25, dense, depth = indexes.bm25(), indexes.dense(), indexes.depth
         return hybrid_retriever(
-            indexes.bm25(), indexes.dense(), chosen, weights, depth, fetch_k=depth
+            bm25, dense, fusion=chosen, weights=list(weights), k=depth, fetch_k=depth
         )
 
     description = f"bm25 + dense, {label} fusion, weights {tuple(weights)}"
+    settings |= {**rrf, "weights": list(weights)}
     return Setup(name or f"hybrid-{label}", build, description, settings)
 
 
