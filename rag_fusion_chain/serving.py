@@ -62,20 +62,6 @@ class Question(BaseModel):
     question: QuestionText = Field(description="The question to answer from the indexed documents")
 
 
-def vector_store_kind() -> str:
-    """``RAG_FUSION_VECTOR_STORE`` (``faiss``, the default, or ``chroma``)."""
-    kind = (os.environ.get(VECTOR_STORE_ENV) or "faiss").strip().lower()
-    if kind not in VECTOR_STORES:
-        raise ValueError(f"{VECTOR_STORE_ENV} must be faiss or chroma; got {kind!r}")
-    return kind
-
-
-def cache_directory() -> Path:
-    """``RAG_FUSION_CACHE_DIR``, else :data:`DEFAULT_CACHE_DIR`."""
-    configured = os.environ.get(CACHE_DIR_ENV)
-    return Path(configured).expanduser() if configured else DEFAULT_CACHE_DIR
-
-
 @dataclass(frozen=True)
 class IndexSource:
     """Where a served chain searches: an index directory, a Chroma server, or (neither) the sample."""
@@ -119,9 +105,8 @@ class IndexSource:
         if self.index is not None:
             return f"index {self.index}"
         if self.chroma_url is not None:
-            host, port, https = _chroma_address(self.chroma_url)
-            address = f"{'https' if https else 'http'}://{host}:{port}"
-            return f"Chroma collection {self.chroma_collection!r} at {address}"
+            url = validation.redact_credentials(self.chroma_url)
+            return f"Chroma collection {self.chroma_collection!r} at {url}"
         return "the bundled SciFact sample"
 
 
@@ -155,9 +140,13 @@ def with_shipped_vectors(
     return vectors.PrecomputedEmbeddings(embeddings, shipped.by_text(texts))
 
 
-def sample_index(kind: str, cache_dir: Path, embedding: str) -> OpenedIndex:
-    """BM25 and a vector store over the sample: FAISS in memory from the shipped vectors when they
-    fit, else an index built once into ``cache_dir``, named by corpus, embeddings and precision."""
+def sample_index(embedding: str, kind: str | None = None) -> OpenedIndex:
+    """BM25 and a vector store (``kind``, default ``RAG_FUSION_VECTOR_STORE``, else faiss) over the
+    sample: FAISS in memory from the shipped vectors when they fit, else an index built once into
+    ``RAG_FUSION_CACHE_DIR``, named by corpus, embeddings and precision."""
+    kind = kind or (os.environ.get(VECTOR_STORE_ENV) or "faiss").strip().lower()
+    if kind not in VECTOR_STORES:
+        raise ValueError(f"{VECTOR_STORE_ENV} must be faiss or chroma; got {kind!r}")
     corpus = data.sample_corpus_path()
     embeddings = models.embeddings(embedding)
     documents = ingest.load([corpus])
@@ -172,6 +161,7 @@ def sample_index(kind: str, cache_dir: Path, embedding: str) -> OpenedIndex:
         "precision": models.embedding_precision(embeddings),
     }
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+    cache_dir = Path(os.environ.get(CACHE_DIR_ENV) or DEFAULT_CACHE_DIR).expanduser()
     directory = cache_dir / f"{kind}-{digest[:16]}"
     if not (directory / index_directory.INDEX_FILE).is_file():
         with contextlib.suppress(FileExistsError):  # another process built it meanwhile
@@ -236,9 +226,7 @@ def open_source(
     elif source.chroma_url is not None:
         opened = chroma_server_index(source.chroma_url, source.chroma_collection, embedding)
     else:
-        opened = sample_index(
-            vector_store_kind(), cache_directory(), embedding or models.DEFAULT_EMBEDDING
-        )
+        opened = sample_index(embedding or models.DEFAULT_EMBEDDING)
     seconds, store = time.perf_counter() - started, opened.settings.get("store")
     count = len(opened.bm25.documents)
     logger.info(

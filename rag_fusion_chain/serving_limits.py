@@ -125,24 +125,17 @@ class RequestLimits:
 
 def _replay(body: bytes, receive: Receive) -> Receive:
     """A ``receive`` handing the app the body already read, then the client's later messages."""
-    sent = False
+    first: list[Message] = [{"type": "http.request", "body": body, "more_body": False}]
 
     async def replayed() -> Message:
-        nonlocal sent
-        if sent:
-            return await receive()
-        sent = True
-        return {"type": "http.request", "body": body, "more_body": False}
+        return first.pop() if first else await receive()
 
     return replayed
 
 
 def limit_requests(app: Any, **limits: Any) -> Any:
     """``app`` (FastAPI) with :class:`RequestLimits` (``limits``: its keyword arguments) and a 422
-    (not 500) for an invalid input in a batch, which LangServe validates outside its error handling.
-
-    >>> app = limit_requests(FastAPI(), allowed_hosts=["my-server.example"])  # doctest: +SKIP
-    """
+    (not 500) for an invalid input in a batch, which LangServe validates outside its error handling."""
     from pydantic import ValidationError
 
     app.add_middleware(RequestLimits, **limits)

@@ -19,6 +19,7 @@ import contextlib
 import json
 import logging
 import math
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -143,7 +144,8 @@ def test_the_sample_index_is_built_from_shipped_vectors_without_embedding_a_docu
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    cache = Path(serving.cache_directory())
+    cache = Path(os.environ[serving.CACHE_DIR_ENV])
+    assert serving.VECTOR_STORE_ENV not in os.environ  # the default: faiss, in memory
     with caplog.at_level(logging.INFO, logger=serving.__name__):
         opened = serving.open_source(serving.IndexSource())
     assert embedded_texts(serving_env) == 0, "the corpus was embedded"
@@ -154,12 +156,13 @@ def test_the_sample_index_is_built_from_shipped_vectors_without_embedding_a_docu
     found = [document.id for document in opened.vectors.invoke(data.SAMPLE_QUESTION)]
     assert embedded_texts(serving_env) == 1  # the question only
 
-    chroma = serving.sample_index("chroma", cache, STUB_EMBEDDING)  # cached, from the vectors
+    monkeypatch.setenv(serving.VECTOR_STORE_ENV, " Chroma ")
+    chroma = serving.sample_index(STUB_EMBEDDING)  # cached, from the vectors
     assert embedded_texts(serving_env) == 1, "the Chroma build embedded the corpus"
     assert [document.id for document in chroma.vectors.invoke(data.SAMPLE_QUESTION)] == found
     monkeypatch.setattr(serving, "with_shipped_vectors", lambda *arguments: None)
     serving.open_source.cache_clear()
-    embedded = serving.sample_index("faiss", cache, STUB_EMBEDDING)  # the model embeds all
+    embedded = serving.sample_index(STUB_EMBEDDING, "faiss")  # the model embeds all
     assert embedded_texts(serving_env) > SAMPLE_DOCUMENTS
     assert [document.id for document in embedded.vectors.invoke(data.SAMPLE_QUESTION)] == found
 

@@ -325,16 +325,12 @@ def test_template_without_the_kit_stops_with_one_line(tmp_path: Path) -> None:
 # ============================================================================================
 
 
-def test_settings_default_to_faiss_and_reject_unknown_stores(
+def test_an_unknown_vector_store_is_refused_naming_the_setting(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.delenv(serving.VECTOR_STORE_ENV, raising=False)
-    assert serving.vector_store_kind() == "faiss"
-    monkeypatch.setenv(serving.VECTOR_STORE_ENV, " Chroma ")
-    assert serving.vector_store_kind() == "chroma"
     monkeypatch.setenv(serving.VECTOR_STORE_ENV, "pinecone")
     with pytest.raises(ValueError, match=serving.VECTOR_STORE_ENV):
-        serving.vector_store_kind()
+        serving.sample_index("minilm")  # refused before anything loads
 
 
 def test_build_chain_rejects_an_unknown_strategy() -> None:

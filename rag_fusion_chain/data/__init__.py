@@ -26,11 +26,3 @@ def sample_queries() -> list[dict[str, Any]]:
     """The SciFact test claims of the sample: ``_id``, ``text`` and ``relevant`` document ids."""
     with data_path("scifact_sample_queries.jsonl").open(encoding="utf-8") as handle:
         return [json.loads(line) for line in handle]
-
-
-__all__ = [
-    "SAMPLE_QUESTION",
-    "data_path",
-    "sample_corpus_path",
-    "sample_queries",
-]

@@ -39,11 +39,11 @@ class SampleVectors:
         return dict(zip(texts, self.matrix, strict=True))
 
 
-def load_sample_vectors(directory: Path | None = None) -> SampleVectors:
+def load_sample_vectors() -> SampleVectors:
     """The shipped vectors, checked against their record and the corpus (ValueError if not)."""
     import numpy as np
 
-    folder = directory or data_path("")
+    folder = data_path("")
     record = json.loads((folder / RECORD_FILE).read_text("utf-8"))
     if record.get("format") != RECORD_FORMAT or record.get("format_version") != 1:
         raise ValueError(f"{folder / RECORD_FILE} is not a {RECORD_FORMAT} record (version 1)")
@@ -92,9 +92,6 @@ class PrecomputedEmbeddings(Embeddings):
     def embed_query(self, text: str) -> list[float]:
         return self.embeddings.embed_query(text)
 
-    async def aembed_query(self, text: str) -> list[float]:
-        return await self.embeddings.aembed_query(text)
-
 
 def write_sample_vectors(embedding: str | None = None, directory: Path | None = None) -> Path:
     """Embed the sample corpus with ``embedding`` (default MiniLM) and write the shipped files."""
@@ -121,16 +118,6 @@ def write_sample_vectors(embedding: str | None = None, directory: Path | None = 
     (folder / RECORD_FILE).write_text(json.dumps(record, indent=1) + "\n", "utf-8")
     return folder / VECTORS_FILE
 
-
-__all__ = [
-    "RECORD_FILE",
-    "VECTORS_FILE",
-    "PrecomputedEmbeddings",
-    "SampleVectors",
-    "load_sample_vectors",
-    "vectors_fit",
-    "write_sample_vectors",
-]
 
 if __name__ == "__main__":
     print(write_sample_vectors())

@@ -4,13 +4,12 @@ corpus Documents carry the BEIR ``_id`` as ``id``, so the kit's document ids and
 from __future__ import annotations
 
 import csv
-import json
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from langchain_core.documents import Document
+
+from rag_fusion_chain.ingest.files import beir_documents
 
 Qrels = dict[str, dict[str, int]]
 """Relevance judgements: ``{query_id: {document_id: relevance}}``."""
@@ -30,17 +29,6 @@ class BeirDataset:
     """The ``queries_limit`` the queries were cut to, if any."""
 
 
-def _read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    with path.open(encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                yield json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{path}:{line_number}: not valid JSON ({error.msg})") from error
-
-
 def _require(directory: Path, relative: str) -> Path:
     path = directory / relative
     if not path.is_file():
@@ -51,16 +39,10 @@ def _require(directory: Path, relative: str) -> Path:
     return path
 
 
-def corpus_document(record: dict[str, Any]) -> Document:
-    """One BEIR corpus record as a Document: ``id`` is ``_id``, content is title and text."""
-    document_id = str(record["_id"])
-    title = (record.get("title") or "").strip()
-    text = record.get("text") or ""
-    return Document(
-        page_content=f"{title}\n{text}" if title else text,
-        id=document_id,
-        metadata={"doc_id": document_id, "title": title, "source": f"beir:{document_id}"},
-    )
+def _documents(directory: Path, name: str) -> list[Document]:
+    """The records of a BEIR ``.jsonl`` file (``_id``, ``title``, ``text``) as Documents."""
+    with _require(directory, name).open("rb") as lines:  # line by line: no size cap
+        return beir_documents(lines, f"{directory.resolve().name}/{name}")
 
 
 def read_qrels(path: Path) -> Qrels:
@@ -89,8 +71,7 @@ def load_beir(
         raise ValueError(f"queries_limit must be a positive integer or None, got {queries_limit}")
     qrels = read_qrels(_require(directory, f"qrels/{split}.tsv"))
     all_queries = {
-        str(record["_id"]): record["text"]
-        for record in _read_jsonl(_require(directory, "queries.jsonl"))
+        str(query.id): query.page_content for query in _documents(directory, "queries.jsonl")
     }
     missing = [query_id for query_id in qrels if query_id not in all_queries]
     if missing:
@@ -99,12 +80,9 @@ def load_beir(
             f"e.g. {missing[:3]}"
         )
     query_ids = list(qrels)[:queries_limit] if queries_limit else list(qrels)
-    corpus = [
-        corpus_document(record) for record in _read_jsonl(_require(directory, "corpus.jsonl"))
-    ]
     return BeirDataset(
         name=directory.resolve().name,
-        corpus=corpus,
+        corpus=_documents(directory, "corpus.jsonl"),
         queries={query_id: all_queries[query_id] for query_id in query_ids},
         qrels={query_id: qrels[query_id] for query_id in query_ids},
         split=split,

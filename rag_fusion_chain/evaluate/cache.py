@@ -15,7 +15,7 @@ from typing import Any
 from langchain_core.embeddings import Embeddings
 
 from rag_fusion_chain import models
-from rag_fusion_chain.validation import KIT_CACHE
+from rag_fusion_chain.validation import KIT_CACHE, validate_count
 
 DEFAULT_CACHE_DIR = KIT_CACHE / "embeddings"
 """In the kit's cache folder (:data:`~rag_fusion_chain.validation.KIT_CACHE`): outside checkouts."""
@@ -33,14 +33,12 @@ class CachedEmbeddings(Embeddings):
         batch_size: int = 256,
         on_progress: Callable[[int, int], None] | None = None,
     ) -> None:
-        if batch_size <= 0:
-            raise ValueError(f"batch_size must be positive, got {batch_size}")
         self.embeddings = embeddings
         identity = models.embedding_identity(embeddings)
         if precision := models.embedding_precision(embeddings):
             identity += f"|precision={precision}"
         self.directory = Path(cache_dir) / hashlib.sha256(identity.encode()).hexdigest()[:24]
-        self.batch_size = batch_size
+        self.batch_size = validate_count("batch_size", batch_size)
         self.on_progress = on_progress
         """Called as ``on_progress(embedded, texts)`` after each batch (cached texts count as done)."""
         self._vectors: dict[str, Any] = {}

@@ -161,15 +161,12 @@ def run_langsmith_experiments(
                 description=setup.description or setup.name,
                 metadata={"setup": setup.name, "dataset": dataset.name, "split": dataset.split},
             )
-        try:
+        url = None
+        with contextlib.suppress(ValueError):  # the link is a convenience; the scores stand
             url = results.url if upload else None
-        except ValueError:  # the link is a convenience; the scores stand without it
-            url = None
         scores = _mean_scores(list(results), metrics, len(data))
-        name = results.experiment_name
-        experiments.append(
-            LangSmithExperiment(setup.name, scores, name, url, _name(dataset), upload)
-        )
+        name, dataset_name = results.experiment_name, _name(dataset)
+        experiments.append(LangSmithExperiment(setup.name, scores, name, url, dataset_name, upload))
     progress("langsmith experiments", len(resolved), len(resolved))
     by_setup = {experiment.setup: experiment.scores for experiment in experiments}
     return summarize(dataset, resolved, indexes, by_setup), experiments

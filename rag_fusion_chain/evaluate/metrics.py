@@ -13,7 +13,7 @@ from typing import Any
 from langchain_core.documents import Document
 
 from rag_fusion_chain.fusion import document_id
-from rag_fusion_chain.validation import require_extra
+from rag_fusion_chain.validation import KIT_CACHE, require_extra
 
 Run = dict[str, dict[str, float]]
 """A ranking per query: ``{query_id: {document_id: score}}``."""
@@ -29,10 +29,8 @@ def eval_library(module: str) -> Any:
     """``module`` of the eval extra (ranx, matplotlib), with the homes those libraries write to
     (ir_datasets, matplotlib) in the kit's cache unless the user set ``IR_DATASETS_HOME`` /
     ``MPLCONFIGDIR``: nothing new in ``~/.config`` or ``~``."""
-    from rag_fusion_chain.evaluate.cache import DEFAULT_CACHE_DIR
-
-    os.environ.setdefault("IR_DATASETS_HOME", str(DEFAULT_CACHE_DIR.parent / "ir_datasets"))
-    os.environ.setdefault("MPLCONFIGDIR", str(DEFAULT_CACHE_DIR.parent / "matplotlib"))
+    os.environ.setdefault("IR_DATASETS_HOME", str(KIT_CACHE / "ir_datasets"))
+    os.environ.setdefault("MPLCONFIGDIR", str(KIT_CACHE / "matplotlib"))
     return require_extra(module, "eval")
 
 

@@ -11,7 +11,7 @@ import stat
 import sys
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +56,7 @@ def load_file(
     if kind == "html":
         return [html_document(data, name)]
     if kind == "beir":
-        return _beir_documents(data, name)
+        return beir_documents(data.split(b"\n"), name)
     return [Document(page_content=_utf8(data, name), metadata={"source": name}, id=name)]
 
 
@@ -190,10 +190,11 @@ def byte_size(count: int) -> str:
     return f"{count} bytes"
 
 
-def _beir_documents(data: bytes, source: str) -> list[Document]:
+def beir_documents(lines: Iterable[bytes], source: str) -> list[Document]:
+    """The Documents of a BEIR ``corpus.jsonl``'s lines: id ``_id``, text ``title\\ntext``."""
     documents: list[Document] = []
     seen: set[str] = set()
-    for number, raw in enumerate(data.split(b"\n"), start=1):
+    for number, raw in enumerate(lines, start=1):
         where = f"{source}:{number}"
         line = _utf8(raw, where)
         if not line.strip():

@@ -13,7 +13,7 @@ import threading
 import time
 import warnings
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import SplitResult, urljoin, urlsplit
 
@@ -116,44 +116,82 @@ def _fetch(
     url: str, timeout: float, max_bytes: int, deny_private: bool | None
 ) -> tuple[str, str | None, bytes]:
     """The media type (``""`` if none), declared charset and body of ``url``, redirects
-    followed, within ``timeout`` seconds in all."""
+    followed, within ``timeout`` seconds in all: the fetch runs in a thread of its own (an address
+    lookup cannot be interrupted), whose sockets are shut down at the deadline."""
     if deny_private is None:
         deny_private = os.environ.get(DENY_PRIVATE_ENV, "").strip().lower() in _TRUE
-    watchdog = _Watchdog(time.monotonic() + timeout)
-    current = url
+    deadline = time.monotonic() + timeout
+    outcome: list[Any] = []
+    duplicates: list[socket.socket] = []  # of the connected sockets: they survive TLS wrapping
+    lock, late = threading.Lock(), threading.Event()
+
+    def watch(connected: socket.socket) -> None:
+        """Keep ``connected`` to shut down at the deadline, closed at once if it has passed."""
+        with lock:
+            if not late.is_set():
+                duplicates.append(connected.dup())
+                return
+        connected.close()
+        raise TimeoutError("the deadline passed while connecting")
+
+    def fetch() -> None:
+        try:
+            outcome.append(_follow_redirects(url, max_bytes, deny_private, deadline, watch))
+        except BaseException as error:  # raised in the caller's thread
+            outcome.append(error)
+
+    worker = threading.Thread(target=fetch, name="rag-fusion-fetch", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    with lock:
+        late.set()
+        timed_out = not outcome  # decided before the shutdown, which ends the fetch with an error
+        for duplicate in duplicates:
+            if timed_out:
+                with contextlib.suppress(OSError):
+                    duplicate.shutdown(socket.SHUT_RDWR)
+            duplicate.close()
     try:
-        for _ in range(MAX_REDIRECTS + 1):
-            parts = urlsplit(current)
-            if parts.scheme not in ("http", "https") or not parts.hostname:
-                raise SourceConnectionError(url, f"cannot load: redirected to {current!r}")
-            connection = _connect(parts, url, deny_private, watchdog)
-            try:
-                target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-                connection.request("GET", target, headers=_HEADERS)
-                response = connection.getresponse()
-                location = response.getheader("Location")
-                if response.status in _REDIRECT_STATUSES and location:
-                    current = urljoin(current, location)
-                    continue
-                if not 200 <= response.status < 300:
-                    raise UnreadableSourceError(url, f"answered {response.status}")
-                body = _read_body(response, url, max_bytes)
-                if watchdog.fired:  # the body ended because the watchdog shut the connection
-                    raise TimeoutError
-                media = response.msg.get_content_type() if response.msg["Content-Type"] else ""
-                return media, response.msg.get_content_charset(), body
-            finally:
-                connection.close()
-        raise SourceConnectionError(url, f"cannot load: more than {MAX_REDIRECTS} redirects")
+        if timed_out:
+            raise TimeoutError
+        if isinstance(outcome[0], BaseException):
+            raise outcome[0]
     except (OSError, http.client.HTTPException) as error:
         if isinstance(error, SourceProblem):
             raise
-        if watchdog.fired or isinstance(error, TimeoutError):
+        if isinstance(error, TimeoutError):
             raise SourceTimeoutError(url, f"did not answer within {timeout:g} s") from error
         detail = getattr(error, "strerror", None) or str(error) or type(error).__name__
         raise SourceConnectionError(url, f"cannot load: {detail}") from error
-    finally:
-        watchdog.stop()
+    return outcome[0]  # type: ignore[no-any-return]
+
+
+def _follow_redirects(
+    url: str, max_bytes: int, deny_private: bool, deadline: float, watch: Callable[..., None]
+) -> tuple[str, str | None, bytes]:
+    """:func:`_fetch`'s work: each request (a redirect checked as the URL was), then the body."""
+    current = url
+    for _ in range(MAX_REDIRECTS + 1):
+        parts = urlsplit(current)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise SourceConnectionError(url, f"cannot load: redirected to {current!r}")
+        connection = _connect(parts, url, deny_private, deadline, watch)
+        try:
+            target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+            connection.request("GET", target, headers=_HEADERS)
+            response = connection.getresponse()
+            location = response.getheader("Location")
+            if response.status in _REDIRECT_STATUSES and location:
+                current = urljoin(current, location)
+                continue
+            if not 200 <= response.status < 300:
+                raise UnreadableSourceError(url, f"answered {response.status}")
+            body = _read_body(response, url, max_bytes)
+            media = response.msg.get_content_type() if response.msg["Content-Type"] else ""
+            return media, response.msg.get_content_charset(), body
+        finally:
+            connection.close()
+    raise SourceConnectionError(url, f"cannot load: more than {MAX_REDIRECTS} redirects")
 
 
 _HEADERS = {
@@ -165,20 +203,21 @@ _HEADERS = {
 
 
 def _connect(
-    parts: SplitResult, url: str, deny_private: bool, watchdog: _Watchdog
+    parts: SplitResult, url: str, deny_private: bool, deadline: float, watch: Callable[..., None]
 ) -> http.client.HTTPConnection:
     """A connection (TLS for https, proxy settings not used) to an address of the host that was
-    checked against the private-address policy, its socket watched for the deadline."""
+    checked against the private-address policy, its socket given to ``watch``."""
     host, https = str(parts.hostname), parts.scheme == "https"
     port = parts.port or (443 if https else 80)
-    addresses = _resolve(host, port, watchdog.deadline)
+    found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    addresses = list(dict.fromkeys(str(info[4][0]) for info in found))
     private = [address for address in addresses if not is_public_address(address)]
     if deny_private and private:
         where = "" if host == private[0] else f"{host} is at the "
         raise UnreadableSourceError(
             url, f"{where}private address {private[0]}: private addresses are denied"
         )
-    timeout = max(0.001, watchdog.deadline - time.monotonic())
+    timeout = max(0.001, deadline - time.monotonic())
     error = OSError(f"no address for {host}")
     for address in addresses:
         try:
@@ -188,7 +227,7 @@ def _connect(
             error = failed
     else:
         raise error
-    watchdog.watch(sock)
+    watch(sock)
     connection = http.client.HTTPConnection(host, port, timeout=timeout)
     if https:
         import certifi  # the bundle requests and httpx use (langchain-core -> langsmith -> httpx)
@@ -198,28 +237,6 @@ def _connect(
         sock = context.wrap_socket(sock, server_hostname=host)
     connection.sock = sock
     return connection
-
-
-def _resolve(host: str, port: int, deadline: float) -> list[str]:
-    """The addresses of ``host``, looked up in a helper thread so the deadline bounds it."""
-    with contextlib.suppress(ValueError):
-        return [str(ipaddress.ip_address(host))]
-    outcome: list[Any] = []
-
-    def look_up() -> None:
-        try:
-            outcome.append(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
-        except OSError as error:
-            outcome.append(error)
-
-    thread = threading.Thread(target=look_up, name="rag-fusion-dns", daemon=True)
-    thread.start()
-    thread.join(max(0.0, deadline - time.monotonic()))
-    if not outcome:
-        raise TimeoutError(f"looking up {host} took too long")
-    if isinstance(outcome[0], OSError):
-        raise outcome[0]
-    return list(dict.fromkeys(str(info[4][0]) for info in outcome[0]))
 
 
 def _read_body(response: http.client.HTTPResponse, url: str, max_bytes: int) -> bytes:
@@ -251,39 +268,3 @@ def _read_body(response: http.client.HTTPResponse, url: str, max_bytes: int) -> 
     if size > max_bytes:
         raise too_large
     return b"".join(blocks)
-
-
-class _Watchdog:
-    """Shuts the watched sockets down at ``deadline`` through duplicates (which survive TLS)."""
-
-    def __init__(self, deadline: float) -> None:
-        self.deadline = deadline
-        self.fired = False
-        self._lock = threading.Lock()
-        self._duplicates: list[socket.socket] = []
-        self._timer = threading.Timer(max(0.0, deadline - time.monotonic()), self._fire)
-        self._timer.daemon = True
-        self._timer.start()
-
-    def watch(self, connected: socket.socket) -> None:
-        """Watch ``connected``; TimeoutError (and closed) if the deadline has passed already."""
-        with self._lock:
-            if not self.fired:
-                self._duplicates.append(connected.dup())
-                return
-        connected.close()
-        raise TimeoutError("the deadline passed while connecting")
-
-    def stop(self) -> None:
-        self._timer.cancel()
-        with self._lock:
-            for duplicate in self._duplicates:
-                duplicate.close()
-            self._duplicates.clear()
-
-    def _fire(self) -> None:
-        with self._lock:
-            self.fired = True
-            for duplicate in self._duplicates:
-                with contextlib.suppress(OSError):
-                    duplicate.shutdown(socket.SHUT_RDWR)

@@ -1,13 +1,5 @@
-"""What the kit's own retrievers share: document identity, scored copies, batched retrieval.
-
-* :func:`with_identity` gives a document without ``Document.id`` the content hash of
-  :func:`rag_fusion_chain.fusion.document_id`, so the keyword and the vector hit of one chunk
-  carry the same id.
-* :func:`scored_copy` puts a higher-is-better relevance in ``metadata["score"]`` of a fresh copy.
-* :class:`BatchedRetriever` answers ``batch``/``abatch`` with ONE underlying call for all queries
-  (one ``bm25s.retrieve``, one embedding request, ...), keeps a callback run per query, and
-  honours ``k`` at invoke time: ``retriever.invoke("query", k=3)``.
-"""
+"""What the kit's own retrievers share: document identity, scored copies, and
+:class:`BatchedRetriever`, which answers ``batch``/``abatch`` with one underlying call."""
 
 from __future__ import annotations
 
@@ -32,24 +24,15 @@ from rag_fusion_chain.validation import validate_count
 
 
 def with_identity(document: Document) -> Document:
-    """Return ``document`` if it has an id, else a copy whose id is its content hash.
-
-    >>> with_identity(Document("text", id="doc-1")).id
-    'doc-1'
-    >>> len(with_identity(Document("text")).id)
-    32
-    """
+    """``document`` if it has an id, else a copy whose id is its content hash (so the keyword and
+    the vector hit of one chunk carry the same id)."""
     if document.id:
         return document
     return document.model_copy(update={"id": document_id(document)})
 
 
 def scored_copy(document: Document, score: float) -> Document:
-    """A copy of ``document`` with ``metadata["score"] = score`` and an id (never mutates).
-
-    >>> scored_copy(Document("text", id="a"), 0.5).metadata
-    {'score': 0.5}
-    """
+    """A copy of ``document`` with an id and the higher-is-better ``metadata["score"]``."""
     identified = with_identity(document)
     return identified.model_copy(
         update={"metadata": {**identified.metadata, SCORE_KEY: float(score)}}
@@ -57,13 +40,8 @@ def scored_copy(document: Document, score: float) -> Document:
 
 
 class BatchedRetriever(BaseRetriever):
-    """A retriever that answers N queries with one underlying call.
-
-    Subclasses implement :meth:`_retrieve_many` (and :meth:`_aretrieve_many` when they have a
-    native async path). ``invoke`` is a batch of one; ``batch``/``abatch`` (hence
-    ``retriever.map()`` and fan-out code calling ``.batch(queries, config)``) make one call for
-    all queries while still reporting one retriever run per query to callbacks and tracing.
-    """
+    """A retriever answering N queries with one underlying call (one ``bm25s.retrieve``, one
+    embedding request) while reporting one retriever run per query; ``invoke(query, k=3)``."""
 
     k: int = DEFAULT_K
     """Documents returned per query; override per call with ``invoke(query, k=...)``."""
@@ -79,7 +57,7 @@ class BatchedRetriever(BaseRetriever):
         k: int,
         run_managers: Sequence[CallbackManagerForRetrieverRun],
     ) -> list[list[Document]]:
-        """Return one ranked list per query; the single place subclasses do their work."""
+        """One ranked list per query: the one method subclasses implement."""
         raise NotImplementedError
 
     async def _aretrieve_many(
@@ -88,7 +66,7 @@ class BatchedRetriever(BaseRetriever):
         k: int,
         run_managers: Sequence[AsyncCallbackManagerForRetrieverRun],
     ) -> list[list[Document]]:
-        """Async variant; by default runs :meth:`_retrieve_many` in an executor thread."""
+        """Async variant; by default :meth:`_retrieve_many` in an executor thread."""
         sync_managers = [manager.get_sync() for manager in run_managers]
         return await run_in_executor(None, self._retrieve_many, queries, k, sync_managers)
 
@@ -109,12 +87,6 @@ class BatchedRetriever(BaseRetriever):
     ) -> list[Document]:
         return (await self._aretrieve_many([query], self._resolve_k(k), [run_manager]))[0]
 
-    def _batch_k(self, kwargs: dict[str, Any]) -> int:
-        k = kwargs.pop("k", None)
-        if kwargs:
-            raise TypeError(f"unexpected keyword arguments for batch: {sorted(kwargs)}")
-        return self._resolve_k(k)
-
     def _configure(
         self, config: RunnableConfig, manager_class: type[CallbackManager | AsyncCallbackManager]
     ) -> Any:
@@ -130,25 +102,26 @@ class BatchedRetriever(BaseRetriever):
 
     def _run_starts(
         self,
+        queries: list[str],
         config: RunnableConfig | list[RunnableConfig] | None,
-        count: int,
+        kwargs: dict[str, Any],
         manager_class: type[CallbackManager | AsyncCallbackManager],
-    ) -> list[tuple[Any, str, Any]]:
-        """(callback manager, run name, run id) to start each query's run with.
-
-        One config for the whole batch is configured once (configuring is the costly part; the
-        queries' runs are siblings under the same parent either way); a sequence of configs (as
-        ``get_config_list`` reads one), once per query.
-        """
-        configs = get_config_list(config, count)
+    ) -> tuple[int, list[tuple[Any, str, dict[str, Any]]]]:
+        """``k``, and each query's callback manager and run (name, id) to start. One config for
+        the whole batch is configured once (the costly part; the runs are siblings either way), a
+        list of configs once per query."""
+        k = kwargs.pop("k", None)
+        if kwargs:
+            raise TypeError(f"unexpected keyword arguments for batch: {sorted(kwargs)}")
+        configs = get_config_list(config, len(queries))
         one_config = not isinstance(config, Sequence)
         shared = self._configure(configs[0], manager_class) if one_config else None
         starts = []
-        for query_config in configs:
-            manager = self._configure(query_config, manager_class) if shared is None else shared
-            name = query_config.get("run_name") or self.get_name()
-            starts.append((manager, name, query_config.pop("run_id", None)))
-        return starts
+        for query, each in zip(queries, configs, strict=True):
+            manager = shared or self._configure(each, manager_class)
+            name = each.get("run_name") or self.get_name()
+            starts.append((manager, query, {"name": name, "run_id": each.pop("run_id", None)}))
+        return self._resolve_k(k), starts
 
     def batch(
         self,
@@ -158,27 +131,18 @@ class BatchedRetriever(BaseRetriever):
         return_exceptions: bool = False,
         **kwargs: Any,
     ) -> list[Any]:
-        """Retrieve for every query with one underlying call; one callback run per query.
-
-        >>> # retriever.batch(["solar power", "wind power"], k=3)  -> [[...3 docs], [...3 docs]]
-        """
+        """Retrieve for every query with one underlying call; one callback run per query."""
         if not inputs:
             return []
-        queries = list(inputs)
-        k = self._batch_k(dict(kwargs))
-        run_managers = [
-            manager.on_retriever_start(None, query, name=name, run_id=run_id)
-            for query, (manager, name, run_id) in zip(
-                queries, self._run_starts(config, len(queries), CallbackManager), strict=True
-            )
-        ]
+        k, starts = self._run_starts(inputs, config, kwargs, CallbackManager)
+        run_managers = [manager.on_retriever_start(None, q, **run) for manager, q, run in starts]
         try:
-            results = self._retrieve_many(queries, k, run_managers)
+            results = self._retrieve_many(list(inputs), k, run_managers)
         except Exception as error:
             for run_manager in run_managers:
                 run_manager.on_retriever_error(error)
             if return_exceptions:
-                return [error] * len(queries)
+                return [error] * len(inputs)
             raise
         for run_manager, documents in zip(run_managers, results, strict=True):
             run_manager.on_retriever_end(documents)
@@ -195,25 +159,18 @@ class BatchedRetriever(BaseRetriever):
         """Async :meth:`batch`: one underlying call for all queries."""
         if not inputs:
             return []
-        queries = list(inputs)
-        k = self._batch_k(dict(kwargs))
+        k, starts = self._run_starts(inputs, config, kwargs, AsyncCallbackManager)
         run_managers = [
-            await manager.on_retriever_start(None, query, name=name, run_id=run_id)
-            for query, (manager, name, run_id) in zip(
-                queries, self._run_starts(config, len(queries), AsyncCallbackManager), strict=True
-            )
+            await manager.on_retriever_start(None, q, **run) for manager, q, run in starts
         ]
         try:
-            results = await self._aretrieve_many(queries, k, run_managers)
+            results = await self._aretrieve_many(list(inputs), k, run_managers)
         except Exception as error:
             for run_manager in run_managers:
                 await run_manager.on_retriever_error(error)
             if return_exceptions:
-                return [error] * len(queries)
+                return [error] * len(inputs)
             raise
         for run_manager, documents in zip(run_managers, results, strict=True):
             await run_manager.on_retriever_end(documents)
         return results
-
-
-__all__ = ["BatchedRetriever", "scored_copy", "with_identity"]
