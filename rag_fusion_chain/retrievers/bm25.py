@@ -242,9 +242,8 @@ class BM25Retriever(BatchedRetriever):
         return results
 
     def _top_scored(self, token_ids: list[int], k: int) -> tuple[Any, Any]:
-        """The ``k`` best documents with a positive score and their scores, best first: bm25s's
-        scores and its top-k over the scored documents only (``BM25.retrieve`` partitions every
-        score, mostly tied zeros, on which ``np.argpartition`` is slow: 28-48 ms a query at 1M)."""
+        """The ``k`` best positive scores, best first, and their documents: bm25s's top-k over the
+        scored documents only (``retrieve``'s over all, mostly tied zeros, took 28-48 ms at 1M)."""
         import numpy as np
         from bm25s.selection import topk
 
