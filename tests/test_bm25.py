@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import random
 import uuid
 from pathlib import Path
 from typing import Any
@@ -148,20 +149,15 @@ def test_empty_corpus_is_refused() -> None:
 # ---------------------------------------------------------------------------------- batching
 
 
-def test_batch_scores_all_queries_in_one_bm25s_call() -> None:
+def test_batch_scores_only_the_queries_with_known_terms() -> None:
     retriever = BM25Retriever.from_documents(ENGLISH + CHINESE, k=2)
     singles = [retriever.invoke(query) for query in ("solar", "光伏", "wind")]
-    calls: list[int] = []
-    original = retriever.index.retrieve
-
-    def counting_retrieve(query_tokens: list[list[int]], **kwargs: Any) -> Any:
-        calls.append(len(query_tokens))
-        return original(query_tokens, **kwargs)
-
-    retriever.index.retrieve = counting_retrieve
+    scored: list[list[int]] = []
+    original = retriever.index.get_scores_from_ids
+    retriever.index.get_scores_from_ids = lambda ids: scored.append(ids) or original(ids)
     counter = RunCounter()
     batched = retriever.batch(["solar", "光伏", "wind", "zzz"], {"callbacks": [counter]})
-    assert calls == [3]  # one call; the query without known terms needs none
+    assert len(scored) == 3  # the query without known terms needs no scoring
     assert batched == [*singles, []]
     assert counter.starts == ["solar", "光伏", "wind", "zzz"]
     assert counter.ends == 4
@@ -209,16 +205,19 @@ def test_batch_reports_one_run_per_query_with_the_configs_tags_and_metadata() ->
         ]
 
 
-def test_batch_honours_k_and_map_uses_batch() -> None:
+def test_batch_honours_k_and_map_uses_batch(monkeypatch: pytest.MonkeyPatch) -> None:
     retriever = BM25Retriever.from_documents(ENGLISH, k=1)
     assert [len(result) for result in retriever.batch(["solar day", "day"], k=2)] == [2, 2]
-    calls: list[int] = []
-    original = retriever.index.retrieve
-    retriever.index.retrieve = lambda tokens, **kwargs: (
-        calls.append(1) or original(tokens, **kwargs)
-    )
+    calls: list[list[str]] = []
+    original = BM25Retriever._retrieve_many
+
+    def counting(self: BM25Retriever, queries: list[str], *args: Any) -> Any:
+        calls.append(queries)
+        return original(self, queries, *args)
+
+    monkeypatch.setattr(BM25Retriever, "_retrieve_many", counting)
     assert ids(retriever.map().invoke(["solar", "wind"])[1]) == ["wind"]
-    assert calls == [1]
+    assert calls == [["solar", "wind"]]
     with pytest.raises(TypeError, match="unexpected keyword"):
         retriever.batch(["solar"], top=3)
 
@@ -325,6 +324,32 @@ def test_scores_equal_a_plain_bm25s_index_and_an_update_equals_a_rebuild(method:
     for wrong in ([0, 0], [len(documents)], [-1]):
         with pytest.raises(ValueError, match="an int must be a position in this retriever, once"):
             retriever.updated(wrong)
+
+
+@pytest.mark.parametrize("method", ["lucene", "bm25l"])
+def test_a_large_sparse_corpus_ranks_as_bm25s_retrieve_does(method: str) -> None:
+    """Most documents match no term (the kit's top-k then skips them): same hits as bm25s."""
+    import bm25s
+
+    generator = random.Random(0)
+    words = [f"w{n}" for n in range(400)]
+    texts = [" ".join(generator.choices(words, k=generator.randint(3, 12))) for _ in range(3000)]
+    documents = [Document(text, id=str(n)) for n, text in enumerate(texts)]
+    retriever = BM25Retriever.from_documents(documents, method=method)
+    plain = bm25s.BM25(method=method)
+    plain.index([tokenize(text) for text in texts], show_progress=False)
+    for query, k in (("w1", 10), ("w1", 200), ("w7 w300 w399", 50), ("w2 w2 w3", 3000)):
+        found, scores = plain.retrieve([tokenize(query)], k=k, show_progress=False)
+        expected = [(str(int(i)), float(s)) for i, s in zip(*found, *scores, strict=True) if s > 0]
+        hits = [(hit.id, hit.metadata["score"]) for hit in retriever.invoke(query, k=k)]
+        assert [score for _, score in hits] == [score for _, score in expected]
+        assert all(
+            hit == want or [s for _, s in expected].count(want[1]) > 1  # ties in either order
+            for hit, want in zip(hits, expected, strict=True)
+        )
+        assert len({identifier for identifier, _ in hits}) == len(hits)
+        full = plain.get_scores(tokenize(query))
+        assert all(full[int(identifier)] == score for identifier, score in hits)
 
 
 def test_an_update_tokenises_only_new_documents_even_after_a_save(

@@ -109,8 +109,8 @@ class BM25Retriever(BatchedRetriever):
     """BM25 keyword retriever over a fixed set of Documents, built on bm25s.
 
     Scores (higher is better) go to ``metadata["score"]`` of copies; documents matching no query
-    term are left out, so a list may be shorter than ``k``. ``batch`` scores all queries in one
-    ``bm25s.BM25.retrieve`` call.
+    term are left out, so a list may be shorter than ``k``. ``batch`` answers all queries in one
+    call (numba's backend scores them in one ``bm25s.BM25.retrieve``).
 
     >>> retriever = BM25Retriever.from_documents([Document("solar panels", id="1")], k=1)
     >>> [document.id for document in retriever.invoke("solar panel")]
@@ -127,8 +127,8 @@ class BM25Retriever(BatchedRetriever):
     """Snowball-stem English words (index and queries must agree; saved with the index)."""
     remove_stopwords: bool = True
     backend: Literal["numpy", "numba"] = "numpy"
-    """bm25s's scoring: ``"numba"`` (numba installed) scored five queries over 100k passages 50x
-    faster, after a compile of about 8 s in each process."""
+    """bm25s's scoring: ``"numba"`` (numba installed) scored five SciFact claims over 1M passages
+    1.3-4x faster than numpy, after a compile of about 8 s in each process."""
 
     @model_validator(mode="after")
     def _use_backend(self) -> BM25Retriever:
@@ -227,11 +227,12 @@ class BM25Retriever(BatchedRetriever):
         results: list[list[Document]] = [[] for _ in queries]
         if not answerable:
             return results
-        indices, scores = self.index.retrieve(
-            [token_ids[position] for position in answerable],
-            k=min(k, len(self.documents)),
-            show_progress=False,
-        )
+        asked = [token_ids[position] for position in answerable]
+        k = min(k, len(self.documents))
+        if self.backend == "numba":
+            indices, scores = self.index.retrieve(asked, k=k, show_progress=False)
+        else:
+            indices, scores = zip(*(self._top_scored(ids, k) for ids in asked), strict=True)
         for row, position in enumerate(answerable):
             results[position] = [
                 scored_copy(self.documents[int(index)], float(score))
@@ -239,6 +240,17 @@ class BM25Retriever(BatchedRetriever):
                 if score > 0
             ]
         return results
+
+    def _top_scored(self, token_ids: list[int], k: int) -> tuple[Any, Any]:
+        """The ``k`` best positive scores, best first, and their documents: bm25s's top-k over the
+        scored documents only (``retrieve``'s over all, mostly tied zeros, took 28-48 ms at 1M)."""
+        import numpy as np
+        from bm25s.selection import topk
+
+        scores = self.index.get_scores_from_ids(token_ids)
+        scored = np.flatnonzero(scores > 0)
+        best, positions = topk(scores[scored], min(k, len(scored)), backend="numpy", sorted=True)
+        return scored[positions], best
 
     def save(self, directory: str | Path) -> Path:
         """Write the bm25s index (JSON/npy), the documents (:mod:`.columns`) and settings; no pickle."""
