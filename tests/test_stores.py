@@ -787,8 +787,9 @@ def test_columns_are_read_an_id_or_a_text_a_line_and_other_layouts_whole(tmp_pat
     assert read(json.dumps(expected).encode()) == expected  # another layout: parsed whole
     lone = b'{"ids":[\n  "a"\n],"texts":[\n  "\\ud800"\n],"metadatas":[{}]}'
     assert read(lone)["texts"] == ["\ud800"]  # refused by orjson, read as json reads it
-    with pytest.raises(json.JSONDecodeError):
-        read(written[:-40])
+    for corrupt in (written[:-40], written.replace(b'",\n', b'"\n', 1), written + b"\n["):
+        with pytest.raises(json.JSONDecodeError):  # truncated, a comma missing, extra data
+            read(corrupt)
 
 
 def test_documents_saved_by_bm25_are_linked_not_written_again_unless_they_changed(

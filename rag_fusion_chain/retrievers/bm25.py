@@ -205,11 +205,12 @@ class BM25Retriever(BatchedRetriever):
             reused = (term_of << 32 | owners)[owners >= 0], self.counts[owners >= 0]
             occurrences = np.concatenate([np.repeat(*reused), occurrences])
         occurrences.sort()  # by term, then document: bm25s's CSC order
+        lengths = np.bincount(occurrences & 0xFFFFFFFF, minlength=len(documents))
         starts = np.flatnonzero(np.diff(occurrences, prepend=-1))  # where each posting begins
         counts = np.diff(starts, append=len(occurrences)).astype(np.int32)
         keys = occurrences[starts]  # each posting once: term id << 32 | document
         del tokens, occurrences, starts  # the build's largest arrays, freed before scoring
-        index = _scored_index(self.index, keys, counts, vocab, len(documents))
+        index = _scored_index(self.index, keys, counts, lengths, vocab)
         fields = {"documents": StoredDocuments(*columns), "index": index, "counts": counts}
         return type(self)(**dict(self) | fields)
 
@@ -308,25 +309,21 @@ class BM25Retriever(BatchedRetriever):
 
 
 def _scored_index(
-    template: Any, keys: Any, counts: Any, vocabulary: dict[str, int], total: int
+    template: Any, keys: Any, counts: Any, lengths: Any, vocabulary: dict[str, int]
 ) -> Any:
-    """A bm25s index with ``template``'s parameters over ``total`` documents from sorted posting
-    ``keys`` (term id << 32 | document) and their term ``counts``: the scores ``BM25.index``
-    gives the same tokens (bm25s's formulas), in passes over slices of a million postings."""
+    """A bm25s index with ``template``'s parameters from sorted posting ``keys`` (term id << 32 |
+    document), their term ``counts`` and the documents' ``lengths``: the scores ``BM25.index``
+    gives the same tokens (bm25s's formulas), a million postings at a time."""
     import numpy as np
     from bm25s import scoring
 
     names = ("k1", "b", "delta", "method", "idf_method", "dtype", "int_dtype")
     index = type(template)(**{name: getattr(template, name) for name in names})
-    slices = [slice(start, start + (1 << 20)) for start in range(0, len(keys), 1 << 20)]
     frequencies = np.diff(np.searchsorted(keys, np.arange(len(vocabulary) + 1) << 32))
     used = frequencies > 0  # terms only removed documents had are dropped
     renumbered = np.cumsum(used) - 1
     frequencies = frequencies[used]
-    indices = (keys & 0xFFFFFFFF).astype(index.int_dtype)
-    lengths = np.zeros(total)
-    for part in slices:  # np.bincount would make an int64 and a float64 copy of each array
-        lengths += np.bincount(indices[part], weights=counts[part], minlength=total)
+    indices, total = (keys & 0xFFFFFFFF).astype(index.int_dtype), len(lengths)
     idf_of = scoring._select_idf_scorer(index.idf_method)
     tfc_of = scoring._select_tfc_scorer(index.method)
     shape = {"k1": index.k1, "b": index.b, "delta": index.delta, "l_avg": lengths.mean()}
@@ -337,7 +334,7 @@ def _scored_index(
         nonoccurrence = exact_idf * tfc_of(tf_array=0, l_d=shape["l_avg"], **shape)
         index.nonoccurrence_array = nonoccurrence.astype(index.dtype)
     scores = np.empty(len(keys), index.dtype)
-    for part in slices:
+    for part in (slice(start, start + (1 << 20)) for start in range(0, len(keys), 1 << 20)):
         terms, tf = renumbered[keys[part] >> 32], counts[part].astype(index.dtype)
         scored = idf[terms] * tfc_of(tf_array=tf, l_d=lengths[indices[part]], **shape)
         if index.nonoccurrence_array is not None:

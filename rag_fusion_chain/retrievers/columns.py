@@ -134,24 +134,26 @@ def read_columns(file: BinaryIO) -> Any:
     if file.readline() == b'{"ids":[\n':
         with contextlib.suppress(ValueError):  # orjson's and json's errors, UnicodeDecodeError
             ids, line = _values_to_bracket(file)
-            if line == b'],"texts":[\n':
-                texts, line = _values_to_bracket(file)
-                if line.startswith(b'],"metadatas":') and line.endswith(b"}"):
-                    metadatas = parse_columns(line[len(b'],"metadatas":') : -1])
-                    return {"ids": ids, "texts": texts, "metadatas": metadatas}
+            texts, end = _values_to_bracket(file) if line == b'],"texts":[\n' else ([], b"")
+            if end.startswith(b'],"metadatas":') and end.endswith(b"}"):
+                metadatas = parse_columns(end[len(b'],"metadatas":') : -1])
+                return {"ids": ids, "texts": texts, "metadatas": metadatas}
     file.seek(0)
     return parse_columns(file.read())
 
 
 def _values_to_bracket(file: BinaryIO) -> tuple[list[Any], bytes]:
-    """The JSON values of ``file``'s lines (each but the last followed by a comma) up to the
-    line that starts with ``]``, and that line."""
+    """The JSON values of ``file``'s lines up to the line that starts with ``]``, and that line;
+    ValueError unless a comma ends each value's line but the last, as in an array."""
     values: list[Any] = []
+    commas, comma = 0, True
     for line in file:
-        if line.startswith(b"]"):
+        if line.startswith(b"]") and not comma and commas == len(values) - 1:
             return values, line
-        values.append(orjson.loads(line.rstrip(b",\n")))
-    return values, b""
+        comma = line.endswith(b",\n")
+        commas += comma
+        values.append(orjson.loads(line.removesuffix(b",\n")))
+    raise ValueError("not a JSON value a line")
 
 
 def stored_documents(columns: Any, where: Path, total: int) -> StoredDocuments:
