@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import io
 import json
 import subprocess
 import sys
@@ -760,6 +761,35 @@ def test_parsing_the_docstore_leaves_the_garbage_collector_as_it_was(enabled: bo
         assert gc.isenabled() is enabled
     finally:
         (gc.enable if was else gc.disable)()
+
+
+def test_columns_are_read_an_id_or_a_text_a_line_and_other_layouts_whole(tmp_path: Path) -> None:
+    from rag_fusion_chain.retrievers.columns import columns_json, read_columns
+
+    def read(data: bytes) -> Any:
+        path.write_bytes(data)
+        with path.open("rb") as file:
+            return read_columns(file)
+
+    documents = [
+        Document('two\nlines ] "quoted", é 光', id="a,\n", metadata={"n": 10**30}),
+        Document("]", id="b"),
+    ]
+    path = tmp_path / "documents.json"
+    written = b"".join(columns_json(documents, path))
+    assert len(written.splitlines()) == 3 + 2 * len(documents)  # ids and texts one a line
+    expected = json.loads(written)
+    assert expected["metadatas"][0]["n"] == 10**30  # an int beyond 64 bits, as json reads it
+    assert read(written) == expected
+    whole_reads = io.BytesIO(written)
+    whole_reads.read = None  # type: ignore[method-assign]  # the layout is read by lines only
+    assert read_columns(whole_reads) == expected
+    assert read(json.dumps(expected).encode()) == expected  # another layout: parsed whole
+    lone = b'{"ids":[\n  "a"\n],"texts":[\n  "\\ud800"\n],"metadatas":[{}]}'
+    assert read(lone)["texts"] == ["\ud800"]  # refused by orjson, read as json reads it
+    for corrupt in (written[:-40], written.replace(b'",\n', b'"\n', 1), written + b"\n["):
+        with pytest.raises(json.JSONDecodeError):  # truncated, a comma missing, extra data
+            read(corrupt)
 
 
 def test_documents_saved_by_bm25_are_linked_not_written_again_unless_they_changed(

@@ -27,7 +27,7 @@ from rag_fusion_chain.retrievers.columns import (
     StoredDocuments,
     columns_json,
     document_columns,
-    parse_columns,
+    read_columns,
     stored_documents,
 )
 from rag_fusion_chain.retrievers.fanout import DEFAULT_K
@@ -192,25 +192,25 @@ class BM25Retriever(BatchedRetriever):
         kept = placed < len(self.documents)
         moved = np.full(len(self.documents), -1)
         moved[placed[kept]] = np.flatnonzero(kept)
-        vocabulary = dict(self.index.vocab_dict) if self.documents else {}
-        term_ids, lengths = array.array("q"), []  # 8 bytes a term, not a Python int's 36
-        for text in document_columns(fresh)[1]:
-            row = [vocabulary.setdefault(term, len(vocabulary)) for term in self._terms(text)]
-            term_ids.extend(row)
-            lengths.append(len(row))
-        owners = np.repeat(np.flatnonzero(~kept), lengths)
-        flat = np.frombuffer(term_ids, np.int64)
-        keys, counts = np.unique(flat << 32 | owners, return_counts=True)
-        indptr = self.index.scores["indptr"] if self.documents else np.zeros(1, np.int64)
-        terms = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
-        previous = np.asarray(self.index.scores["indices"] if self.documents else terms, np.int64)
-        reused = moved[previous] >= 0
-        entries = [
-            np.concatenate([terms[reused], keys >> 32]),
-            np.concatenate([moved[previous[reused]], keys & 0xFFFFFFFF]),
-            np.concatenate([self.counts[reused] if self.documents else terms, counts]),
-        ]
-        index, counts = _scored_index(self.index, entries, vocabulary, len(documents))
+        vocab = dict(self.index.vocab_dict) if self.documents else {}
+        tokens = array.array("q")  # term id << 32 | document: 8 bytes, not a Python int's 36
+        fresh_at = np.flatnonzero(~kept).tolist()
+        for at, terms in zip(fresh_at, map(self._terms, document_columns(fresh)[1]), strict=True):
+            tokens.extend([vocab.setdefault(term, len(vocab)) << 32 | at for term in terms])
+        occurrences = np.frombuffer(tokens, np.int64)
+        if self.documents:  # the kept documents' postings, each repeated by its term count
+            indptr = self.index.scores["indptr"]
+            term_of = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
+            owners = moved[self.index.scores["indices"]]
+            reused = (term_of << 32 | owners)[owners >= 0], self.counts[owners >= 0]
+            occurrences = np.concatenate([np.repeat(*reused), occurrences])
+        occurrences.sort()  # by term, then document: bm25s's CSC order
+        lengths = np.bincount(occurrences & 0xFFFFFFFF, minlength=len(documents))
+        starts = np.flatnonzero(np.diff(occurrences, prepend=-1))  # where each posting begins
+        counts = np.diff(starts, append=len(occurrences)).astype(np.int32)
+        keys = occurrences[starts]  # each posting once: term id << 32 | document
+        del tokens, occurrences, starts  # the build's largest arrays, freed before scoring
+        index = _scored_index(self.index, keys, counts, lengths, vocab)
         fields = {"documents": StoredDocuments(*columns), "index": index, "counts": counts}
         return type(self)(**dict(self) | fields)
 
@@ -321,54 +321,55 @@ class BM25Retriever(BatchedRetriever):
 
 
 def _scored_index(
-    template: Any, entries: list[Any], vocabulary: dict[str, int], total: int
-) -> tuple[Any, Any]:
-    """A bm25s index with ``template``'s parameters over ``total`` documents from its
-    (term id, document, count) ``entries``, and their counts in its order: the scores
-    ``BM25.index`` gives the same tokens (bm25s's formulas), in whole-array passes."""
+    template: Any, keys: Any, counts: Any, lengths: Any, vocabulary: dict[str, int]
+) -> Any:
+    """A bm25s index with ``template``'s parameters from sorted posting ``keys`` (term id << 32 |
+    document), their term ``counts`` and the documents' ``lengths``: the scores ``BM25.index``
+    gives the same tokens (bm25s's formulas), a million postings at a time."""
     import numpy as np
     from bm25s import scoring
 
     names = ("k1", "b", "delta", "method", "idf_method", "dtype", "int_dtype")
     index = type(template)(**{name: getattr(template, name) for name in names})
-    frequencies = np.bincount(entries[0], minlength=len(vocabulary))
+    frequencies = np.diff(np.searchsorted(keys, np.arange(len(vocabulary) + 1) << 32))
     used = frequencies > 0  # terms only removed documents had are dropped
     renumbered = np.cumsum(used) - 1
-    terms = renumbered[entries[0]]
-    order = np.argsort(terms << 32 | entries[1], kind="stable")  # CSC: by term, then document
-    terms, owners, counts = terms[order], entries[1][order], entries[2][order]
     frequencies = frequencies[used]
-    lengths = np.bincount(owners, weights=counts, minlength=total)
+    indices, total = (keys & 0xFFFFFFFF).astype(index.int_dtype), len(lengths)
     idf_of = scoring._select_idf_scorer(index.idf_method)
     tfc_of = scoring._select_tfc_scorer(index.method)
     shape = {"k1": index.k1, "b": index.b, "delta": index.delta, "l_avg": lengths.mean()}
     exact_idf = np.array([idf_of(df, N=total) for df in frequencies.tolist()])
     idf = exact_idf.astype(index.dtype)
-    scores = idf[terms] * tfc_of(tf_array=counts.astype(index.dtype), l_d=lengths[owners], **shape)
     index.nonoccurrence_array = None
     if index.method in index.methods_requiring_nonoccurrence:  # bm25l, bm25+
         nonoccurrence = exact_idf * tfc_of(tf_array=0, l_d=shape["l_avg"], **shape)
         index.nonoccurrence_array = nonoccurrence.astype(index.dtype)
-        scores -= index.nonoccurrence_array[terms]
+    scores = np.empty(len(keys), index.dtype)
+    for part in (slice(start, start + (1 << 20)) for start in range(0, len(keys), 1 << 20)):
+        terms, tf = renumbered[keys[part] >> 32], counts[part].astype(index.dtype)
+        scored = idf[terms] * tfc_of(tf_array=tf, l_d=lengths[indices[part]], **shape)
+        if index.nonoccurrence_array is not None:
+            scored -= index.nonoccurrence_array[terms]
+        scores[part] = scored
     index.scores = {
-        "data": scores.astype(index.dtype),
-        "indices": owners.astype(index.int_dtype),
+        "data": scores,
+        "indices": indices,
         "indptr": np.concatenate([[0], np.cumsum(frequencies)]),
         "num_docs": total,
     }
     numbers, flags = renumbered.tolist(), used.tolist()
     index.vocab_dict = {term: numbers[i] for term, i in vocabulary.items() if flags[i]}
     index.unique_token_ids_set = set(index.vocab_dict.values())
-    return index, counts
+    return index
 
 
 def _read_json(path: Path) -> Any:
     with open_regular_file(path) as file:  # FileNotFoundError naming it if missing
-        data = file.read()
-    try:
-        return parse_columns(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{path} is not valid JSON (corrupt?): {error}") from error
+        try:
+            return read_columns(file)
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise ValueError(f"{path} is not valid JSON (corrupt?): {error}") from error
 
 
 __all__ = ["BM25Retriever", "cjk_bigrams", "tokenize"]

@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterable, Iterator, MutableMapping, Sequence
 from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 from langchain_core.documents import Document
@@ -93,8 +93,9 @@ def columns_json(documents: Iterable[Document], where: Path) -> tuple[bytes, ...
     """``documents`` as ``{"ids", "texts", "metadatas"}`` UTF-8 JSON in pieces (not joined: no
     copy); ValueError naming ``where`` when a metadata value is not JSON data."""
     ids, texts, metadatas = document_columns(documents)
-    try:
-        pieces = orjson.dumps(ids), orjson.dumps(texts), _metadata_json(metadatas)
+    try:  # one id or text a line, for read_columns
+        lines = [orjson.dumps(column, option=orjson.OPT_INDENT_2) for column in (ids, texts)]
+        pieces = *lines, _metadata_json(metadatas)
     except (TypeError, ValueError) as error:
         raise ValueError(
             f"documents: metadata must be JSON data (str, numbers, bools, None, lists, dicts) to "
@@ -127,6 +128,34 @@ def parse_columns(data: bytes) -> Any:
             gc.enable()
 
 
+def read_columns(file: BinaryIO) -> Any:
+    """:func:`columns_json` output read line by line (an id or a text a line): no copy of the
+    whole file in memory. Other layouts, and lines orjson refuses, are parsed whole by ``json``."""
+    if file.readline() == b'{"ids":[\n':
+        with contextlib.suppress(ValueError):  # orjson's and json's errors, UnicodeDecodeError
+            ids, line = _values_to_bracket(file)
+            texts, end = _values_to_bracket(file) if line == b'],"texts":[\n' else ([], b"")
+            if end.startswith(b'],"metadatas":') and end.endswith(b"}"):
+                metadatas = parse_columns(end[len(b'],"metadatas":') : -1])
+                return {"ids": ids, "texts": texts, "metadatas": metadatas}
+    file.seek(0)
+    return parse_columns(file.read())
+
+
+def _values_to_bracket(file: BinaryIO) -> tuple[list[Any], bytes]:
+    """The JSON values of ``file``'s lines up to the line that starts with ``]``, and that line;
+    ValueError unless a comma ends each value's line but the last, as in an array."""
+    values: list[Any] = []
+    commas, comma = 0, True
+    for line in file:
+        if line.startswith(b"]") and not comma and commas == len(values) - 1:
+            return values, line
+        comma = line.endswith(b",\n")
+        commas += comma
+        values.append(orjson.loads(line.removesuffix(b",\n")))
+    raise ValueError("not a JSON value a line")
+
+
 def stored_documents(columns: Any, where: Path, total: int) -> StoredDocuments:
     """:class:`StoredDocuments` from parsed :func:`columns_json` output; ValueError unless it
     holds ``total`` string ids, string texts and dict metadatas."""
@@ -147,5 +176,6 @@ __all__ = [
     "columns_json",
     "document_columns",
     "parse_columns",
+    "read_columns",
     "stored_documents",
 ]
