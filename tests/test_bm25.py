@@ -377,3 +377,16 @@ def test_an_update_tokenises_only_new_documents_even_after_a_save(
     tokenized.clear()
     BM25Retriever.load(tmp_path).updated([0, Document("solar roofs", id="roof")])
     assert sorted(tokenized) == sorted([ENGLISH[0].page_content, "solar roofs"])
+
+
+class _ClaimsTooMany(list):  # type: ignore[type-arg]
+    """A document list reporting more documents than a posting can address."""
+
+    def __len__(self) -> int:
+        return 2**31
+
+
+def test_an_index_of_more_documents_than_a_posting_can_address_is_refused() -> None:
+    retriever = BM25Retriever.from_documents([Document("solar power", id="1")])
+    with pytest.raises(ValueError, match=r"documents: at most 2147483647 per index"):
+        retriever.updated(_ClaimsTooMany([0]))

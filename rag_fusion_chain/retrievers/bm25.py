@@ -180,6 +180,8 @@ class BM25Retriever(BatchedRetriever):
             return self.model_copy(update={"documents": []}).updated(whole)
         if not documents:
             raise ValueError("documents: cannot build a BM25 index from no documents")
+        if len(documents) >= 2**31:  # a posting packs its document into 32 bits, its term above
+            raise ValueError(f"documents: at most {2**31 - 1} per index, got {len(documents)}")
         olds = [item for item in documents if isinstance(item, int)]
         if len(set(olds)) < len(olds) or not set(olds) <= set(range(len(self.documents))):
             raise ValueError("documents: an int must be a position in this retriever, once")
