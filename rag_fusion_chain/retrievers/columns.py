@@ -75,7 +75,8 @@ class DocumentsById(MutableMapping[str, Document]):
 
     def unchanged(self) -> StoredDocuments | None:
         """The stored documents, unless a write or a deletion changed the mapping."""
-        return None if self._written or len(self) != len(self._stored) else self._stored
+        deleted = "_positions" in vars(self) and len(self) != len(self._stored)  # not made: none
+        return None if self._written or deleted else self._stored
 
 
 def document_columns(documents: Iterable[Document]) -> tuple[list[Any], list[Any], list[Any]]:
