@@ -556,17 +556,31 @@ def test_plain_copies_behave_as_documents_built_from_scratch() -> None:
     assert [d.model_fields_set for d in inputs] == [d.model_fields_set for d in snapshot]
 
 
-def test_copies_keep_document_subclasses_and_leave_inputs_alone() -> None:
+@pytest.mark.parametrize("fast_path", [True, False])
+def test_copies_keep_document_subclasses_and_leave_inputs_alone(
+    fast_path: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A subclass among the documents (here beside a plain one), or a pydantic whose model state
+    the fast copy does not know (simulated), sends every copy through ``model_copy``: same output."""
+    from rag_fusion_chain.fusion import algorithms
+
     class PageDocument(Document):
         page_number: int = 0
 
+    if not fast_path:
+        monkeypatch.setattr(algorithms, "_PLAIN_DOCUMENT", None)
     original = PageDocument(page_content="text", metadata={"score": 0.5}, page_number=7)
-    (copied,) = fusion.reciprocal_rank_fusion.invoke([[original]])
+    plain = Document("plain", metadata={"score": 0.1}, id="p")
+    copied, plain_copy = fusion.reciprocal_rank_fusion.invoke([[original, plain]])
     assert type(copied) is PageDocument and copied.page_number == 7
     assert copied.metadata["fusion_score"] == pytest.approx(1 / 61)
+    assert plain_copy == Document("plain", metadata={"score": 0.1, "fusion_score": 1 / 62}, id="p")
+    assert plain_copy is not plain and plain.metadata == {"score": 0.1}
     assert original.metadata == {"score": 0.5}
     copied.metadata["note"] = "changed"
     assert "note" not in original.metadata
+    (alone,) = fusion.reciprocal_rank_fusion.invoke([[plain]])
+    assert alone == Document("plain", metadata={"score": 0.1, "fusion_score": 1 / 61}, id="p")
 
 
 # ---------------------------------------------------------------- callbacks

@@ -178,8 +178,8 @@ _PLAIN_DOCUMENT: type | None = (
     and Document.model_config.get("extra") != "allow"
     else None
 )
-"""``Document`` while its whole state is pydantic's four slots with extra and private empty, as the
-fast copy below sets them (tests/test_fusion.py pins it); else ``None``: copies by ``model_copy``."""
+"""``Document`` while its whole state is pydantic's four slots, extra and private empty, as the fast
+copy below sets them (tests/test_fusion.py pins it); else ``None``: every copy by ``model_copy``."""
 _new_model, _METADATA = object.__new__, frozenset({"metadata"})
 _set_fields, _set_fields_set, _set_extra, _set_private = (
     BaseModel.__dict__[name].__set__ for name in _PYDANTIC_STATE
@@ -190,26 +190,25 @@ def scored_copies(
     documents: list[Document], scores: list[float], kept: Sequence[int]
 ) -> list[Document]:
     """Fresh copies of the ``kept`` documents with ``metadata["fusion_score"]`` (inputs untouched).
-    A plain Document is made as pydantic's own ``__copy__`` makes one, through the slot descriptors
-    (a new object given a field dict holding the new metadata, its own fields set, empty extra and
-    private), minus ``__copy__``'s generic work and the assignment: a third of the cost
-    (benchmarks/results/fusion.md). A subclass (it may be frozen or hold private attributes) goes
-    through ``model_copy``."""
-    copies, plain = [], []
-    for slot in kept:
+    Plain Documents are made as pydantic's own ``__copy__`` makes one, through its slot
+    descriptors (a new object given its own field dict holding the new metadata, its own fields
+    set, empty extra and private), minus ``__copy__``'s generic work and the assignment: half the
+    cost (benchmarks/results/fusion.md). With a subclass among them (it may be frozen or hold
+    private attributes) every copy goes through ``model_copy``."""
+    copies = list(map(_new_model, repeat(Document, len(kept))))
+    for copied, slot in zip(copies, kept, strict=True):
         document = documents[slot]
-        metadata = document.metadata.copy()  # copy and store: cheaper than {**a, key: b}
+        if type(document) is not _PLAIN_DOCUMENT:
+            return [_public_copy(documents[slot], scores[slot]) for slot in kept]
+        fields = document.__dict__.copy()  # copy and store: cheaper than {**fields, key: value}
+        metadata = fields["metadata"] = fields["metadata"].copy()
         metadata[FUSION_SCORE_KEY] = scores[slot]
-        if type(document) is _PLAIN_DOCUMENT:
-            fields = document.__dict__.copy()
-            fields["metadata"] = metadata
-            copied = _new_model(Document)
-            _set_fields(copied, fields)
-            _set_fields_set(copied, document.__pydantic_fields_set__ | _METADATA)
-            plain.append(copied)
-        else:
-            copied = document.model_copy(update={"metadata": metadata})
-        copies.append(copied)
+        _set_fields(copied, fields)
+        _set_fields_set(copied, document.__pydantic_fields_set__ | _METADATA)
     for set_empty in (_set_extra, _set_private):  # one C-level pass each
-        any(map(set_empty, plain, repeat(None)))
+        any(map(set_empty, copies, repeat(None)))
     return copies
+
+
+def _public_copy(document: Document, score: float) -> Document:
+    return document.model_copy(update={"metadata": {**document.metadata, FUSION_SCORE_KEY: score}})
