@@ -192,8 +192,8 @@ def scored_copies(
     """Fresh copies of the ``kept`` documents with ``metadata["fusion_score"]`` (inputs untouched).
     Plain Documents are made as pydantic's own ``__copy__`` makes one, through its slot
     descriptors (a new object given its own field dict holding the new metadata, its own fields
-    set, empty extra and private), minus ``__copy__``'s generic work and the assignment: half the
-    cost (benchmarks/results/fusion.md). With a subclass among them (it may be frozen or hold
+    set, empty extra and private), minus ``__copy__``'s generic work and the assignment: a third of
+    the cost (benchmarks/results/fusion.md). With a subclass among them (it may be frozen or hold
     private attributes) every copy goes through ``model_copy``."""
     copies = list(map(_new_model, repeat(Document, len(kept))))
     for copied, slot in zip(copies, kept, strict=True):
