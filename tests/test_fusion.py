@@ -556,6 +556,27 @@ def test_plain_copies_behave_as_documents_built_from_scratch() -> None:
     assert [d.model_fields_set for d in inputs] == [d.model_fields_set for d in snapshot]
 
 
+def test_a_pydantic_with_other_model_slots_turns_the_fast_copy_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Imported under a pydantic whose models keep their state in other slots, the fusion still
+    imports and copies through ``model_copy``."""
+    import importlib
+
+    from pydantic import BaseModel
+
+    from rag_fusion_chain.fusion import algorithms
+
+    monkeypatch.setattr(BaseModel, "__slots__", ("__dict__", "__pydantic_fields_set__"))
+    try:
+        assert importlib.reload(algorithms)._PLAIN_DOCUMENT is None
+        (copied,) = fusion.reciprocal_rank_fusion.invoke([[doc("a", source="s")]])
+        assert copied == Document("a", metadata={"source": "s", "fusion_score": 1 / 61})
+    finally:
+        monkeypatch.undo()
+        assert importlib.reload(algorithms)._PLAIN_DOCUMENT is Document
+
+
 @pytest.mark.parametrize("fast_path", [True, False])
 def test_copies_keep_document_subclasses_and_leave_inputs_alone(
     fast_path: bool, monkeypatch: pytest.MonkeyPatch

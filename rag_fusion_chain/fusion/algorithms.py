@@ -181,9 +181,10 @@ _PLAIN_DOCUMENT: type | None = (
 """``Document`` while its whole state is pydantic's four slots, extra and private empty, as the fast
 copy below sets them (tests/test_fusion.py pins it); else ``None``: every copy by ``model_copy``."""
 _new_model, _METADATA = object.__new__, frozenset({"metadata"})
-_set_fields, _set_fields_set, _set_extra, _set_private = (
-    BaseModel.__dict__[name].__set__ for name in _PYDANTIC_STATE
-)
+_setters: list[Any] = [  # None where pydantic differs (then unused)
+    getattr(vars(BaseModel).get(name), "__set__", None) for name in _PYDANTIC_STATE
+]
+_set_fields, _set_fields_set, _set_extra, _set_private = _setters
 
 
 def scored_copies(
