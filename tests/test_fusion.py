@@ -523,7 +523,7 @@ def test_plain_copies_behave_as_documents_built_from_scratch() -> None:
 
     # the fast path is on in this environment, and its slots are pydantic's whole model state
     assert algorithms._PLAIN_DOCUMENT is Document
-    assert BaseModel.__slots__ == algorithms._PYDANTIC_STATE
+    assert BaseModel.__slots__ == algorithms._MODEL_SLOTS
     with_metadata = Document(page_content="a", metadata={"source": "s", "score": 2.0}, id="i")
     without_metadata = Document(page_content="b")
     built = Document.model_construct(page_content="c", metadata={"nested": {"x": [1]}})

@@ -165,15 +165,10 @@ def distribution_based_scores(
     return _score_based(ranked_lists, weights, _mean_three_sigma, score_key, id_key)
 
 
-_PYDANTIC_STATE = (
-    "__dict__",
-    "__pydantic_fields_set__",
-    "__pydantic_extra__",
-    "__pydantic_private__",
-)
+_MODEL_SLOTS = ("__dict__", "__pydantic_fields_set__", "__pydantic_extra__", "__pydantic_private__")
 _PLAIN_DOCUMENT: type | None = (
     Document
-    if BaseModel.__slots__ == _PYDANTIC_STATE
+    if BaseModel.__slots__ == _MODEL_SLOTS
     and not Document.__private_attributes__
     and Document.model_config.get("extra") != "allow"
     else None
@@ -182,7 +177,7 @@ _PLAIN_DOCUMENT: type | None = (
 copy below sets them (tests/test_fusion.py pins it); else ``None``: every copy by ``model_copy``."""
 _new_model, _METADATA = object.__new__, frozenset({"metadata"})
 _setters: list[Any] = [  # None where pydantic differs (then unused)
-    getattr(vars(BaseModel).get(name), "__set__", None) for name in _PYDANTIC_STATE
+    getattr(vars(BaseModel).get(name), "__set__", None) for name in _MODEL_SLOTS
 ]
 _set_fields, _set_fields_set, _set_extra, _set_private = _setters
 
