@@ -5,8 +5,9 @@ across lists as in hybrid search). The kit is called through ``.invoke`` (callba
 the whole ranking and with ``top_n=10``; LangChain returns its inputs, the kit fresh copies with
 ``metadata["fusion_score"]``. Calls alternate in the same run; the table gives CPU-time medians and
 the median of per-pair ratios. The last two columns time, against the same LangChain call, only
-the fresh copies the kit returns (``scored_copies``: pydantic's ``__copy__`` plus a new metadata
-dict each) and only a bare ``__copy__`` of each (the floor of any public copy of a Document).
+the fresh copies the kit returns (``scored_copies``: each a new Document given its own field dict, metadata
+dict with the score and fields set, as pydantic's ``__copy__`` builds one) and only a bare
+``__copy__`` of each (pydantic's own shallow copy, no new metadata).
 
     python benchmarks/bench_fusion.py                  # RRF, 2/4/8 lists x 10/100/1000 documents
     python benchmarks/bench_fusion.py --lists 4 --lengths 100 --rounds 2001 --all-fusions

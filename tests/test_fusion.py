@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import math
+import pickle
 import uuid
 import warnings
 
@@ -13,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.documents import Document
+from langchain_core.load import dumps, loads
 from langchain_core.runnables import ConfigurableField
 
 from rag_fusion_chain import fusion
@@ -510,36 +512,96 @@ def test_id_key_id_warns_when_documents_carry_only_document_ids() -> None:
         assert len(ReciprocalRankFusion(id_key="id").invoke(by_id)) == 2
 
 
-def test_plain_copies_equal_documents_built_from_scratch() -> None:
-    """The fast copy of a plain Document must be indistinguishable from constructing one."""
+@pytest.mark.filterwarnings("ignore:The function `loads` is in beta")
+def test_plain_copies_behave_as_documents_built_from_scratch() -> None:
+    """A fused copy of a plain Document (made slot by slot, as pydantic's ``__copy__`` does) holds
+    the very state ``__copy__`` plus assignment would give it, and behaves as a Document built
+    from scratch in every way a caller can reach it; fails if pydantic's model state changes."""
+    from pydantic import BaseModel
+
+    from rag_fusion_chain.fusion import algorithms
+
+    # the fast path is on in this environment, and its slots are pydantic's whole model state
+    assert algorithms._PLAIN_DOCUMENT is Document
+    assert BaseModel.__slots__ == algorithms._MODEL_SLOTS
     with_metadata = Document(page_content="a", metadata={"source": "s", "score": 2.0}, id="i")
     without_metadata = Document(page_content="b")
-    fused = ReciprocalRankFusion(with_scores=True).invoke([[with_metadata, without_metadata]])
-    for (copied, score), original in zip(fused, [with_metadata, without_metadata], strict=True):
-        expected = Document(
-            page_content=original.page_content,
-            metadata={**original.metadata, "fusion_score": score},
-            id=original.id,
-        )
-        assert copied == expected and copied is not original
-        assert copied.model_fields_set >= {"page_content", "metadata"}
-        assert copied.model_dump(exclude_unset=True)["metadata"] == expected.metadata
+    built = Document.model_construct(page_content="c", metadata={"nested": {"x": [1]}})
+    inputs = [with_metadata, without_metadata, built]
+    snapshot = copy.deepcopy(inputs)
+    fused = ReciprocalRankFusion(with_scores=True).invoke([inputs])
+    for (copied, score), original in zip(fused, inputs, strict=True):
+        metadata = {**original.metadata, "fusion_score": score}
+        slow = original.__copy__()
+        slow.metadata = metadata
+        assert copied.__getstate__() == slow.__getstate__()
+        expected = Document(page_content=original.page_content, metadata=metadata, id=original.id)
+        assert type(copied) is Document and copied is not original
+        assert copied == expected and repr(copied) == repr(expected) and copied.id == original.id
+        assert copied.model_fields_set == original.model_fields_set | {"metadata"}
+        assert copied.model_dump() == expected.model_dump()
+        assert copied.model_dump(exclude_unset=True) == slow.model_dump(exclude_unset=True)
+        assert copied.model_dump_json() == expected.model_dump_json()
         assert copied.to_json() == expected.to_json()
-    assert with_metadata.metadata == {"source": "s", "score": 2.0}
-    assert without_metadata.metadata == {} and "metadata" not in without_metadata.model_fields_set
+        assert loads(dumps(copied), allowed_objects=[Document]) == expected
+        assert pickle.loads(pickle.dumps(copied)) == expected
+        assert copy.copy(copied) == copy.deepcopy(copied) == copied.model_copy() == expected
+        assert Document.model_validate(copied.model_dump()) == expected
+        copied.metadata["note"] = "changed"  # its own metadata dict
+        copied.id = "new"  # assignment as on any Document: recorded in its own fields set only
+        assert copied.model_fields_set == original.model_fields_set | {"metadata", "id"}
+        with pytest.raises(ValueError, match="no field"):
+            copied.no_such_field = 1
+    assert [d.model_dump() for d in inputs] == [d.model_dump() for d in snapshot]
+    assert [d.model_fields_set for d in inputs] == [d.model_fields_set for d in snapshot]
 
 
-def test_copies_keep_document_subclasses_and_leave_inputs_alone() -> None:
+def test_a_pydantic_with_other_model_slots_turns_the_fast_copy_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Imported under a pydantic whose models keep their state in other slots, the fusion still
+    imports and copies through ``model_copy``."""
+    import importlib
+
+    from pydantic import BaseModel
+
+    from rag_fusion_chain.fusion import algorithms
+
+    monkeypatch.setattr(BaseModel, "__slots__", ("__dict__", "__pydantic_fields_set__"))
+    try:
+        assert importlib.reload(algorithms)._PLAIN_DOCUMENT is None
+        (copied,) = fusion.reciprocal_rank_fusion.invoke([[doc("a", source="s")]])
+        assert copied == Document("a", metadata={"source": "s", "fusion_score": 1 / 61})
+    finally:
+        monkeypatch.undo()
+        assert importlib.reload(algorithms)._PLAIN_DOCUMENT is Document
+
+
+@pytest.mark.parametrize("fast_path", [True, False])
+def test_copies_keep_document_subclasses_and_leave_inputs_alone(
+    fast_path: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A subclass among the documents (here beside a plain one), or a pydantic whose model state
+    the fast copy does not know (simulated), sends every copy through ``model_copy``: same output."""
+    from rag_fusion_chain.fusion import algorithms
+
     class PageDocument(Document):
         page_number: int = 0
 
+    if not fast_path:
+        monkeypatch.setattr(algorithms, "_PLAIN_DOCUMENT", None)
     original = PageDocument(page_content="text", metadata={"score": 0.5}, page_number=7)
-    (copied,) = fusion.reciprocal_rank_fusion.invoke([[original]])
+    plain = Document("plain", metadata={"score": 0.1}, id="p")
+    copied, plain_copy = fusion.reciprocal_rank_fusion.invoke([[original, plain]])
     assert type(copied) is PageDocument and copied.page_number == 7
     assert copied.metadata["fusion_score"] == pytest.approx(1 / 61)
+    assert plain_copy == Document("plain", metadata={"score": 0.1, "fusion_score": 1 / 62}, id="p")
+    assert plain_copy is not plain and plain.metadata == {"score": 0.1}
     assert original.metadata == {"score": 0.5}
     copied.metadata["note"] = "changed"
     assert "note" not in original.metadata
+    (alone,) = fusion.reciprocal_rank_fusion.invoke([[plain]])
+    assert alone == Document("plain", metadata={"score": 0.1, "fusion_score": 1 / 61}, id="p")
 
 
 # ---------------------------------------------------------------- callbacks
