@@ -331,12 +331,3 @@ def warn_on_embedding_change(
             f"{loading_with!r}; query vectors may not be comparable with the stored ones",
             stacklevel=3,
         )
-
-
-__all__ = [
-    "MANIFEST_FILE",
-    "docstore_columns",
-    "load_faiss",
-    "save_faiss",
-    "warn_on_embedding_change",
-]

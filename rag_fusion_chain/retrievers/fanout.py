@@ -5,12 +5,6 @@ such as the kit's ``VectorRetriever``, embeds them in one request, and any other
 parallel), all retrievers at once, bounded by the config's ``max_concurrency``. A retriever that
 raises or passes its time bound gives an empty list, a :class:`RetrievalFailure` in the output and
 a warning, while the others are still fused: :class:`MultiRetriever` does this for any retriever.
-
->>> from langchain_core.runnables import RunnableLambda
->>> echo = RunnableLambda(lambda query: [Document(query)], name="echo")
->>> results = MultiRetriever([echo, echo]).invoke(["a", "b"])
->>> [(ranked.query, ranked.source) for ranked in results]
-[('a', 'echo[0]'), ('a', 'echo[1]'), ('b', 'echo[0]'), ('b', 'echo[1]')]
 """
 
 from __future__ import annotations
@@ -91,25 +85,20 @@ class RetrievalError(RuntimeError):
         super().__init__(f"every retriever failed: {details}")
 
 
-def _fresh_executor() -> None:
+def _fresh_pools(early_calls: bool = True) -> None:
     """Retrieval threads shared by all calls (starting threads per call cost more than two quick
     retrievers take); made anew after a call passes its time bound, so that a hung call never holds
-    a thread later calls would queue behind, and in a forked process, which has none of them."""
-    global _executor
+    a thread later calls would queue behind, and in a forked process, which has none of them. With
+    them, at import and after a fork: the threads for whole fan-out calls started early
+    (:func:`in_background`), apart from the retrieval threads so that they never hold all of those."""
+    global _executor, _early_calls
     _executor = ContextThreadPoolExecutor(POOL_THREADS)
-
-
-def _fresh_pools() -> None:
-    """Both pools anew: at import, and in a forked process."""
-    global _early_calls
-    _early_calls = ContextThreadPoolExecutor(POOL_THREADS)
-    _fresh_executor()
+    if early_calls:
+        _early_calls = ContextThreadPoolExecutor(POOL_THREADS)
 
 
 _executor: ContextThreadPoolExecutor
 _early_calls: ContextThreadPoolExecutor
-"""Threads for whole fan-out calls started early (:func:`in_background`), apart from the retrieval
-threads they wait on, so that they can never hold all of those."""
 _fresh_pools()
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_fresh_pools)
@@ -134,7 +123,7 @@ def _result(future: Future[Any], timeout: float | None) -> Any:
     try:
         return future.result(timeout)
     except concurrent.futures.TimeoutError:  # the builtin TimeoutError from Python 3.11
-        _fresh_executor()  # the late call keeps its thread
+        _fresh_pools(early_calls=False)  # the late call keeps its thread
         return TimeoutError(f"no answer within {timeout} s")
     except Exception as error:  # recorded as the failure of every query of the call
         return error
@@ -153,17 +142,6 @@ async def _aresult(call: Any, timeout: float | None) -> Any:
         return TimeoutError(f"no answer within {timeout} s")
     except Exception as error:  # recorded as the failure of every query of the call
         return error
-
-
-def _warn(failures: list[RetrievalFailure], query_count: int) -> None:
-    """One warning per failing retriever, naming it, with its first error."""
-    for source in dict.fromkeys(failure.source for failure in failures):
-        failed = [failure for failure in failures if failure.source == source]
-        warnings.warn(
-            f"retriever {source!r} failed for {len(failed)} of {query_count} queries "
-            f"({failed[0].error}); fusing the results of the others",
-            stacklevel=5,
-        )
 
 
 def as_retriever_list(retrievers: Any) -> list[Runnable[Any, Any]]:
@@ -216,10 +194,7 @@ class MultiRetriever(RunnableSerializable[QueriesInput, list[list[Document]]]):
     weights when given none). ``k`` asks each retriever for that many documents (the ``k`` invoke
     keyword of a ``BaseRetriever``) and cuts every list to ``k``. Failures: see the module;
     ``on_error="raise"`` raises the first error instead, and :class:`RetrievalError` is raised
-    when every call failed.
-
-    >>> # (MultiRetriever([bm25, vectors], weights=[1.0, 2.0]) | reciprocal_rank_fusion).invoke(q)
-    """
+    when every call failed."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
@@ -290,7 +265,13 @@ class MultiRetriever(RunnableSerializable[QueriesInput, list[list[Document]]]):
                 raise failures[0].exception or RetrievalError(failures)
             if not ranked_lists:
                 raise RetrievalError(failures) from failures[0].exception
-            _warn(failures, len(queries))
+            for source in dict.fromkeys(failure.source for failure in failures):  # one warning each
+                failed = [failure for failure in failures if failure.source == source]
+                warnings.warn(
+                    f"retriever {source!r} failed for {len(failed)} of {len(queries)} queries "
+                    f"({failed[0].error}); fusing the results of the others",
+                    stacklevel=4,
+                )
         return RetrievalResults(ranked_lists, failures, queries)
 
     def _retrieve(self, value: Any, config: RunnableConfig) -> RetrievalResults:

@@ -48,11 +48,7 @@ class FusionRetriever(BaseRetriever):
     ``k`` is the number of fused documents returned, as for any LangChain retriever: per call
     ``invoke(question, k=3)`` wins over ``config={"configurable": {"k": 3}}``, which wins over the
     field. Without a ``query_generator`` only the question is searched: a hybrid retriever.
-    Documents per underlying call are set on the fan-out (``MultiRetriever(..., k=20)``).
-
-    >>> # retriever = FusionRetriever.from_llm([bm25, vectors], llm, strategy="rag-fusion", k=5)
-    >>> # retriever.invoke("How do heat pumps work?", k=3)  # three fused Documents
-    """
+    Documents per underlying call are set on the fan-out (``MultiRetriever(..., k=20)``)."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
@@ -102,10 +98,7 @@ class FusionRetriever(BaseRetriever):
         """A FusionRetriever whose queries come from ``llm`` with the query step of ``strategy``
         (``queries.rag_fusion``, ``queries.multi_query``, ``queries.hyde``, ``queries.rewrite``
         ...), as ``MultiQueryRetriever.from_llm`` does; the question is searched too unless
-        ``include_original=False``. ``n``: queries generated, where the strategy counts them.
-
-        >>> # FusionRetriever.from_llm([bm25, vectors], ChatOpenAI(), n=3, k=5)
-        """
+        ``include_original=False``. ``n``: queries generated, where the strategy counts them."""
         factory = getattr(queries, strategy.replace("-", "_"), None)
         if strategy not in _FUSED_FLAT or factory is None:
             raise ValueError(f"strategy must be one of {', '.join(_FUSED_FLAT)}; got {strategy!r}")

@@ -1,16 +1,10 @@
 """Index directories: a vector store and a BM25 index of the same chunks, in one folder.
 
-``index.json`` (signed with this user's key, :mod:`~rag_fusion_chain.retrievers.signing`) says
-what built the index and names the version folder ``.versions/<id>/`` holding ``faiss/`` or
-``chroma/`` and ``bm25/``. A build writes a new version, then switches ``index.json`` with one
-``os.replace``: killed at any step, the old or the new index loads. Indexes in the earlier flat
-layout (stores beside ``index.json``) still open. BM25 and Chroma files are unsigned data;
-FAISS's signed ``docstore.json`` is a hard link to BM25's ``documents.json`` (texts stored once).
-Progress goes to ``on_progress(stage, advance, total)`` (``load``, ``bm25``, ``embed``, each
-announced with ``advance=0``); nothing here prints.
-
->>> build_index(["docs/"], "indexes/docs", store="faiss")  # doctest: +SKIP
->>> open_index("indexes/docs").retrievers(hybrid=True, k=10)  # doctest: +SKIP
+``index.json`` (signed, :mod:`.signing`) says what built the index and names the version folder
+``.versions/<id>/`` holding ``faiss/`` or ``chroma/`` and ``bm25/``; a build writes a new version,
+then switches ``index.json`` in one step (README, Security). FAISS's ``docstore.json`` is a hard
+link to BM25's ``documents.json``. Progress goes to ``on_progress(stage, advance, total)``
+(``load``, ``bm25``, ``embed``, each announced with ``advance=0``); nothing here prints.
 """
 
 from __future__ import annotations
@@ -141,18 +135,12 @@ def build_index(
     on_progress: ProgressCallback | None = None,
     load_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Load, split, embed and store into the index directory ``out``; return its settings.
-
-    ``sources_or_documents``: paths, folders, BEIR corpora, URLs (:func:`ingest.load`) or
-    documents. ``embedding``: a name for :func:`models.embeddings` (recorded), or an Embeddings
-    object (recorded as ``embedding_name`` if that makes the same identity). ``chunk_size=None``
-    keeps documents whole. ``faiss_index``: see :func:`build_faiss`. An existing index is a
-    FileExistsError unless ``force`` (rebuild) or ``update``: embed only sources whose content
-    hash is new or changed, reuse the other vectors and BM25 terms, drop deleted sources; a file
-    whose size, times and inode are as recorded (2 s before the last build) is not even read. An
-    update keeps the settings the index records (store, FAISS index, embeddings, chunking);
-    one given otherwise is a ValueError. ``load_options`` go to :func:`ingest.load_with_report`.
-    """
+    """Load, split, embed and store ``sources_or_documents`` (:func:`ingest.load`'s sources, or
+    documents) into the index directory ``out``; return its settings. ``embedding``: a
+    :func:`models.embeddings` name, or an Embeddings object (recorded as ``embedding_name`` if
+    that makes the same identity). ``chunk_size=None`` keeps documents whole; ``load_options``
+    go to :func:`ingest.load_with_report`. An existing index is a FileExistsError unless
+    ``force`` (rebuild) or ``update`` (README: only new and changed sources are embedded)."""
     out = Path(out)
     if (out / INDEX_FILE).exists() and not (force or update):
         raise FileExistsError(_EXISTS.format(out))
@@ -175,10 +163,8 @@ def build_index(
     settings = {  # signed with this user's key: open_index loads nothing it does not vouch for
         "format": INDEX_FORMAT,
         "kit_version": __version__,
-        "store": chosen["store"],
-        "faiss_index": chosen["faiss_index"],
+        **chosen,  # store, FAISS index, chunking, embedding identity
         "embedding": embedding_name,
-        "embedding_identity": identity,
         "embedding_precision": models.embedding_precision(embeddings),  # f32 / bf16 / None
         "sources": sources,
         "files": len(loaded.loaded),
@@ -187,8 +173,6 @@ def build_index(
             for skipped in loaded.skipped
         ],
         "documents": sum(documents for _, documents in read.values()),
-        "chunk_size": chosen["chunk_size"],
-        "chunk_overlap": chosen["chunk_overlap"],
         "source_hashes": {source: content_hash for source, (content_hash, _) in read.items()},
         "source_files": {  # each file's stamp and document count: unchanged, it is not read
             source: [*stamp, read[source][1]]
@@ -439,7 +423,24 @@ def _write_version(
         write(folder)
         settings = sign({**settings, "version": version})
         previous = _current_version(out)
-        _switch(out, folder, settings, force=force)
+        pending = folder / INDEX_FILE
+        with pending.open("w", encoding="utf-8") as file:
+            file.write(json.dumps(settings, indent=2))
+            file.flush()
+            os.fsync(file.fileno())
+        if force:
+            os.replace(pending, out / INDEX_FILE)
+        else:  # a link: keeps an index another build finished meanwhile
+            try:
+                os.link(pending, out / INDEX_FILE)
+            except FileExistsError:
+                raise FileExistsError(_EXISTS.format(out)) from None
+            pending.unlink()
+        descriptor = os.open(out, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         for directory in (versions, out) if created else ():
@@ -450,29 +451,6 @@ def _write_version(
         os.close(lock)
     _remove_debris(out, keep=(version, *previous))
     return settings
-
-
-def _switch(out: Path, folder: Path, settings: dict[str, Any], *, force: bool) -> None:
-    """Make ``out/index.json`` the new settings in one step (not ``force``: a link, which keeps
-    an index another build finished meanwhile)."""
-    pending = folder / INDEX_FILE
-    with pending.open("w", encoding="utf-8") as file:
-        file.write(json.dumps(settings, indent=2))
-        file.flush()
-        os.fsync(file.fileno())
-    if force:
-        os.replace(pending, out / INDEX_FILE)
-    else:
-        try:
-            os.link(pending, out / INDEX_FILE)
-        except FileExistsError:
-            raise FileExistsError(_EXISTS.format(out)) from None
-        pending.unlink()
-    directory = os.open(out, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
 
 
 def _current_version(out: Path) -> tuple[str, ...]:
@@ -494,20 +472,13 @@ def _remove_debris(out: Path, *, keep: tuple[str, ...]) -> None:
     for folder in (out / VERSIONS_DIRECTORY).iterdir():
         if folder.name in keep or not folder.is_dir() or folder.is_symlink():
             continue
-        if _unlocked(folder):
-            shutil.rmtree(folder, ignore_errors=True)
-
-
-def _unlocked(folder: Path) -> bool:
-    """Whether no live build holds ``folder``'s lock."""
-    descriptor = os.open(folder, os.O_RDONLY)
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(descriptor)
-    return True
+        descriptor = os.open(folder, os.O_RDONLY)
+        try:
+            with contextlib.suppress(BlockingIOError):  # a live build holds its lock
+                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                shutil.rmtree(folder, ignore_errors=True)
+        finally:
+            os.close(descriptor)
 
 
 def open_index(
@@ -516,13 +487,9 @@ def open_index(
     *,
     trust: bool = False,
 ) -> OpenedIndex:
-    """Load an index directory written by :func:`build_index`.
-
-    ``index.json`` must be signed with this user's key, else ``UntrustedIndexError``.
-    ``embedding`` (a name or an Embeddings object) overrides the recorded one. ``trust=True``
-    skips the signatures of ``index.json`` and of a FAISS manifest (a pickle still goes through
-    the allow-list of :func:`~rag_fusion_chain.retrievers.faiss_files.load_faiss`).
-    """
+    """Load an index directory written by :func:`build_index`, its ``index.json`` signed with
+    this user's key (``trust=True`` skips the signatures; a pickle still goes through the
+    allow-list of :func:`.faiss_files.load_faiss`). ``embedding`` overrides the recorded one."""
     directory = Path(directory)
     settings = read_settings(directory)
     if not trust:
@@ -583,17 +550,3 @@ def _given_or_recorded(
             f"({settings.get('embedding_identity')}); pass the same embeddings"
         )
     return embedding or str(settings["embedding"])
-
-
-__all__ = [
-    "BM25_DIRECTORY",
-    "INDEX_FILE",
-    "INDEX_FORMAT",
-    "STORES",
-    "OpenedIndex",
-    "ProgressCallback",
-    "build_index",
-    "open_index",
-    "read_settings",
-    "stores_directory",
-]

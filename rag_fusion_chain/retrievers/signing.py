@@ -202,16 +202,3 @@ def verify_signature(record: Mapping[str, Any], where: str | Path) -> None:
             f"key ({signing_key_file()}): the index was made by another user or machine, or it "
             f"was rewritten. {TRUST_ADVICE}"
         )
-
-
-__all__ = [
-    "SIGNING_KEY_ENV",
-    "UntrustedIndexError",
-    "file_sha256",
-    "open_regular_file",
-    "read_hashed",
-    "sign",
-    "signing_key_file",
-    "verify_signature",
-    "write_new_file",
-]
