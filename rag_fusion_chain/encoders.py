@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -84,30 +83,30 @@ def ensure_export(
     if timeout <= 0:
         raise ValueError(f"timeout must be positive, got {timeout}")
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
     logger.warning(
         "converting %s to OpenVINO once into %s (%.0f s at most)", model_dir, target, timeout
     )
     started = time.perf_counter()
-    command = [sys.executable, "-m", __name__, str(model_dir), str(staging)]
-    try:
-        completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-        if completed.returncode != 0 or not (staging / MODEL_FILE).is_file():
+    with tempfile.TemporaryDirectory(
+        dir=target.parent, prefix=f".{target.name}-", ignore_cleanup_errors=True
+    ) as staging:
+        command = [sys.executable, "-m", __name__, str(model_dir), staging]
+        try:
+            completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired as error:
+            raise ExportError(
+                f"converting {model_dir} to OpenVINO took over {timeout:.0f} s"
+            ) from error
+        if completed.returncode != 0 or not Path(staging, MODEL_FILE).is_file():
             raise ExportError(
                 f"converting {model_dir} to OpenVINO failed: {completed.stderr.strip()[-500:]}"
             )
-        (staging / EXPORT_RECORD).write_text(json.dumps({"source": str(source)}))
+        Path(staging, EXPORT_RECORD).write_text(json.dumps({"source": str(source)}))
         try:
-            staging.rename(target)
+            Path(staging).rename(target)
         except OSError:
             if not (target / EXPORT_RECORD).is_file():  # not another process finishing first
                 raise
-    except subprocess.TimeoutExpired as error:
-        raise ExportError(
-            f"converting {model_dir} to OpenVINO took over {timeout:.0f} s"
-        ) from error
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     logger.warning("converted %s in %.1f s", model_dir, time.perf_counter() - started)
     return target
 

@@ -49,7 +49,6 @@ if TYPE_CHECKING:
 
 INDEX_FILE = "index.json"
 INDEX_FORMAT = "rag_fusion_chain.index"
-LEGACY_INDEX_FORMATS = ("rag_fusion_chain.cli_index",)  # same layout, still opened
 BM25_DIRECTORY = "bm25"
 VERSIONS_DIRECTORY = ".versions"  # one folder per build; index.json names the current one
 _VERSION_NAME = re.compile(r"[0-9a-f]{16}")
@@ -181,7 +180,7 @@ def build_index(
         },
         "read_at_ns": started,
     }
-    bm25, vectors, kept = _previous_chunks(out, previous, settings["source_hashes"], embeddings)
+    reused, kept = _previous_chunks(out, previous, settings["source_hashes"], embeddings)
     chunks: list[Document | int] = []
     for source, group in groups.items():
         if source in kept:
@@ -194,13 +193,10 @@ def build_index(
         chunks += [_without_url_credentials(chunk) for chunk in group]  # ids, sources: stored
     fresh = sum(isinstance(chunk, Document) for chunk in chunks)
     settings |= {"chunks": len(chunks), "embedded_chunks": fresh}
-    stores = stores_directory(out, previous) if previous else None
     return _write_version(
         out.absolute(),
         settings,
-        lambda folder: _write_index(
-            folder, settings, chunks, (bm25, vectors, stores), embeddings, report
-        ),
+        lambda folder: _write_index(folder, settings, chunks, reused, embeddings, report),
         force or update,
     )
 
@@ -288,13 +284,16 @@ def _content_hash(documents: list[Document]) -> str:
     return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()
 
 
+_Reused = tuple[BM25Retriever | None, "FAISS | None", Path | None]  # BM25, FAISS, stores folder
+
+
 def _previous_chunks(
     out: Path, previous: dict[str, Any], hashes: dict[str, str], embeddings: Embeddings
-) -> tuple[BM25Retriever | None, FAISS | None, dict[str, list[int]]]:
-    """The previous index's BM25 retriever and FAISS store (None without them) and the
-    positions of the chunks of each source whose content hash is unchanged."""
+) -> tuple[_Reused, dict[str, list[int]]]:
+    """The previous index's BM25 retriever, FAISS store and stores folder (None without them),
+    and the positions of the chunks of each source whose content hash is unchanged."""
     if not previous:
-        return None, None, {}
+        return (None, None, None), {}
     folder = stores_directory(out, previous)
     vectors = load_faiss(folder / "faiss", embeddings) if previous["store"] == "faiss" else None
     same_as = docstore_columns(vectors) if vectors else None  # the texts parsed once
@@ -303,7 +302,7 @@ def _previous_chunks(
     kept: dict[str, list[int]] = {source: [] for source, _ in unchanged}
     for position, metadata in enumerate(document_columns(bm25.documents)[2]):
         kept.get(_source_name(metadata.get("source")), []).append(position)
-    return bm25, vectors, kept
+    return (bm25, vectors, folder), kept
 
 
 def _load(
@@ -339,13 +338,12 @@ def _write_index(
     directory: Path,
     settings: dict[str, Any],
     chunks: list[Document | int],
-    previous: tuple[BM25Retriever | None, FAISS | None, Path | None],
+    previous: _Reused,
     embeddings: Embeddings,
     report: ProgressCallback,
 ) -> None:
-    """The BM25 index and the vector store of ``chunks`` (an int: the previous index's chunk at
-    that position, its vector and BM25 terms reused), written in ``directory``; ``previous``:
-    the previous index's BM25 retriever, FAISS store and stores folder."""
+    """The BM25 index and the vector store of ``chunks`` (an int: the ``previous`` index's chunk
+    at that position, its vector and BM25 terms reused), written in ``directory``."""
     fresh = [position for position, chunk in enumerate(chunks) if isinstance(chunk, Document)]
     bm25, vectors, stores = previous
     report("bm25", 0, 1)
@@ -520,7 +518,7 @@ def read_settings(directory: str | os.PathLike[str]) -> dict[str, Any]:
         settings = json.loads(settings_path.read_text("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ValueError(f"{settings_path} is not valid JSON: {error}") from error
-    formats = (INDEX_FORMAT, *LEGACY_INDEX_FORMATS)
+    formats = (INDEX_FORMAT, "rag_fusion_chain.cli_index")  # the same layout's earlier name
     if not isinstance(settings, dict) or settings.get("format") not in formats:
         raise ValueError(f"{settings_path} is not a rag-fusion index description")
     if settings.get("store") not in STORES:
