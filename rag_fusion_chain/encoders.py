@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from langchain_core.embeddings import Embeddings
+from langchain_core.utils.iter import batch_iterate
 
-from rag_fusion_chain.validation import KIT_CACHE
+from rag_fusion_chain.validation import KIT_CACHE, validate_count
 
 logger = logging.getLogger(__name__)
 
@@ -140,8 +141,7 @@ class OpenVINOEmbeddings(Embeddings):
         precision: str = "f32",
         threads: int = 0,
     ) -> None:
-        if batch_size <= 0:
-            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        validate_count("batch_size", batch_size)
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
         if threads < 0:
@@ -181,27 +181,21 @@ class OpenVINOEmbeddings(Embeddings):
             order = sorted(range(len(texts)), key=lambda position: len(encodings[position].ids))
             width = self.model.outputs[0].get_partial_shape()[2].get_length()
             vectors = np.zeros((len(texts), width), dtype=np.float32)
-            for start in range(0, len(order), self.batch_size):
-                rows = order[start : start + self.batch_size]
-                vectors[rows] = self._encode_batch([encodings[row] for row in rows])
-        return vectors
-
-    def _encode_batch(self, batch: list[Any]) -> Any:
-        import numpy as np
-
-        width = max(len(encoding.ids) for encoding in batch)
-        for encoding in batch:
-            encoding.pad(width)  # with [PAD] (id 0), attention mask 0
-        arrays = {
-            name: np.asarray([getattr(encoding, field) for encoding in batch], dtype=np.int64)
-            for name, field in _INPUTS.items()
-        }
-        hidden = self._request.infer({name: arrays[name] for name in self._inputs})[0]
-        mask = arrays["attention_mask"][:, :, None].astype(np.float32)
-        pooled = (hidden * mask).sum(axis=1) / np.clip(mask.sum(axis=1), 1e-9, None)
+            for rows in batch_iterate(self.batch_size, order):
+                batch = [encodings[row] for row in rows]
+                longest = max(len(encoding.ids) for encoding in batch)
+                for encoding in batch:
+                    encoding.pad(longest)  # with [PAD] (id 0), attention mask 0
+                inputs = {
+                    name: np.asarray([getattr(each, field) for each in batch], dtype=np.int64)
+                    for name, field in _INPUTS.items()
+                }
+                hidden = self._request.infer({name: inputs[name] for name in self._inputs})[0]
+                mask = inputs["attention_mask"][:, :, None].astype(np.float32)
+                vectors[rows] = (hidden * mask).sum(axis=1) / np.clip(mask.sum(axis=1), 1e-9, None)
         if self.normalize:
-            pooled /= np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
-        return pooled
+            vectors /= np.clip(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12, None)
+        return vectors
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         return self.embed_documents_array(texts).tolist() if texts else []

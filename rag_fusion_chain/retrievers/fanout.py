@@ -1,11 +1,6 @@
-"""The fan-out: several queries over several retrievers, each retriever's own ``batch``.
-
-Each retriever gets all the queries in one ``batch`` / ``abatch`` call (so a retriever that batches,
-such as the kit's ``VectorRetriever``, embeds them in one request, and any other gets its calls in
-parallel), all retrievers at once, bounded by the config's ``max_concurrency``. A retriever that
-raises or passes its time bound gives an empty list, a :class:`RetrievalFailure` in the output and
-a warning, while the others are still fused: :class:`MultiRetriever` does this for any retriever.
-"""
+"""The fan-out (README): all the queries in one ``batch`` / ``abatch`` call per retriever, all
+retrievers at once within ``max_concurrency``; a retriever that raises or passes its time bound
+gives an empty list, a :class:`RetrievalFailure` in the output and a warning."""
 
 from __future__ import annotations
 
@@ -86,11 +81,10 @@ class RetrievalError(RuntimeError):
 
 
 def _fresh_pools(early_calls: bool = True) -> None:
-    """Retrieval threads shared by all calls (starting threads per call cost more than two quick
-    retrievers take); made anew after a call passes its time bound, so that a hung call never holds
-    a thread later calls would queue behind, and in a forked process, which has none of them. With
-    them, at import and after a fork: the threads for whole fan-out calls started early
-    (:func:`in_background`), apart from the retrieval threads so that they never hold all of those."""
+    """New shared retrieval threads (starting threads per call cost more than two quick retrievers
+    take): after a call passes its time bound, so that a hung call never holds a thread later calls
+    would queue behind; with ``early_calls``, at import and in a forked process, also the threads
+    of :func:`in_background` (apart, so that fan-out calls never hold all the retrieval threads)."""
     global _executor, _early_calls
     _executor = ContextThreadPoolExecutor(POOL_THREADS)
     if early_calls:
@@ -183,10 +177,7 @@ def _takes_k(retriever: Runnable[Any, Any]) -> bool:
     return isinstance(retriever, BaseRetriever)
 
 
-QueriesInput = str | list[str]
-
-
-class MultiRetriever(RunnableSerializable[QueriesInput, list[list[Document]]]):
+class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]):
     """Queries (a ``str`` or a list) over several retrievers: ranked lists ready for fusion.
 
     The output, a :class:`RetrievalResults`, is query-major then retriever; each
@@ -286,9 +277,8 @@ class MultiRetriever(RunnableSerializable[QueriesInput, list[list[Document]]]):
         queries = _as_queries(value)
         config = patch_config(config, callbacks=run_manager.get_child())
         waits = [_aresult(call(), self.timeout) for call in self._calls(queries, config, True)]
-        limit = config.get("max_concurrency")
-        gathered = gather_with_concurrency(limit, *waits) if limit else asyncio.gather(*waits)
-        return self._collect(queries, list(await gathered))
+        gathered = await gather_with_concurrency(config.get("max_concurrency") or None, *waits)
+        return self._collect(queries, gathered)
 
     def invoke(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any

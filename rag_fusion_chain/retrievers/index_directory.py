@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.retrievers import BaseRetriever
+from langchain_core.utils.iter import batch_iterate
 from langchain_core.vectorstores import VectorStore
 
 from rag_fusion_chain import ingest, models
@@ -87,10 +88,9 @@ class _ProgressEmbeddings(Embeddings):
 
         order = sorted(range(len(texts)), key=lambda position: len(texts[position]))
         matrix = np.empty((0, 0), dtype=np.float32)
-        for start in range(0, len(order), EMBEDDING_BATCH_SIZE):
-            positions = order[start : start + EMBEDDING_BATCH_SIZE]
+        for positions in batch_iterate(EMBEDDING_BATCH_SIZE, order):
             batch = models.embed_documents_array(self.embeddings, [texts[at] for at in positions])
-            if not start:
+            if not len(matrix):
                 matrix = np.empty((len(texts), batch.shape[1]), dtype=np.float32)
             matrix[positions] = batch
             self.on_batch(len(positions))
@@ -252,8 +252,7 @@ def _source_name(source: object) -> str:
 
 def _unchanged_files(previous: dict[str, Any]) -> Callable[[str, ingest.FileStamp], bool]:
     """Whether a file keeps its previous chunks unread: its stamp is the recorded one, and older
-    than the previous build's reading by more than a timestamp's granularity (an edit in the same
-    tick as that reading could leave the stamp as it was: "racily clean", so read again)."""
+    than the previous build's reading by more than a timestamp's granularity (README)."""
     recorded = previous.get("source_files", {})
     before = previous.get("read_at_ns", 0) - TIMESTAMP_GRANULARITY_NS
     return lambda name, stamp: (
