@@ -31,8 +31,6 @@ _HINTS = {
     "llm": "use FusionRetriever.from_llm(retrievers, llm) or query_generator=queries.rag_fusion(llm)",
     "top_n": "k is the number of fused documents a FusionRetriever returns",
 }
-
-
 _FUSED_FLAT = ("rag-fusion", "multi-query", "hyde", "rewrite")
 """The strategies whose queries are fused as one list (the query step of the same name)."""
 
@@ -69,20 +67,15 @@ class FusionRetriever(BaseRetriever):
     def _as_fan_out(cls, value: Any) -> MultiRetriever:
         return value if isinstance(value, MultiRetriever) else MultiRetriever(value)
 
-    @field_validator("fusion")
-    @classmethod
-    def _returns_documents(cls, fusion: BaseFusion) -> BaseFusion:
-        if fusion.with_scores:
+    @model_validator(mode="after")
+    def _check(self) -> FusionRetriever:
+        validate_count("k", self.k)
+        if self.fusion.with_scores:
             raise ValueError(
                 "fusion must return Documents (with_scores=False); the score is in "
                 "metadata['fusion_score']"
             )
-        return fusion
-
-    @field_validator("k")
-    @classmethod
-    def _check_k(cls, k: int) -> int:
-        return validate_count("k", k)
+        return self
 
     @classmethod
     def from_llm(
