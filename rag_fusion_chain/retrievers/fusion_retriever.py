@@ -89,9 +89,8 @@ class FusionRetriever(BaseRetriever):
         **fields: Any,
     ) -> FusionRetriever:
         """A FusionRetriever whose queries come from ``llm`` with the query step of ``strategy``
-        (``queries.rag_fusion``, ``queries.multi_query``, ``queries.hyde``, ``queries.rewrite``
-        ...), as ``MultiQueryRetriever.from_llm`` does; the question is searched too unless
-        ``include_original=False``. ``n``: queries generated, where the strategy counts them."""
+        (``queries.rag_fusion``...), as ``MultiQueryRetriever.from_llm`` does; the question is
+        searched too unless ``include_original=False``. ``n``: queries, where the step counts them."""
         factory = getattr(queries, strategy.replace("-", "_"), None)
         if strategy not in _FUSED_FLAT or factory is None:
             raise ValueError(f"strategy must be one of {', '.join(_FUSED_FLAT)}; got {strategy!r}")
@@ -113,8 +112,7 @@ class FusionRetriever(BaseRetriever):
     def invoke(
         self, input: str, config: RunnableConfig | None = None, **kwargs: Any
     ) -> list[Document]:
-        # BaseRetriever gives its run only a run manager: pass the config on (max_concurrency,
-        # configurable fields, tags).
+        # BaseRetriever hands its run only a run manager: the config goes on as run_config
         return super().invoke(input, config, run_config=ensure_config(config), **kwargs)
 
     async def ainvoke(

@@ -1,11 +1,8 @@
-"""Index directories: a vector store and a BM25 index of the same chunks, in one folder.
-
-``index.json`` (signed, :mod:`.signing`) says what built the index and names the version folder
-``.versions/<id>/`` holding ``faiss/`` or ``chroma/`` and ``bm25/``; a build writes a new version,
-then switches ``index.json`` in one step (README, Security). FAISS's ``docstore.json`` is a hard
-link to BM25's ``documents.json``. Progress goes to ``on_progress(stage, advance, total)``
-(``load``, ``bm25``, ``embed``, each announced with ``advance=0``); nothing here prints.
-"""
+"""Index directories: a vector store and a BM25 index of the same chunks in one folder, whose
+signed ``index.json`` says what built them and names the version folder ``.versions/<id>/``
+holding ``faiss/`` or ``chroma/`` and ``bm25/``; a build writes a new version, then switches
+``index.json`` in one step (README, Security). Progress goes to ``on_progress(stage, advance,
+total)`` (``load``, ``bm25``, ``embed``, each announced with ``advance=0``); nothing here prints."""
 
 from __future__ import annotations
 
@@ -146,8 +143,7 @@ def build_index(
     previous = read_settings(out) if update and (out / INDEX_FILE).exists() else {}
     if previous:
         verify_signature(previous, out / INDEX_FILE)
-        embedding = _given_or_recorded(embedding, previous, out)
-    embeddings, embedding_name = _chosen_embeddings(embedding, embedding_name)
+    embeddings, embedding_name = _chosen_embeddings(embedding, embedding_name, previous, out)
     identity = models.embedding_identity(embeddings)
     given = {"store": store, "faiss_index": faiss_index, "chunk_size": chunk_size}
     given |= {"chunk_overlap": chunk_overlap, "embedding_identity": identity}
@@ -227,9 +223,20 @@ def _chosen_settings(out: Path, previous: dict[str, Any], given: dict[str, Any])
 
 
 def _chosen_embeddings(
-    embedding: str | Embeddings | None, embedding_name: str | None
+    embedding: str | Embeddings | None,
+    embedding_name: str | None,
+    recorded: dict[str, Any],
+    directory: Path,
 ) -> tuple[Embeddings, str | None]:
-    """The embeddings to build with and the name recorded for them (checked by identity)."""
+    """The embeddings to use and the name recorded for them (checked by identity): ``embedding``,
+    else the name in the ``recorded`` settings of the index in ``directory`` (if any)."""
+    if recorded and not embedding:
+        if not recorded.get("embedding"):
+            raise ValueError(
+                f"embedding: {directory} was built with embeddings given as an object "
+                f"({recorded.get('embedding_identity')}); pass the same embeddings"
+            )
+        embedding = str(recorded["embedding"])
     if not isinstance(embedding, Embeddings):
         if embedding_name is not None:
             raise TypeError("embedding_name goes with an Embeddings object; a name is recorded")
@@ -491,8 +498,7 @@ def open_index(
     settings = read_settings(directory)
     if not trust:
         verify_signature(settings, directory / INDEX_FILE)
-    chosen = _given_or_recorded(embedding, settings, directory)
-    embeddings = chosen if isinstance(chosen, Embeddings) else models.embeddings(chosen)
+    embeddings = _chosen_embeddings(embedding, None, settings, directory)[0]
     stores = stores_directory(directory, settings)
     store: VectorStore
     if settings["store"] == "faiss":
@@ -535,15 +541,3 @@ def stores_directory(directory: str | os.PathLike[str], settings: dict[str, Any]
     or ``directory`` itself for the flat layout of earlier versions."""
     version = settings.get("version")
     return Path(directory) / VERSIONS_DIRECTORY / version if version else Path(directory)
-
-
-def _given_or_recorded(
-    embedding: str | Embeddings | None, settings: dict[str, Any], directory: Path
-) -> str | Embeddings:
-    """``embedding`` if given, else the name ``settings`` records (none: built from an object)."""
-    if not embedding and not settings.get("embedding"):
-        raise ValueError(
-            f"embedding: {directory} was built with embeddings given as an object "
-            f"({settings.get('embedding_identity')}); pass the same embeddings"
-        )
-    return embedding or str(settings["embedding"])
