@@ -29,8 +29,7 @@ DEFAULT_EXPORT_DIR = KIT_CACHE / "openvino"
 DEFAULT_EXPORT_TIMEOUT = 600.0
 """Seconds the one-time conversion may take (about 15-30 s on two busy cores)."""
 MODEL_FILE = "openvino_model.xml"
-EXPORT_RECORD = "export.json"
-"""Written last into a finished export: what it was converted from."""
+EXPORT_RECORD = "export.json"  # written last into a finished export: what it was converted from
 PRECISIONS = ("f32", "bf16")
 _INPUTS = {"input_ids": "ids", "attention_mask": "attention_mask", "token_type_ids": "type_ids"}
 """The model's inputs and the tokenizer encoding's field of each."""

@@ -35,8 +35,7 @@ DEFAULT_TIMEOUT = 30.0
 """Seconds one retriever call (all its queries) may take by default; None waits without a bound."""
 DEFAULT_K = 5
 """Documents a kit retriever returns unless ``k`` is given."""
-POOL_THREADS = 64
-"""Threads the shared retrieval pool may start (only as many as calls run at once are started)."""
+POOL_THREADS = 64  # threads a shared pool may start (only as many as calls run at once)
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,7 @@ _HINTS = {
     "llm": "use FusionRetriever.from_llm(retrievers, llm) or query_generator=queries.rag_fusion(llm)",
     "top_n": "k is the number of fused documents a FusionRetriever returns",
 }
-_FUSED_FLAT = ("rag-fusion", "multi-query", "hyde", "rewrite")
-"""The strategies whose queries are fused as one list (the query step of the same name)."""
+_FUSED_FLAT = ("rag-fusion", "multi-query", "hyde", "rewrite")  # query steps fused as one list
 
 
 def _question_first(both: dict[str, Any]) -> list[str]:
