@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -20,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from langchain_core.embeddings import Embeddings
+from langchain_core.utils.iter import batch_iterate
 
-from rag_fusion_chain.validation import KIT_CACHE
+from rag_fusion_chain.validation import KIT_CACHE, validate_count
 
 logger = logging.getLogger(__name__)
 
@@ -29,8 +29,7 @@ DEFAULT_EXPORT_DIR = KIT_CACHE / "openvino"
 DEFAULT_EXPORT_TIMEOUT = 600.0
 """Seconds the one-time conversion may take (about 15-30 s on two busy cores)."""
 MODEL_FILE = "openvino_model.xml"
-EXPORT_RECORD = "export.json"
-"""Written last into a finished export: what it was converted from."""
+EXPORT_RECORD = "export.json"  # written last into a finished export: what it was converted from
 PRECISIONS = ("f32", "bf16")
 _INPUTS = {"input_ids": "ids", "attention_mask": "attention_mask", "token_type_ids": "type_ids"}
 """The model's inputs and the tokenizer encoding's field of each."""
@@ -84,30 +83,30 @@ def ensure_export(
     if timeout <= 0:
         raise ValueError(f"timeout must be positive, got {timeout}")
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
     logger.warning(
         "converting %s to OpenVINO once into %s (%.0f s at most)", model_dir, target, timeout
     )
     started = time.perf_counter()
-    command = [sys.executable, "-m", __name__, str(model_dir), str(staging)]
-    try:
-        completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-        if completed.returncode != 0 or not (staging / MODEL_FILE).is_file():
+    with tempfile.TemporaryDirectory(
+        dir=target.parent, prefix=f".{target.name}-", ignore_cleanup_errors=True
+    ) as staging:
+        command = [sys.executable, "-m", __name__, str(model_dir), staging]
+        try:
+            completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired as error:
+            raise ExportError(
+                f"converting {model_dir} to OpenVINO took over {timeout:.0f} s"
+            ) from error
+        if completed.returncode != 0 or not Path(staging, MODEL_FILE).is_file():
             raise ExportError(
                 f"converting {model_dir} to OpenVINO failed: {completed.stderr.strip()[-500:]}"
             )
-        (staging / EXPORT_RECORD).write_text(json.dumps({"source": str(source)}))
+        Path(staging, EXPORT_RECORD).write_text(json.dumps({"source": str(source)}))
         try:
-            staging.rename(target)
+            Path(staging).rename(target)
         except OSError:
             if not (target / EXPORT_RECORD).is_file():  # not another process finishing first
                 raise
-    except subprocess.TimeoutExpired as error:
-        raise ExportError(
-            f"converting {model_dir} to OpenVINO took over {timeout:.0f} s"
-        ) from error
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     logger.warning("converted %s in %.1f s", model_dir, time.perf_counter() - started)
     return target
 
@@ -141,8 +140,7 @@ class OpenVINOEmbeddings(Embeddings):
         precision: str = "f32",
         threads: int = 0,
     ) -> None:
-        if batch_size <= 0:
-            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        validate_count("batch_size", batch_size)
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
         if threads < 0:
@@ -182,27 +180,21 @@ class OpenVINOEmbeddings(Embeddings):
             order = sorted(range(len(texts)), key=lambda position: len(encodings[position].ids))
             width = self.model.outputs[0].get_partial_shape()[2].get_length()
             vectors = np.zeros((len(texts), width), dtype=np.float32)
-            for start in range(0, len(order), self.batch_size):
-                rows = order[start : start + self.batch_size]
-                vectors[rows] = self._encode_batch([encodings[row] for row in rows])
-        return vectors
-
-    def _encode_batch(self, batch: list[Any]) -> Any:
-        import numpy as np
-
-        width = max(len(encoding.ids) for encoding in batch)
-        for encoding in batch:
-            encoding.pad(width)  # with [PAD] (id 0), attention mask 0
-        arrays = {
-            name: np.asarray([getattr(encoding, field) for encoding in batch], dtype=np.int64)
-            for name, field in _INPUTS.items()
-        }
-        hidden = self._request.infer({name: arrays[name] for name in self._inputs})[0]
-        mask = arrays["attention_mask"][:, :, None].astype(np.float32)
-        pooled = (hidden * mask).sum(axis=1) / np.clip(mask.sum(axis=1), 1e-9, None)
+            for rows in batch_iterate(self.batch_size, order):
+                batch = [encodings[row] for row in rows]
+                longest = max(len(encoding.ids) for encoding in batch)
+                for encoding in batch:
+                    encoding.pad(longest)  # with [PAD] (id 0), attention mask 0
+                inputs = {
+                    name: np.asarray([getattr(each, field) for each in batch], dtype=np.int64)
+                    for name, field in _INPUTS.items()
+                }
+                hidden = self._request.infer({name: inputs[name] for name in self._inputs})[0]
+                mask = inputs["attention_mask"][:, :, None].astype(np.float32)
+                vectors[rows] = (hidden * mask).sum(axis=1) / np.clip(mask.sum(axis=1), 1e-9, None)
         if self.normalize:
-            pooled /= np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
-        return pooled
+            vectors /= np.clip(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12, None)
+        return vectors
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         return self.embed_documents_array(texts).tolist() if texts else []

@@ -226,8 +226,7 @@ def run_setups(
     names = [setup.name for setup in setups]
     if len(set(names)) != len(names):
         raise ValueError(f"setups: names must be unique, got {names}")
-    query_ids = list(dataset.queries)
-    texts = [dataset.queries[query_id] for query_id in query_ids]
+    query_ids, texts = list(dataset.queries), list(dataset.queries.values())
     config = RunnableConfig(max_concurrency=max_concurrency) if max_concurrency else None
     runs: dict[str, Run] = {}
     for setup in setups:

@@ -2,8 +2,6 @@
 
 Importing this package needs only langchain-core: the fan-out names load at once, the others
 (which need optional extras) on first access.
-
->>> from rag_fusion_chain.retrievers import MultiRetriever, FusionRetriever
 """
 
 from __future__ import annotations
@@ -32,11 +30,9 @@ _LAZY_NAMES = {
     "open_index": ".index_directory",
     "OpenedIndex": ".index_directory",
 }
-"""Public names of the sibling modules, imported on first access (they need optional extras)."""
 
 
 def __getattr__(name: str) -> Any:
-    """Import ``name`` from its module on first access, so the extras load only when used."""
     module_name = _LAZY_NAMES.get(name)
     if module_name is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,11 +1,5 @@
-"""Saving and loading FAISS stores: signed, hash-checked, and with no pickle in the kit's format.
-
-The kit writes ``index.faiss`` (FAISS's format), ``docstore.json`` (:mod:`.columns`) and a signed
-``manifest.json`` with both files' SHA-256 (:mod:`.signing`). :func:`load_faiss` hashes the very
-bytes it deserializes and uses nothing before the hashes match. LangChain ``save_local`` folders
-(``index.pkl``) are unpickled through an allow-list of data classes: a pickle naming code (an
-``os.system`` in a ``__reduce__``...) is refused before the call, even with ``trust=True``.
-"""
+"""Saving and loading FAISS stores: signed, hash-checked, and with no pickle in the kit's format
+(``index.faiss``, ``docstore.json`` and a signed ``manifest.json``: README, Security)."""
 
 from __future__ import annotations
 
@@ -68,10 +62,9 @@ def faiss_store_class() -> type[FAISS]:
 
 
 def save_faiss(store: FAISS, path: str | Path) -> Path:
-    """Save ``store`` as ``index.faiss`` + ``docstore.json`` (metadata must be JSON data) and a
-    signed ``manifest.json``: SHA-256 of the bytes written, embedding identity, index type and
-    distance settings. Files are written under fresh names and renamed; documents already saved
-    as a columns file (a BM25 index's, of the same chunks) are linked to it, not written again."""
+    """Save ``store`` as ``index.faiss``, ``docstore.json`` and a signed ``manifest.json``, each
+    written under a fresh name and renamed; documents already saved as a columns file (a BM25
+    index's, of the same chunks) are linked to it, not written again."""
     import faiss
 
     directory = Path(path)
@@ -145,10 +138,8 @@ def _linked(columns: StoredDocuments, path: Path) -> str | None:
 
 
 def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False) -> FAISS:
-    """Load a FAISS index saved by :func:`save_faiss`, verified first: the manifest must be signed
-    with this user's key and list the SHA-256 of the very bytes deserialized, else
-    :class:`UntrustedIndexError`. ``trust=True`` skips both (also for ``FAISS.save_local``
-    folders; their pickle still goes through the allow-list). Other embeddings give a warning."""
+    """Load a FAISS index saved by :func:`save_faiss`, verified first (else UntrustedIndexError;
+    ``trust=True`` skips that, not the pickle allow-list); other embeddings give a warning."""
     FAISS = faiss_store_class()  # noqa: N806 - a class
     from langchain_community.docstore.in_memory import InMemoryDocstore
     from langchain_community.vectorstores.utils import DistanceStrategy
@@ -331,12 +322,3 @@ def warn_on_embedding_change(
             f"{loading_with!r}; query vectors may not be comparable with the stored ones",
             stacklevel=3,
         )
-
-
-__all__ = [
-    "MANIFEST_FILE",
-    "docstore_columns",
-    "load_faiss",
-    "save_faiss",
-    "warn_on_embedding_change",
-]

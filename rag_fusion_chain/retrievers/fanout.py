@@ -1,17 +1,6 @@
-"""The fan-out: several queries over several retrievers, each retriever's own ``batch``.
-
-Each retriever gets all the queries in one ``batch`` / ``abatch`` call (so a retriever that batches,
-such as the kit's ``VectorRetriever``, embeds them in one request, and any other gets its calls in
-parallel), all retrievers at once, bounded by the config's ``max_concurrency``. A retriever that
-raises or passes its time bound gives an empty list, a :class:`RetrievalFailure` in the output and
-a warning, while the others are still fused: :class:`MultiRetriever` does this for any retriever.
-
->>> from langchain_core.runnables import RunnableLambda
->>> echo = RunnableLambda(lambda query: [Document(query)], name="echo")
->>> results = MultiRetriever([echo, echo]).invoke(["a", "b"])
->>> [(ranked.query, ranked.source) for ranked in results]
-[('a', 'echo[0]'), ('a', 'echo[1]'), ('b', 'echo[0]'), ('b', 'echo[1]')]
-"""
+"""The fan-out (README): all the queries in one ``batch`` / ``abatch`` call per retriever, all
+retrievers at once within ``max_concurrency``; a retriever that raises or passes its time bound
+gives an empty list, a :class:`RetrievalFailure` in the output and a warning."""
 
 from __future__ import annotations
 
@@ -46,8 +35,7 @@ DEFAULT_TIMEOUT = 30.0
 """Seconds one retriever call (all its queries) may take by default; None waits without a bound."""
 DEFAULT_K = 5
 """Documents a kit retriever returns unless ``k`` is given."""
-POOL_THREADS = 64
-"""Threads the shared retrieval pool may start (only as many as calls run at once are started)."""
+POOL_THREADS = 64  # threads a shared pool may start (only as many as calls run at once)
 
 
 @dataclass(frozen=True)
@@ -91,25 +79,19 @@ class RetrievalError(RuntimeError):
         super().__init__(f"every retriever failed: {details}")
 
 
-def _fresh_executor() -> None:
-    """Retrieval threads shared by all calls (starting threads per call cost more than two quick
-    retrievers take); made anew after a call passes its time bound, so that a hung call never holds
-    a thread later calls would queue behind, and in a forked process, which has none of them."""
-    global _executor
+def _fresh_pools(early_calls: bool = True) -> None:
+    """New shared retrieval threads (starting threads per call cost more than two quick retrievers
+    take): after a call passes its time bound, so that a hung call never holds a thread later calls
+    would queue behind; with ``early_calls``, at import and in a forked process, also the threads
+    of :func:`in_background` (apart, so that fan-out calls never hold all the retrieval threads)."""
+    global _executor, _early_calls
     _executor = ContextThreadPoolExecutor(POOL_THREADS)
-
-
-def _fresh_pools() -> None:
-    """Both pools anew: at import, and in a forked process."""
-    global _early_calls
-    _early_calls = ContextThreadPoolExecutor(POOL_THREADS)
-    _fresh_executor()
+    if early_calls:
+        _early_calls = ContextThreadPoolExecutor(POOL_THREADS)
 
 
 _executor: ContextThreadPoolExecutor
 _early_calls: ContextThreadPoolExecutor
-"""Threads for whole fan-out calls started early (:func:`in_background`), apart from the retrieval
-threads they wait on, so that they can never hold all of those."""
 _fresh_pools()
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_fresh_pools)
@@ -134,7 +116,7 @@ def _result(future: Future[Any], timeout: float | None) -> Any:
     try:
         return future.result(timeout)
     except concurrent.futures.TimeoutError:  # the builtin TimeoutError from Python 3.11
-        _fresh_executor()  # the late call keeps its thread
+        _fresh_pools(early_calls=False)  # the late call keeps its thread
         return TimeoutError(f"no answer within {timeout} s")
     except Exception as error:  # recorded as the failure of every query of the call
         return error
@@ -153,17 +135,6 @@ async def _aresult(call: Any, timeout: float | None) -> Any:
         return TimeoutError(f"no answer within {timeout} s")
     except Exception as error:  # recorded as the failure of every query of the call
         return error
-
-
-def _warn(failures: list[RetrievalFailure], query_count: int) -> None:
-    """One warning per failing retriever, naming it, with its first error."""
-    for source in dict.fromkeys(failure.source for failure in failures):
-        failed = [failure for failure in failures if failure.source == source]
-        warnings.warn(
-            f"retriever {source!r} failed for {len(failed)} of {query_count} queries "
-            f"({failed[0].error}); fusing the results of the others",
-            stacklevel=5,
-        )
 
 
 def as_retriever_list(retrievers: Any) -> list[Runnable[Any, Any]]:
@@ -205,10 +176,7 @@ def _takes_k(retriever: Runnable[Any, Any]) -> bool:
     return isinstance(retriever, BaseRetriever)
 
 
-QueriesInput = str | list[str]
-
-
-class MultiRetriever(RunnableSerializable[QueriesInput, list[list[Document]]]):
+class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]):
     """Queries (a ``str`` or a list) over several retrievers: ranked lists ready for fusion.
 
     The output, a :class:`RetrievalResults`, is query-major then retriever; each
@@ -216,10 +184,7 @@ class MultiRetriever(RunnableSerializable[QueriesInput, list[list[Document]]]):
     weights when given none). ``k`` asks each retriever for that many documents (the ``k`` invoke
     keyword of a ``BaseRetriever``) and cuts every list to ``k``. Failures: see the module;
     ``on_error="raise"`` raises the first error instead, and :class:`RetrievalError` is raised
-    when every call failed.
-
-    >>> # (MultiRetriever([bm25, vectors], weights=[1.0, 2.0]) | reciprocal_rank_fusion).invoke(q)
-    """
+    when every call failed."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
@@ -290,7 +255,13 @@ class MultiRetriever(RunnableSerializable[QueriesInput, list[list[Document]]]):
                 raise failures[0].exception or RetrievalError(failures)
             if not ranked_lists:
                 raise RetrievalError(failures) from failures[0].exception
-            _warn(failures, len(queries))
+            for source in dict.fromkeys(failure.source for failure in failures):  # one warning each
+                failed = [failure for failure in failures if failure.source == source]
+                warnings.warn(
+                    f"retriever {source!r} failed for {len(failed)} of {len(queries)} queries "
+                    f"({failed[0].error}); fusing the results of the others",
+                    stacklevel=4,
+                )
         return RetrievalResults(ranked_lists, failures, queries)
 
     def _retrieve(self, value: Any, config: RunnableConfig) -> RetrievalResults:
@@ -305,9 +276,8 @@ class MultiRetriever(RunnableSerializable[QueriesInput, list[list[Document]]]):
         queries = _as_queries(value)
         config = patch_config(config, callbacks=run_manager.get_child())
         waits = [_aresult(call(), self.timeout) for call in self._calls(queries, config, True)]
-        limit = config.get("max_concurrency")
-        gathered = gather_with_concurrency(limit, *waits) if limit else asyncio.gather(*waits)
-        return self._collect(queries, list(await gathered))
+        gathered = await gather_with_concurrency(config.get("max_concurrency") or None, *waits)
+        return self._collect(queries, gathered)
 
     def invoke(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any

@@ -31,10 +31,7 @@ _HINTS = {
     "llm": "use FusionRetriever.from_llm(retrievers, llm) or query_generator=queries.rag_fusion(llm)",
     "top_n": "k is the number of fused documents a FusionRetriever returns",
 }
-
-
-_FUSED_FLAT = ("rag-fusion", "multi-query", "hyde", "rewrite")
-"""The strategies whose queries are fused as one list (the query step of the same name)."""
+_FUSED_FLAT = ("rag-fusion", "multi-query", "hyde", "rewrite")  # query steps fused as one list
 
 
 def _question_first(both: dict[str, Any]) -> list[str]:
@@ -48,11 +45,7 @@ class FusionRetriever(BaseRetriever):
     ``k`` is the number of fused documents returned, as for any LangChain retriever: per call
     ``invoke(question, k=3)`` wins over ``config={"configurable": {"k": 3}}``, which wins over the
     field. Without a ``query_generator`` only the question is searched: a hybrid retriever.
-    Documents per underlying call are set on the fan-out (``MultiRetriever(..., k=20)``).
-
-    >>> # retriever = FusionRetriever.from_llm([bm25, vectors], llm, strategy="rag-fusion", k=5)
-    >>> # retriever.invoke("How do heat pumps work?", k=3)  # three fused Documents
-    """
+    Documents per underlying call are set on the fan-out (``MultiRetriever(..., k=20)``)."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
@@ -73,20 +66,15 @@ class FusionRetriever(BaseRetriever):
     def _as_fan_out(cls, value: Any) -> MultiRetriever:
         return value if isinstance(value, MultiRetriever) else MultiRetriever(value)
 
-    @field_validator("fusion")
-    @classmethod
-    def _returns_documents(cls, fusion: BaseFusion) -> BaseFusion:
-        if fusion.with_scores:
+    @model_validator(mode="after")
+    def _check(self) -> FusionRetriever:
+        validate_count("k", self.k)
+        if self.fusion.with_scores:
             raise ValueError(
                 "fusion must return Documents (with_scores=False); the score is in "
                 "metadata['fusion_score']"
             )
-        return fusion
-
-    @field_validator("k")
-    @classmethod
-    def _check_k(cls, k: int) -> int:
-        return validate_count("k", k)
+        return self
 
     @classmethod
     def from_llm(
@@ -100,12 +88,8 @@ class FusionRetriever(BaseRetriever):
         **fields: Any,
     ) -> FusionRetriever:
         """A FusionRetriever whose queries come from ``llm`` with the query step of ``strategy``
-        (``queries.rag_fusion``, ``queries.multi_query``, ``queries.hyde``, ``queries.rewrite``
-        ...), as ``MultiQueryRetriever.from_llm`` does; the question is searched too unless
-        ``include_original=False``. ``n``: queries generated, where the strategy counts them.
-
-        >>> # FusionRetriever.from_llm([bm25, vectors], ChatOpenAI(), n=3, k=5)
-        """
+        (``queries.rag_fusion``...), as ``MultiQueryRetriever.from_llm`` does; the question is
+        searched too unless ``include_original=False``. ``n``: queries, where the step counts them."""
         factory = getattr(queries, strategy.replace("-", "_"), None)
         if strategy not in _FUSED_FLAT or factory is None:
             raise ValueError(f"strategy must be one of {', '.join(_FUSED_FLAT)}; got {strategy!r}")
@@ -127,8 +111,7 @@ class FusionRetriever(BaseRetriever):
     def invoke(
         self, input: str, config: RunnableConfig | None = None, **kwargs: Any
     ) -> list[Document]:
-        # BaseRetriever gives its run only a run manager: pass the config on (max_concurrency,
-        # configurable fields, tags).
+        # BaseRetriever hands its run only a run manager: the config goes on as run_config
         return super().invoke(input, config, run_config=ensure_config(config), **kwargs)
 
     async def ainvoke(

@@ -1,17 +1,8 @@
-"""Index directories: a vector store and a BM25 index of the same chunks, in one folder.
-
-``index.json`` (signed with this user's key, :mod:`~rag_fusion_chain.retrievers.signing`) says
-what built the index and names the version folder ``.versions/<id>/`` holding ``faiss/`` or
-``chroma/`` and ``bm25/``. A build writes a new version, then switches ``index.json`` with one
-``os.replace``: killed at any step, the old or the new index loads. Indexes in the earlier flat
-layout (stores beside ``index.json``) still open. BM25 and Chroma files are unsigned data;
-FAISS's signed ``docstore.json`` is a hard link to BM25's ``documents.json`` (texts stored once).
-Progress goes to ``on_progress(stage, advance, total)`` (``load``, ``bm25``, ``embed``, each
-announced with ``advance=0``); nothing here prints.
-
->>> build_index(["docs/"], "indexes/docs", store="faiss")  # doctest: +SKIP
->>> open_index("indexes/docs").retrievers(hybrid=True, k=10)  # doctest: +SKIP
-"""
+"""Index directories: a vector store and a BM25 index of the same chunks in one folder, whose
+signed ``index.json`` says what built them and names the version folder ``.versions/<id>/``
+holding ``faiss/`` or ``chroma/`` and ``bm25/``; a build writes a new version, then switches
+``index.json`` in one step (README, Security). Progress goes to ``on_progress(stage, advance,
+total)`` (``load``, ``bm25``, ``embed``, each announced with ``advance=0``); nothing here prints."""
 
 from __future__ import annotations
 
@@ -32,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.retrievers import BaseRetriever
+from langchain_core.utils.iter import batch_iterate
 from langchain_core.vectorstores import VectorStore
 
 from rag_fusion_chain import ingest, models
@@ -55,7 +47,6 @@ if TYPE_CHECKING:
 
 INDEX_FILE = "index.json"
 INDEX_FORMAT = "rag_fusion_chain.index"
-LEGACY_INDEX_FORMATS = ("rag_fusion_chain.cli_index",)  # same layout, still opened
 BM25_DIRECTORY = "bm25"
 VERSIONS_DIRECTORY = ".versions"  # one folder per build; index.json names the current one
 _VERSION_NAME = re.compile(r"[0-9a-f]{16}")
@@ -94,10 +85,9 @@ class _ProgressEmbeddings(Embeddings):
 
         order = sorted(range(len(texts)), key=lambda position: len(texts[position]))
         matrix = np.empty((0, 0), dtype=np.float32)
-        for start in range(0, len(order), EMBEDDING_BATCH_SIZE):
-            positions = order[start : start + EMBEDDING_BATCH_SIZE]
+        for positions in batch_iterate(EMBEDDING_BATCH_SIZE, order):
             batch = models.embed_documents_array(self.embeddings, [texts[at] for at in positions])
-            if not start:
+            if not len(matrix):
                 matrix = np.empty((len(texts), batch.shape[1]), dtype=np.float32)
             matrix[positions] = batch
             self.on_batch(len(positions))
@@ -141,26 +131,19 @@ def build_index(
     on_progress: ProgressCallback | None = None,
     load_options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Load, split, embed and store into the index directory ``out``; return its settings.
-
-    ``sources_or_documents``: paths, folders, BEIR corpora, URLs (:func:`ingest.load`) or
-    documents. ``embedding``: a name for :func:`models.embeddings` (recorded), or an Embeddings
-    object (recorded as ``embedding_name`` if that makes the same identity). ``chunk_size=None``
-    keeps documents whole. ``faiss_index``: see :func:`build_faiss`. An existing index is a
-    FileExistsError unless ``force`` (rebuild) or ``update``: embed only sources whose content
-    hash is new or changed, reuse the other vectors and BM25 terms, drop deleted sources; a file
-    whose size, times and inode are as recorded (2 s before the last build) is not even read. An
-    update keeps the settings the index records (store, FAISS index, embeddings, chunking);
-    one given otherwise is a ValueError. ``load_options`` go to :func:`ingest.load_with_report`.
-    """
+    """Load, split, embed and store ``sources_or_documents`` (:func:`ingest.load`'s sources, or
+    documents) into the index directory ``out``; return its settings. ``embedding``: a
+    :func:`models.embeddings` name, or an Embeddings object (recorded as ``embedding_name`` if
+    that makes the same identity). ``chunk_size=None`` keeps documents whole; ``load_options``
+    go to :func:`ingest.load_with_report`. An existing index is a FileExistsError unless
+    ``force`` (rebuild) or ``update`` (README: only new and changed sources are embedded)."""
     out = Path(out)
     if (out / INDEX_FILE).exists() and not (force or update):
         raise FileExistsError(_EXISTS.format(out))
     previous = read_settings(out) if update and (out / INDEX_FILE).exists() else {}
     if previous:
         verify_signature(previous, out / INDEX_FILE)
-        embedding = _given_or_recorded(embedding, previous, out)
-    embeddings, embedding_name = _chosen_embeddings(embedding, embedding_name)
+    embeddings, embedding_name = _chosen_embeddings(embedding, embedding_name, previous, out)
     identity = models.embedding_identity(embeddings)
     given = {"store": store, "faiss_index": faiss_index, "chunk_size": chunk_size}
     given |= {"chunk_overlap": chunk_overlap, "embedding_identity": identity}
@@ -175,10 +158,8 @@ def build_index(
     settings = {  # signed with this user's key: open_index loads nothing it does not vouch for
         "format": INDEX_FORMAT,
         "kit_version": __version__,
-        "store": chosen["store"],
-        "faiss_index": chosen["faiss_index"],
+        **chosen,  # store, FAISS index, chunking, embedding identity
         "embedding": embedding_name,
-        "embedding_identity": identity,
         "embedding_precision": models.embedding_precision(embeddings),  # f32 / bf16 / None
         "sources": sources,
         "files": len(loaded.loaded),
@@ -187,8 +168,6 @@ def build_index(
             for skipped in loaded.skipped
         ],
         "documents": sum(documents for _, documents in read.values()),
-        "chunk_size": chosen["chunk_size"],
-        "chunk_overlap": chosen["chunk_overlap"],
         "source_hashes": {source: content_hash for source, (content_hash, _) in read.items()},
         "source_files": {  # each file's stamp and document count: unchanged, it is not read
             source: [*stamp, read[source][1]]
@@ -197,7 +176,7 @@ def build_index(
         },
         "read_at_ns": started,
     }
-    bm25, vectors, kept = _previous_chunks(out, previous, settings["source_hashes"], embeddings)
+    reused, kept = _previous_chunks(out, previous, settings["source_hashes"], embeddings)
     chunks: list[Document | int] = []
     for source, group in groups.items():
         if source in kept:
@@ -210,13 +189,10 @@ def build_index(
         chunks += [_without_url_credentials(chunk) for chunk in group]  # ids, sources: stored
     fresh = sum(isinstance(chunk, Document) for chunk in chunks)
     settings |= {"chunks": len(chunks), "embedded_chunks": fresh}
-    stores = stores_directory(out, previous) if previous else None
     return _write_version(
         out.absolute(),
         settings,
-        lambda folder: _write_index(
-            folder, settings, chunks, (bm25, vectors, stores), embeddings, report
-        ),
+        lambda folder: _write_index(folder, settings, chunks, reused, embeddings, report),
         force or update,
     )
 
@@ -247,9 +223,20 @@ def _chosen_settings(out: Path, previous: dict[str, Any], given: dict[str, Any])
 
 
 def _chosen_embeddings(
-    embedding: str | Embeddings | None, embedding_name: str | None
+    embedding: str | Embeddings | None,
+    embedding_name: str | None,
+    recorded: dict[str, Any],
+    directory: Path,
 ) -> tuple[Embeddings, str | None]:
-    """The embeddings to build with and the name recorded for them (checked by identity)."""
+    """The embeddings to use and the name recorded for them (checked by identity): ``embedding``,
+    else the name in the ``recorded`` settings of the index in ``directory`` (if any)."""
+    if recorded and not embedding:
+        if not recorded.get("embedding"):
+            raise ValueError(
+                f"embedding: {directory} was built with embeddings given as an object "
+                f"({recorded.get('embedding_identity')}); pass the same embeddings"
+            )
+        embedding = str(recorded["embedding"])
     if not isinstance(embedding, Embeddings):
         if embedding_name is not None:
             raise TypeError("embedding_name goes with an Embeddings object; a name is recorded")
@@ -272,8 +259,7 @@ def _source_name(source: object) -> str:
 
 def _unchanged_files(previous: dict[str, Any]) -> Callable[[str, ingest.FileStamp], bool]:
     """Whether a file keeps its previous chunks unread: its stamp is the recorded one, and older
-    than the previous build's reading by more than a timestamp's granularity (an edit in the same
-    tick as that reading could leave the stamp as it was: "racily clean", so read again)."""
+    than the previous build's reading by more than a timestamp's granularity (README)."""
     recorded = previous.get("source_files", {})
     before = previous.get("read_at_ns", 0) - TIMESTAMP_GRANULARITY_NS
     return lambda name, stamp: (
@@ -304,13 +290,16 @@ def _content_hash(documents: list[Document]) -> str:
     return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()
 
 
+_Reused = tuple[BM25Retriever | None, "FAISS | None", Path | None]  # BM25, FAISS, stores folder
+
+
 def _previous_chunks(
     out: Path, previous: dict[str, Any], hashes: dict[str, str], embeddings: Embeddings
-) -> tuple[BM25Retriever | None, FAISS | None, dict[str, list[int]]]:
-    """The previous index's BM25 retriever and FAISS store (None without them) and the
-    positions of the chunks of each source whose content hash is unchanged."""
+) -> tuple[_Reused, dict[str, list[int]]]:
+    """The previous index's BM25 retriever, FAISS store and stores folder (None without them),
+    and the positions of the chunks of each source whose content hash is unchanged."""
     if not previous:
-        return None, None, {}
+        return (None, None, None), {}
     folder = stores_directory(out, previous)
     vectors = load_faiss(folder / "faiss", embeddings) if previous["store"] == "faiss" else None
     same_as = docstore_columns(vectors) if vectors else None  # the texts parsed once
@@ -319,7 +308,7 @@ def _previous_chunks(
     kept: dict[str, list[int]] = {source: [] for source, _ in unchanged}
     for position, metadata in enumerate(document_columns(bm25.documents)[2]):
         kept.get(_source_name(metadata.get("source")), []).append(position)
-    return bm25, vectors, kept
+    return (bm25, vectors, folder), kept
 
 
 def _load(
@@ -355,13 +344,12 @@ def _write_index(
     directory: Path,
     settings: dict[str, Any],
     chunks: list[Document | int],
-    previous: tuple[BM25Retriever | None, FAISS | None, Path | None],
+    previous: _Reused,
     embeddings: Embeddings,
     report: ProgressCallback,
 ) -> None:
-    """The BM25 index and the vector store of ``chunks`` (an int: the previous index's chunk at
-    that position, its vector and BM25 terms reused), written in ``directory``; ``previous``:
-    the previous index's BM25 retriever, FAISS store and stores folder."""
+    """The BM25 index and the vector store of ``chunks`` (an int: the ``previous`` index's chunk
+    at that position, its vector and BM25 terms reused), written in ``directory``."""
     fresh = [position for position, chunk in enumerate(chunks) if isinstance(chunk, Document)]
     bm25, vectors, stores = previous
     report("bm25", 0, 1)
@@ -439,7 +427,24 @@ def _write_version(
         write(folder)
         settings = sign({**settings, "version": version})
         previous = _current_version(out)
-        _switch(out, folder, settings, force=force)
+        pending = folder / INDEX_FILE
+        with pending.open("w", encoding="utf-8") as file:
+            file.write(json.dumps(settings, indent=2))
+            file.flush()
+            os.fsync(file.fileno())
+        if force:
+            os.replace(pending, out / INDEX_FILE)
+        else:  # a link: keeps an index another build finished meanwhile
+            try:
+                os.link(pending, out / INDEX_FILE)
+            except FileExistsError:
+                raise FileExistsError(_EXISTS.format(out)) from None
+            pending.unlink()
+        descriptor = os.open(out, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         for directory in (versions, out) if created else ():
@@ -450,29 +455,6 @@ def _write_version(
         os.close(lock)
     _remove_debris(out, keep=(version, *previous))
     return settings
-
-
-def _switch(out: Path, folder: Path, settings: dict[str, Any], *, force: bool) -> None:
-    """Make ``out/index.json`` the new settings in one step (not ``force``: a link, which keeps
-    an index another build finished meanwhile)."""
-    pending = folder / INDEX_FILE
-    with pending.open("w", encoding="utf-8") as file:
-        file.write(json.dumps(settings, indent=2))
-        file.flush()
-        os.fsync(file.fileno())
-    if force:
-        os.replace(pending, out / INDEX_FILE)
-    else:
-        try:
-            os.link(pending, out / INDEX_FILE)
-        except FileExistsError:
-            raise FileExistsError(_EXISTS.format(out)) from None
-        pending.unlink()
-    directory = os.open(out, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
 
 
 def _current_version(out: Path) -> tuple[str, ...]:
@@ -494,20 +476,13 @@ def _remove_debris(out: Path, *, keep: tuple[str, ...]) -> None:
     for folder in (out / VERSIONS_DIRECTORY).iterdir():
         if folder.name in keep or not folder.is_dir() or folder.is_symlink():
             continue
-        if _unlocked(folder):
-            shutil.rmtree(folder, ignore_errors=True)
-
-
-def _unlocked(folder: Path) -> bool:
-    """Whether no live build holds ``folder``'s lock."""
-    descriptor = os.open(folder, os.O_RDONLY)
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(descriptor)
-    return True
+        descriptor = os.open(folder, os.O_RDONLY)
+        try:
+            with contextlib.suppress(BlockingIOError):  # a live build holds its lock
+                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                shutil.rmtree(folder, ignore_errors=True)
+        finally:
+            os.close(descriptor)
 
 
 def open_index(
@@ -516,19 +491,14 @@ def open_index(
     *,
     trust: bool = False,
 ) -> OpenedIndex:
-    """Load an index directory written by :func:`build_index`.
-
-    ``index.json`` must be signed with this user's key, else ``UntrustedIndexError``.
-    ``embedding`` (a name or an Embeddings object) overrides the recorded one. ``trust=True``
-    skips the signatures of ``index.json`` and of a FAISS manifest (a pickle still goes through
-    the allow-list of :func:`~rag_fusion_chain.retrievers.faiss_files.load_faiss`).
-    """
+    """Load an index directory written by :func:`build_index`, its ``index.json`` signed with
+    this user's key (``trust=True`` skips the signatures; a pickle still goes through the
+    allow-list of :func:`.faiss_files.load_faiss`). ``embedding`` overrides the recorded one."""
     directory = Path(directory)
     settings = read_settings(directory)
     if not trust:
         verify_signature(settings, directory / INDEX_FILE)
-    chosen = _given_or_recorded(embedding, settings, directory)
-    embeddings = chosen if isinstance(chosen, Embeddings) else models.embeddings(chosen)
+    embeddings = _chosen_embeddings(embedding, None, settings, directory)[0]
     stores = stores_directory(directory, settings)
     store: VectorStore
     if settings["store"] == "faiss":
@@ -553,7 +523,7 @@ def read_settings(directory: str | os.PathLike[str]) -> dict[str, Any]:
         settings = json.loads(settings_path.read_text("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ValueError(f"{settings_path} is not valid JSON: {error}") from error
-    formats = (INDEX_FORMAT, *LEGACY_INDEX_FORMATS)
+    formats = (INDEX_FORMAT, "rag_fusion_chain.cli_index")  # the same layout's earlier name
     if not isinstance(settings, dict) or settings.get("format") not in formats:
         raise ValueError(f"{settings_path} is not a rag-fusion index description")
     if settings.get("store") not in STORES:
@@ -571,29 +541,3 @@ def stores_directory(directory: str | os.PathLike[str], settings: dict[str, Any]
     or ``directory`` itself for the flat layout of earlier versions."""
     version = settings.get("version")
     return Path(directory) / VERSIONS_DIRECTORY / version if version else Path(directory)
-
-
-def _given_or_recorded(
-    embedding: str | Embeddings | None, settings: dict[str, Any], directory: Path
-) -> str | Embeddings:
-    """``embedding`` if given, else the name ``settings`` records (none: built from an object)."""
-    if not embedding and not settings.get("embedding"):
-        raise ValueError(
-            f"embedding: {directory} was built with embeddings given as an object "
-            f"({settings.get('embedding_identity')}); pass the same embeddings"
-        )
-    return embedding or str(settings["embedding"])
-
-
-__all__ = [
-    "BM25_DIRECTORY",
-    "INDEX_FILE",
-    "INDEX_FORMAT",
-    "STORES",
-    "OpenedIndex",
-    "ProgressCallback",
-    "build_index",
-    "open_index",
-    "read_settings",
-    "stores_directory",
-]

@@ -1,10 +1,5 @@
-"""Signing what the kit saves, so that it loads back only what this user's kit wrote.
-
-Records the kit reads back with consequences (a FAISS ``manifest.json``, an index's
-``index.json``) carry an HMAC-SHA256 of their canonical JSON under a per-user key made on first
-use: ``$RAG_FUSION_INDEX_KEY_FILE``, else ``$XDG_CONFIG_HOME`` or ``~/.config``, then
-``/rag-fusion-chain/index-signing.key`` (mode 0600). A key others can read is used with a warning.
-"""
+"""Signing what the kit saves (an HMAC-SHA256 of a record's canonical JSON under a per-user key,
+README: Security), so that it loads back only what this user's kit wrote; bounded file reads."""
 
 from __future__ import annotations
 
@@ -108,7 +103,8 @@ def write_new_file(
 
 
 def signing_key_file() -> Path:
-    """Where the index signing key lives (see the module docstring)."""
+    """``$RAG_FUSION_INDEX_KEY_FILE``, else ``rag-fusion-chain/index-signing.key`` under
+    ``$XDG_CONFIG_HOME`` or ``~/.config``."""
     configured = os.environ.get(SIGNING_KEY_ENV)
     if configured:
         return Path(configured).expanduser()
@@ -202,16 +198,3 @@ def verify_signature(record: Mapping[str, Any], where: str | Path) -> None:
             f"key ({signing_key_file()}): the index was made by another user or machine, or it "
             f"was rewritten. {TRUST_ADVICE}"
         )
-
-
-__all__ = [
-    "SIGNING_KEY_ENV",
-    "UntrustedIndexError",
-    "file_sha256",
-    "open_regular_file",
-    "read_hashed",
-    "sign",
-    "signing_key_file",
-    "verify_signature",
-    "write_new_file",
-]
