@@ -37,9 +37,14 @@ def configured_n(config: RunnableConfig | None, n: int) -> int:
     return n if value is None else validate_count("n", value, MAX_QUERIES)
 
 
-def _fallback(question: str, reason: str, on_failure: OnFailure) -> str:
+def _fallback(question: str, problem: str | Exception, on_failure: OnFailure) -> str:
+    """The question itself, with a warning, when the model gave nothing usable (``problem``) or
+    raised (``problem`` is the error); ``on_failure="raise"`` raises instead."""
+    if on_failure == "raise" and isinstance(problem, Exception):
+        raise problem
     if on_failure == "raise":
-        raise ValueError(f"query generation failed: {reason}")
+        raise ValueError(f"query generation failed: {problem}")
+    reason = problem if isinstance(problem, str) else f"{type(problem).__name__}: {problem}"
     warnings.warn(
         f"query generation failed ({reason}); using the original question itself",
         stacklevel=4,
@@ -74,9 +79,7 @@ def _query_list(
         try:
             generated = model.invoke({"question": question, "n": count}, config)
         except Exception as error:
-            if on_failure == "raise":
-                raise
-            return [_fallback(question, f"{type(error).__name__}: {error}", on_failure)]
+            return [_fallback(question, error, on_failure)]
         return _queries(question, generated, include_original, on_failure)
 
     async def agenerate(value: Any, config: RunnableConfig) -> list[str]:
@@ -85,9 +88,7 @@ def _query_list(
         try:
             generated = await model.ainvoke({"question": question, "n": count}, config)
         except Exception as error:
-            if on_failure == "raise":
-                raise
-            return [_fallback(question, f"{type(error).__name__}: {error}", on_failure)]
+            return [_fallback(question, error, on_failure)]
         return _queries(question, generated, include_original, on_failure)
 
     return RunnableLambda(generate, afunc=agenerate, name="generate_queries")
@@ -111,18 +112,14 @@ def _text(
         try:
             return finish(question, model.invoke({"question": question}, config))
         except Exception as error:
-            if on_failure == "raise":
-                raise
-            return _fallback(question, f"{type(error).__name__}: {error}", on_failure)
+            return _fallback(question, error, on_failure)
 
     async def agenerate(value: Any, config: RunnableConfig) -> str:
         question = question_of(value)
         try:
             return finish(question, await model.ainvoke({"question": question}, config))
         except Exception as error:
-            if on_failure == "raise":
-                raise
-            return _fallback(question, f"{type(error).__name__}: {error}", on_failure)
+            return _fallback(question, error, on_failure)
 
     return RunnableLambda(generate, afunc=agenerate, name="generate_text")
 
