@@ -169,14 +169,3 @@ def stored_documents(columns: Any, where: Path, total: int) -> StoredDocuments:
     ):
         raise ValueError(f"{where} is not {total} ids, texts and metadata dicts (inconsistent)")
     return StoredDocuments(*found)
-
-
-__all__ = [
-    "DocumentsById",
-    "StoredDocuments",
-    "columns_json",
-    "document_columns",
-    "parse_columns",
-    "read_columns",
-    "stored_documents",
-]

@@ -24,9 +24,12 @@ from pydantic import Field, model_validator
 from rag_fusion_chain.models import embed_documents_array, embedding_identity
 from rag_fusion_chain.retrievers.base import BatchedRetriever, scored_copy, with_identity
 from rag_fusion_chain.retrievers.columns import DocumentsById, StoredDocuments, document_columns
-from rag_fusion_chain.retrievers.faiss_files import faiss_store_class, load_faiss, save_faiss
+from rag_fusion_chain.retrievers.faiss_files import faiss_store_class, save_faiss
+from rag_fusion_chain.retrievers.faiss_files import load_faiss as load_faiss
 from rag_fusion_chain.retrievers.faiss_files import warn_on_embedding_change as _warn_if_other
-from rag_fusion_chain.retrievers.signing import SIGNING_KEY_ENV, UntrustedIndexError, file_sha256
+from rag_fusion_chain.retrievers.signing import SIGNING_KEY_ENV as SIGNING_KEY_ENV
+from rag_fusion_chain.retrievers.signing import UntrustedIndexError as UntrustedIndexError
+from rag_fusion_chain.retrievers.signing import file_sha256 as file_sha256
 from rag_fusion_chain.validation import environment_count, require_extra
 
 if TYPE_CHECKING:
@@ -421,21 +424,3 @@ def _search_chroma(store: Chroma, vectors: Any, k: int) -> list[list[Document]]:
         ]
         for row in zip(result["ids"], texts, metadatas, distances, strict=True)
     ]
-
-
-__all__ = [
-    "DEFAULT_COLLECTION",
-    "FAISS_INDEXES",
-    "FAISS_THREADS_ENV",
-    "SIGNING_KEY_ENV",
-    "UntrustedIndexError",
-    "VectorRetriever",
-    "build_chroma",
-    "build_faiss",
-    "default_faiss_threads",
-    "empty_faiss_index",
-    "file_sha256",
-    "load_chroma",
-    "load_faiss",
-    "save_faiss",
-]
