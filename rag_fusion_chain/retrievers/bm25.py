@@ -71,13 +71,21 @@ def _english_stopwords() -> frozenset[str]:
 
 
 def cjk_bigrams(run: str) -> list[str]:
-    """Overlapping character bigrams of a CJK run; a single character stays a unigram."""
+    """Overlapping character bigrams of a CJK run; a single character stays a unigram.
+
+    >>> cjk_bigrams("光伏发电")
+    ['光伏', '伏发', '发电']
+    """
     return [run] if len(run) == 1 else [run[index : index + 2] for index in range(len(run) - 1)]
 
 
 def tokenize(text: str, *, stem: bool = True, remove_stopwords: bool = True) -> list[str]:
     """BM25 terms of ``text`` in text order: NFKC-normalised, case-folded English words without
-    bm25s's English stopwords, Snowball-stemmed, and CJK character bigrams."""
+    bm25s's English stopwords, Snowball-stemmed, and CJK character bigrams.
+
+    >>> tokenize("The panels are running; 光伏发电 works")
+    ['panel', 'run', '光伏', '伏发', '发电', 'work']
+    """
     normalized = unicodedata.normalize("NFKC", text).casefold()
     stopwords = _english_stopwords() if remove_stopwords else frozenset()
     if _CJK_PATTERN.search(normalized) is None:
@@ -102,7 +110,12 @@ class BM25Retriever(BatchedRetriever):
 
     Scores (higher is better) go to ``metadata["score"]`` of copies; documents matching no query
     term are left out, so a list may be shorter than ``k``. ``batch`` answers all queries in one
-    call (numba's backend scores them in one ``bm25s.BM25.retrieve``)."""
+    call (numba's backend scores them in one ``bm25s.BM25.retrieve``).
+
+    >>> retriever = BM25Retriever.from_documents([Document("solar panels", id="1")], k=1)
+    >>> [document.id for document in retriever.invoke("solar panel")]
+    ['1']
+    """
 
     documents: Sequence[Document]
     """The indexed documents, each with an id (a content hash where none was given)."""
@@ -154,7 +167,12 @@ class BM25Retriever(BatchedRetriever):
 
     def updated(self, documents: Sequence[Document | int]) -> BM25Retriever:
         """A retriever with these settings over ``documents``, an int standing for this one's
-        document at that position: its counted terms are reused, only new Documents tokenised."""
+        document at that position: its counted terms are reused, only new Documents tokenised.
+
+        >>> one = BM25Retriever.from_documents([Document("solar", id="1"), Document("wind", id="2")])
+        >>> [document.id for document in one.updated([1, Document("tide", id="3")]).documents]
+        ['2', '3']
+        """
         import numpy as np
 
         if self.counts is None and self.documents:  # saved without counts: all are tokenised
