@@ -61,8 +61,7 @@ def _stem(word: str) -> str:
         stemmer = _thread_state.stemmer = require_extra("Stemmer", "bm25").Stemmer("english")
     if len(_stems) >= 1 << 20:
         _stems.clear()
-    stemmed = _stems[word] = str(stemmer.stemWord(word))
-    return stemmed
+    return _stems.setdefault(word, str(stemmer.stemWord(word)))
 
 
 @functools.cache

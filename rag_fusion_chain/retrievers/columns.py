@@ -160,9 +160,7 @@ def _values_to_bracket(file: BinaryIO) -> tuple[list[Any], bytes]:
 def stored_documents(columns: Any, where: Path, total: int) -> StoredDocuments:
     """:class:`StoredDocuments` from parsed :func:`columns_json` output; ValueError unless it
     holds ``total`` string ids, string texts and dict metadatas."""
-    found: list[Any] = [
-        columns.get(name) if isinstance(columns, dict) else None for name in COLUMNS
-    ]
+    found = [columns.get(name) for name in COLUMNS] if isinstance(columns, dict) else [None] * 3
     if not all(
         isinstance(column, list) and len(column) == total and set(map(type, column)) <= {kind}
         for column, kind in zip(found, (str, str, dict), strict=True)

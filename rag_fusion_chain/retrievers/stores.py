@@ -91,13 +91,20 @@ def build_faiss(
     texts. ``index``: ``"flat"`` (exact), ``"hnsw"``, ``"ivfpq"`` or an ``index_factory`` string.
     """
     FAISS = faiss_store_class()  # noqa: N806 - a class
+    import numpy as np
     from langchain_community.docstore.in_memory import InMemoryDocstore
 
     by_id = _documents_by_id(documents)
     if vectors is None:  # by_id holds the documents in their order
         vectors = embed_documents_array(embeddings, document_columns(documents)[1])
     matrix, norms = _matrix_and_norms(vectors, len(by_id))
-    faiss_index = _new_faiss_index(index, matrix, norms)
+    faiss_index = empty_faiss_index(index, int(matrix.shape[1]))
+    if hasattr(faiss_index, "hnsw"):
+        faiss_index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
+        faiss_index.hnsw.efSearch = HNSW_EF_SEARCH
+    if not faiss_index.is_trained:  # IVF, PQ: trained on a fixed sample of the unit vectors
+        sample = np.random.default_rng(0).permutation(len(matrix))[:TRAINING_SAMPLE]
+        faiss_index.train(_unit_rows(matrix, norms, np.sort(sample)))
     if matrix.dtype == "float32" and matrix.flags.c_contiguous and abs(norms - 1).max() <= 1e-5:
         faiss_index.add(matrix)  # unit vectors already: FAISS's one copy, as a plain add makes
     else:
@@ -147,20 +154,6 @@ def empty_faiss_index(index: str, dimension: int, name: str = "index") -> Any:
             f"{name}: {index!r} is not one of {sorted(FAISS_INDEXES)} nor a FAISS index_factory "
             f"string ({error})"
         ) from error
-
-
-def _new_faiss_index(index: str, vectors: Any, norms: Any) -> Any:
-    """An empty FAISS index of type ``index`` for ``vectors``' dimension, trained if it must be."""
-    import numpy as np
-
-    faiss_index = empty_faiss_index(index, int(vectors.shape[1]))
-    if hasattr(faiss_index, "hnsw"):
-        faiss_index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
-        faiss_index.hnsw.efSearch = HNSW_EF_SEARCH
-    if not faiss_index.is_trained:
-        sample = np.random.default_rng(0).permutation(len(vectors))[:TRAINING_SAMPLE]
-        faiss_index.train(_unit_rows(vectors, norms, np.sort(sample)))
-    return faiss_index
 
 
 def _chroma_client(
@@ -244,25 +237,12 @@ def load_chroma(
     return store
 
 
-def _relevance_from_squared_l2(distance: float) -> float:
-    """Cosine similarity of unit vectors from their squared L2 distance."""
-    return 1.0 - distance / 2.0
-
-
 _CHROMA_RELEVANCE: dict[str, Callable[[float], float]] = {
     "cosine": lambda distance: 1.0 - distance,
     "ip": lambda distance: 1.0 - distance,
-    "l2": _relevance_from_squared_l2,
+    "l2": lambda distance: 1.0 - distance / 2.0,  # squared L2 of unit vectors, as FAISS's too
 }
-
-
-def _chroma_space(collection: Any) -> str:
-    configuration = collection.configuration or {}
-    for index_kind in ("hnsw", "spann"):
-        space = (configuration.get(index_kind) or {}).get("space")
-        if space:
-            return str(space)
-    return str((collection.metadata or {}).get("hnsw:space", "l2"))
+"""Cosine similarity from the distance of each Chroma space."""
 
 
 def _is_faiss(store: VectorStore) -> TypeGuard[FAISS]:
@@ -368,7 +348,7 @@ def _search_faiss(
 
     relevance: Callable[[float], float] = {
         DistanceStrategy.MAX_INNER_PRODUCT: float,
-        DistanceStrategy.EUCLIDEAN_DISTANCE: _relevance_from_squared_l2,
+        DistanceStrategy.EUCLIDEAN_DISTANCE: _CHROMA_RELEVANCE["l2"],
     }.get(store.distance_strategy)  # type: ignore[assignment]
     if relevance is None:
         raise ValueError(f"unsupported FAISS distance strategy {store.distance_strategy}")
@@ -401,7 +381,10 @@ def _faiss_document(store: FAISS, position: int) -> Document:
 
 def _search_chroma(store: Chroma, vectors: Any, k: int) -> list[list[Document]]:
     """All query vectors in one ``collection.query`` call."""
-    space = _chroma_space(store._collection)
+    configuration: Any = store._collection.configuration or {}
+    spaces = [(configuration.get(kind) or {}).get("space") for kind in ("hnsw", "spann")]
+    metadata_space = (store._collection.metadata or {}).get("hnsw:space", "l2")
+    space = str(next(filter(None, spaces), metadata_space))
     relevance = _CHROMA_RELEVANCE.get(space)
     if relevance is None:
         raise ValueError(f"unsupported Chroma distance space {space!r}")
