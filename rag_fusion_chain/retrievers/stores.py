@@ -325,12 +325,10 @@ class VectorRetriever(BatchedRetriever):
 
 
 def _faiss_search_parameters(parameters: dict[str, int]) -> Any:
-    """FAISS ``SearchParameters`` for one call (None when there are none)."""
+    """FAISS ``SearchParameters`` for one call."""
     import faiss
 
     kinds = {"efSearch": "SearchParametersHNSW", "nprobe": "SearchParametersIVF"}
-    if not parameters:
-        return None
     if len(parameters) != 1 or next(iter(parameters)) not in kinds:
         message = "expected {'efSearch': n} (HNSW) or {'nprobe': n} (IVF)"
         raise ValueError(f"search_parameters: {message}, got {parameters!r}")
@@ -359,7 +357,7 @@ def _search_faiss(
     if store._normalize_L2:
         faiss.normalize_L2(matrix)
     faiss.omp_set_num_threads(threads)  # per calling thread: each executor thread sets its own
-    search_parameters = _faiss_search_parameters(parameters)
+    search_parameters = _faiss_search_parameters(parameters) if parameters else None
     distances, positions = store.index.search(matrix, min(k, total), params=search_parameters)
     return [
         [
