@@ -26,9 +26,8 @@ STAT_TESTS = ("student", "fisher")
 
 
 def eval_library(module: str) -> Any:
-    """``module`` of the eval extra (ranx, matplotlib), with the homes those libraries write to
-    (ir_datasets, matplotlib) in the kit's cache unless the user set ``IR_DATASETS_HOME`` /
-    ``MPLCONFIGDIR``: nothing new in ``~/.config`` or ``~``."""
+    """``module`` of the eval extra (ranx, matplotlib), writing in the kit's cache unless the user
+    set ``IR_DATASETS_HOME`` / ``MPLCONFIGDIR``: nothing new in ``~/.config`` or ``~``."""
     os.environ.setdefault("IR_DATASETS_HOME", str(KIT_CACHE / "ir_datasets"))
     os.environ.setdefault("MPLCONFIGDIR", str(KIT_CACHE / "matplotlib"))
     return require_extra(module, "eval")

@@ -30,7 +30,6 @@ class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
     weights: list[float] | None = None
     """One weight per ranked list (or per retriever for nested input); default: each list's own."""
     top_n: int | None = None
-    """Keep only the best ``top_n`` documents."""
     id_key: str | None = None
     """Identify documents by this metadata key (:data:`DOCUMENT_ID`: by ``Document.id``)."""
     with_scores: bool = False
@@ -143,9 +142,7 @@ def traced_call(
 
 class ReciprocalRankFusion(BaseFusion):
     """Reciprocal rank fusion: score(d) = Σ_i w_i / (rank_constant + rank_i(d)), ranks from
-    ``rank_start`` (1 as in Cormack et al. 2009; 0 reproduces the tutorials' ``1 / (rank + k)``).
-
-    ``k`` is no field here: in the kit ``k`` is the number of documents a retriever returns."""
+    ``rank_start`` (1 as in Cormack et al. 2009; 0 reproduces the tutorials' ``1 / (rank + k)``)."""
 
     rank_constant: float = algorithms.RRF_K
     rank_start: Literal[0, 1] = 1
@@ -182,9 +179,10 @@ class RelativeScoreFusion(BaseFusion):
     list without scores falls back to rank-derived scores, with a warning."""
 
     score_key: str = SCORE_KEY
+    normalized_scores: ClassVar[Callable[..., Fused]] = staticmethod(algorithms.relative_scores)
 
     def _scores(self, ranked_lists: list[Sequence[Document]], weights: list[float]) -> Fused:
-        return algorithms.relative_scores(
+        return self.normalized_scores(
             ranked_lists, weights, score_key=self.score_key, id_key=self.id_key
         )
 
@@ -192,10 +190,7 @@ class RelativeScoreFusion(BaseFusion):
 class DistBasedScoreFusion(RelativeScoreFusion):
     """Distribution-based score fusion: min-max with bounds mean ± 3σ of each list's scores."""
 
-    def _scores(self, ranked_lists: list[Sequence[Document]], weights: list[float]) -> Fused:
-        return algorithms.distribution_based_scores(
-            ranked_lists, weights, score_key=self.score_key, id_key=self.id_key
-        )
+    normalized_scores = staticmethod(algorithms.distribution_based_scores)
 
 
 class UniqueUnion(BaseFusion):

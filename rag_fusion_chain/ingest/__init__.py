@@ -74,7 +74,11 @@ def load_with_report(
         raise TypeError("sources must be a list of paths or URLs, not a single string")
     check_fetch_limits(timeout, max_bytes)
     validate_count("max_file_size", max_file_size)
-    checked = [_checked(source) for source in sources]
+    checked: list[str | Path] = []  # URLs checked, paths found: all before any is read
+    for text in (os.fspath(source) for source in sources):
+        if "://" in text:
+            check_web_url(text)
+        checked.append(text if "://" in text else existing_path(text))
     wanted = {extension.lower() for extension in extensions}
     result = LoadResult()
     for source, name in zip(checked, _shown_names(checked), strict=True):
@@ -87,7 +91,7 @@ def load_with_report(
             walked = _walk(source, root, wanted, follow_symlinks, {root})
             files = ((path, str(Path(name, path.relative_to(source))), why) for path, why in walked)
         else:
-            files = [(source, name, source.stat())]  # it exists (_checked)
+            files = [(source, name, source.stat())]  # it exists (checked above)
         for path, shown, status in files:
             shown_name = display_name(shown)
             if isinstance(status, str):
@@ -165,15 +169,6 @@ def _shown_names(checked: Sequence[str | Path]) -> list[str]:
     return [
         str(item) if count[name] > 1 else name for item, name in zip(checked, last, strict=True)
     ]
-
-
-def _checked(source: str | os.PathLike[str]) -> str | Path:
-    """A URL (checked) as a string, or an existing path."""
-    text = os.fspath(source)
-    if "://" in text:
-        check_web_url(text)
-        return text
-    return existing_path(text)
 
 
 __all__ = [
