@@ -84,10 +84,8 @@ def evaluate_run(
 class Comparison:
     """Mean scores of several runs and paired p-values of each against the first (the baseline)."""
 
-    scores: dict[str, dict[str, float]]
-    """``{run_name: {metric: mean}}`` in the order the runs were given."""
-    p_values: dict[str, dict[str, float]]
-    """``{run_name: {metric: p}}`` against the baseline; empty for the baseline itself."""
+    scores: dict[str, dict[str, float]]  # {run_name: {metric: mean}}, in the runs' order
+    p_values: dict[str, dict[str, float]]  # {run_name: {metric: p}}; {} for the baseline
     baseline: str
     stat_test: str
     max_p: float

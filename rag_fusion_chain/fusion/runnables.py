@@ -115,10 +115,9 @@ def traced_call(
     *,
     children: bool = True,
 ) -> Any:
-    """``body(input, child_config)`` reported as one run of ``runnable`` to the callbacks, its
-    children nested under it: what ``Runnable._call_with_config`` does, without its signature
-    inspection on every call. ``children=False`` (a body that starts no runs) skips the child
-    config and its context."""
+    """``body(input, child_config)`` as one run of ``runnable``, its children nested under it:
+    ``Runnable._call_with_config`` without its signature inspection on every call;
+    ``children=False`` (a body that starts no runs) skips the child config and its context."""
     config = ensure_config(config)
     run_manager = get_callback_manager_for_config(config).on_chain_start(
         None,

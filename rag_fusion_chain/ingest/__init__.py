@@ -129,8 +129,7 @@ def _walk(
     directory: Path, root: Path, wanted: set[str], follow_symlinks: bool, seen: set[Path]
 ) -> Iterator[tuple[Path, os.stat_result | str]]:
     """Each ``wanted`` file under ``directory`` (hidden ones skipped, links kept inside unless
-    ``follow_symlinks``) with its ``stat``, or why it is skipped. Only links and folders are
-    resolved: what is not a link lies inside the folder it was found in."""
+    ``follow_symlinks``) with its ``stat`` or why it is skipped; only links and folders resolved."""
     try:
         entries = sorted(os.scandir(directory), key=lambda entry: entry.name)
     except OSError as error:

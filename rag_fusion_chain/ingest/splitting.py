@@ -41,9 +41,8 @@ def split_documents(
     chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
     encoding_name: str = DEFAULT_ENCODING,
 ) -> list[Document]:
-    """Chunks of at most ``chunk_size`` tokens, with id ``f"{base}#{index}"`` (base the document's
-    id, else its source, else its text's hash), ``start_index`` and Markdown ``section``
-    (``"Agents > Task Decomposition"``) in metadata."""
+    """Chunks of at most ``chunk_size`` tokens, id ``f"{base}#{index}"`` (base: the document's id,
+    else its source, else its text's hash), with ``start_index`` and Markdown ``section``."""
     import tiktoken
 
     splitters = require_extra("langchain_text_splitters", "ingest")
@@ -72,8 +71,7 @@ def split_documents(
             next_index[base] += 1
             metadata = {**document.metadata, "chunk_id": chunk_id, "start_index": start}
             leading = len(text) - len(_LEADING_HEADINGS.sub("", text, count=1))
-            section = _section(headings, start + leading)
-            if section:
+            if section := _section(headings, start + leading):
                 metadata["section"] = section
             chunks.append(Document(page_content=text, metadata=metadata, id=chunk_id))
     return chunks
