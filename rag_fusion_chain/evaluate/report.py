@@ -91,8 +91,7 @@ def marked_score(summary: Summary, setup: str, metric: str, digits: int = 3) -> 
 
 
 def write_plot(path: str | Path, summary: Summary) -> Path:
-    """A bar chart: one group per setup, one labelled bar per metric, y zoomed (:func:`y_limits`),
-    significant values marked ``*`` and hatched; a bare Agg ``Figure`` (no window, no pyplot)."""
+    """A bar chart, a group per setup and a labelled bar per metric, significant ones hatched."""
     Figure = eval_library("matplotlib.figure").Figure  # noqa: N806 (the class)
     scores = summary.scores
     setups = list(scores)

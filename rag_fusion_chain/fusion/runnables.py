@@ -84,8 +84,7 @@ class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
     def invoke(
         self, input: FusionInput, config: RunnableConfig | None = None, **kwargs: Any
     ) -> FusionOutput:
-        """Fuse, reporting one run to the callbacks (async callers get it in an executor, as
-        langchain-core does by default)."""
+        """Fuse, reported as one run to the callbacks (async: in an executor, by default)."""
         return traced_call(
             self,
             lambda lists, _: self.with_settings(**kwargs).fuse(lists),
@@ -178,18 +177,16 @@ class RelativeScoreFusion(BaseFusion):
     list without scores falls back to rank-derived scores, with a warning."""
 
     score_key: str = SCORE_KEY
-    normalized_scores: ClassVar[Callable[..., Fused]] = staticmethod(algorithms.relative_scores)
+    scorer: ClassVar[Callable[..., Fused]] = staticmethod(algorithms.relative_scores)
 
     def _scores(self, ranked_lists: list[Sequence[Document]], weights: list[float]) -> Fused:
-        return self.normalized_scores(
-            ranked_lists, weights, score_key=self.score_key, id_key=self.id_key
-        )
+        return self.scorer(ranked_lists, weights, score_key=self.score_key, id_key=self.id_key)
 
 
 class DistBasedScoreFusion(RelativeScoreFusion):
     """Distribution-based score fusion: min-max with bounds mean ± 3σ of each list's scores."""
 
-    normalized_scores = staticmethod(algorithms.distribution_based_scores)
+    scorer = staticmethod(algorithms.distribution_based_scores)
 
 
 class UniqueUnion(BaseFusion):
