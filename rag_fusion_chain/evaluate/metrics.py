@@ -16,11 +16,9 @@ from rag_fusion_chain.fusion import document_id
 from rag_fusion_chain.validation import KIT_CACHE, require_extra
 
 Run = dict[str, dict[str, float]]
-"""A ranking per query: ``{query_id: {document_id: score}}``."""
 Judgements = Mapping[str, Mapping[str, int]]
 
-DEFAULT_METRICS: tuple[str, ...] = ("ndcg@10", "recall@100", "mrr@10", "map")
-"""The metrics reported by default, in ranx's names."""
+DEFAULT_METRICS: tuple[str, ...] = ("ndcg@10", "recall@100", "mrr@10", "map")  # ranx's names
 STAT_TESTS = ("student", "fisher")
 """ranx's paired tests: two-sided paired Student's t-test, Fisher's randomisation test."""
 

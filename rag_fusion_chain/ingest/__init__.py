@@ -79,9 +79,13 @@ def load_with_report(
         if "://" in text:
             check_web_url(text)
         checked.append(text if "://" in text else existing_path(text))
+    last = [item if isinstance(item, str) else item.name or item.resolve().name for item in checked]
+    sharing = Counter(last)
     wanted = {extension.lower() for extension in extensions}
     result = LoadResult()
-    for source, name in zip(checked, _shown_names(checked), strict=True):
+    for source, last_part in zip(checked, last, strict=True):
+        # a URL shown as itself, a path by its last part, or as given when two share that part
+        name = str(source) if sharing[last_part] > 1 else last_part
         files: Iterable[tuple[Path, str, os.stat_result | str]] = []
         if isinstance(source, str):
             fetch = functools.partial(load_url, source, timeout, max_bytes, deny_private, None)
@@ -159,15 +163,6 @@ def _walk(
             yield path, status
         else:
             yield path, "not a regular file"
-
-
-def _shown_names(checked: Sequence[str | Path]) -> list[str]:
-    """A URL as itself, a path by its last part, or as given when two share that last part."""
-    last = [item if isinstance(item, str) else item.name or item.resolve().name for item in checked]
-    count = Counter(last)
-    return [
-        str(item) if count[name] > 1 else name for item, name in zip(checked, last, strict=True)
-    ]
 
 
 __all__ = [
