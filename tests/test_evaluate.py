@@ -310,6 +310,7 @@ def test_chart_zooms_to_the_data_and_marks_significant_values(tmp_path: Path) ->
     low, high = y_limits([0.6451, 0.6898, 0.7303])
     assert 0.55 <= low <= 0.6451 and 0.7303 < high <= 0.85  # not the old fixed 0..1.18
     assert y_limits([0.01, 0.02])[0] == 0.0  # never below zero
+    assert y_limits([0.64, 0.73]) == (0.6, 0.79)  # 0.4 and 0.6 of the spread, to hundredths
     with pytest.raises(ValueError, match="values"):
         y_limits([])
 

@@ -16,19 +16,16 @@ from rag_fusion_chain.fusion import document_id
 from rag_fusion_chain.validation import KIT_CACHE, require_extra
 
 Run = dict[str, dict[str, float]]
-"""A ranking per query: ``{query_id: {document_id: score}}``."""
 Judgements = Mapping[str, Mapping[str, int]]
 
-DEFAULT_METRICS: tuple[str, ...] = ("ndcg@10", "recall@100", "mrr@10", "map")
-"""The metrics reported by default, in ranx's names."""
+DEFAULT_METRICS: tuple[str, ...] = ("ndcg@10", "recall@100", "mrr@10", "map")  # ranx's names
 STAT_TESTS = ("student", "fisher")
 """ranx's paired tests: two-sided paired Student's t-test, Fisher's randomisation test."""
 
 
 def eval_library(module: str) -> Any:
-    """``module`` of the eval extra (ranx, matplotlib), with the homes those libraries write to
-    (ir_datasets, matplotlib) in the kit's cache unless the user set ``IR_DATASETS_HOME`` /
-    ``MPLCONFIGDIR``: nothing new in ``~/.config`` or ``~``."""
+    """``module`` of the eval extra (ranx, matplotlib), writing in the kit's cache unless the user
+    set ``IR_DATASETS_HOME`` / ``MPLCONFIGDIR``: nothing new in ``~/.config`` or ``~``."""
     os.environ.setdefault("IR_DATASETS_HOME", str(KIT_CACHE / "ir_datasets"))
     os.environ.setdefault("MPLCONFIGDIR", str(KIT_CACHE / "matplotlib"))
     return require_extra(module, "eval")
@@ -85,10 +82,8 @@ def evaluate_run(
 class Comparison:
     """Mean scores of several runs and paired p-values of each against the first (the baseline)."""
 
-    scores: dict[str, dict[str, float]]
-    """``{run_name: {metric: mean}}`` in the order the runs were given."""
-    p_values: dict[str, dict[str, float]]
-    """``{run_name: {metric: p}}`` against the baseline; empty for the baseline itself."""
+    scores: dict[str, dict[str, float]]  # {run_name: {metric: mean}}, in the runs' order
+    p_values: dict[str, dict[str, float]]  # {run_name: {metric: p}}; {} for the baseline
     baseline: str
     stat_test: str
     max_p: float

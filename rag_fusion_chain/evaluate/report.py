@@ -11,9 +11,6 @@ from typing import Any
 
 from rag_fusion_chain.evaluate.metrics import Comparison, eval_library
 
-Scores = Mapping[str, Mapping[str, float]]
-"""``{setup_name: {metric: value}}``."""
-
 
 @dataclass(frozen=True)
 class Summary:
@@ -21,7 +18,7 @@ class Summary:
     settings, and the comparison (p-values, significance; absent for LangSmith experiments)."""
 
     dataset: str
-    scores: Scores
+    scores: Mapping[str, Mapping[str, float]]  # {setup_name: {metric: value}}
     split: str = "test"
     query_count: int | None = None
     queries_limit: int | None = None
@@ -53,8 +50,7 @@ def results_json(summary: Summary) -> dict[str, Any]:
         "settings": {name: dict(summary.settings.get(name, {})) for name in summary.scores},
         "indexes": dict(summary.indexes),
     }
-    comparison = summary.comparison
-    if comparison is not None:
+    if (comparison := summary.comparison) is not None:
         document["test"] = {
             "baseline": comparison.baseline,
             "stat_test": comparison.stat_test,
@@ -77,11 +73,7 @@ def write_json(path: str | Path, summary: Summary) -> Path:
 
 def y_limits(values: Sequence[float]) -> tuple[float, float]:
     """The chart's y range: zoomed to the data (differences of hundredths stay visible), never
-    below 0, with room for the value labels.
-
-    >>> y_limits([0.64, 0.73])
-    (0.6, 0.79)
-    """
+    below 0, with room for the value labels."""
     if not values:
         raise ValueError("values must hold at least one score")
     low, high = min(values), max(values)
@@ -99,8 +91,7 @@ def marked_score(summary: Summary, setup: str, metric: str, digits: int = 3) -> 
 
 
 def write_plot(path: str | Path, summary: Summary) -> Path:
-    """A bar chart: one group per setup, one labelled bar per metric, y zoomed (:func:`y_limits`),
-    significant values marked ``*`` and hatched; a bare Agg ``Figure`` (no window, no pyplot)."""
+    """A bar chart, a group per setup and a labelled bar per metric, significant ones hatched."""
     Figure = eval_library("matplotlib.figure").Figure  # noqa: N806 (the class)
     scores = summary.scores
     setups = list(scores)

@@ -1,6 +1,5 @@
-"""Result fusion: one pure function per algorithm (:mod:`.algorithms`, as in ranx's ``fusion/``)
-and thin Runnables over them (:mod:`.runnables`), so that ``generator | retriever.map() | fusion``
-works; outputs are fresh copies with ``metadata["fusion_score"]``, best first."""
+"""Result fusion: pure functions per algorithm (:mod:`.algorithms`) and thin Runnables over them
+(:mod:`.runnables`); outputs are fresh copies with ``metadata["fusion_score"]``, best first."""
 
 from rag_fusion_chain.fusion.algorithms import (
     RRF_K,

@@ -87,12 +87,6 @@ def flatten(
                 f"(got {type(item).__name__}); expected list[list[Document]] "
                 "or list[list[list[Document]]]"
             )
-    return flat, _weights_per_list(flat, retriever_of, weights)
-
-
-def _weights_per_list(
-    flat: list[Sequence[Document]], retriever_of: list[int], weights: Sequence[float] | None
-) -> list[float]:
     if weights is None:
         own = [float(getattr(ranked, "weight", 1.0)) for ranked in flat]
         for position, weight in enumerate(own):
@@ -101,13 +95,13 @@ def _weights_per_list(
                     f"weights: ranked list {position} carries weight {weight!r}; "
                     "RankedList weights must be finite and non-negative"
                 )
-        return own
+        return flat, own
     validate_weights(weights)
     if len(weights) == len(flat):
-        return [float(weight) for weight in weights]
+        return flat, [float(weight) for weight in weights]
     retrievers = max(retriever_of, default=-1) + 1
     if retrievers and min(retriever_of) >= 0 and len(weights) == retrievers:
-        return [float(weights[index]) for index in retriever_of]
+        return flat, [float(weights[index]) for index in retriever_of]
     raise ValueError(
         f"weights: got {len(weights)} weights for {len(flat)} ranked lists"
         + (f" from {retrievers} retrievers" if retrievers else "")

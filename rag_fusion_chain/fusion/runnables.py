@@ -30,7 +30,6 @@ class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
     weights: list[float] | None = None
     """One weight per ranked list (or per retriever for nested input); default: each list's own."""
     top_n: int | None = None
-    """Keep only the best ``top_n`` documents."""
     id_key: str | None = None
     """Identify documents by this metadata key (:data:`DOCUMENT_ID`: by ``Document.id``)."""
     with_scores: bool = False
@@ -85,8 +84,7 @@ class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
     def invoke(
         self, input: FusionInput, config: RunnableConfig | None = None, **kwargs: Any
     ) -> FusionOutput:
-        """Fuse, reporting one run to the callbacks (async callers get it in an executor, as
-        langchain-core does by default)."""
+        """Fuse, reported as one run to the callbacks (async: in an executor, by default)."""
         return traced_call(
             self,
             lambda lists, _: self.with_settings(**kwargs).fuse(lists),
@@ -116,10 +114,9 @@ def traced_call(
     *,
     children: bool = True,
 ) -> Any:
-    """``body(input, child_config)`` reported as one run of ``runnable`` to the callbacks, its
-    children nested under it: what ``Runnable._call_with_config`` does, without its signature
-    inspection on every call. ``children=False`` (a body that starts no runs) skips the child
-    config and its context."""
+    """``body(input, child_config)`` as one run of ``runnable``, its children nested under it:
+    ``Runnable._call_with_config`` without its signature inspection on every call;
+    ``children=False`` (a body that starts no runs) skips the child config and its context."""
     config = ensure_config(config)
     run_manager = get_callback_manager_for_config(config).on_chain_start(
         None,
@@ -143,9 +140,7 @@ def traced_call(
 
 class ReciprocalRankFusion(BaseFusion):
     """Reciprocal rank fusion: score(d) = Σ_i w_i / (rank_constant + rank_i(d)), ranks from
-    ``rank_start`` (1 as in Cormack et al. 2009; 0 reproduces the tutorials' ``1 / (rank + k)``).
-
-    ``k`` is no field here: in the kit ``k`` is the number of documents a retriever returns."""
+    ``rank_start`` (1 as in Cormack et al. 2009; 0 reproduces the tutorials' ``1 / (rank + k)``)."""
 
     rank_constant: float = algorithms.RRF_K
     rank_start: Literal[0, 1] = 1
@@ -182,20 +177,16 @@ class RelativeScoreFusion(BaseFusion):
     list without scores falls back to rank-derived scores, with a warning."""
 
     score_key: str = SCORE_KEY
+    scorer: ClassVar[Callable[..., Fused]] = staticmethod(algorithms.relative_scores)
 
     def _scores(self, ranked_lists: list[Sequence[Document]], weights: list[float]) -> Fused:
-        return algorithms.relative_scores(
-            ranked_lists, weights, score_key=self.score_key, id_key=self.id_key
-        )
+        return self.scorer(ranked_lists, weights, score_key=self.score_key, id_key=self.id_key)
 
 
 class DistBasedScoreFusion(RelativeScoreFusion):
     """Distribution-based score fusion: min-max with bounds mean ± 3σ of each list's scores."""
 
-    def _scores(self, ranked_lists: list[Sequence[Document]], weights: list[float]) -> Fused:
-        return algorithms.distribution_based_scores(
-            ranked_lists, weights, score_key=self.score_key, id_key=self.id_key
-        )
+    scorer = staticmethod(algorithms.distribution_based_scores)
 
 
 class UniqueUnion(BaseFusion):

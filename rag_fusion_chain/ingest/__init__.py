@@ -74,10 +74,18 @@ def load_with_report(
         raise TypeError("sources must be a list of paths or URLs, not a single string")
     check_fetch_limits(timeout, max_bytes)
     validate_count("max_file_size", max_file_size)
-    checked = [_checked(source) for source in sources]
+    checked: list[str | Path] = []  # URLs checked, paths found: all before any is read
+    for text in (os.fspath(source) for source in sources):
+        if "://" in text:
+            check_web_url(text)
+        checked.append(text if "://" in text else existing_path(text))
+    last = [item if isinstance(item, str) else item.name or item.resolve().name for item in checked]
+    sharing = Counter(last)
     wanted = {extension.lower() for extension in extensions}
     result = LoadResult()
-    for source, name in zip(checked, _shown_names(checked), strict=True):
+    for source, last_part in zip(checked, last, strict=True):
+        # a URL shown as itself, a path by its last part, or as given when two share that part
+        name = str(source) if sharing[last_part] > 1 else last_part
         files: Iterable[tuple[Path, str, os.stat_result | str]] = []
         if isinstance(source, str):
             fetch = functools.partial(load_url, source, timeout, max_bytes, deny_private, None)
@@ -87,7 +95,7 @@ def load_with_report(
             walked = _walk(source, root, wanted, follow_symlinks, {root})
             files = ((path, str(Path(name, path.relative_to(source))), why) for path, why in walked)
         else:
-            files = [(source, name, source.stat())]  # it exists (_checked)
+            files = [(source, name, source.stat())]  # it exists (checked above)
         for path, shown, status in files:
             shown_name = display_name(shown)
             if isinstance(status, str):
@@ -125,8 +133,7 @@ def _walk(
     directory: Path, root: Path, wanted: set[str], follow_symlinks: bool, seen: set[Path]
 ) -> Iterator[tuple[Path, os.stat_result | str]]:
     """Each ``wanted`` file under ``directory`` (hidden ones skipped, links kept inside unless
-    ``follow_symlinks``) with its ``stat``, or why it is skipped. Only links and folders are
-    resolved: what is not a link lies inside the folder it was found in."""
+    ``follow_symlinks``) with its ``stat`` or why it is skipped; only links and folders resolved."""
     try:
         entries = sorted(os.scandir(directory), key=lambda entry: entry.name)
     except OSError as error:
@@ -156,24 +163,6 @@ def _walk(
             yield path, status
         else:
             yield path, "not a regular file"
-
-
-def _shown_names(checked: Sequence[str | Path]) -> list[str]:
-    """A URL as itself, a path by its last part, or as given when two share that last part."""
-    last = [item if isinstance(item, str) else item.name or item.resolve().name for item in checked]
-    count = Counter(last)
-    return [
-        str(item) if count[name] > 1 else name for item, name in zip(checked, last, strict=True)
-    ]
-
-
-def _checked(source: str | os.PathLike[str]) -> str | Path:
-    """A URL (checked) as a string, or an existing path."""
-    text = os.fspath(source)
-    if "://" in text:
-        check_web_url(text)
-        return text
-    return existing_path(text)
 
 
 __all__ = [

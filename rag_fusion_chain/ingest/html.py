@@ -42,9 +42,8 @@ class HtmlText(NamedTuple):
 def html_to_text(
     markup: str | bytes, *, classes: Sequence[str] | None = None, encoding: str | None = None
 ) -> HtmlText:
-    """The title and main text of a page: ``<main>``, else its only ``<article>``, else
-    ``<body>``, without scripts, navigation, forms, page frames and hidden elements; with
-    ``classes``, the text of elements having one of them. HtmlLimitError past the depth bound."""
+    """The title and main text of a page (``<main>``, else its only ``<article>``, else ``<body>``),
+    or with ``classes`` the text of elements having one; HtmlLimitError past the depth bound."""
     BeautifulSoup = require_extra("bs4", "ingest").BeautifulSoup  # noqa: N806 (the class)
     etree, html = require_extra("lxml.etree", "ingest"), require_extra("lxml.html", "ingest")
     parser = html.HTMLParser()

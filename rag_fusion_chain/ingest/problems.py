@@ -68,12 +68,10 @@ class LoadResult:
     def add(self, source: str, load: Callable[[], list[Document]], *, strict: bool) -> None:
         """Keep what ``load()`` returns for ``source``, or skip its problem (raised if strict)."""
         try:
-            documents = load()
+            self.documents.extend(load())
+            self.loaded.append(source)
         except SourceProblem as problem:
             self.skip(problem, strict=strict)
-        else:
-            self.documents.extend(documents)
-            self.loaded.append(source)
 
     def skip(self, problem: SourceProblem, *, strict: bool) -> None:
         if strict:

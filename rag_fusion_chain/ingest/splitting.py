@@ -41,9 +41,8 @@ def split_documents(
     chunk_overlap: int = DEFAULT_CHUNK_OVERLAP,
     encoding_name: str = DEFAULT_ENCODING,
 ) -> list[Document]:
-    """Chunks of at most ``chunk_size`` tokens, with id ``f"{base}#{index}"`` (base the document's
-    id, else its source, else its text's hash), ``start_index`` and Markdown ``section``
-    (``"Agents > Task Decomposition"``) in metadata."""
+    """Chunks of at most ``chunk_size`` tokens, id ``f"{base}#{index}"`` (base: the document's id,
+    else its source, else its text's hash), with ``start_index`` and Markdown ``section``."""
     import tiktoken
 
     splitters = require_extra("langchain_text_splitters", "ingest")
@@ -63,17 +62,14 @@ def split_documents(
         content = document.page_content
         base = str(document.id or document.metadata.get("source") or "")
         base = base or hashlib.sha256(content.encode()).hexdigest()[:16]
-        headings = [
-            (match.start(), len(match[1]), match[2]) for match in _HEADING.finditer(content)
-        ]
+        headings = [(hit.start(), len(hit[1]), hit[2]) for hit in _HEADING.finditer(content)]
         pieces = _split_with_offsets(splitter.split_text(content), content, encoding, chunk_overlap)
         for text, start in _join_short(pieces, content, encoding):
             chunk_id = f"{base}#{next_index[base]}"
             next_index[base] += 1
             metadata = {**document.metadata, "chunk_id": chunk_id, "start_index": start}
             leading = len(text) - len(_LEADING_HEADINGS.sub("", text, count=1))
-            section = _section(headings, start + leading)
-            if section:
+            if section := _section(headings, start + leading):
                 metadata["section"] = section
             chunks.append(Document(page_content=text, metadata=metadata, id=chunk_id))
     return chunks
@@ -91,11 +87,8 @@ def _split_with_offsets(
 ) -> list[tuple[str, int]]:
     """The chunks with their offsets in ``text``, each searched from where the previous one's
     overlap begins (LangChain's ``add_start_index`` counts the overlap in characters)."""
-    pieces: list[tuple[str, int]] = []
-    for chunk in chunks:
-        if not pieces:
-            pieces.append((chunk, text.find(chunk)))
-            continue
+    pieces: list[tuple[str, int]] = [(chunks[0], text.find(chunks[0]))] if chunks else []
+    for chunk in chunks[1:]:
         previous, previous_start = pieces[-1]
         tail = encoding.encode(previous, disallowed_special=())[-(chunk_overlap + 2) :]
         earliest = previous_start + 1
@@ -131,6 +124,5 @@ def _section(headings: list[tuple[int, int, str]], start: int) -> str:
     for offset, level, title in headings:
         if offset > start:
             break
-        path = [(kept_level, kept) for kept_level, kept in path if kept_level < level]
-        path.append((level, title))
+        path = [*(kept for kept in path if kept[0] < level), (level, title)]
     return " > ".join(title for _, title in path)
