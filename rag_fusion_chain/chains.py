@@ -50,8 +50,7 @@ from rag_fusion_chain.retrievers.fanout import MultiRetriever, RetrievalResults,
 from rag_fusion_chain.strategies import State, Strategy
 from rag_fusion_chain.validation import MAX_QUERIES, question_of, validate_count
 
-Retrievers = Runnable[Any, Any] | Sequence[Runnable[Any, Any]]
-"""One retriever, a list of them, or a configured :class:`MultiRetriever`."""
+Retrievers = Runnable[Any, Any] | Sequence[Runnable[Any, Any]]  # or a configured MultiRetriever
 
 
 def _count_setting(name: str, description: str) -> ConfigurableFieldSpec:
@@ -64,11 +63,6 @@ def _count_setting(name: str, description: str) -> ConfigurableFieldSpec:
 N_SPEC = _count_setting("n", "Queries generated")
 K_SPEC = _count_setting("k", "Documents each retriever returns per query")
 TOP_N_SPEC = _count_setting("top_n", "Fused documents kept (and quoted to the model)")
-
-
-def _passage_identity(document: Document) -> str:
-    """A passage's identity as fusion sees it by default: its text."""
-    return document.page_content
 
 
 class Step(RunnableLambda):  # type: ignore[type-arg]
@@ -111,11 +105,11 @@ def _per_call(config: RunnableConfig, name: str) -> int | None:
 
 
 def _unique(documents: Sequence[Document], skip: Sequence[Document] = ()) -> list[Document]:
-    seen = {_passage_identity(document) for document in skip}
+    seen = {document.page_content for document in skip}  # identity by text, as fusion's default
     kept = []
     for document in documents:
-        if _passage_identity(document) not in seen:
-            seen.add(_passage_identity(document))
+        if document.page_content not in seen:
+            seen.add(document.page_content)
             kept.append(document)
     return kept
 
@@ -371,12 +365,6 @@ def _checked_fusion(fusion: Any, record: Strategy, top_n: int | None) -> BaseFus
     return chosen.with_settings(top_n=None if kept is None else validate_count("top_n", kept))
 
 
-def fan_out(retrievers: Retrievers, k: int | None = None) -> MultiRetriever:
-    """``retrievers`` as one :class:`MultiRetriever` asking each for ``k`` documents (None: its own)."""
-    multi = retrievers if isinstance(retrievers, MultiRetriever) else MultiRetriever(retrievers)
-    return multi if k is None else multi.model_copy(update={"k": validate_count("k", k)})
-
-
 def _answers(
     record: Strategy,
     llm: Runnable[Any, Any] | None,
@@ -472,7 +460,9 @@ def chain_for(
             "query_prompt", query_prompt, record.query_prompt, {"question", "n"}
         )
         query_step = record.model_queries(llm, count, prompt=chosen)
-    searching = fan_out(retrievers, k).model_copy(update={"name": "fan_out"})
+    multi = retrievers if isinstance(retrievers, MultiRetriever) else MultiRetriever(retrievers)
+    asked = {} if k is None else {"k": validate_count("k", k)}  # None: each retriever's own
+    searching = multi.model_copy(update={"name": "fan_out", **asked})
     chosen_fusion = _checked_fusion(fusion, record, top_n).model_copy(update={"name": "fusion"})
     answer, sub_answer = _answers(record, llm, mode, prompt, synthesis_prompt)
     steps = [

@@ -693,6 +693,11 @@ def test_a_loaded_store_can_be_added_to_deleted_from_and_saved_again(
     store = load_faiss(tmp_path / "first", embeddings)
     assert "solar" in store.docstore._dict and len(store.docstore._dict) == len(DOCUMENTS)
     store.add_documents([Document("Tidal power follows the moon.", id="tidal")], ids=["tidal"])
+    # added into the columns' mapping: LangChain's add would copy every stored Document to a dict
+    assert type(store.docstore._dict).__name__ == "DocumentsById"
+    assert store.docstore.search("tidal").page_content == "Tidal power follows the moon."
+    with pytest.raises(ValueError, match="ids that already exist: \\['solar'\\]"):
+        store.docstore.add({"solar": Document("Solar again.", id="solar")})
     store.delete(["wind"])
     save_faiss(store, tmp_path / "second")
     reloaded = load_faiss(tmp_path / "second", embeddings)
@@ -706,9 +711,14 @@ def test_a_loaded_store_saved_by_langchain_loads_back_through_the_allow_list(
     tmp_path: Path, embeddings: CountingEmbeddings
 ) -> None:
     build_faiss(DOCUMENTS, embeddings, path=tmp_path / "kit")
-    load_faiss(tmp_path / "kit", embeddings).save_local(str(tmp_path / "langchain"))
+    loaded = load_faiss(tmp_path / "kit", embeddings)
+    loaded.add_documents([Document("Tidal power follows the moon.", id="tidal")], ids=["tidal"])
+    loaded.save_local(str(tmp_path / "langchain"))
     reloaded = load_faiss(tmp_path / "langchain", embeddings, trust=True)
-    assert type(reloaded.docstore._dict) is dict and len(reloaded.docstore._dict) == len(DOCUMENTS)
+    assert type(reloaded.docstore).__name__ == "InMemoryDocstore"  # LangChain's own class
+    assert (
+        type(reloaded.docstore._dict) is dict and len(reloaded.docstore._dict) == len(DOCUMENTS) + 1
+    )
     solar = reloaded.docstore.search("solar")
     assert isinstance(solar, Document) and solar.id == "solar" and solar.metadata == {"n": 1}
 

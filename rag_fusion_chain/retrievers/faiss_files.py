@@ -141,8 +141,9 @@ def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False)
     """Load a FAISS index saved by :func:`save_faiss`, verified first (else UntrustedIndexError;
     ``trust=True`` skips that, not the pickle allow-list); other embeddings give a warning."""
     FAISS = faiss_store_class()  # noqa: N806 - a class
-    from langchain_community.docstore.in_memory import InMemoryDocstore
     from langchain_community.vectorstores.utils import DistanceStrategy
+
+    from rag_fusion_chain.retrievers.docstore import ColumnDocstore
 
     directory = Path(path)
     if not directory.is_dir():
@@ -165,7 +166,7 @@ def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False)
             columns = parse_columns(docstore_bytes)
             stored = stored_documents(columns, directory / DOCSTORE_FILE, int(index.ntotal))
             stored.file = directory / DOCSTORE_FILE, docstore_digest
-            docstore = InMemoryDocstore(DocumentsById(stored))  # type: ignore[arg-type]
+            docstore = ColumnDocstore(DocumentsById(stored))  # type: ignore[arg-type]
             index_to_docstore_id = dict(enumerate(stored.ids))
     except UntrustedIndexError:
         raise

@@ -92,7 +92,8 @@ def build_faiss(
     """
     FAISS = faiss_store_class()  # noqa: N806 - a class
     import numpy as np
-    from langchain_community.docstore.in_memory import InMemoryDocstore
+
+    from rag_fusion_chain.retrievers.docstore import ColumnDocstore
 
     by_id = _documents_by_id(documents)
     if vectors is None:  # by_id holds the documents in their order
@@ -110,7 +111,7 @@ def build_faiss(
     else:
         for start in range(0, len(matrix), ADD_BLOCK):
             faiss_index.add(_unit_rows(matrix, norms, slice(start, start + ADD_BLOCK)))
-    docstore = InMemoryDocstore(by_id)  # type: ignore[arg-type]
+    docstore = ColumnDocstore(by_id)  # type: ignore[arg-type]
     store = FAISS(embeddings, faiss_index, docstore, dict(enumerate(by_id)), normalize_L2=True)
     if path is not None:
         save_faiss(store, path)
