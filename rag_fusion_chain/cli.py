@@ -36,7 +36,7 @@ from rag_fusion_chain.retrievers.index_directory import (
     build_index,
     open_index,
 )
-from rag_fusion_chain.retrievers.stores import UntrustedIndexError
+from rag_fusion_chain.retrievers.signing import UntrustedIndexError
 from rag_fusion_chain.validation import question_of, require_extra
 
 DEFAULT_K = 10  # documents per retriever call

@@ -183,7 +183,7 @@ def index_signing_key(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]
     ``RAG_FUSION_INDEX_KEY_FILE`` is set in the environment, so subprocesses (the CLI, served
     apps) use the same key; the key file is made by the first save.
     """
-    from rag_fusion_chain.retrievers.stores import SIGNING_KEY_ENV
+    from rag_fusion_chain.retrievers.signing import SIGNING_KEY_ENV
 
     path = tmp_path_factory.mktemp("index-signing") / "index-signing.key"
     with pytest.MonkeyPatch.context() as patch:

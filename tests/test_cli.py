@@ -585,8 +585,7 @@ def test_help_texts_say_what_each_command_does_with_embeddings() -> None:
 
 def test_library_words_become_command_line_words() -> None:
     from rag_fusion_chain.rendering import describe
-    from rag_fusion_chain.retrievers.signing import TRUST_ADVICE
-    from rag_fusion_chain.retrievers.stores import UntrustedIndexError
+    from rag_fusion_chain.retrievers.signing import TRUST_ADVICE, UntrustedIndexError
 
     untrusted = describe(UntrustedIndexError(f"the index was changed. {TRUST_ADVICE}"))
     assert "--trust-index" in untrusted and "trust=True" not in untrusted

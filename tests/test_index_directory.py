@@ -25,7 +25,8 @@ from rag_fusion_chain.retrievers.index_directory import (
     read_settings,
     stores_directory,
 )
-from rag_fusion_chain.retrievers.stores import UntrustedIndexError, VectorRetriever
+from rag_fusion_chain.retrievers.signing import UntrustedIndexError
+from rag_fusion_chain.retrievers.stores import VectorRetriever
 from tests.stub_openai import StubOpenAI
 
 FILES = {

@@ -22,7 +22,7 @@ from rag_fusion_chain.retrievers.index_directory import (
     read_settings,
     stores_directory,
 )
-from rag_fusion_chain.retrievers.stores import UntrustedIndexError
+from rag_fusion_chain.retrievers.signing import UntrustedIndexError
 
 TOPICS = ["heat pumps", "solar panels", "wind turbines", "tidal power", "geothermal wells"]
 SMALL: dict[str, Any] = {"chunk_size": 24, "chunk_overlap": 4}

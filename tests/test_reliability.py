@@ -898,7 +898,8 @@ def test_a_truncated_faiss_index_is_refused_or_a_clear_error_when_trusted(
     saved_faiss: Path, tmp_path: Path, file_name: str, how: str
 ) -> None:
     """(test_stores.py covers garbage bytes, a tampered pickle and a missing manifest.)"""
-    from rag_fusion_chain.retrievers.stores import UntrustedIndexError, load_faiss
+    from rag_fusion_chain.retrievers.signing import UntrustedIndexError
+    from rag_fusion_chain.retrievers.stores import load_faiss
 
     directory = tmp_path / "index"
     shutil.copytree(saved_faiss, directory)
@@ -914,7 +915,8 @@ def test_a_truncated_faiss_index_is_refused_or_a_clear_error_when_trusted(
 def test_a_corrupt_faiss_manifest_is_refused_even_when_trusted(
     saved_faiss: Path, tmp_path: Path, how: str
 ) -> None:
-    from rag_fusion_chain.retrievers.stores import UntrustedIndexError, load_faiss
+    from rag_fusion_chain.retrievers.signing import UntrustedIndexError
+    from rag_fusion_chain.retrievers.stores import load_faiss
 
     directory = tmp_path / "index"
     shutil.copytree(saved_faiss, directory)

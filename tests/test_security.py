@@ -22,14 +22,10 @@ import pytest
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
 
-from rag_fusion_chain.retrievers import faiss_files, stores
+from rag_fusion_chain.retrievers import faiss_files, signing
 from rag_fusion_chain.retrievers.faiss_files import MANIFEST_FILE
-from rag_fusion_chain.retrievers.signing import signature_of, signing_key
-from rag_fusion_chain.retrievers.stores import (
-    UntrustedIndexError,
-    build_faiss,
-    load_faiss,
-)
+from rag_fusion_chain.retrievers.signing import UntrustedIndexError, signature_of, signing_key
+from rag_fusion_chain.retrievers.stores import build_faiss, load_faiss
 from rag_fusion_chain.validation import MAX_QUESTION_CHARS
 
 DOCUMENTS = [
@@ -223,8 +219,6 @@ def test_a_planted_fifo_or_dev_zero_link_fails_at_once(
 
 
 def test_an_index_file_above_the_bound_is_not_read(tmp_path: Path) -> None:
-    from rag_fusion_chain.retrievers import signing
-
     build_faiss(DOCUMENTS, EMBEDDINGS, path=tmp_path)
     size = (tmp_path / "docstore.json").stat().st_size
     with pytest.raises(ValueError, match=f"is {size} bytes, above the bound of {size - 1}"):
@@ -259,7 +253,7 @@ def test_a_signing_key_others_can_read_is_reported_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: int
 ) -> None:
     key_file = tmp_path / f"key-{mode:o}"
-    monkeypatch.setenv(stores.SIGNING_KEY_ENV, str(key_file))
+    monkeypatch.setenv(signing.SIGNING_KEY_ENV, str(key_file))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a fresh key (0600) is silent
         build_faiss(DOCUMENTS, EMBEDDINGS, path=tmp_path / "index")

@@ -23,17 +23,17 @@ from rag_fusion_chain.models import embedding_identity
 from rag_fusion_chain.retrievers.faiss_files import MANIFEST_FILE
 from rag_fusion_chain.retrievers.signing import (
     SIGNING_KEY_ENV,
+    UntrustedIndexError,
+    file_sha256,
     sign,
     signature_of,
     signing_key,
     signing_key_file,
 )
 from rag_fusion_chain.retrievers.stores import (
-    UntrustedIndexError,
     VectorRetriever,
     build_chroma,
     build_faiss,
-    file_sha256,
     load_chroma,
     load_faiss,
     save_faiss,

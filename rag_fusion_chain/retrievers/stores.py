@@ -27,9 +27,6 @@ from rag_fusion_chain.retrievers.columns import DocumentsById, StoredDocuments, 
 from rag_fusion_chain.retrievers.faiss_files import faiss_store_class, save_faiss
 from rag_fusion_chain.retrievers.faiss_files import load_faiss as load_faiss
 from rag_fusion_chain.retrievers.faiss_files import warn_on_embedding_change as _warn_if_other
-from rag_fusion_chain.retrievers.signing import SIGNING_KEY_ENV as SIGNING_KEY_ENV
-from rag_fusion_chain.retrievers.signing import UntrustedIndexError as UntrustedIndexError
-from rag_fusion_chain.retrievers.signing import file_sha256 as file_sha256
 from rag_fusion_chain.validation import environment_count, require_extra
 
 if TYPE_CHECKING:
