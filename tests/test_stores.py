@@ -851,3 +851,20 @@ def test_metadata_keeps_the_json_modules_values_and_refusals(tmp_path: Path) -> 
         bad = BM25Retriever.from_documents([Document("c", id="c", metadata={"x": refused})])
         with pytest.raises(ValueError, match="metadata must be JSON data"):
             bad.save(tmp_path / "bad")
+
+
+def test_the_column_mapping_takes_a_batch_as_a_dict_would() -> None:
+    from rag_fusion_chain.retrievers.columns import DocumentsById, StoredDocuments
+
+    stored = StoredDocuments(["a", "b"], ["alpha", "beta"], [{}, {}])
+    mapping, plain = DocumentsById(stored), {"a": stored[0], "b": stored[1]}
+    batch = {"c": Document("gamma", id="c"), "a": Document("alpha again", id="a")}
+    for target in (mapping, plain):
+        target.update(batch, d=Document("delta", id="d"))
+        del target["b"]
+    assert list(mapping) == list(plain) == ["a", "c", "d"]
+    assert {key: doc.page_content for key, doc in mapping.items()} == {
+        key: doc.page_content for key, doc in plain.items()
+    }
+    assert "c" in mapping and "b" not in mapping and 3 not in mapping
+    assert stored[0].page_content == "alpha"  # the stored columns are not written

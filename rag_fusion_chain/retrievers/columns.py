@@ -59,6 +59,16 @@ class DocumentsById(MutableMapping[str, Document]):
         self._written[identifier] = document
         self._positions.setdefault(identifier, -1)
 
+    def __contains__(self, identifier: object) -> bool:  # no KeyError raised and caught per id
+        return identifier in self._positions
+
+    def update(self, other: Any = (), /, **more: Any) -> None:
+        """Many writes at once (a FAISS ``add``), each map updated in one call."""
+        added = dict(other, **more)
+        self._written.update(added)
+        positions = self._positions
+        positions.update(dict.fromkeys([key for key in added if key not in positions], -1))
+
     def __delitem__(self, identifier: str) -> None:
         del self._positions[identifier]
         self._written.pop(identifier, None)
