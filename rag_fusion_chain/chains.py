@@ -473,15 +473,13 @@ def chain_for(
         *([] if sub_answer is None else [_sub_answers_step(sub_answer, mode == "recursive")]),
         _answer_step(answer, return_sources),
     ]
-    settings: dict[str, Any] = {
-        "n": count if record.default_n else 1,
-        "k": k,
-        "top_n": chosen_fusion.top_n,
-    }
+    metadata: dict[str, Any] = {"strategy": record.name, "n": count if record.default_n else 1}
+    metadata |= {"k": k, "top_n": chosen_fusion.top_n}
     if record.grouping == "sub-questions":
-        settings["mode"] = mode
+        metadata["mode"] = mode
+    if llm is None:
+        metadata["offline"] = True
     tags = [record.name, "offline"] if llm is None else [record.name]
-    metadata = {"strategy": record.name, **settings, **({"offline": True} if llm is None else {})}
     return RunnableSequence(*steps).with_config(run_name=record.name, tags=tags, metadata=metadata)
 
 

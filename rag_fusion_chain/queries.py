@@ -133,8 +133,7 @@ def multi_query(
     on_failure: OnFailure = "warn",
 ) -> Runnable[Any, list[str]]:
     """Rephrase the question ``n`` ways, from several perspectives (multi-query retrieval)."""
-    chosen = prompt or prompts.MULTI_QUERY_PROMPT
-    return _query_list(llm, chosen, n, include_original, on_failure)
+    return _query_list(llm, prompt or prompts.MULTI_QUERY_PROMPT, n, include_original, on_failure)
 
 
 def rag_fusion(
@@ -146,8 +145,7 @@ def rag_fusion(
     on_failure: OnFailure = "warn",
 ) -> Runnable[Any, list[str]]:
     """Generate ``n`` related search queries whose results are fused by rank (RAG-Fusion)."""
-    chosen = prompt or prompts.RAG_FUSION_PROMPT
-    return _query_list(llm, chosen, n, include_original, on_failure)
+    return _query_list(llm, prompt or prompts.RAG_FUSION_PROMPT, n, include_original, on_failure)
 
 
 def decomposition(
@@ -158,8 +156,7 @@ def decomposition(
     on_failure: OnFailure = "warn",
 ) -> Runnable[Any, list[str]]:
     """Break the question into at most ``n`` sub-questions, easiest first."""
-    chosen = prompt or prompts.DECOMPOSITION_PROMPT
-    return _query_list(llm, chosen, n, False, on_failure)
+    return _query_list(llm, prompt or prompts.DECOMPOSITION_PROMPT, n, False, on_failure)
 
 
 def step_back(

@@ -62,8 +62,7 @@ class DocumentsById(MutableMapping[str, Document]):
     def __contains__(self, identifier: object) -> bool:  # no KeyError raised and caught per id
         return identifier in self._positions
 
-    def update(self, other: Any = (), /, **more: Any) -> None:
-        """Many writes at once (a FAISS ``add``), each map updated in one call."""
+    def update(self, other: Any = (), /, **more: Any) -> None:  # a FAISS add: one call per map
         added = dict(other, **more)
         self._written.update(added)
         positions = self._positions

@@ -80,10 +80,9 @@ class RetrievalError(RuntimeError):
 
 
 def _fresh_pools(early_calls: bool = True) -> None:
-    """New shared retrieval threads (starting threads per call cost more than two quick retrievers
-    take): after a call passes its time bound, so that a hung call never holds a thread later calls
-    would queue behind; with ``early_calls``, at import and in a forked process, also the threads
-    of :func:`in_background` (apart, so that fan-out calls never hold all the retrieval threads)."""
+    """New shared retrieval threads (threads per call cost more than two quick retrievers take),
+    after a call passes its time bound: a hung call holds no thread later calls queue behind. With
+    ``early_calls`` (import, fork) also :func:`in_background`'s, apart from the retrieval ones."""
     global _executor, _early_calls
     _executor = ContextThreadPoolExecutor(POOL_THREADS)
     if early_calls:
