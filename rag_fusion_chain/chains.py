@@ -22,12 +22,15 @@ import asyncio
 import inspect
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass
+from functools import partial
 from typing import Any, cast
 
 from langchain_core.documents import Document
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import BasePromptTemplate
 from langchain_core.runnables import (
+    ConfigurableField,
     Runnable,
     RunnableBinding,
     RunnableConfig,
@@ -37,7 +40,6 @@ from langchain_core.runnables import (
 from langchain_core.runnables.utils import (
     AddableDict,
     ConfigurableFieldSpec,
-    accepts_config,
     get_unique_config_specs,
 )
 
@@ -68,8 +70,7 @@ TOP_N_SPEC = _count_setting("top_n", "Fused documents kept (and quoted to the mo
 class Step(RunnableLambda):  # type: ignore[type-arg]
     """A named step of a ready chain: one node in ``get_graph()``, one run in a trace, declaring
     the per-call settings it reads (``RunnablePassthrough.assign`` would show its inner
-    parallel map and add two runs per step). ``func`` takes the state, and the config if it
-    declares a second parameter."""
+    parallel map and add two runs per step). ``func`` takes the state and the config."""
 
     def __init__(
         self,
@@ -80,15 +81,14 @@ class Step(RunnableLambda):  # type: ignore[type-arg]
     ) -> None:
         super().__init__(func, afunc=afunc, name=name)
         self.settings = list(settings)
-        self._body = func if accepts_config(func) else lambda state, _config: func(state)
         self._streams = inspect.isgeneratorfunction(func)
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        """One traced run of ``func``, its signature read once at build: ``RunnableLambda``
-        reads it on every call (about 0.25 ms a step here; benchmarks/results/latency.md)."""
+        """One traced run of ``func``, without the signature reading ``RunnableLambda`` does on
+        every call (about 0.25 ms a step here; benchmarks/results/latency.md)."""
         if self._streams:  # the answer: its chunks added up, as RunnableLambda does
             return super().invoke(input, config, **kwargs)
-        return traced_call(self, self._body, input, config)
+        return traced_call(self, self.func, input, config)  # type: ignore[arg-type]
 
     @property
     def config_specs(self) -> list[ConfigurableFieldSpec]:
@@ -96,12 +96,6 @@ class Step(RunnableLambda):  # type: ignore[type-arg]
 
     def get_graph(self, config: RunnableConfig | None = None) -> Any:
         return Runnable.get_graph(self, config)
-
-
-def _per_call(config: RunnableConfig, name: str) -> int | None:
-    """The per-call setting ``name`` from ``config["configurable"]``, checked; None when unset."""
-    value = (config.get("configurable") or {}).get(name)
-    return None if value is None else validate_count(name, value)
 
 
 def _unique(documents: Sequence[Document], skip: Sequence[Document] = ()) -> list[Document]:
@@ -148,7 +142,7 @@ def _fused(record: Strategy, state: State, fuse: Callable[[list[Any]], list[Any]
     return {**state, "sub_documents": answered, "documents": fused[-1] if searched_question else []}
 
 
-def _formatted(state: State) -> State:
+def _formatted(state: State, config: RunnableConfig) -> State:
     result = {**state, "context": format_context(state["documents"])}
     if "step_back_documents" in state:
         start = len(state["documents"]) + 1
@@ -174,155 +168,137 @@ def _sources(state: State) -> AddableDict:
 # ---- the steps ------------------------------------------------------------------------------------
 
 
-def _searching(fan_out: MultiRetriever, config: RunnableConfig) -> MultiRetriever:
-    """The fan-out asking each retriever for the per-call ``k``, if set."""
-    k = _per_call(config, "k")
-    return fan_out if k is None else fan_out.model_copy(update={"k": k})
+def _unsearched(state: State) -> tuple[State, Any, list[str]]:
+    """(the state without ``first``, ``first``: the question's search begun by the query step
+    or None, the queries still to search: all but the question, which ``searched`` leads)."""
+    state = dict(state)
+    first = state.pop("first")
+    return state, first, state["searched"][0 if first is None else 1 :]
 
 
-def _generate_step(
-    record: Strategy,
-    query_step: Runnable[Any, list[str]] | None,
-    fan_out: MultiRetriever,
-    search_question: bool,
-    count: int,
-) -> Step:
-    """``generate_queries``: the model's query step, the question's search started beside it and
-    handed on unfinished as ``first`` (``retrieve`` searches the other queries without waiting
-    for it, so the chain is never a retrieval round slower than ``generator | retriever.map()``),
-    or, if it had not begun when the queries came (an instant model), searched in their batch;
-    offline, the question is searched first and the queries are drawn from its documents."""
-    if query_step is not None:
-        query_step.name = "queries"  # made for this chain: named, not wrapped in a binding
+def _retrieved(state: State, first: RetrievalResults | None, found: RetrievalResults) -> State:
+    retrieved = found if first is None else first + found
+    return {**state, "retrieved": retrieved, "failures": retrieved.failures}
 
-    def offline(question: str, first: RetrievalResults, config: RunnableConfig) -> State:
+
+def _sub_inputs(state: State) -> list[State]:
+    pairs = zip(state["sub_documents"], state["sub_contexts"], strict=True)
+    return [{"question": query, "context": context} for (query, _), context in pairs]
+
+
+def _sub_answered(state: State, answers: list[State], in_turn: bool) -> State:
+    pairs = format_answered(answers)
+    context = {"previous_answers": pairs} if in_turn else {"context": pairs}
+    return {**state, "sub_answers": answers, **context}
+
+
+@dataclass(frozen=True)
+class _Steps:
+    """The bodies of one ready chain's steps (sync and async) over its parts: each method is one
+    :class:`Step`; ``fan_out`` takes ``k`` and ``fusion`` ``top_n`` from the config per call."""
+
+    record: Strategy
+    query_step: Runnable[Any, list[str]] | None  # None: offline
+    fan_out: Runnable[Any, Any]  # RetrievalResults
+    fusion: Runnable[Any, Any]
+    search_question: bool
+    count: int
+    answer_step: Runnable[State, str]
+    sub_answer: Runnable[Any, str] | None
+    in_turn: bool
+    return_sources: bool
+
+    def generate(self, value: Any, config: RunnableConfig) -> State:
+        """``generate_queries``: the query step, the question's search started beside it and
+        handed on unfinished as ``first`` (``retrieve`` searches the other queries without
+        waiting for it, so the chain is never a retrieval round slower than ``generator |
+        retriever.map()``), or, if it had not begun when the queries came (an instant model),
+        searched in their batch; offline, the question is searched first and the queries are
+        drawn from its documents."""
+        question = question_of(value)
+        if self.query_step is None:
+            return self._offline(question, self.fan_out.invoke(question, config), config)
+        searching = self.search_question  # a Future of the question's search, or None
+        first = in_background(self.fan_out.invoke, question, config) if searching else None
+        state = _queried(self.record, question, self.query_step.invoke(question, config), searching)
+        return {**state, "first": None if first is None or first.cancel() else first}
+
+    async def agenerate(self, value: Any, config: RunnableConfig) -> State:
+        question = question_of(value)
+        if self.query_step is None:
+            return self._offline(question, await self.fan_out.ainvoke(question, config), config)
+        searching = self.search_question
+        first = asyncio.ensure_future(self.fan_out.ainvoke(question, config)) if searching else None
+        generated = await self.query_step.ainvoke(question, config)
+        return {**_queried(self.record, question, generated, searching), "first": first}
+
+    def _offline(self, question: str, first: RetrievalResults, config: RunnableConfig) -> State:
         # the question's whole fused ranking: the best documents lead, the rest give term statistics
         documents: list[Document] = reciprocal_rank_fusion.invoke(first, config)  # type: ignore[assignment]
-        generated = record.offline_queries(question, documents, configured_n(config, count))
-        state = _queried(record, question, generated, search_question)
-        return {**state, "first": first} if question in state["searched"] else state
+        generated = self.record.offline_queries(
+            question, documents, configured_n(config, self.count)
+        )
+        state = _queried(self.record, question, generated, self.search_question)
+        return {**state, "first": first if question in state["searched"] else None}
 
-    def generate(value: Any, config: RunnableConfig) -> State:
-        question, searching = question_of(value), _searching(fan_out, config)
-        if query_step is None:
-            return offline(question, searching.invoke(question, config), config)
-        if not search_question:
-            return _queried(record, question, query_step.invoke(question, config), False)
-        first = in_background(searching.invoke, question, config)
-        state = _queried(record, question, query_step.invoke(question, config), True)
-        return state if first.cancel() else {**state, "first": first}
-
-    async def agenerate(value: Any, config: RunnableConfig) -> State:
-        question, searching = question_of(value), _searching(fan_out, config)
-        if query_step is None:
-            return offline(question, await searching.ainvoke(question, config), config)
-        if not search_question:
-            return _queried(record, question, await query_step.ainvoke(question, config), False)
-        first = asyncio.ensure_future(searching.ainvoke(question, config))
-        generated = await query_step.ainvoke(question, config)
-        return {**_queried(record, question, generated, True), "first": first}
-
-    return Step("generate_queries", generate, agenerate, [N_SPEC] if record.default_n else [])
-
-
-def _retrieve_step(fan_out: MultiRetriever) -> Step:
-    """``retrieve``: search what the query step did not, all at once (each retriever's batch),
-    while the question's search ends; with ``max_concurrency`` set, after it (within the bound)."""
-
-    def rest(state: State) -> tuple[State, Any, list[str]]:
-        """(the state without ``first``, ``first``, the queries still to search)."""
-        state = dict(state)
-        first = state.pop("first", None)
-        searched, question = state["searched"], state["question"]
-        return state, first, [query for query in searched if first is None or query != question]
-
-    def done(state: State, first: RetrievalResults | None, found: Any) -> State:
-        retrieved = (RetrievalResults() if first is None else first) + found
-        return {**state, "retrieved": retrieved, "failures": retrieved.failures}
-
-    def retrieve(state: State, config: RunnableConfig) -> State:
-        state, first, queries = rest(state)
+    def retrieve(self, state: State, config: RunnableConfig) -> State:
+        """``retrieve``: search what the query step did not, all at once (each retriever's batch),
+        while the question's search ends; with ``max_concurrency`` set, after it."""
+        state, first, queries = _unsearched(state)
         if isinstance(first, Future) and config.get("max_concurrency") is not None:
             first = first.result()
-        found = _searching(fan_out, config).invoke(queries, config) if queries else []
-        return done(state, first.result() if isinstance(first, Future) else first, found)
+        found = self.fan_out.invoke(queries, config) if queries else RetrievalResults()
+        return _retrieved(state, first.result() if isinstance(first, Future) else first, found)
 
-    async def aretrieve(state: State, config: RunnableConfig) -> State:
-        state, first, queries = rest(state)
+    async def aretrieve(self, state: State, config: RunnableConfig) -> State:
+        state, first, queries = _unsearched(state)
         if isinstance(first, asyncio.Future) and config.get("max_concurrency") is not None:
             first = await first
-        found = await _searching(fan_out, config).ainvoke(queries, config) if queries else []
-        return done(state, await first if isinstance(first, asyncio.Future) else first, found)
+        found = await self.fan_out.ainvoke(queries, config) if queries else RetrievalResults()
+        return _retrieved(state, await first if isinstance(first, asyncio.Future) else first, found)
 
-    return Step("retrieve", retrieve, aretrieve, [K_SPEC])
+    def fuse(self, state: State, config: RunnableConfig) -> State:  # CPU only: no async twin
+        """``fuse``: one fusion per group of lists (see :attr:`Strategy.grouping`)."""
+        return _fused(self.record, state, partial(self.fusion.batch, config=config))
 
-
-def _fuse_step(record: Strategy, fusion: BaseFusion) -> Step:
-    """``fuse``: one fusion per group of lists (see :attr:`Strategy.grouping`), ``top_n`` each."""
-
-    def fuse(state: State, config: RunnableConfig) -> State:  # CPU only: no async twin
-        top_n = _per_call(config, "top_n")
-        chosen = fusion if top_n is None else fusion.with_settings(top_n=top_n)
-        return _fused(record, state, lambda groups: chosen.batch(groups, config))
-
-    return Step("fuse", fuse, settings=[TOP_N_SPEC])
-
-
-def _sub_answers_step(sub_answer: Runnable[Any, str], in_turn: bool) -> Step:
-    """``answer_sub_questions``: each sub-question answered from its passages, in turn (seeing
-    the earlier answers) or all at once (then synthesised by the answer step)."""
-
-    def inputs(state: State) -> list[State]:
-        pairs = zip(state["sub_documents"], state["sub_contexts"], strict=True)
-        return [{"question": query, "context": context} for (query, _), context in pairs]
-
-    def answered(state: State, answers: list[State]) -> State:
-        pairs = format_answered(answers)
-        return {
-            **state,
-            "sub_answers": answers,
-            **({"previous_answers": pairs} if in_turn else {"context": pairs}),
-        }
-
-    def run(state: State, config: RunnableConfig) -> State:
-        items, answers = inputs(state), cast(list[State], [])
-        if not in_turn:
+    def answer_sub_questions(self, state: State, config: RunnableConfig) -> State:
+        """``answer_sub_questions``: each sub-question answered from its passages, in turn
+        (seeing the earlier answers) or all at once (then synthesised by the answer step)."""
+        items, sub_answer = _sub_inputs(state), cast(Runnable[Any, str], self.sub_answer)
+        if not self.in_turn:
             texts = sub_answer.batch(items, config)
-            return answered(state, [{**i, "answer": t} for i, t in zip(items, texts, strict=True)])
+            answers = [{**item, "answer": text} for item, text in zip(items, texts, strict=True)]
+            return _sub_answered(state, answers, in_turn=False)
+        answers = []
         for item in items:
             values = {**item, "previous_answers": format_answered(answers)}
             answers.append({**item, "answer": sub_answer.invoke(values, config)})
-        return answered(state, answers)
+        return _sub_answered(state, answers, in_turn=True)
 
-    async def arun(state: State, config: RunnableConfig) -> State:
-        items, answers = inputs(state), cast(list[State], [])
-        if not in_turn:
+    async def asub_answers(self, state: State, config: RunnableConfig) -> State:
+        items, sub_answer = _sub_inputs(state), cast(Runnable[Any, str], self.sub_answer)
+        if not self.in_turn:
             texts = await sub_answer.abatch(items, config)
-            return answered(state, [{**i, "answer": t} for i, t in zip(items, texts, strict=True)])
+            answers = [{**item, "answer": text} for item, text in zip(items, texts, strict=True)]
+            return _sub_answered(state, answers, in_turn=False)
+        answers = []
         for item in items:
             values = {**item, "previous_answers": format_answered(answers)}
             answers.append({**item, "answer": await sub_answer.ainvoke(values, config)})
-        return answered(state, answers)
+        return _sub_answered(state, answers, in_turn=True)
 
-    return Step("answer_sub_questions", run, arun)
-
-
-def _answer_step(answer: Runnable[State, str], return_sources: bool) -> Step:
-    """``answer``: the answer's tokens, streamed; with sources, the sources chunk first."""
-
-    def stream(state: State, config: RunnableConfig) -> Any:
-        if return_sources:
+    def answer(self, state: State, config: RunnableConfig) -> Any:
+        """``answer``: the answer's tokens, streamed; with sources, the sources chunk first."""
+        if self.return_sources:
             yield _sources(state)
-        for token in answer.stream(state, config):
-            yield AddableDict(answer=token) if return_sources else token
+        for token in self.answer_step.stream(state, config):
+            yield AddableDict(answer=token) if self.return_sources else token
 
-    async def astream(state: State, config: RunnableConfig) -> Any:
-        if return_sources:
+    async def aanswer(self, state: State, config: RunnableConfig) -> Any:
+        if self.return_sources:
             yield _sources(state)
-        async for token in answer.astream(state, config):
-            yield AddableDict(answer=token) if return_sources else token
-
-    return Step("answer", stream, astream)
+        async for token in self.answer_step.astream(state, config):
+            yield AddableDict(answer=token) if self.return_sources else token
 
 
 def _offline_lines(record: Strategy) -> Runnable[State, str]:
@@ -362,7 +338,8 @@ def _checked_fusion(fusion: Any, record: Strategy, top_n: int | None) -> BaseFus
     if chosen.with_scores:
         raise ValueError("fusion must return Documents: use with_scores=False")
     kept = top_n if top_n is not None else (chosen.top_n or record.default_top_n)
-    return chosen.with_settings(top_n=None if kept is None else validate_count("top_n", kept))
+    kept = None if kept is None else validate_count("top_n", kept)  # a copy, checked like a field
+    return chosen.model_copy(update={"name": "fusion", "top_n": kept})
 
 
 def _answers(
@@ -460,26 +437,39 @@ def chain_for(
             "query_prompt", query_prompt, record.query_prompt, {"question", "n"}
         )
         query_step = record.model_queries(llm, count, prompt=chosen)
+        query_step.name = "queries"  # made for this chain: named, not wrapped in a binding
     multi = retrievers if isinstance(retrievers, MultiRetriever) else MultiRetriever(retrievers)
     asked = {} if k is None else {"k": validate_count("k", k)}  # None: each retriever's own
-    searching = multi.model_copy(update={"name": "fan_out", **asked})
-    chosen_fusion = _checked_fusion(fusion, record, top_n).model_copy(update={"name": "fusion"})
+    fan_out = multi.model_copy(update={"name": "fan_out", **asked})
+    chosen_fusion = _checked_fusion(fusion, record, top_n)
     answer, sub_answer = _answers(record, llm, mode, prompt, synthesis_prompt)
+    parts = _Steps(
+        record,
+        query_step,
+        fan_out.configurable_fields(k=ConfigurableField(id="k")),
+        chosen_fusion.configurable_fields(top_n=ConfigurableField(id="top_n")),
+        search_question,
+        count,
+        answer,
+        sub_answer,
+        mode == "recursive",
+        return_sources,
+    )
+    offline, counted = llm is None, record.default_n is not None
     steps = [
-        _generate_step(record, query_step, searching, search_question, count),
-        _retrieve_step(searching),
-        _fuse_step(record, chosen_fusion),
+        Step("generate_queries", parts.generate, parts.agenerate, [N_SPEC] if counted else []),
+        Step("retrieve", parts.retrieve, parts.aretrieve, [K_SPEC]),
+        Step("fuse", parts.fuse, settings=[TOP_N_SPEC]),
         Step("format_context", _formatted),
-        *([] if sub_answer is None else [_sub_answers_step(sub_answer, mode == "recursive")]),
-        _answer_step(answer, return_sources),
+        Step("answer", parts.answer, parts.aanswer),
     ]
-    metadata: dict[str, Any] = {"strategy": record.name, "n": count if record.default_n else 1}
-    metadata |= {"k": k, "top_n": chosen_fusion.top_n}
-    if record.grouping == "sub-questions":
-        metadata["mode"] = mode
-    if llm is None:
-        metadata["offline"] = True
-    tags = [record.name, "offline"] if llm is None else [record.name]
+    if sub_answer is not None:  # decomposition: each sub-question answered before the question
+        steps.insert(
+            4, Step("answer_sub_questions", parts.answer_sub_questions, parts.asub_answers)
+        )
+    metadata = {"strategy": record.name, "n": count if counted else 1, "k": k, "offline": offline}
+    metadata |= {"top_n": chosen_fusion.top_n, **({"mode": mode} if sub_answer is not None else {})}
+    tags = [record.name, "offline"] if offline else [record.name]
     return RunnableSequence(*steps).with_config(run_name=record.name, tags=tags, metadata=metadata)
 
 

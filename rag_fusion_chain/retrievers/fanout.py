@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
@@ -25,11 +25,10 @@ from langchain_core.runnables import (
 )
 from langchain_core.runnables.config import ContextThreadPoolExecutor, patch_config
 from langchain_core.runnables.utils import gather_with_concurrency
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
 
 from rag_fusion_chain.fusion import RankedList, validate_weights
 from rag_fusion_chain.fusion.runnables import traced_call
-from rag_fusion_chain.validation import validate_count
 
 DEFAULT_TIMEOUT = 30.0
 """Seconds one retriever call (all its queries) may take by default; None waits without a bound."""
@@ -136,35 +135,22 @@ async def _aresult(call: Any, timeout: float | None) -> Any:
         return error
 
 
-def as_retriever_list(retrievers: Any) -> list[Runnable[Any, Any]]:
-    """One retriever (any Runnable from str to documents) or a non-empty list of them, as a list."""
-    if isinstance(retrievers, Runnable):
-        return [retrievers]
-    if isinstance(retrievers, (str, bytes)) or not isinstance(retrievers, Sequence):
-        raise TypeError(
-            f"retrievers must be a retriever or a list of retrievers, got {type(retrievers).__name__}"
-        )
-    if not retrievers:
-        raise ValueError("retrievers must not be empty")
-    for position, retriever in enumerate(retrievers):
-        if not isinstance(retriever, Runnable):
-            raise TypeError(
-                f"retrievers[{position}] must be a retriever (a Runnable), "
-                f"got {type(retriever).__name__}"
-            )
-    return list(retrievers)
+def _as_list(retrievers: Any) -> Any:
+    """One retriever (any Runnable from str to documents) is a list of one."""
+    return [retrievers] if isinstance(retrievers, Runnable) else retrievers
 
 
 def _as_queries(value: Any) -> list[str]:
     queries = [value] if isinstance(value, str) else value
+    if isinstance(queries, (list, tuple)) and all(
+        isinstance(q, str) and q.strip() for q in queries
+    ):
+        return list(queries)
     if not isinstance(queries, (list, tuple)) or not all(isinstance(q, str) for q in queries):
         raise TypeError(f"queries must be a str or a list of str, got {type(value).__name__}")
-    for position, query in enumerate(queries):
-        if not query.strip():  # a vector store would answer it with arbitrary documents
-            raise ValueError(
-                f"queries must not be empty or whitespace: query {position} is {query!r}"
-            )
-    return list(queries)
+    at = next(position for position, query in enumerate(queries) if not query.strip())
+    # a vector store would answer a blank query with arbitrary documents
+    raise ValueError(f"queries must not be empty or whitespace: query {at} is {queries[at]!r}")
 
 
 def _takes_k(retriever: Runnable[Any, Any]) -> bool:
@@ -188,32 +174,28 @@ class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
     name: str | None = "retrieve"
-    retrievers: list[Runnable[Any, Any]]
+    retrievers: Annotated[list[Runnable[Any, Any]], BeforeValidator(_as_list), Field(min_length=1)]
     weights: list[float] | None = None
-    k: int | None = None
+    k: int | None = Field(None, gt=0, strict=True)
     timeout: float | None = Field(DEFAULT_TIMEOUT, gt=0, allow_inf_nan=False)
     """Seconds each retriever call may take (None: no bound)."""
     on_error: Literal["warn", "raise"] = "warn"
 
-    def __init__(self, retrievers: Any, weights: Sequence[float] | None = None, **kwargs: Any):
-        super().__init__(  # type: ignore[call-arg]
-            retrievers=as_retriever_list(retrievers),
-            weights=None if weights is None else list(weights),
-            **kwargs,
-        )
+    def __init__(self, retrievers: Any, **fields: Any):
+        super().__init__(retrievers=retrievers, **fields)  # type: ignore[call-arg]
 
-    @model_validator(mode="after")
-    def _check(self) -> MultiRetriever:
-        if self.weights is not None:
-            validate_weights(self.weights)
-            if len(self.weights) != len(self.retrievers):
+    @field_validator("weights")
+    @classmethod
+    def _check_weights(cls, weights: list[float] | None, given: ValidationInfo) -> Any:
+        retrievers = given.data.get("retrievers", [])
+        if weights is not None:
+            validate_weights(weights)
+            if len(weights) != len(retrievers):
                 raise ValueError(
-                    f"weights: got {len(self.weights)} weights for {len(self.retrievers)} "
-                    "retrievers; give one weight per retriever"
+                    f"weights: got {len(weights)} weights for {len(retrievers)} retrievers; "
+                    "give one weight per retriever"
                 )
-        if self.k is not None:
-            validate_count("k", self.k)
-        return self
+        return weights
 
     def _calls(self, queries: list[str], config: RunnableConfig, asynchronous: bool) -> list[Any]:
         """One ``batch`` (or ``abatch``) call per retriever with all the queries, given the
@@ -240,7 +222,7 @@ class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]
             for outcome, source, weight in zip(outcomes, sources, weights, strict=True):
                 found = outcome if isinstance(outcome, BaseException) else outcome[position]
                 if isinstance(found, list) and all(isinstance(item, Document) for item in found):
-                    kept = found if self.k is None else found[: self.k]
+                    kept = found[: self.k]  # None: all
                     ranked_lists.append(RankedList(kept, weight=weight, query=query, source=source))
                     continue
                 if not isinstance(found, BaseException):
