@@ -30,7 +30,6 @@ from langchain_core.documents import Document
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import BasePromptTemplate
 from langchain_core.runnables import (
-    ConfigurableField,
     Runnable,
     RunnableBinding,
     RunnableConfig,
@@ -168,6 +167,15 @@ def _sources(state: State) -> AddableDict:
 # ---- the steps ------------------------------------------------------------------------------------
 
 
+def _configured(part: Any, config: RunnableConfig, setting: str) -> Any:
+    """``part`` (the fan-out or the fusion) with the per-call count ``setting`` when the config
+    sets it; None leaves it as built (LangServe sends every unset setting as None)."""
+    value = (config.get("configurable") or {}).get(setting)
+    if value is None:
+        return part
+    return part.model_copy(update={setting: validate_count(setting, value)})
+
+
 def _unsearched(state: State) -> tuple[State, Any, list[str]]:
     """(the state without ``first``, ``first``: the question's search begun by the query step
     or None, the queries still to search: all but the question, which ``searched`` leads)."""
@@ -195,12 +203,12 @@ def _sub_answered(state: State, answers: list[State], in_turn: bool) -> State:
 @dataclass(frozen=True)
 class _Steps:
     """The bodies of one ready chain's steps (sync and async) over its parts: each method is one
-    :class:`Step`; ``fan_out`` takes ``k`` and ``fusion`` ``top_n`` from the config per call."""
+    :class:`Step`; the fan-out's ``k`` and the fusion's ``top_n`` may be set per call."""
 
     record: Strategy
     query_step: Runnable[Any, list[str]] | None  # None: offline
-    fan_out: Runnable[Any, Any]  # RetrievalResults
-    fusion: Runnable[Any, Any]
+    fan_out: MultiRetriever
+    fusion: BaseFusion
     search_question: bool
     count: int
     answer_step: Runnable[State, str]
@@ -215,20 +223,20 @@ class _Steps:
         retriever.map()``), or, if it had not begun when the queries came (an instant model),
         searched in their batch; offline, the question is searched first and the queries are
         drawn from its documents."""
-        question = question_of(value)
+        question, fan_out = question_of(value), _configured(self.fan_out, config, "k")
         if self.query_step is None:
-            return self._offline(question, self.fan_out.invoke(question, config), config)
+            return self._offline(question, fan_out.invoke(question, config), config)
         searching = self.search_question  # a Future of the question's search, or None
-        first = in_background(self.fan_out.invoke, question, config) if searching else None
+        first = in_background(fan_out.invoke, question, config) if searching else None
         state = _queried(self.record, question, self.query_step.invoke(question, config), searching)
         return {**state, "first": None if first is None or first.cancel() else first}
 
     async def agenerate(self, value: Any, config: RunnableConfig) -> State:
-        question = question_of(value)
+        question, fan_out = question_of(value), _configured(self.fan_out, config, "k")
         if self.query_step is None:
-            return self._offline(question, await self.fan_out.ainvoke(question, config), config)
+            return self._offline(question, await fan_out.ainvoke(question, config), config)
         searching = self.search_question
-        first = asyncio.ensure_future(self.fan_out.ainvoke(question, config)) if searching else None
+        first = asyncio.ensure_future(fan_out.ainvoke(question, config)) if searching else None
         generated = await self.query_step.ainvoke(question, config)
         return {**_queried(self.record, question, generated, searching), "first": first}
 
@@ -247,19 +255,22 @@ class _Steps:
         state, first, queries = _unsearched(state)
         if isinstance(first, Future) and config.get("max_concurrency") is not None:
             first = first.result()
-        found = self.fan_out.invoke(queries, config) if queries else RetrievalResults()
+        fan_out = _configured(self.fan_out, config, "k")
+        found = fan_out.invoke(queries, config) if queries else RetrievalResults()
         return _retrieved(state, first.result() if isinstance(first, Future) else first, found)
 
     async def aretrieve(self, state: State, config: RunnableConfig) -> State:
         state, first, queries = _unsearched(state)
         if isinstance(first, asyncio.Future) and config.get("max_concurrency") is not None:
             first = await first
-        found = await self.fan_out.ainvoke(queries, config) if queries else RetrievalResults()
+        fan_out = _configured(self.fan_out, config, "k")
+        found = await fan_out.ainvoke(queries, config) if queries else RetrievalResults()
         return _retrieved(state, await first if isinstance(first, asyncio.Future) else first, found)
 
     def fuse(self, state: State, config: RunnableConfig) -> State:  # CPU only: no async twin
         """``fuse``: one fusion per group of lists (see :attr:`Strategy.grouping`)."""
-        return _fused(self.record, state, partial(self.fusion.batch, config=config))
+        fusion = _configured(self.fusion, config, "top_n")
+        return _fused(self.record, state, partial(fusion.batch, config=config))
 
     def answer_sub_questions(self, state: State, config: RunnableConfig) -> State:
         """``answer_sub_questions``: each sub-question answered from its passages, in turn
@@ -446,8 +457,8 @@ def chain_for(
     parts = _Steps(
         record,
         query_step,
-        fan_out.configurable_fields(k=ConfigurableField(id="k")),
-        chosen_fusion.configurable_fields(top_n=ConfigurableField(id="top_n")),
+        fan_out,
+        chosen_fusion,
         search_question,
         count,
         answer,

@@ -51,6 +51,7 @@ _WRAPPERS = [
 _WRAPPER_STARTS = frozenset(opening[0] for opening, _ in _WRAPPERS)
 _PREAMBLE_END = (":", "：")
 _INLINE_EMPHASIS = re.compile(r"(\*\*|__)(.+?)\1")
+_LETTER_OR_DIGIT = re.compile(r"[^\W_]")  # a character str.isalnum() accepts (re's \w less "_")
 
 
 def searchable_text(text: str, *, single_line: bool = True) -> str:
@@ -161,7 +162,7 @@ def _query_of(candidate: str, *, from_line: bool) -> str | None:
     if from_line and text.rstrip().endswith(_PREAMBLE_END):
         return None
     query = clean_query_line(text)
-    return within_query_limit(query) if any(char.isalnum() for char in query) else None
+    return within_query_limit(query) if _LETTER_OR_DIGIT.search(query) else None
 
 
 class QueryListParser(BaseOutputParser[list[str]]):

@@ -20,6 +20,7 @@ from langchain_core.runnables import Runnable
 from langchain_core.tracers.langchain import LangChainTracer
 from langchain_core.vectorstores import InMemoryVectorStore
 from langsmith import Client
+from langsmith import utils as langsmith_utils
 
 from rag_fusion_chain import chains, models
 from tests.conftest import STUB_API_KEY
@@ -50,10 +51,13 @@ def tracer(
     monkeypatch.setenv("LANGSMITH_ENDPOINT", langsmith_recorder.url)
     monkeypatch.setenv("LANGSMITH_API_KEY", LANGSMITH_KEY)
     monkeypatch.setenv("LANGSMITH_PROJECT", PROJECT)
+    langsmith_utils.get_env_var.cache_clear()  # langsmith caches what it read: read these
     client = Client(api_url=langsmith_recorder.url, api_key=LANGSMITH_KEY)
     tracer = LangChainTracer(client=client, project_name=PROJECT)
     yield tracer
     flush(tracer)
+    monkeypatch.undo()
+    langsmith_utils.get_env_var.cache_clear()  # else later tests trace to api.smith.langchain.com
 
 
 def flush(tracer: LangChainTracer) -> None:
