@@ -357,6 +357,9 @@ def test_k_and_top_n_given_at_build_time_reach_the_retriever_and_the_fusion() ->
     chain = chains.hyde_chain(retriever, ScriptedLLM().runnable, k=4, top_n=3, return_sources=True)
     assert len(chain.invoke(QUESTION)["documents"]) == 3
     assert retriever.received_k == [4]
+    unset = {"configurable": {"n": None, "k": None, "top_n": None}}  # as LangServe sends them
+    assert len(chain.invoke(QUESTION, unset)["documents"]) == 3
+    assert retriever.received_k == [4, 4]
 
 
 def test_multi_query_keeps_the_whole_union_and_rag_fusion_the_top_five() -> None:
