@@ -100,7 +100,7 @@ def _started(calls: list[Callable[[], Any]], workers: int) -> list[Future[Any]]:
     if workers < len(calls):
         gate = threading.BoundedSemaphore(workers)
         calls = [partial(_gated, gate, call) for call in calls]
-    return [_executor.submit(call) for call in calls]
+    return list(map(_executor.submit, calls))
 
 
 def in_background(call: Callable[..., Any], *args: Any) -> Future[Any]:
