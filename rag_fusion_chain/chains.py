@@ -226,7 +226,7 @@ class _Steps:
         question, fan_out = question_of(value), _configured(self.fan_out, config, "k")
         if self.query_step is None:
             return self._offline(question, fan_out.invoke(question, config), config)
-        searching = self.search_question  # a Future of the question's search, or None
+        searching = self.search_question  # then first is a Future of the question's search
         first = in_background(fan_out.invoke, question, config) if searching else None
         state = _queried(self.record, question, self.query_step.invoke(question, config), searching)
         return {**state, "first": None if first is None or first.cancel() else first}
@@ -272,7 +272,7 @@ class _Steps:
         fusion = _configured(self.fusion, config, "top_n")
         return _fused(self.record, state, partial(fusion.batch, config=config))
 
-    def answer_sub_questions(self, state: State, config: RunnableConfig) -> State:
+    def sub_answers(self, state: State, config: RunnableConfig) -> State:
         """``answer_sub_questions``: each sub-question answered from its passages, in turn
         (seeing the earlier answers) or all at once (then synthesised by the answer step)."""
         items, sub_answer = _sub_inputs(state), cast(Runnable[Any, str], self.sub_answer)
@@ -475,9 +475,7 @@ def chain_for(
         Step("answer", parts.answer, parts.aanswer),
     ]
     if sub_answer is not None:  # decomposition: each sub-question answered before the question
-        steps.insert(
-            4, Step("answer_sub_questions", parts.answer_sub_questions, parts.asub_answers)
-        )
+        steps.insert(4, Step("answer_sub_questions", parts.sub_answers, parts.asub_answers))
     metadata = {"strategy": record.name, "n": count if counted else 1, "k": k, "offline": offline}
     metadata |= {"top_n": chosen_fusion.top_n, **({"mode": mode} if sub_answer is not None else {})}
     tags = [record.name, "offline"] if offline else [record.name]
