@@ -156,7 +156,7 @@ def sample_index(embedding: str, kind: str | None = None) -> OpenedIndex:
         return _in_memory(settings, stores.build_faiss(documents, shipped), documents)
     identity = {
         "format": index_directory.INDEX_FORMAT,
-        "corpus_sha256": signing.file_sha256(corpus),
+        "corpus_sha256": signing.file_digest(corpus, "sha256"),
         "embedding": models.embedding_identity(embeddings),
         "precision": models.embedding_precision(embeddings),
     }
