@@ -26,7 +26,6 @@ from rag_fusion_chain.retrievers.faiss_files import MANIFEST_FILE
 from rag_fusion_chain.retrievers.signing import (
     SIGNING_KEY_ENV,
     UntrustedIndexError,
-    file_digest,
     sign,
     signature_of,
     signing_key,
@@ -186,10 +185,7 @@ def test_faiss_roundtrip_with_manifest(tmp_path: Path, embeddings: CountingEmbed
     assert set(manifest["files"]) == {"index.faiss", "docstore.json"}
     assert manifest["index"] == "IndexFlat" and manifest["format_version"] == 2
     for name, digest in manifest["files"].items():  # BLAKE3 of the bytes written, named so
-        assert (
-            digest
-            == "blake3:" + blake3.blake3((tmp_path / "index" / name).read_bytes()).hexdigest()
-        )
+        assert digest == blake3_digest(tmp_path / "index" / name)
     assert manifest["kit_version"] and manifest["documents"] == len(DOCUMENTS)
     assert manifest["embedding"].endswith("DeterministicFakeEmbedding(size=32)")
 
@@ -204,6 +200,10 @@ def forge_docstore(directory: Path) -> None:
     """Rewrite one stored text, as someone who can write the folder could."""
     path = directory / "docstore.json"
     path.write_text(path.read_text().replace("Solar panels", "Forged panels"))
+
+
+def blake3_digest(path: Path) -> str:
+    return "blake3:" + blake3.blake3(path.read_bytes()).hexdigest()
 
 
 def record_sha256(directory: Path) -> dict[str, str]:
@@ -265,8 +265,7 @@ def test_an_index_saved_before_blake3_loads_and_saves_on(
     old = record_sha256(tmp_path / "old")
     save_faiss(load_faiss(tmp_path / "old", embeddings), tmp_path / "new")
     files = json.loads((tmp_path / "new" / MANIFEST_FILE).read_text())["files"]
-    assert files["index.faiss"] == file_digest(tmp_path / "new" / "index.faiss")
-    assert files["index.faiss"].startswith("blake3:")
+    assert files["index.faiss"] == blake3_digest(tmp_path / "new" / "index.faiss")
     assert files["docstore.json"] == old["docstore.json"]  # a link to the same bytes, as recorded
     reloaded = load_faiss(tmp_path / "new", embeddings)
     assert [document.id for document in reloaded.docstore._dict.values()] == [
@@ -316,7 +315,7 @@ def forge_manifest(directory: Path, signature: str | None) -> None:
     """Forge a stored text and rewrite the manifest's hashes to match it."""
     forge_docstore(directory)
     manifest = json.loads((directory / MANIFEST_FILE).read_text())
-    manifest["files"] = {name: file_digest(directory / name) for name in manifest["files"]}
+    manifest["files"] = {name: blake3_digest(directory / name) for name in manifest["files"]}
     manifest.pop("signature")
     if signature is not None:
         manifest["signature"] = signature

@@ -33,7 +33,7 @@ from rag_fusion_chain.retrievers.signing import (
     has_digest,
     new_hash,
     open_regular_file,
-    read_hashed,
+    read_whole,
     recorded_digest,
     sign,
     verify_signature,
@@ -79,13 +79,12 @@ def save_faiss(store: FAISS, path: str | Path) -> Path:
         DOCSTORE_FILE: _linked(columns, docstore)
         or write_new_file(docstore, columns_json(columns, docstore)),
     }
-    embeddings = store.embeddings
     manifest = {
         "format": FAISS_FORMAT,
         "format_version": FAISS_FORMAT_VERSION,
         "kit_version": __version__,
         "files": files,
-        "embedding": embedding_identity(embeddings) if embeddings is not None else None,
+        "embedding": embedding_identity(store.embeddings) if store.embeddings is not None else None,
         "index": type(faiss.downcast_index(store.index)).__name__,  # IndexHNSWFlat...
         "distance_strategy": str(store.distance_strategy.value),
         "normalize_L2": bool(store._normalize_L2),
@@ -151,15 +150,13 @@ def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False)
         raise FileNotFoundError(f"FAISS index directory not found: {directory}")
     manifest = _read_manifest(directory, required=not trust)
     docstore_name = _docstore_name(directory, manifest)
-    listed = (manifest or {}).get("files")
-    files = listed if isinstance(listed, dict) else {}  # each hashed as its recorded digest was
-    docstore_bytes, docstore_digest = read_hashed(
-        directory / docstore_name, files.get(docstore_name)
-    )
+    files = (manifest or {}).get("files")
+    files = files if isinstance(files, dict) else {}  # each hashed as its recorded digest was
+    docstore_bytes = read_whole(directory / docstore_name)
+    docstore_digest = recorded_digest(new_hash(files.get(docstore_name), docstore_bytes))
     index, index_digest, failure = _read_faiss_hashed(directory / INDEX_FILE, files.get(INDEX_FILE))
     if not trust:
-        digests = {INDEX_FILE: index_digest, docstore_name: docstore_digest}
-        _verify_files(directory, listed, digests)
+        _verify_files(directory, files, {INDEX_FILE: index_digest, docstore_name: docstore_digest})
     try:
         if failure is not None:
             raise failure
@@ -215,9 +212,7 @@ def _read_faiss_hashed(path: Path, recorded: object) -> tuple[Any, str, Exceptio
             index = faiss.read_index(faiss.PyCallbackIOReader(read, READ_BLOCK_BYTES))  # type: ignore[attr-defined]
         except Exception as error:  # noqa: BLE001 - returned, raised after the hash check
             failure = error
-        for block in iter(lambda: file.read(READ_BLOCK_BYTES), b""):
-            digest.update(block)
-    return index, recorded_digest(digest), failure
+        return index, recorded_digest(digest, file), failure
 
 
 ALLOWED_GLOBALS: Final = frozenset(
@@ -284,9 +279,8 @@ def _read_manifest(directory: Path, *, required: bool) -> dict[str, Any] | None:
                 f"{TRUST_ADVICE}"
             )
         return None
-    raw, _ = read_hashed(manifest_path, max_bytes=MAX_MANIFEST_BYTES)
     try:
-        manifest = json.loads(raw.decode("utf-8"))
+        manifest = json.loads(read_whole(manifest_path, MAX_MANIFEST_BYTES))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         message = f"{manifest_path} is not valid JSON: {error}. {TRUST_ADVICE}"
         raise UntrustedIndexError(message) from error
@@ -299,12 +293,12 @@ def _read_manifest(directory: Path, *, required: bool) -> dict[str, Any] | None:
     return manifest
 
 
-def _verify_files(directory: Path, files: Any, digests: dict[str, str]) -> None:
+def _verify_files(directory: Path, files: dict[str, Any], digests: dict[str, str]) -> None:
     """Raise unless the manifest's ``files`` are exactly those read and every digest matches."""
-    if not isinstance(files, dict) or sorted(files) != sorted(digests):
+    if sorted(files) != sorted(digests):
+        where = directory / MANIFEST_FILE
         raise UntrustedIndexError(
-            f"{directory / MANIFEST_FILE} must list exactly {sorted(digests)}; "
-            f"it lists {sorted(files) if isinstance(files, dict) else files!r}"
+            f"{where} must list exactly {sorted(digests)}; not {sorted(files)}"
         )
     for name, digest in digests.items():
         if digest != files[name]:

@@ -58,50 +58,36 @@ def open_regular_file(path: str | Path, max_bytes: int = MAX_INDEX_FILE_BYTES) -
     return io.open(descriptor, "rb")  # noqa: UP020 - typed as a BufferedReader
 
 
-BLAKE3 = "blake3:"
-"""Before the hex BLAKE3 of each file the kit writes now (3.5x SHA-256's speed here, with SHA-NI);
-a bare hex digest is a SHA-256 (the kit's manifests before BLAKE3, the sample data's record)."""
+BLAKE3 = "blake3:"  # before the BLAKE3s the kit records (3.5x SHA-256's speed); bare hex: SHA-256
 
 
-def new_hash(recorded: object = BLAKE3) -> Any:
-    """A hash of the algorithm a ``recorded`` digest was made with: SHA-256 for bare hex (or
-    "sha256"), else BLAKE3."""
-    legacy = isinstance(recorded, str) and not recorded.startswith(BLAKE3)
-    return hashlib.sha256() if legacy else blake3.blake3()
+def new_hash(recorded: object = BLAKE3, data: bytes = b"") -> Any:
+    """A hash in the algorithm a ``recorded`` digest names (SHA-256 for bare hex, else BLAKE3)."""
+    sha256 = isinstance(recorded, str) and not recorded.startswith(BLAKE3)
+    return hashlib.sha256(data) if sha256 else blake3.blake3(data)
 
 
-def recorded_digest(hashed: Any) -> str:
-    """``hashed``'s digest as the kit records it: ``blake3:`` and hex, or SHA-256's bare hex."""
+def recorded_digest(hashed: Any, rest: io.BufferedReader | None = None) -> str:
+    """The digest as recorded (``blake3:`` and hex, or SHA-256's hex), the ``rest`` of a file in."""
+    for block in iter(lambda: rest.read(1 << 20), b"") if rest else ():
+        hashed.update(block)
     return BLAKE3 * (hashed.name == "blake3") + hashed.hexdigest()
 
 
-def read_hashed(
-    path: str | Path, recorded: object = BLAKE3, max_bytes: int = MAX_INDEX_FILE_BYTES
-) -> tuple[bytes, str]:
-    """A regular file's bytes (read once) and the digest of exactly those bytes, made with the
-    algorithm of ``recorded``."""
+def read_whole(path: str | Path, max_bytes: int = MAX_INDEX_FILE_BYTES) -> bytes:
+    """A regular file's bytes, read once (hash and parse these very bytes)."""
     with open_regular_file(path, max_bytes) as file:
         size = os.fstat(file.fileno()).st_size
         data = file.read(size + 1)
     if len(data) > size:
         raise ValueError(f"{path} grew while it was read; not loaded")
-    hashed = new_hash(recorded)
-    hashed.update(data)
-    return data, recorded_digest(hashed)
-
-
-def file_digest(path: str | Path, recorded: object = BLAKE3) -> str:
-    """The digest of a regular file's bytes (read in blocks), made with ``recorded``'s algorithm."""
-    hashed = new_hash(recorded)
-    with open_regular_file(path) as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            hashed.update(block)
-    return recorded_digest(hashed)
+    return data
 
 
 def has_digest(path: str | Path, recorded: str) -> bool:
     """Whether the regular file at ``path`` holds the bytes the ``recorded`` digest was made of."""
-    return file_digest(path, recorded) == recorded
+    with open_regular_file(path) as file:  # read in blocks
+        return recorded_digest(new_hash(recorded), file) == recorded
 
 
 def write_new_file(
