@@ -194,9 +194,8 @@ def _docstore_name(directory: Path, manifest: dict[str, Any] | None) -> str:
 
 
 def _read_faiss_hashed(path: Path, recorded: object) -> tuple[Any, str, Exception | None]:
-    """The FAISS index read from ``path`` in one pass, the digest of every byte of the file (in
-    ``recorded``'s algorithm), and the error FAISS raised on unreadable bytes (reported once the
-    digest has been checked)."""
+    """The FAISS index read from ``path`` in one pass, the digest (``recorded``'s algorithm) of every
+    byte of the file, and the error FAISS raised on unreadable bytes (reported once it is checked)."""
     import faiss
 
     digest = new_hash(recorded)
@@ -221,8 +220,7 @@ ALLOWED_GLOBALS: Final = frozenset(
         ("langchain_core.documents.base", "Document"),
         ("builtins", "dict"),  # a loaded docstore's documents, re-saved by FAISS.save_local
         ("decimal", "Decimal"),
-        ("uuid", "UUID"),
-        ("uuid", "SafeUUID"),
+        *(("uuid", name) for name in ("UUID", "SafeUUID")),
         *(("datetime", name) for name in ("date", "datetime", "time", "timedelta", "timezone")),
     }
 )
@@ -274,9 +272,8 @@ def _read_manifest(directory: Path, *, required: bool) -> dict[str, Any] | None:
     if not manifest_path.exists():
         if required:
             raise UntrustedIndexError(
-                f"{directory} has no {MANIFEST_FILE}, so its files cannot be verified and "
-                "will not be loaded. Indexes saved by build_faiss/save_faiss have one. "
-                f"{TRUST_ADVICE}"
+                f"{directory} has no {MANIFEST_FILE}, so its files cannot be verified and will not "
+                f"be loaded. Indexes saved by build_faiss/save_faiss have one. {TRUST_ADVICE}"
             )
         return None
     try:
@@ -296,9 +293,9 @@ def _read_manifest(directory: Path, *, required: bool) -> dict[str, Any] | None:
 def _verify_files(directory: Path, files: dict[str, Any], digests: dict[str, str]) -> None:
     """Raise unless the manifest's ``files`` are exactly those read and every digest matches."""
     if sorted(files) != sorted(digests):
-        where = directory / MANIFEST_FILE
         raise UntrustedIndexError(
-            f"{where} must list exactly {sorted(digests)}; not {sorted(files)}"
+            f"{directory / MANIFEST_FILE} must list exactly {sorted(digests)}; "
+            f"it lists {sorted(files)}"
         )
     for name, digest in digests.items():
         if digest != files[name]:

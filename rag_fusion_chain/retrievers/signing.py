@@ -22,6 +22,7 @@ import blake3
 SIGNING_KEY_ENV = "RAG_FUSION_INDEX_KEY_FILE"
 SIGNATURE_FIELD = "signature"
 SIGNATURE_PREFIX = "hmac-sha256:"
+BLAKE3 = "blake3:"  # before the BLAKE3s the kit records (3.5x SHA-256's speed); bare hex: SHA-256
 TRUST_ADVICE = (
     "Rebuild the index on this machine, or pass trust=True (rag-fusion: --trust-index) if you "
     "trust its origin."
@@ -58,13 +59,9 @@ def open_regular_file(path: str | Path, max_bytes: int = MAX_INDEX_FILE_BYTES) -
     return io.open(descriptor, "rb")  # noqa: UP020 - typed as a BufferedReader
 
 
-BLAKE3 = "blake3:"  # before the BLAKE3s the kit records (3.5x SHA-256's speed); bare hex: SHA-256
-
-
 def new_hash(recorded: object = BLAKE3, data: bytes = b"") -> Any:
     """A hash in the algorithm a ``recorded`` digest names (SHA-256 for bare hex, else BLAKE3)."""
-    sha256 = isinstance(recorded, str) and not recorded.startswith(BLAKE3)
-    return hashlib.sha256(data) if sha256 else blake3.blake3(data)
+    return (blake3.blake3 if str(recorded or BLAKE3).startswith(BLAKE3) else hashlib.sha256)(data)
 
 
 def recorded_digest(hashed: Any, rest: io.BufferedReader | None = None) -> str:
@@ -93,8 +90,7 @@ def has_digest(path: str | Path, recorded: str) -> bool:
 def write_new_file(
     path: Path, content: Sequence[bytes] | Callable[[Callable[[bytes], int]], object]
 ) -> str:
-    """Write ``content`` (its pieces, or what it emits) to a new file beside ``path``, rename
-    it; its digest (BLAKE3)."""
+    """Write ``content`` (pieces, or what it emits) to a new file renamed ``path``; its digest."""
     digest = new_hash()
     temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
     descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
@@ -106,11 +102,7 @@ def write_new_file(
                 handle.write(block)
                 return len(block)
 
-            if callable(content):
-                content(write)
-            else:
-                for piece in content:
-                    write(piece)
+            content(write) if callable(content) else list(map(write, content))
         temporary.replace(path)
     finally:
         temporary.unlink(missing_ok=True)
@@ -202,9 +194,8 @@ def verify_signature(record: Mapping[str, Any], where: str | Path) -> None:
         )
     if not signing_key_file().exists():
         raise UntrustedIndexError(
-            f"{where} is signed, but this user has no index signing key "
-            f"({signing_key_file()}): the index was made by another user or machine. "
-            f"{TRUST_ADVICE}"
+            f"{where} is signed, but this user has no index signing key ({signing_key_file()}): "
+            f"the index was made by another user or machine. {TRUST_ADVICE}"
         )
     expected = signature_of(record, _read_signing_key(signing_key_file()))
     if not hmac.compare_digest(recorded.encode("utf-8"), expected.encode("utf-8")):
