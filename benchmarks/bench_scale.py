@@ -11,7 +11,7 @@ wall time mostly measures the scheduler.
 * build: ``build_faiss(documents, embeddings, vectors=V)`` vs ``IndexFlatIP(d).add(V)``;
   + save: ``save_faiss`` vs ``faiss.write_index`` + ``json.dump`` of the texts (and, a second
   baseline, of the same ids, texts and metadata the kit stores);
-* load: ``load_faiss`` (signature, SHA-256 of the bytes read) vs ``faiss.read_index`` +
+* load: ``load_faiss`` (signature, BLAKE3 of the bytes read) vs ``faiss.read_index`` +
   ``json.load`` of either;
 * search: recall@10 of the kit's HNSW against flat over 200 held-out queries, five-query p50
   through ``VectorRetriever`` and through ``hybrid_retriever`` (BM25 + vectors).

@@ -28,7 +28,7 @@ from pydantic_core import core_schema
 from rag_fusion_chain import chains, data, ingest, models, strategies, validation
 from rag_fusion_chain.chains import K_SPEC, N_SPEC, TOP_N_SPEC
 from rag_fusion_chain.data import vectors
-from rag_fusion_chain.retrievers import index_directory, signing, stores
+from rag_fusion_chain.retrievers import index_directory, stores
 from rag_fusion_chain.retrievers.bm25 import BM25Retriever
 from rag_fusion_chain.retrievers.index_directory import OpenedIndex
 from rag_fusion_chain.validation import KIT_CACHE, QuestionInput, require_extra
@@ -156,7 +156,7 @@ def sample_index(embedding: str, kind: str | None = None) -> OpenedIndex:
         return _in_memory(settings, stores.build_faiss(documents, shipped), documents)
     identity = {
         "format": index_directory.INDEX_FORMAT,
-        "corpus_sha256": signing.file_sha256(corpus),
+        "corpus_sha256": hashlib.sha256(corpus.read_bytes()).hexdigest(),
         "embedding": models.embedding_identity(embeddings),
         "precision": models.embedding_precision(embeddings),
     }

@@ -908,7 +908,7 @@ def test_a_truncated_faiss_index_is_refused_or_a_clear_error_when_trusted(
     shutil.copytree(saved_faiss, directory)
     damage(directory / file_name, how)
     embeddings = DeterministicFakeEmbedding(size=8)
-    with pytest.raises(UntrustedIndexError, match=f"{file_name} does not match the SHA-256"):
+    with pytest.raises(UntrustedIndexError, match=f"{file_name} does not match the digest"):
         load_faiss(directory, embeddings)
     with pytest.raises(ValueError, match="corrupt or not a LangChain FAISS index"):
         load_faiss(directory, embeddings, trust=True)
@@ -976,7 +976,11 @@ def test_cli_ask_on_a_tampered_index_is_one_error_line_and_exit_one(
     assert finished.returncode == 1
     lines = [line for line in finished.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, finished.stderr
-    assert lines[0].startswith("error: ") and "docstore.json" in lines[0] and "SHA-256" in lines[0]
+    assert (
+        lines[0].startswith("error: ")
+        and "docstore.json" in lines[0]
+        and "does not match the digest" in lines[0]
+    )
     assert "Traceback" not in finished.stderr + finished.stdout
     assert SECRET not in finished.stderr + finished.stdout
     assert stub.counts["chat"] == 0

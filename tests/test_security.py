@@ -222,7 +222,7 @@ def test_an_index_file_above_the_bound_is_not_read(tmp_path: Path) -> None:
     build_faiss(DOCUMENTS, EMBEDDINGS, path=tmp_path)
     size = (tmp_path / "docstore.json").stat().st_size
     with pytest.raises(ValueError, match=f"is {size} bytes, above the bound of {size - 1}"):
-        signing.read_hashed(tmp_path / "docstore.json", max_bytes=size - 1)
+        signing.read_whole(tmp_path / "docstore.json", max_bytes=size - 1)
 
 
 # ============================================================================================

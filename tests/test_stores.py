@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import io
 import json
 import subprocess
@@ -12,6 +13,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import blake3
 import numpy as np
 import pytest
 from langchain_core.documents import Document
@@ -24,7 +26,6 @@ from rag_fusion_chain.retrievers.faiss_files import MANIFEST_FILE
 from rag_fusion_chain.retrievers.signing import (
     SIGNING_KEY_ENV,
     UntrustedIndexError,
-    file_sha256,
     sign,
     signature_of,
     signing_key,
@@ -183,7 +184,8 @@ def test_faiss_roundtrip_with_manifest(tmp_path: Path, embeddings: CountingEmbed
     manifest = json.loads((tmp_path / "index" / MANIFEST_FILE).read_text())
     assert set(manifest["files"]) == {"index.faiss", "docstore.json"}
     assert manifest["index"] == "IndexFlat" and manifest["format_version"] == 2
-    assert all(len(digest) == 64 for digest in manifest["files"].values())
+    for name, digest in manifest["files"].items():  # BLAKE3 of the bytes written, named so
+        assert digest == blake3_digest(tmp_path / "index" / name)
     assert manifest["kit_version"] and manifest["documents"] == len(DOCUMENTS)
     assert manifest["embedding"].endswith("DeterministicFakeEmbedding(size=32)")
 
@@ -200,12 +202,75 @@ def forge_docstore(directory: Path) -> None:
     path.write_text(path.read_text().replace("Solar panels", "Forged panels"))
 
 
+def blake3_digest(path: Path) -> str:
+    return "blake3:" + blake3.blake3(path.read_bytes()).hexdigest()
+
+
+def record_sha256(directory: Path) -> dict[str, str]:
+    """Sign the manifest as the kit wrote it before BLAKE3: the files' SHA-256 in bare hex."""
+    manifest = json.loads((directory / MANIFEST_FILE).read_text())
+    files = {
+        name: hashlib.sha256((directory / name).read_bytes()).hexdigest()
+        for name in manifest["files"]
+    }
+    (directory / MANIFEST_FILE).write_text(json.dumps(sign({**manifest, "files": files})))
+    return files
+
+
 def test_tampered_docstore_is_refused(tmp_path: Path, embeddings: CountingEmbeddings) -> None:
     build_faiss(DOCUMENTS, embeddings, path=tmp_path)
     forge_docstore(tmp_path)
     with pytest.raises(UntrustedIndexError, match="docstore.json.*tampered"):
         load_faiss(tmp_path, embeddings)
     assert issubclass(UntrustedIndexError, ValueError)
+
+
+@pytest.mark.parametrize("digests", ["blake3", "sha256"])
+@pytest.mark.parametrize("name", ["index.faiss", "docstore.json"])
+def test_a_changed_bit_is_refused_under_either_digest(
+    tmp_path: Path, embeddings: CountingEmbeddings, digests: str, name: str
+) -> None:
+    """New indexes record BLAKE3; the kit's earlier ones (SHA-256) still load, verified."""
+    store = build_faiss(DOCUMENTS, embeddings, path=tmp_path)
+    if digests == "sha256":
+        assert all(len(digest) == 64 for digest in record_sha256(tmp_path).values())
+    loaded = load_faiss(tmp_path, embeddings)
+    assert VectorRetriever(vectorstore=loaded).batch(QUERIES) == (
+        VectorRetriever(vectorstore=store).batch(QUERIES)
+    )
+    data = bytearray((tmp_path / name).read_bytes())
+    data[data.find(b"Wind") if name == "docstore.json" else len(data) // 2] ^= 1  # still loadable
+    (tmp_path / name).write_bytes(bytes(data))
+    with pytest.raises(UntrustedIndexError, match=f"{name} does not match the digest recorded"):
+        load_faiss(tmp_path, embeddings)
+    assert load_faiss(tmp_path, embeddings, trust=True).index.ntotal == len(DOCUMENTS)
+
+
+def test_a_digest_is_checked_with_the_algorithm_it_names(
+    tmp_path: Path, embeddings: CountingEmbeddings
+) -> None:
+    build_faiss(DOCUMENTS, embeddings, path=tmp_path)
+    files = record_sha256(tmp_path)
+    manifest = json.loads((tmp_path / MANIFEST_FILE).read_text())
+    manifest["files"]["index.faiss"] = "blake3:" + files["index.faiss"]  # SHA-256 hex, named BLAKE3
+    (tmp_path / MANIFEST_FILE).write_text(json.dumps(sign(manifest)))
+    with pytest.raises(UntrustedIndexError, match="index.faiss does not match"):
+        load_faiss(tmp_path, embeddings)
+
+
+def test_an_index_saved_before_blake3_loads_and_saves_on(
+    tmp_path: Path, embeddings: CountingEmbeddings
+) -> None:
+    build_faiss(DOCUMENTS, embeddings, path=tmp_path / "old")
+    old = record_sha256(tmp_path / "old")
+    save_faiss(load_faiss(tmp_path / "old", embeddings), tmp_path / "new")
+    files = json.loads((tmp_path / "new" / MANIFEST_FILE).read_text())["files"]
+    assert files["index.faiss"] == blake3_digest(tmp_path / "new" / "index.faiss")
+    assert files["docstore.json"] == old["docstore.json"]  # a link to the same bytes, as recorded
+    reloaded = load_faiss(tmp_path / "new", embeddings)
+    assert [document.id for document in reloaded.docstore._dict.values()] == [
+        document.id for document in load_faiss(tmp_path / "old", embeddings).docstore._dict.values()
+    ]
 
 
 def test_missing_manifest_is_refused_unless_trusted(
@@ -250,7 +315,7 @@ def forge_manifest(directory: Path, signature: str | None) -> None:
     """Forge a stored text and rewrite the manifest's hashes to match it."""
     forge_docstore(directory)
     manifest = json.loads((directory / MANIFEST_FILE).read_text())
-    manifest["files"] = {name: file_sha256(directory / name) for name in manifest["files"]}
+    manifest["files"] = {name: blake3_digest(directory / name) for name in manifest["files"]}
     manifest.pop("signature")
     if signature is not None:
         manifest["signature"] = signature
@@ -738,9 +803,9 @@ def test_a_signed_index_of_the_kits_pickle_format_loads_verified_without_trust(
     pickled = pickle.dumps((store.docstore, store.index_to_docstore_id))
     (directory / "index.pkl").write_bytes(pickled)
     manifest = json.loads((directory / MANIFEST_FILE).read_text())
-    files = {
-        "index.faiss": manifest["files"]["index.faiss"],
-        "index.pkl": file_sha256(directory / "index.pkl"),
+    files = {  # SHA-256, as the kit recorded then
+        name: hashlib.sha256((directory / name).read_bytes()).hexdigest()
+        for name in ("index.faiss", "index.pkl")
     }
     old = {**manifest, "format_version": 1, "files": files}
     (directory / MANIFEST_FILE).write_text(json.dumps(sign(old)))

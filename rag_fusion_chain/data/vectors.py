@@ -4,6 +4,7 @@ embeddings. Regenerate them with ``python -m rag_fusion_chain.data.vectors``."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -14,7 +15,6 @@ from langchain_core.embeddings import Embeddings
 
 from rag_fusion_chain import models
 from rag_fusion_chain.data import data_path, sample_corpus_path
-from rag_fusion_chain.retrievers.signing import file_sha256
 
 if TYPE_CHECKING:
     import numpy as np
@@ -54,7 +54,7 @@ def load_sample_vectors() -> SampleVectors:
             f"{folder / VECTORS_FILE}: {matrix.dtype} {matrix.shape}, the record says "
             f"float32 {expected}"
         )
-    if record["corpus_sha256"] != file_sha256(sample_corpus_path()):
+    if record["corpus_sha256"] != hashlib.sha256(sample_corpus_path().read_bytes()).hexdigest():
         raise ValueError("the shipped vectors were made from another version of the sample corpus")
     return SampleVectors(matrix=matrix, record=record)
 
@@ -111,7 +111,7 @@ def write_sample_vectors(embedding: str | None = None, directory: Path | None = 
         "embedding_identity": models.embedding_identity(embeddings),
         "backend": models.split_backend(models.embedding_identity(embeddings))[1],
         "dimension": int(matrix.shape[1]),
-        "corpus_sha256": file_sha256(sample_corpus_path()),
+        "corpus_sha256": hashlib.sha256(sample_corpus_path().read_bytes()).hexdigest(),
         "document_ids": [document.metadata["doc_id"] for document in documents],
     }
     np.save(folder / VECTORS_FILE, matrix, allow_pickle=False)

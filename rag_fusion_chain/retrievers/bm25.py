@@ -31,7 +31,7 @@ from rag_fusion_chain.retrievers.columns import (
     stored_documents,
 )
 from rag_fusion_chain.retrievers.fanout import DEFAULT_K
-from rag_fusion_chain.retrievers.signing import file_sha256, open_regular_file, write_new_file
+from rag_fusion_chain.retrievers.signing import has_digest, open_regular_file, write_new_file
 from rag_fusion_chain.validation import require_extra
 
 BM25_FORMAT = "rag_fusion_chain.bm25"
@@ -306,7 +306,7 @@ class BM25Retriever(BatchedRetriever):
         total, file = int(index.scores["num_docs"]), path / DOCUMENTS_FILE
         documents: Sequence[Document] | None = None
         if same_as is not None and same_as.file and len(same_as) == total:
-            same = os.path.samefile(file, same_as.file[0]) or file_sha256(file) == same_as.file[1]
+            same = os.path.samefile(file, same_as.file[0]) or has_digest(file, same_as.file[1])
             documents = same_as if same else None
         if documents is None:
             stored = _read_json(file)

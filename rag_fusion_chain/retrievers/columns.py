@@ -22,7 +22,7 @@ _JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 class StoredDocuments(Sequence[Document]):
     """Documents by position over loaded columns, each made when it is read. ``file``: the
-    columns file they were parsed from or saved as, the SHA-256 of its bytes then, and the inode
+    columns file they were parsed from or saved as, the digest of its bytes then, and the inode
     and mtime it was written with (none if read)."""
 
     def __init__(self, ids: list[str], texts: list[str], metadatas: list[dict[str, Any]]) -> None:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import json
 import os
@@ -31,9 +30,11 @@ from rag_fusion_chain.retrievers.columns import (
 from rag_fusion_chain.retrievers.signing import (
     TRUST_ADVICE,
     UntrustedIndexError,
-    file_sha256,
+    has_digest,
+    new_hash,
     open_regular_file,
-    read_hashed,
+    read_whole,
+    recorded_digest,
     sign,
     verify_signature,
     write_new_file,
@@ -78,13 +79,12 @@ def save_faiss(store: FAISS, path: str | Path) -> Path:
         DOCSTORE_FILE: _linked(columns, docstore)
         or write_new_file(docstore, columns_json(columns, docstore)),
     }
-    embeddings = store.embeddings
     manifest = {
         "format": FAISS_FORMAT,
         "format_version": FAISS_FORMAT_VERSION,
         "kit_version": __version__,
         "files": files,
-        "embedding": embedding_identity(embeddings) if embeddings is not None else None,
+        "embedding": embedding_identity(store.embeddings) if store.embeddings is not None else None,
         "index": type(faiss.downcast_index(store.index)).__name__,  # IndexHNSWFlat...
         "distance_strategy": str(store.distance_strategy.value),
         "normalize_L2": bool(store._normalize_L2),
@@ -120,7 +120,7 @@ def _docstore_columns(store: FAISS) -> StoredDocuments:
 
 
 def _linked(columns: StoredDocuments, path: Path) -> str | None:
-    """The SHA-256 of ``path`` made a link to the file ``columns`` were saved as, if it is still
+    """The digest of ``path`` made a link to the file ``columns`` were saved as, if it is still
     the file written (inode, mtime) or holds the bytes saved (else None, and nothing made).
     The kit never rewrites a file in place: a changed one fails the manifest's check on load."""
     if columns.file is None:
@@ -130,7 +130,7 @@ def _linked(columns: StoredDocuments, path: Path) -> str | None:
     with contextlib.suppress(OSError):  # no hard links (another file system): it is written
         os.link(source, temporary)
         linked = os.stat(temporary)
-        if [linked.st_ino, linked.st_mtime_ns] == written or file_sha256(temporary) == digest:
+        if [linked.st_ino, linked.st_mtime_ns] == written or has_digest(temporary, digest):
             temporary.replace(path)
             return digest
     temporary.unlink(missing_ok=True)
@@ -150,11 +150,13 @@ def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False)
         raise FileNotFoundError(f"FAISS index directory not found: {directory}")
     manifest = _read_manifest(directory, required=not trust)
     docstore_name = _docstore_name(directory, manifest)
-    docstore_bytes, docstore_digest = read_hashed(directory / docstore_name)
-    index, index_digest, failure = _read_faiss_hashed(directory / INDEX_FILE)
+    files = (manifest or {}).get("files")
+    files = files if isinstance(files, dict) else {}  # each hashed as its recorded digest was
+    docstore_bytes = read_whole(directory / docstore_name)
+    docstore_digest = recorded_digest(new_hash(files.get(docstore_name), docstore_bytes))
+    index, index_digest, failure = _read_faiss_hashed(directory / INDEX_FILE, files.get(INDEX_FILE))
     if not trust:
-        digests = {INDEX_FILE: index_digest, docstore_name: docstore_digest}
-        _verify_files(directory, manifest, digests)
+        _verify_files(directory, files, {INDEX_FILE: index_digest, docstore_name: docstore_digest})
     try:
         if failure is not None:
             raise failure
@@ -191,12 +193,12 @@ def _docstore_name(directory: Path, manifest: dict[str, Any] | None) -> str:
     return DOCSTORE_FILE if manifest.get("format_version") == FAISS_FORMAT_VERSION else PICKLE_FILE
 
 
-def _read_faiss_hashed(path: Path) -> tuple[Any, str, Exception | None]:
-    """The FAISS index read from ``path`` in one pass, the SHA-256 of every byte of the file,
-    and the error FAISS raised on unreadable bytes (reported once the hash has been checked)."""
+def _read_faiss_hashed(path: Path, recorded: object) -> tuple[Any, str, Exception | None]:
+    """The FAISS index read from ``path`` in one pass, the digest (``recorded``'s algorithm) of every
+    byte of the file, and the error FAISS raised on unreadable bytes (reported once it is checked)."""
     import faiss
 
-    digest = hashlib.sha256()
+    digest = new_hash(recorded)
     with open_regular_file(path) as file:
 
         def read(count: int) -> bytes:
@@ -209,9 +211,7 @@ def _read_faiss_hashed(path: Path) -> tuple[Any, str, Exception | None]:
             index = faiss.read_index(faiss.PyCallbackIOReader(read, READ_BLOCK_BYTES))  # type: ignore[attr-defined]
         except Exception as error:  # noqa: BLE001 - returned, raised after the hash check
             failure = error
-        for block in iter(lambda: file.read(READ_BLOCK_BYTES), b""):
-            digest.update(block)
-    return index, digest.hexdigest(), failure
+        return index, recorded_digest(digest, file), failure
 
 
 ALLOWED_GLOBALS: Final = frozenset(
@@ -220,8 +220,7 @@ ALLOWED_GLOBALS: Final = frozenset(
         ("langchain_core.documents.base", "Document"),
         ("builtins", "dict"),  # a loaded docstore's documents, re-saved by FAISS.save_local
         ("decimal", "Decimal"),
-        ("uuid", "UUID"),
-        ("uuid", "SafeUUID"),
+        *(("uuid", name) for name in ("UUID", "SafeUUID")),
         *(("datetime", name) for name in ("date", "datetime", "time", "timedelta", "timezone")),
     }
 )
@@ -273,14 +272,12 @@ def _read_manifest(directory: Path, *, required: bool) -> dict[str, Any] | None:
     if not manifest_path.exists():
         if required:
             raise UntrustedIndexError(
-                f"{directory} has no {MANIFEST_FILE}, so its files cannot be verified and "
-                "will not be loaded. Indexes saved by build_faiss/save_faiss have one. "
-                f"{TRUST_ADVICE}"
+                f"{directory} has no {MANIFEST_FILE}, so its files cannot be verified and will not "
+                f"be loaded. Indexes saved by build_faiss/save_faiss have one. {TRUST_ADVICE}"
             )
         return None
-    raw, _ = read_hashed(manifest_path, MAX_MANIFEST_BYTES)
     try:
-        manifest = json.loads(raw.decode("utf-8"))
+        manifest = json.loads(read_whole(manifest_path, MAX_MANIFEST_BYTES))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         message = f"{manifest_path} is not valid JSON: {error}. {TRUST_ADVICE}"
         raise UntrustedIndexError(message) from error
@@ -293,20 +290,17 @@ def _read_manifest(directory: Path, *, required: bool) -> dict[str, Any] | None:
     return manifest
 
 
-def _verify_files(
-    directory: Path, manifest: dict[str, Any] | None, digests: dict[str, str]
-) -> None:
-    """Raise unless the manifest lists exactly the files read and every hash matches."""
-    files = manifest.get("files") if manifest else None
-    if not isinstance(files, dict) or sorted(files) != sorted(digests):
+def _verify_files(directory: Path, files: dict[str, Any], digests: dict[str, str]) -> None:
+    """Raise unless the manifest's ``files`` are exactly those read and every digest matches."""
+    if sorted(files) != sorted(digests):
         raise UntrustedIndexError(
             f"{directory / MANIFEST_FILE} must list exactly {sorted(digests)}; "
-            f"it lists {sorted(files) if isinstance(files, dict) else files!r}"
+            f"it lists {sorted(files)}"
         )
     for name, digest in digests.items():
         if digest != files[name]:
             raise UntrustedIndexError(
-                f"{directory / name} does not match the SHA-256 recorded in {MANIFEST_FILE}: it "
+                f"{directory / name} does not match the digest recorded in {MANIFEST_FILE}: it "
                 f"changed after the index was saved (corrupted or tampered with), so it will not "
                 f"be loaded. {TRUST_ADVICE}"
             )
