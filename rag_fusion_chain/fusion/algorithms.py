@@ -60,11 +60,12 @@ def reciprocal_rank_scores(
 ) -> Fused:
     """RRF: score(d) = sum of weight / (rank_constant + rank(d)), ranks from ``rank_start``."""
     first = rank_constant + rank_start
-    contributions = [
-        [weight / (first + position) for position in range(len(ranked))]
-        for ranked, weight in zip(ranked_lists, weights, strict=True)
-    ]
-    return _accumulate(ranked_lists, contributions, id_key)
+    shapes = list(zip(weights, map(len, ranked_lists), strict=True))
+    shared = {  # lists of one weight and length (a fan-out's usual case) share their contributions
+        shape: [shape[0] / (first + position) for position in range(shape[1])]
+        for shape in set(shapes)
+    }
+    return _accumulate(ranked_lists, [shared[shape] for shape in shapes], id_key)
 
 
 def union_scores(ranked_lists: Lists, weights: Weights, *, id_key: Key = None) -> Fused:
