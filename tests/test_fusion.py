@@ -653,7 +653,15 @@ def test_fusion_reports_its_run_to_callbacks(call_style: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "source", ["config", "parent run", "collect_runs", "LANGCHAIN_TRACING_V2", "LANGSMITH_TRACING"]
+    "source",
+    [
+        "config",
+        "parent run",
+        "collect_runs",
+        "astream_events",
+        "LANGCHAIN_TRACING_V2",
+        "LANGSMITH_TRACING",
+    ],
 )
 def test_the_fuse_run_reaches_handlers_from_every_source(
     source: str, monkeypatch: pytest.MonkeyPatch, langsmith_recorder: LangSmithRecorder
@@ -672,6 +680,15 @@ def test_the_fuse_run_reaches_handlers_from_every_source(
         with collect_runs() as collector:
             fuse.invoke(lists)
         recorder.events = [("start", run.name, run.id) for run in collector.traced_runs]
+    elif source == "astream_events":
+
+        async def events() -> list[tuple[str, object, object]]:
+            return [
+                (event["event"].removeprefix("on_chain_"), event["name"], 0)
+                async for event in fuse.astream_events(lists)
+            ]
+
+        recorder.events = asyncio.run(events())
     else:
         client = Client(api_url=langsmith_recorder.url, api_key="fake-recorder-key")
         monkeypatch.setattr(langchain_tracer, "get_client", lambda: client)

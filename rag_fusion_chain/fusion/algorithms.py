@@ -62,7 +62,7 @@ def reciprocal_rank_scores(
     first = rank_constant + rank_start
     shapes = list(zip(weights, map(len, ranked_lists), strict=True))  # (weight, length) per list
     shared = {s: [s[0] / (first + rank) for rank in range(s[1])] for s in set(shapes)}  # once each
-    return _accumulate(ranked_lists, [shared[shape] for shape in shapes], id_key)
+    return _accumulate(ranked_lists, list(map(shared.__getitem__, shapes)), id_key)
 
 
 def union_scores(ranked_lists: Lists, weights: Weights, *, id_key: Key = None) -> Fused:
