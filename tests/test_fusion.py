@@ -15,7 +15,11 @@ from hypothesis import strategies as st
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.documents import Document
 from langchain_core.load import dumps, loads
-from langchain_core.runnables import ConfigurableField
+from langchain_core.runnables import ConfigurableField, RunnableLambda
+from langchain_core.tracers import langchain as langchain_tracer
+from langchain_core.tracers.context import collect_runs
+from langsmith import Client
+from langsmith import utils as langsmith_utils
 
 from rag_fusion_chain import fusion
 from rag_fusion_chain.fusion import (
@@ -26,6 +30,7 @@ from rag_fusion_chain.fusion import (
     UniqueUnion,
     document_id,
 )
+from tests.langsmith_recorder import LangSmithRecorder
 
 
 def doc(text: str, score: float | None = None, **metadata: object) -> Document:
@@ -645,3 +650,58 @@ def test_fusion_reports_its_run_to_callbacks(call_style: str) -> None:
                 runnable.ainvoke("not lists", {"callbacks": [failing], "run_name": "my_fuse"})
             )
     assert [event[:2] for event in failing.events] == [("start", "my_fuse"), ("error", "TypeError")]
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "config",
+        "parent run",
+        "collect_runs",
+        "astream_events",
+        "LANGCHAIN_TRACING_V2",
+        "LANGSMITH_TRACING",
+    ],
+)
+def test_the_fuse_run_reaches_handlers_from_every_source(
+    source: str, monkeypatch: pytest.MonkeyPatch, langsmith_recorder: LangSmithRecorder
+) -> None:
+    """The fusion skips its run only when no handler would see it: a handler in the config, in a
+    parent's context, from a context hook, or the tracer the environment switches on (its runs
+    sent to a local LangSmith stand-in) still gets it."""
+    lists = [[doc("A"), doc("B")], [doc("B")]]
+    fuse = fusion.reciprocal_rank_fusion
+    recorder = RunRecorder()
+    if source == "config":
+        fuse.invoke(lists, {"callbacks": [recorder]})
+    elif source == "parent run":
+        (RunnableLambda(lambda given: given) | fuse).invoke(lists, {"callbacks": [recorder]})
+    elif source == "collect_runs":
+        with collect_runs() as collector:
+            fuse.invoke(lists)
+        recorder.events = [("start", run.name, run.id) for run in collector.traced_runs]
+    elif source == "astream_events":
+
+        async def events() -> list[tuple[str, object, object]]:
+            return [
+                (event["event"].removeprefix("on_chain_"), event["name"], 0)
+                async for event in fuse.astream_events(lists)
+            ]
+
+        recorder.events = asyncio.run(events())
+    else:
+        client = Client(api_url=langsmith_recorder.url, api_key="fake-recorder-key")
+        monkeypatch.setattr(langchain_tracer, "get_client", lambda: client)
+        monkeypatch.setenv(source, "true")
+        langsmith_utils.get_env_var.cache_clear()  # the SDK caches what the environment says
+        try:
+            fuse.invoke(lists)
+        finally:
+            monkeypatch.undo()
+            langsmith_utils.get_env_var.cache_clear()
+        client.flush()
+        assert langsmith_recorder.wait_for(
+            lambda runs: any(run.get("name") == "fuse" for run in runs.values())
+        )
+        recorder.events = [("start", run["name"], 0) for run in langsmith_recorder.runs.values()]
+    assert ("start", "fuse") in [event[:2] for event in recorder.events]

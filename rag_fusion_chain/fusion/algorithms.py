@@ -60,19 +60,15 @@ def reciprocal_rank_scores(
 ) -> Fused:
     """RRF: score(d) = sum of weight / (rank_constant + rank(d)), ranks from ``rank_start``."""
     first = rank_constant + rank_start
-    contributions = [
-        [weight / (first + position) for position in range(len(ranked))]
-        for ranked, weight in zip(ranked_lists, weights, strict=True)
-    ]
-    return _accumulate(ranked_lists, contributions, id_key)
+    shapes = list(zip(weights, map(len, ranked_lists), strict=True))  # (weight, length) per list
+    shared = {s: [s[0] / (first + rank) for rank in range(s[1])] for s in set(shapes)}  # once each
+    return _accumulate(ranked_lists, list(map(shared.__getitem__, shapes)), id_key)
 
 
 def union_scores(ranked_lists: Lists, weights: Weights, *, id_key: Key = None) -> Fused:
     """Unique union: every distinct document once, scored by the summed weight of its lists."""
-    contributions = [
-        [weight] * len(ranked) for ranked, weight in zip(ranked_lists, weights, strict=True)
-    ]
-    return _accumulate(ranked_lists, contributions, id_key)
+    shapes = zip(weights, map(len, ranked_lists), strict=True)
+    return _accumulate(ranked_lists, [[weight] * length for weight, length in shapes], id_key)
 
 
 def normalize_scores(scores: list[float], bounds: tuple[float, float]) -> list[float]:

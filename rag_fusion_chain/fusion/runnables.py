@@ -77,8 +77,7 @@ class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
         order: Sequence[int] = range(len(scores))
         if self.sorts_by_score:  # stable: ties stay in first-seen order
             order = sorted(order, key=scores.__getitem__, reverse=True)
-        kept = order[: self.top_n]
-        fused = algorithms.scored_copies(documents, scores, kept)
+        fused = algorithms.scored_copies(documents, scores, order[: self.top_n])
         return [(d, d.metadata[FUSION_SCORE_KEY]) for d in fused] if self.with_scores else fused
 
     def invoke(
@@ -116,9 +115,13 @@ def traced_call(
 ) -> Any:
     """``body(input, child_config)`` as one run of ``runnable``, its children nested under it:
     ``Runnable._call_with_config`` without its signature inspection on every call;
-    ``children=False`` (a body that starts no runs) skips the child config and its context."""
+    ``children=False`` (a body that starts no runs) skips the child config, and the run when no
+    handler (config, context, tracing env) would see it."""
     config = ensure_config(config)
-    run_manager = get_callback_manager_for_config(config).on_chain_start(
+    callbacks = get_callback_manager_for_config(config)
+    if not (children or callbacks.handlers):
+        return body(input, config)
+    run_manager = callbacks.on_chain_start(
         None,
         input,
         name=config.get("run_name") or runnable.get_name(),
