@@ -8,7 +8,7 @@ import math
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from itertools import repeat
-from typing import Any
+from typing import Any, TypeGuard
 
 from langchain_core.documents import Document
 
@@ -54,7 +54,8 @@ def validate_weights(weights: Sequence[float]) -> None:
         raise ValueError("weights must not all be zero")
 
 
-def _is_document_list(value: Any) -> bool:
+def is_document_list(value: Any) -> TypeGuard[Sequence[Document]]:
+    """Whether ``value`` is one ranked list: a list or tuple of Documents only (or empty)."""
     return isinstance(value, (list, tuple)) and all(map(isinstance, value, repeat(Document)))
 
 
@@ -70,10 +71,10 @@ def flatten(
     flat: list[Sequence[Document]] = []
     retriever_of: list[int] = []
     for position, item in enumerate(ranked_lists):
-        if _is_document_list(item):
+        if is_document_list(item):
             flat.append(item)
             retriever_of.append(-1)
-        elif isinstance(item, (list, tuple)) and all(map(_is_document_list, item)):
+        elif isinstance(item, (list, tuple)) and all(map(is_document_list, item)):
             flat.extend(item)
             retriever_of.extend(range(len(item)))
         elif isinstance(item, Document):

@@ -84,12 +84,9 @@ class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
         self, input: FusionInput, config: RunnableConfig | None = None, **kwargs: Any
     ) -> FusionOutput:
         """Fuse, reported as one run to the callbacks (async: in an executor, by default)."""
+        fusion = self.with_settings(**kwargs) if kwargs else self
         return traced_call(
-            self,
-            lambda lists, _: self.with_settings(**kwargs).fuse(lists),
-            input,
-            config,
-            children=False,
+            fusion, lambda lists, _: fusion.fuse(lists), input, config, children=False
         )  # type: ignore[no-any-return]
 
 

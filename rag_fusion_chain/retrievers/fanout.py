@@ -28,6 +28,7 @@ from langchain_core.runnables.utils import gather_with_concurrency
 from pydantic import BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
 
 from rag_fusion_chain.fusion import RankedList, validate_weights
+from rag_fusion_chain.fusion.inputs import is_document_list
 from rag_fusion_chain.fusion.runnables import traced_call
 
 DEFAULT_TIMEOUT = 30.0
@@ -221,7 +222,7 @@ class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]
         for position, query in enumerate(queries):
             for outcome, source, weight in zip(outcomes, sources, weights, strict=True):
                 found = outcome if isinstance(outcome, BaseException) else outcome[position]
-                if isinstance(found, list) and all(isinstance(item, Document) for item in found):
+                if is_document_list(found):
                     kept = found[: self.k]  # None: all
                     ranked_lists.append(RankedList(kept, weight=weight, query=query, source=source))
                     continue
