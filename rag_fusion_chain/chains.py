@@ -178,10 +178,10 @@ def _configured(part: Any, config: RunnableConfig, setting: str) -> Any:
 
 def _unsearched(state: State) -> tuple[State, Any, list[str]]:
     """(the state without ``first``, ``first``: the question's search begun by the query step
-    or None, the queries still to search: all but the question, which ``searched`` leads)."""
-    state = dict(state)
-    first = state.pop("first")
-    return state, first, state["searched"][0 if first is None else 1 :]
+    or None, the queries still to search: all but a begun question, wherever a step put it)."""
+    state, question = dict(state), state["question"]
+    first = state.pop("first", None)  # a step inserted after generate_queries may drop it
+    return state, first, [text for text in state["searched"] if first is None or text != question]
 
 
 def _retrieved(state: State, first: RetrievalResults | None, found: RetrievalResults) -> State:
@@ -477,7 +477,8 @@ def chain_for(
     if sub_answer is not None:  # decomposition: each sub-question answered before the question
         steps.insert(4, Step("answer_sub_questions", parts.sub_answers, parts.asub_answers))
     metadata = {"strategy": record.name, "n": count if counted else 1, "k": k, "offline": offline}
-    metadata |= {"top_n": chosen_fusion.top_n, **({"mode": mode} if sub_answer is not None else {})}
+    shown_mode = {"mode": mode} if record.grouping == "sub-questions" else {}  # offline too
+    metadata |= {"top_n": chosen_fusion.top_n, **shown_mode}
     tags = [record.name, "offline"] if offline else [record.name]
     return RunnableSequence(*steps).with_config(run_name=record.name, tags=tags, metadata=metadata)
 

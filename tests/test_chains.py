@@ -271,6 +271,9 @@ def test_runs_are_named_tagged_and_nested_under_the_strategy(name: str) -> None:
     metadata = root.extra["metadata"]
     assert (metadata["strategy"], metadata["k"], metadata["top_n"]) == (strategy, 3, 4)
     assert "n" in metadata
+    assert ("mode" in metadata) == (strategy == "decomposition")
+    offline = BUILDERS[name]([TopicRetriever()]).config["metadata"]  # the same, but offline
+    assert (offline.get("mode"), offline["offline"]) == (metadata.get("mode"), True)
     runs = walk(root)
     steps = {run.name for run in root.child_runs}
     assert {"generate_queries", "retrieve", "fuse", "format_context", "answer"} <= steps
@@ -747,6 +750,31 @@ def test_a_flat_ready_chain_shows_its_steps_and_takes_a_step_inserted() -> None:
     assert inserted.config["run_name"] == "rag-fusion"
     with pytest.raises(ValueError, match="after must name a step"):
         chains.with_step(chain, keep_one, after="rerank")
+
+
+def test_a_step_after_generate_queries_may_edit_or_rebuild_the_searched_queries() -> None:
+    searching = threading.Event()  # the question's search has begun beside the query step
+
+    class Signalling(TopicRetriever):
+        def _get_relevant_documents(
+            self, query: str, *, run_manager: CallbackManagerForRetrieverRun, k: int | None = None
+        ) -> list[Document]:
+            searching.set()
+            return super()._get_relevant_documents(query, run_manager=run_manager, k=k)
+
+    waiting = RunnableLambda(lambda prompt: (searching.wait(10), prompt)[1], name="waiting")
+    edits = {
+        "filter": lambda state: {**state, "searched": [*state["searched"][2:], "extra"]},
+        "rebuild": lambda state: {key: state[key] for key in ("question", "queries", "searched")},
+    }
+    for name, edit in edits.items():
+        searching.clear()
+        retriever = Signalling()
+        chain = chains.rag_fusion_chain([retriever], waiting | ScriptedLLM().runnable, n=3)
+        edited = chains.with_step(chain, RunnableLambda(edit), after="generate_queries")
+        edited.invoke(QUESTION)
+        expected = {"beta", "gamma", "extra"} if name == "filter" else {"alpha", "beta", "gamma"}
+        assert set(retriever.queries) == {QUESTION, *expected}, name
 
 
 def test_retrieval_chain_is_the_ready_chains_steps_up_to_format_context() -> None:
