@@ -132,7 +132,7 @@ def contents(ranked_lists: Sequence[Sequence[Document]]) -> list[list[str]]:
 
 
 def test_output_is_query_major_then_retriever_with_weights_queries_and_sources() -> None:
-    fan_out = MultiRetriever([TagRetriever(tag="a"), TagRetriever(tag="b")], weights=[2.0, 0.5])
+    fan_out = MultiRetriever([TagRetriever(tag="a"), TagRetriever(tag="b")], [2.0, 0.5])
     results = fan_out.invoke(["x", "y"])
     assert isinstance(results, RetrievalResults)
     assert contents(results) == [
@@ -326,6 +326,7 @@ async def test_a_slow_retriever_times_out_in_async_too() -> None:
         ({"retrievers": []}, ValueError, r"retrievers\n.*at least 1 item"),
         ({"retrievers": [object()]}, ValueError, r"retrievers\.0\n.*instance of Runnable"),
         ({"retrievers": "bm25"}, ValueError, r"retrievers\n.*valid list"),
+        ({"retrievers": [object()], "weights": [1.0]}, ValueError, r"^1 validation error"),
         ({"weights": [1.0]}, ValueError, "weights: got 1 weights for 2 retrievers"),
         ({"weights": [1.0, -1.0]}, ValueError, "weights"),
         ({"k": 0}, ValueError, r"k\n.*greater than 0"),

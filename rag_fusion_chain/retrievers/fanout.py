@@ -182,16 +182,16 @@ class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]
     """Seconds each retriever call may take (None: no bound)."""
     on_error: Literal["warn", "raise"] = "warn"
 
-    def __init__(self, retrievers: Any, **fields: Any):
-        super().__init__(retrievers=retrievers, **fields)  # type: ignore[call-arg]
+    def __init__(self, retrievers: Any, weights: Sequence[float] | None = None, **fields: Any):
+        super().__init__(retrievers=retrievers, weights=weights, **fields)  # type: ignore[call-arg]
 
     @field_validator("weights")
     @classmethod
     def _check_weights(cls, weights: list[float] | None, given: ValidationInfo) -> Any:
-        retrievers = given.data.get("retrievers", [])
+        retrievers = given.data.get("retrievers")  # None: invalid, reported as such
         if weights is not None:
             validate_weights(weights)
-            if len(weights) != len(retrievers):
+            if retrievers is not None and len(weights) != len(retrievers):
                 raise ValueError(
                     f"weights: got {len(weights)} weights for {len(retrievers)} retrievers; "
                     "give one weight per retriever"
