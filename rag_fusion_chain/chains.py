@@ -74,8 +74,8 @@ class Step(RunnableLambda):  # type: ignore[type-arg]
     def __init__(
         self,
         name: str,
-        func: Callable[..., Any],
-        afunc: Callable[..., Any] | None = None,
+        func: Callable[[Any, RunnableConfig], Any],
+        afunc: Callable[[Any, RunnableConfig], Any] | None = None,
         settings: Sequence[ConfigurableFieldSpec] = (),
     ) -> None:
         super().__init__(func, afunc=afunc, name=name)
