@@ -284,6 +284,17 @@ def test_missing_manifest_is_refused_unless_trusted(
     assert store.index.ntotal == len(DOCUMENTS)
 
 
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-8-sig"])
+def test_a_manifest_is_utf8_json(
+    tmp_path: Path, embeddings: CountingEmbeddings, encoding: str
+) -> None:
+    build_faiss(DOCUMENTS, embeddings, path=tmp_path)
+    manifest = tmp_path / MANIFEST_FILE
+    manifest.write_bytes(manifest.read_text().encode(encoding))
+    with pytest.raises(UntrustedIndexError, match="is not valid JSON"):
+        load_faiss(tmp_path, embeddings)
+
+
 def test_trust_loads_files_that_do_not_match_the_manifest(
     tmp_path: Path, embeddings: CountingEmbeddings
 ) -> None:

@@ -60,7 +60,8 @@ def open_regular_file(path: str | Path, max_bytes: int = MAX_INDEX_FILE_BYTES) -
 
 
 def new_hash(recorded: object = BLAKE3, data: bytes = b"") -> Any:
-    """A hash in the algorithm a ``recorded`` digest names (SHA-256 for bare hex, else BLAKE3)."""
+    """A hash in the algorithm a ``recorded`` digest names: BLAKE3 for ``blake3:`` (or none
+    recorded), else SHA-256 (the bare hex of older manifests; anything else then mismatches)."""
     return (blake3.blake3 if str(recorded or BLAKE3).startswith(BLAKE3) else hashlib.sha256)(data)
 
 
