@@ -60,8 +60,7 @@ def open_regular_file(path: str | Path, max_bytes: int = MAX_INDEX_FILE_BYTES) -
 
 
 def new_hash(recorded: object = BLAKE3, data: bytes = b"") -> Any:
-    """A hash in the algorithm a ``recorded`` digest names: BLAKE3 for ``blake3:`` (or none
-    recorded), else SHA-256 (the bare hex of older manifests; anything else then mismatches)."""
+    """The hash a ``recorded`` digest names: BLAKE3 for ``blake3:`` or none, else SHA-256."""
     return (blake3.blake3 if str(recorded or BLAKE3).startswith(BLAKE3) else hashlib.sha256)(data)
 
 
