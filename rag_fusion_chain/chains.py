@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from langchain_core.documents import Document
 from langchain_core.output_parsers import StrOutputParser
@@ -52,6 +52,7 @@ from rag_fusion_chain.strategies import State, Strategy
 from rag_fusion_chain.validation import MAX_QUERIES, question_of, validate_count
 
 Retrievers = Runnable[Any, Any] | Sequence[Runnable[Any, Any]]  # or a configured MultiRetriever
+Part = TypeVar("Part", MultiRetriever, BaseFusion)
 
 
 def _count_setting(name: str, description: str) -> ConfigurableFieldSpec:
@@ -167,7 +168,7 @@ def _sources(state: State) -> AddableDict:
 # ---- the steps ------------------------------------------------------------------------------------
 
 
-def _configured(part: Any, config: RunnableConfig, setting: str) -> Any:
+def _configured(part: Part, config: RunnableConfig, setting: str) -> Part:
     """``part`` (the fan-out or the fusion) with the per-call count ``setting`` when the config
     sets it; None leaves it as built (LangServe sends every unset setting as None)."""
     value = (config.get("configurable") or {}).get(setting)
@@ -179,9 +180,11 @@ def _configured(part: Any, config: RunnableConfig, setting: str) -> Any:
 def _unsearched(state: State) -> tuple[State, Any, list[str]]:
     """(the state without ``first``, ``first``: the question's search begun by the query step
     or None, the queries still to search: all but a begun question, wherever a step put it)."""
-    state, question = dict(state), state["question"]
+    state, searched = dict(state), state["searched"]
     first = state.pop("first", None)  # a step inserted after generate_queries may drop it
-    return state, first, [text for text in state["searched"] if first is None or text != question]
+    if first is None:
+        return state, None, searched
+    return state, first, [text for text in searched if text != state["question"]]
 
 
 def _retrieved(state: State, first: RetrievalResults | None, found: RetrievalResults) -> State:
@@ -209,10 +212,10 @@ class _Steps:
     query_step: Runnable[Any, list[str]] | None  # None: offline
     fan_out: MultiRetriever
     fusion: BaseFusion
-    search_question: bool
-    count: int
     answer_step: Runnable[State, str]
     sub_answer: Runnable[Any, str] | None
+    search_question: bool
+    count: int
     in_turn: bool
     return_sources: bool
 
@@ -349,8 +352,8 @@ def _checked_fusion(fusion: Any, record: Strategy, top_n: int | None) -> BaseFus
     if chosen.with_scores:
         raise ValueError("fusion must return Documents: use with_scores=False")
     kept = top_n if top_n is not None else (chosen.top_n or record.default_top_n)
-    kept = None if kept is None else validate_count("top_n", kept)  # a copy, checked like a field
-    return chosen.model_copy(update={"name": "fusion", "top_n": kept})
+    kept = None if kept is None else validate_count("top_n", kept)
+    return chosen.model_copy(update={"name": "fusion", "top_n": kept})  # checked: no re-validation
 
 
 def _answers(
@@ -459,12 +462,12 @@ def chain_for(
         query_step,
         fan_out,
         chosen_fusion,
-        search_question,
-        count,
         answer,
         sub_answer,
-        mode == "recursive",
-        return_sources,
+        search_question=search_question,
+        count=count,
+        in_turn=mode == "recursive",
+        return_sources=return_sources,
     )
     offline, counted = llm is None, record.default_n is not None
     steps = [
