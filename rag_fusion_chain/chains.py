@@ -187,6 +187,10 @@ def _unsearched(state: State) -> tuple[State, Any, list[str]]:
     return state, first, [text for text in searched if text != state["question"]]
 
 
+async def _no_search() -> RetrievalResults:
+    return RetrievalResults()
+
+
 def _retrieved(state: State, first: RetrievalResults | None, found: RetrievalResults) -> State:
     retrieved = found if first is None else first + found
     return {**state, "retrieved": retrieved, "failures": retrieved.failures}
@@ -267,8 +271,11 @@ class _Steps:
         if isinstance(first, asyncio.Future) and config.get("max_concurrency") is not None:
             first = await first
         fan_out = _configured(self.fan_out, config, "k")
-        found = await fan_out.ainvoke(queries, config) if queries else RetrievalResults()
-        return _retrieved(state, await first if isinstance(first, asyncio.Future) else first, found)
+        rest = fan_out.ainvoke(queries, config) if queries else _no_search()
+        if not isinstance(first, asyncio.Future):
+            return _retrieved(state, first, await rest)
+        first, found = await asyncio.gather(first, rest)  # both errors read, whichever is raised
+        return _retrieved(state, first, found)
 
     def fuse(self, state: State, config: RunnableConfig) -> State:  # CPU only: no async twin
         """``fuse``: one fusion per group of lists (see :attr:`Strategy.grouping`)."""

@@ -794,3 +794,30 @@ def test_retrieval_chain_is_the_ready_chains_steps_up_to_format_context() -> Non
         chains.retrieval_chain("rag-fusion", [bm25_retriever()], prompt=None, return_sources=True)
     with pytest.raises(TypeError, match="unexpected keyword argument 'top'"):
         chains.retrieval_chain("rag-fusion", [bm25_retriever()], top=3)
+
+
+def test_an_async_chain_whose_retrievers_all_fail_leaves_no_unread_task_error() -> None:
+    """The question's search, begun beside the query step, failed too: its error must be read
+    (asyncio otherwise logs "Task exception was never retrieved" when the task is collected)."""
+    import asyncio
+    import gc
+
+    from rag_fusion_chain.retrievers import RetrievalError
+
+    def down(query: str) -> list[Document]:
+        raise ConnectionError("down")
+
+    slow_llm = RunnableLambda(lambda _: threading.Event().wait(0.05) or "q1\nq2")
+    chain = chains.chain_for("rag-fusion", [RunnableLambda(down, name="down")], slow_llm)
+    reported: list[dict[str, Any]] = []
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _loop, context: reported.append(context))
+        with pytest.raises(RetrievalError):
+            await chain.ainvoke(QUESTION)
+        await asyncio.sleep(0.1)  # the question's search ends
+        gc.collect()
+
+    asyncio.run(run())
+    assert [context.get("message") for context in reported] == []
