@@ -22,7 +22,9 @@ import blake3
 SIGNING_KEY_ENV = "RAG_FUSION_INDEX_KEY_FILE"
 SIGNATURE_FIELD = "signature"
 SIGNATURE_PREFIX = "hmac-sha256:"
-BLAKE3 = "blake3:"  # before the BLAKE3s the kit records (3.5x SHA-256's speed); bare hex: SHA-256
+BLAKE3_PREFIX = "blake3:"
+"""Marks the BLAKE3 digests the kit records (3.5x SHA-256's speed here); a bare hex digest, as in
+every manifest written before, is a SHA-256."""
 TRUST_ADVICE = (
     "Rebuild the index on this machine, or pass trust=True (rag-fusion: --trust-index) if you "
     "trust its origin."
@@ -59,16 +61,19 @@ def open_regular_file(path: str | Path, max_bytes: int = MAX_INDEX_FILE_BYTES) -
     return io.open(descriptor, "rb")  # noqa: UP020 - typed as a BufferedReader
 
 
-def new_hash(recorded: object = BLAKE3, data: bytes = b"") -> Any:
+def new_hash(recorded: object = BLAKE3_PREFIX, data: bytes = b"") -> Any:
     """The hash a ``recorded`` digest names: BLAKE3 for ``blake3:`` or none, else SHA-256."""
-    return (blake3.blake3 if str(recorded or BLAKE3).startswith(BLAKE3) else hashlib.sha256)(data)
+    if str(recorded or BLAKE3_PREFIX).startswith(BLAKE3_PREFIX):
+        return blake3.blake3(data)
+    return hashlib.sha256(data)
 
 
 def recorded_digest(hashed: Any, rest: io.BufferedReader | None = None) -> str:
     """The digest as recorded (``blake3:`` and hex, or SHA-256's hex), the ``rest`` of a file in."""
     for block in iter(lambda: rest.read(1 << 20), b"") if rest else ():
         hashed.update(block)
-    return BLAKE3 * (hashed.name == "blake3") + hashed.hexdigest()
+    prefix = BLAKE3_PREFIX if hashed.name == "blake3" else ""
+    return prefix + hashed.hexdigest()
 
 
 def read_whole(path: str | Path, max_bytes: int = MAX_INDEX_FILE_BYTES) -> bytes:
@@ -102,7 +107,11 @@ def write_new_file(
                 handle.write(block)
                 return len(block)
 
-            content(write) if callable(content) else list(map(write, content))
+            if callable(content):
+                content(write)
+            else:
+                for piece in content:
+                    write(piece)
         temporary.replace(path)
     finally:
         temporary.unlink(missing_ok=True)
