@@ -19,7 +19,6 @@ means); the run is named after the strategy, tagged with it, with the settings i
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -70,7 +69,7 @@ TOP_N_SPEC = _count_setting("top_n", "Fused documents kept (and quoted to the mo
 class Step(RunnableLambda):  # type: ignore[type-arg]
     """A named step of a ready chain: one node in ``get_graph()``, one run in a trace, declaring
     the per-call settings it reads (``RunnablePassthrough.assign`` would show its inner
-    parallel map and add two runs per step). ``func`` takes the state and the config."""
+    parallel map and add two runs per step). ``func`` maps (state, config) to the next state."""
 
     def __init__(
         self,
@@ -81,13 +80,10 @@ class Step(RunnableLambda):  # type: ignore[type-arg]
     ) -> None:
         super().__init__(func, afunc=afunc, name=name)
         self.settings = list(settings)
-        self._streams = inspect.isgeneratorfunction(func)
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         """One traced run of ``func``, without the signature reading ``RunnableLambda`` does on
         every call (about 0.25 ms a step here; benchmarks/results/latency.md)."""
-        if self._streams:  # the answer: its chunks added up, as RunnableLambda does
-            return super().invoke(input, config, **kwargs)
         return traced_call(self, self.func, input, config)  # type: ignore[arg-type]
 
     @property
@@ -482,7 +478,7 @@ def chain_for(
         Step("retrieve", parts.retrieve, parts.aretrieve, [K_SPEC]),
         Step("fuse", parts.fuse, settings=[TOP_N_SPEC]),
         Step("format_context", _formatted),
-        Step("answer", parts.answer, parts.aanswer),
+        RunnableLambda(parts.answer, afunc=parts.aanswer, name="answer"),  # a generator: streamed
     ]
     if sub_answer is not None:  # decomposition: each sub-question answered before the question
         steps.insert(4, Step("answer_sub_questions", parts.sub_answers, parts.asub_answers))

@@ -51,6 +51,7 @@ _WRAPPERS = [
 _WRAPPER_STARTS = frozenset(opening[0] for opening, _ in _WRAPPERS)
 _PREAMBLE_END = (":", "：")
 _INLINE_EMPHASIS = re.compile(r"(\*\*|__)(.+?)\1")
+_JSON_OPENING = re.compile(r"^[^\S\n]*(?:\[|\{|```)", re.MULTILINE)  # a JSON list, object or fence
 _LETTER_OR_DIGIT = re.compile(r"[^\W_]")  # a character str.isalnum() accepts (re's \w less "_")
 
 
@@ -190,13 +191,11 @@ class QueryListParser(BaseOutputParser[list[str]]):
                 stacklevel=2,
             )
             text = text[: self.max_chars]
-        lines = text.split("\n")
-        candidates = [(line, True) for line in lines]
-        opens_json = (line.lstrip().startswith(("[", "{", "```")) for line in lines)
-        json_start = next((number for number, opens in enumerate(opens_json) if opens), None)
-        items = None if json_start is None else _json_queries("\n".join(lines[json_start:]))
-        if items is not None:  # else the lines are read one by one, the JSON-like ones too
-            candidates = [*candidates[:json_start], *((item, False) for item in items)]
+        opening = _JSON_OPENING.search(text)
+        items = None if opening is None else _json_queries(text[opening.start() :])
+        lines = text if opening is None or items is None else text[: opening.start()]
+        candidates = [(line, True) for line in lines.split("\n")]  # unparsed JSON: read as lines
+        candidates += [(item, False) for item in items or ()]
         queries: dict[str, str] = {}  # by dedupe key, first spelling kept
         for candidate, from_line in candidates:
             if self.n is not None and len(queries) >= self.n:

@@ -25,7 +25,7 @@ from langchain_core.runnables import (
 )
 from langchain_core.runnables.config import ContextThreadPoolExecutor, patch_config
 from langchain_core.runnables.utils import gather_with_concurrency
-from pydantic import BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, ValidationInfo
 
 from rag_fusion_chain.fusion import RankedList, validate_weights
 from rag_fusion_chain.fusion.inputs import is_document_list
@@ -154,6 +154,18 @@ def _as_queries(value: Any) -> list[str]:
     raise ValueError(f"queries must not be empty or whitespace: query {at} is {queries[at]!r}")
 
 
+def _checked_weights(weights: list[float], given: ValidationInfo) -> list[float]:
+    """Given weights (None is not checked): valid, and one per retriever."""
+    validate_weights(weights)
+    retrievers = given.data.get("retrievers")  # None: invalid, reported as such
+    if retrievers is not None and len(weights) != len(retrievers):
+        raise ValueError(
+            f"weights: got {len(weights)} weights for {len(retrievers)} retrievers; "
+            "give one weight per retriever"
+        )
+    return weights
+
+
 def _takes_k(retriever: Runnable[Any, Any]) -> bool:
     """A ``BaseRetriever`` (maybe bound) hands ``k`` only to retrievers that declare it; another
     Runnable may not take the keyword at all."""
@@ -176,7 +188,7 @@ class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]
 
     name: str | None = "retrieve"
     retrievers: Annotated[list[Runnable[Any, Any]], BeforeValidator(_as_list), Field(min_length=1)]
-    weights: list[float] | None = None
+    weights: Annotated[list[float], AfterValidator(_checked_weights)] | None = None
     k: int | None = Field(None, gt=0, strict=True)
     timeout: float | None = Field(DEFAULT_TIMEOUT, gt=0, allow_inf_nan=False)
     """Seconds each retriever call may take (None: no bound)."""
@@ -184,19 +196,6 @@ class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]
 
     def __init__(self, retrievers: Any, weights: Sequence[float] | None = None, **fields: Any):
         super().__init__(retrievers=retrievers, weights=weights, **fields)  # type: ignore[call-arg]
-
-    @field_validator("weights")
-    @classmethod
-    def _check_weights(cls, weights: list[float] | None, given: ValidationInfo) -> Any:
-        retrievers = given.data.get("retrievers")  # None: invalid, reported as such
-        if weights is not None:
-            validate_weights(weights)
-            if retrievers is not None and len(weights) != len(retrievers):
-                raise ValueError(
-                    f"weights: got {len(weights)} weights for {len(retrievers)} retrievers; "
-                    "give one weight per retriever"
-                )
-        return weights
 
     def _calls(self, queries: list[str], config: RunnableConfig, asynchronous: bool) -> list[Any]:
         """One ``batch`` (or ``abatch``) call per retriever with all the queries, given the
