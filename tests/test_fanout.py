@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import uuid
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -388,6 +389,19 @@ def test_the_run_is_named_retrieve_with_one_child_run_per_retriever_call() -> No
     assert root.name == "retrieve"
     assert sorted(child.name for child in root.child_runs) == ["TagRetriever"] * 4
     assert all(child.run_type == "retriever" for child in root.child_runs)
+
+
+@pytest.mark.parametrize("traced", [True, False])
+def test_a_run_id_names_the_fan_outs_run_and_no_retriever_call(traced: bool) -> None:
+    """With or without a handler, the run id is the fan-out's own: its retrievers' batches
+    never get it (LangChain would warn that a batch uses it for one query only)."""
+    collector, run_id = RunCollector(), uuid.uuid4()
+    config: RunnableConfig = {"run_id": run_id, "callbacks": [collector] if traced else []}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        MultiRetriever([TagRetriever(tag="a")]).invoke(["x", "y"], config)
+    assert [run.id for run in collector.roots] == ([run_id] if traced else [])
+    assert all(child.id != run_id for root in collector.roots for child in root.child_runs)
 
 
 def test_a_bound_retrievers_runs_nest_under_the_fan_out_inside_a_sequence() -> None:

@@ -111,18 +111,19 @@ def traced_call(
     children: bool = True,
 ) -> Any:
     """``body(input, child_config)`` as one run of ``runnable``, its children nested under it:
-    ``Runnable._call_with_config`` without its signature inspection on every call;
-    ``children=False`` (a body that starts no runs) skips the child config, and the run when no
-    handler (config, context, tracing env) would see it."""
+    ``Runnable._call_with_config`` without its signature inspection on every call, and without
+    the run when no handler (config, context, tracing env) would see it; ``children=False`` (a
+    body that starts no runs) skips the child config."""
     config = ensure_config(config)
+    run_id = config.pop("run_id", None)  # this run's own: never handed to the body's runs
     callbacks = get_callback_manager_for_config(config)
-    if not (children or callbacks.handlers):
+    if not callbacks.handlers:
         return body(input, config)
     run_manager = callbacks.on_chain_start(
         None,
         input,
         name=config.get("run_name") or runnable.get_name(),
-        run_id=config.pop("run_id", None),
+        run_id=run_id,
     )
     try:
         if children:
