@@ -482,7 +482,7 @@ def chain_for(
     ]
     if sub_answer is not None:  # decomposition: each sub-question answered before the question
         steps.insert(4, Step("answer_sub_questions", parts.sub_answers, parts.asub_answers))
-    metadata = {"strategy": record.name, "n": count, "k": k, "offline": offline}  # n: 1 if uncounted
+    metadata = {"strategy": record.name, "n": count, "k": k, "offline": offline}
     shown_mode = {"mode": mode} if record.grouping == "sub-questions" else {}  # offline too
     metadata |= {"top_n": chosen_fusion.top_n, **shown_mode}
     tags = [record.name, "offline"] if offline else [record.name]
