@@ -219,6 +219,10 @@ class _Steps:
     in_turn: bool
     return_sources: bool
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> _Steps:
+        """Itself: the parts are shared, as a closure's were; a chain's deep copy copies no model."""
+        return self
+
     def generate(self, value: Any, config: RunnableConfig) -> State:
         """``generate_queries``: the query step, the question's search started beside it and
         handed on unfinished as ``first`` (``retrieve`` searches the other queries without

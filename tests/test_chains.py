@@ -821,3 +821,17 @@ def test_an_async_chain_whose_retrievers_all_fail_leaves_no_unread_task_error() 
 
     asyncio.run(run())
     assert [context.get("message") for context in reported] == []
+
+
+def test_a_ready_chain_deep_copies_without_copying_its_model() -> None:
+    """Steps are bound methods of the chain's parts: a deep copy shares the parts (as closures
+    did), so a model holding a lock or a client is neither copied nor refused."""
+    import copy
+
+    class LockedLLM(FakeListChatModel):
+        lock: Any = Field(default_factory=threading.Lock)
+
+    llm = LockedLLM(responses=["q1\nq2", "An answer."] * 2)
+    chain = chains.rag_fusion_chain(TopicRetriever(), llm, return_sources=True)
+    copied = copy.deepcopy(chain)
+    assert copied.invoke(QUESTION)["answer"] == "An answer."
