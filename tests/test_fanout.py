@@ -330,6 +330,8 @@ async def test_a_slow_retriever_times_out_in_async_too() -> None:
         ({"retrievers": [object()], "weights": [1.0]}, ValueError, r"^1 validation error"),
         ({"weights": [1.0]}, ValueError, "weights: got 1 weights for 2 retrievers"),
         ({"weights": [1.0, -1.0]}, ValueError, "weights"),
+        ({"weights": [True, 1.0]}, TypeError, "weights must be numbers"),
+        ({"weights": ["1", 2.0]}, TypeError, "weights must be numbers"),
         ({"k": 0}, ValueError, r"k\n.*greater than 0"),
         ({"k": True}, ValueError, r"k\n.*valid integer"),
         ({"timeout": 0}, ValueError, "timeout"),

@@ -25,7 +25,7 @@ from langchain_core.runnables import (
 )
 from langchain_core.runnables.config import ContextThreadPoolExecutor, patch_config
 from langchain_core.runnables.utils import gather_with_concurrency
-from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, ValidationInfo
+from pydantic import BeforeValidator, ConfigDict, Field, ValidationInfo
 
 from rag_fusion_chain.fusion import RankedList, validate_weights
 from rag_fusion_chain.fusion.inputs import is_document_list
@@ -154,8 +154,9 @@ def _as_queries(value: Any) -> list[str]:
     raise ValueError(f"queries must not be empty or whitespace: query {at} is {queries[at]!r}")
 
 
-def _checked_weights(weights: list[float], given: ValidationInfo) -> list[float]:
-    """Given weights (None is not checked): valid, and one per retriever."""
+def _checked_weights(weights: Any, given: ValidationInfo) -> Any:
+    """Given weights (None is not checked), as given: numbers (no bool or str made one), valid,
+    and one per retriever."""
     validate_weights(weights)
     retrievers = given.data.get("retrievers")  # None: invalid, reported as such
     if retrievers is not None and len(weights) != len(retrievers):
@@ -188,7 +189,7 @@ class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]
 
     name: str | None = "retrieve"
     retrievers: Annotated[list[Runnable[Any, Any]], BeforeValidator(_as_list), Field(min_length=1)]
-    weights: Annotated[list[float], AfterValidator(_checked_weights)] | None = None
+    weights: Annotated[list[float], BeforeValidator(_checked_weights)] | None = None
     k: int | None = Field(None, gt=0, strict=True)
     timeout: float | None = Field(DEFAULT_TIMEOUT, gt=0, allow_inf_nan=False)
     """Seconds each retriever call may take (None: no bound)."""
