@@ -334,6 +334,7 @@ async def test_a_slow_retriever_times_out_in_async_too() -> None:
         ({"weights": ["1", 2.0]}, TypeError, "weights must be numbers"),
         ({"k": 0}, ValueError, r"k\n.*greater than 0"),
         ({"k": True}, ValueError, r"k\n.*valid integer"),
+        ({"k": "5"}, ValueError, r"k\n.*valid integer"),
         ({"timeout": 0}, ValueError, "timeout"),
         ({"on_error": "ignore"}, ValueError, "on_error"),
     ],
