@@ -561,6 +561,45 @@ def test_plain_copies_behave_as_documents_built_from_scratch() -> None:
     assert [d.model_fields_set for d in inputs] == [d.model_fields_set for d in snapshot]
 
 
+def test_each_copy_owns_its_fields_set_as_model_copy_gives_it() -> None:
+    """pydantic records an assignment by adding to the model's own fields set in place, so no
+    copy may share that set with an input or another copy (equal sets included): assigning on
+    one copy changes that copy alone, and each copy's set equals ``model_copy``'s through
+    pickling and deep copies. Fails on a fields set shared, reused or taken from the input."""
+    plain = [Document(f"text {i}", metadata={"score": i}) for i in range(6)]
+    with_ids = [Document(f"text {i}", metadata={"score": 0.5}, id=f"i{i}") for i in range(4, 9)]
+    lists = [plain, plain[::-1], with_ids]
+    inputs = plain + with_ids
+    before = [set(d.model_fields_set) for d in inputs]
+    fused = ReciprocalRankFusion(with_scores=True).invoke(lists)
+    first_seen: dict[str, Document] = {}
+    for document in (d for ranked in lists for d in ranked):
+        first_seen.setdefault(document.page_content, document)
+    expected = [
+        first_seen[d.page_content].model_copy(
+            update={"metadata": {**first_seen[d.page_content].metadata, "fusion_score": score}}
+        )
+        for d, score in fused
+    ]
+    copies = [d for d, _ in fused]
+    every_set = [d.model_fields_set for d in copies + inputs]
+    assert len(set(map(id, every_set))) == len(every_set)  # no set is held twice
+    for copied, slow in zip(copies, expected, strict=True):
+        assert copied.model_fields_set == slow.model_fields_set
+        assert copied.model_dump(exclude_unset=True) == slow.model_dump(exclude_unset=True)
+        for clone in (pickle.loads(pickle.dumps(copied)), copy.deepcopy(copied)):
+            assert clone.model_fields_set == slow.model_fields_set
+            assert clone.model_dump(exclude_unset=True) == slow.model_dump(exclude_unset=True)
+    for index, changed in enumerate(copies):  # one copy at a time: assign, compare all, undo
+        changed.id = "assigned"
+        for copied, slow in zip(copies, expected, strict=True):
+            extra = {"id"} if copied is changed else set()
+            assert copied.model_fields_set == slow.model_fields_set | extra
+        changed.id = expected[index].id
+        changed.model_fields_set.intersection_update(expected[index].model_fields_set)
+    assert [d.model_fields_set for d in inputs] == before
+
+
 def test_a_pydantic_with_other_model_slots_turns_the_fast_copy_off(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
