@@ -8,6 +8,7 @@ import math
 import pickle
 import uuid
 import warnings
+from fractions import Fraction
 
 import pytest
 from hypothesis import given, settings
@@ -65,6 +66,29 @@ def test_rrf_rank_start_zero_reproduces_tutorial_formula() -> None:
     # Tutorial: fused_scores[doc] += 1 / (rank + k) with enumerate() ranks starting at 0.
     assert scores == pytest.approx({"A": 1 / 60 + 1 / 61, "B": 1 / 61, "C": 1 / 62 + 1 / 60})
     assert texts(ReciprocalRankFusion(rank_start=0).invoke(lists)) == ["A", "C", "B"]
+
+
+def test_rrf_terms_kept_between_calls_change_no_score() -> None:
+    """RRF keeps each list shape's terms for later calls; whatever was kept before, the scores are
+    those computed afresh: a shape seen before, weights of equal value and another type, a zero
+    weight of either sign (0.0 and -0.0 are one key) and a list too long to keep."""
+    from rag_fusion_chain.fusion import algorithms
+
+    only_first, shared = doc("only in list 0"), doc("in both")
+    long_list = [shared] + [doc(f"long {rank}") for rank in range(1, 10_001)]
+    one, two = Fraction(1), Fraction(2)
+    for weights in ([1.0, 2.0], [1, 2], [one, two], [0.0, 1.0], [-0.0, 1.0], [0.0, 1.0], [0.5, 1]):
+        for lists in ([[only_first, shared], [shared]], [[only_first, shared], long_list]):
+            scores, documents = fusion.reciprocal_rank_scores(lists, weights, rank_constant=60)
+            fresh = [weights[0] / 61, weights[0] / 62 + weights[1] / 61]
+            assert texts(documents[:2]) == ["only in list 0", "in both"]
+            assert scores[:2] == fresh and type(scores[0]) is type(fresh[0])
+            assert math.copysign(1, scores[0]) == math.copysign(1, fresh[0])
+            if len(lists[1]) > 1:
+                assert scores[-1] == weights[1] / (61 + 10_000) and len(scores) == 10_002
+    kept = algorithms._terms.cache_info()
+    fusion.reciprocal_rank_scores([long_list], [3.0])  # a new shape, too long to keep
+    assert algorithms._terms.cache_info().currsize == kept.currsize <= kept.maxsize
 
 
 def test_rrf_weights_change_the_winner() -> None:
