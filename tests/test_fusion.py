@@ -8,6 +8,7 @@ import math
 import pickle
 import uuid
 import warnings
+from fractions import Fraction
 
 import pytest
 from hypothesis import given, settings
@@ -65,6 +66,29 @@ def test_rrf_rank_start_zero_reproduces_tutorial_formula() -> None:
     # Tutorial: fused_scores[doc] += 1 / (rank + k) with enumerate() ranks starting at 0.
     assert scores == pytest.approx({"A": 1 / 60 + 1 / 61, "B": 1 / 61, "C": 1 / 62 + 1 / 60})
     assert texts(ReciprocalRankFusion(rank_start=0).invoke(lists)) == ["A", "C", "B"]
+
+
+def test_rrf_terms_kept_between_calls_change_no_score() -> None:
+    """RRF keeps each list shape's terms for later calls; whatever was kept before, the scores are
+    those computed afresh: a shape seen before, weights of equal value and another type, a zero
+    weight of either sign (0.0 and -0.0 are one key) and a list too long to keep."""
+    from rag_fusion_chain.fusion import algorithms
+
+    only_first, shared = doc("only in list 0"), doc("in both")
+    long_list = [shared] + [doc(f"long {rank}") for rank in range(1, 10_001)]
+    one, two = Fraction(1), Fraction(2)
+    for weights in ([1.0, 2.0], [1, 2], [one, two], [0.0, 1.0], [-0.0, 1.0], [0.0, 1.0], [0.5, 1]):
+        for lists in ([[only_first, shared], [shared]], [[only_first, shared], long_list]):
+            scores, documents = fusion.reciprocal_rank_scores(lists, weights, rank_constant=60)
+            fresh = [weights[0] / 61, weights[0] / 62 + weights[1] / 61]
+            assert texts(documents[:2]) == ["only in list 0", "in both"]
+            assert scores[:2] == fresh and type(scores[0]) is type(fresh[0])
+            assert math.copysign(1, scores[0]) == math.copysign(1, fresh[0])
+            if len(lists[1]) > 1:
+                assert scores[-1] == weights[1] / (61 + 10_000) and len(scores) == 10_002
+    kept = algorithms._terms.cache_info()
+    fusion.reciprocal_rank_scores([long_list], [3.0])  # a new shape, too long to keep
+    assert algorithms._terms.cache_info().currsize == kept.currsize <= kept.maxsize
 
 
 def test_rrf_weights_change_the_winner() -> None:
@@ -559,6 +583,45 @@ def test_plain_copies_behave_as_documents_built_from_scratch() -> None:
             copied.no_such_field = 1
     assert [d.model_dump() for d in inputs] == [d.model_dump() for d in snapshot]
     assert [d.model_fields_set for d in inputs] == [d.model_fields_set for d in snapshot]
+
+
+def test_each_copy_owns_its_fields_set_as_model_copy_gives_it() -> None:
+    """pydantic records an assignment by adding to the model's own fields set in place, so no
+    copy may share that set with an input or another copy (equal sets included): assigning on
+    one copy changes that copy alone, and each copy's set equals ``model_copy``'s through
+    pickling and deep copies. Fails on a fields set shared, reused or taken from the input."""
+    plain = [Document(f"text {i}", metadata={"score": i}) for i in range(6)]
+    with_ids = [Document(f"text {i}", metadata={"score": 0.5}, id=f"i{i}") for i in range(4, 9)]
+    lists = [plain, plain[::-1], with_ids]
+    inputs = plain + with_ids
+    before = [set(d.model_fields_set) for d in inputs]
+    fused = ReciprocalRankFusion(with_scores=True).invoke(lists)
+    first_seen: dict[str, Document] = {}
+    for document in (d for ranked in lists for d in ranked):
+        first_seen.setdefault(document.page_content, document)
+    expected = [
+        first_seen[d.page_content].model_copy(
+            update={"metadata": {**first_seen[d.page_content].metadata, "fusion_score": score}}
+        )
+        for d, score in fused
+    ]
+    copies = [d for d, _ in fused]
+    every_set = [d.model_fields_set for d in copies + inputs]
+    assert len(set(map(id, every_set))) == len(every_set)  # no set is held twice
+    for copied, slow in zip(copies, expected, strict=True):
+        assert copied.model_fields_set == slow.model_fields_set
+        assert copied.model_dump(exclude_unset=True) == slow.model_dump(exclude_unset=True)
+        for clone in (pickle.loads(pickle.dumps(copied)), copy.deepcopy(copied)):
+            assert clone.model_fields_set == slow.model_fields_set
+            assert clone.model_dump(exclude_unset=True) == slow.model_dump(exclude_unset=True)
+    for index, changed in enumerate(copies):  # one copy at a time: assign, compare all, undo
+        changed.id = "assigned"
+        for copied, slow in zip(copies, expected, strict=True):
+            extra = {"id"} if copied is changed else set()
+            assert copied.model_fields_set == slow.model_fields_set | extra
+        changed.id = expected[index].id
+        changed.model_fields_set.intersection_update(expected[index].model_fields_set)
+    assert [d.model_fields_set for d in inputs] == before
 
 
 def test_a_pydantic_with_other_model_slots_turns_the_fast_copy_off(

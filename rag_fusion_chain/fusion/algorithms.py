@@ -3,12 +3,13 @@ document out, as ``(scores, documents)`` in first-seen order (the first appearan
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 import warnings
 from collections.abc import Callable, Sequence
 from itertools import repeat
-from typing import Any
+from typing import Any, cast
 
 from langchain_core.documents import Document
 from pydantic import BaseModel
@@ -25,7 +26,7 @@ Key = str | None
 Bounds = Callable[[list[float]], tuple[float, float]]
 
 
-def _accumulate(ranked_lists: Lists, contributions: list[list[float]], id_key: Key) -> Fused:
+def _accumulate(ranked_lists: Lists, contributions: list[Sequence[float]], id_key: Key) -> Fused:
     """Sum each list's per-position contribution into one score per distinct document; a document
     repeated within one list counts once, at its best position."""
     key_of = None if id_key is None else identity(id_key)
@@ -59,10 +60,15 @@ def reciprocal_rank_scores(
     id_key: Key = None,
 ) -> Fused:
     """RRF: score(d) = sum of weight / (rank_constant + rank(d)), ranks from ``rank_start``."""
-    first = rank_constant + rank_start
-    shapes = list(zip(weights, map(len, ranked_lists), strict=True))  # (weight, length) per list
-    shared = {s: [s[0] / (first + rank) for rank in range(s[1])] for s in set(shapes)}  # once each
-    return _accumulate(ranked_lists, list(map(shared.__getitem__, shapes)), id_key)
+    first, shapes = rank_constant + rank_start, zip(weights, map(len, ranked_lists), strict=True)
+    terms = [(_terms if w and n <= 10_000 else _terms.__wrapped__)(w, n, first) for w, n in shapes]
+    return _accumulate(ranked_lists, terms, id_key)
+
+
+@functools.lru_cache(maxsize=16, typed=True)  # skipped for 0 (== -0.0) and past 10,000 ranks
+def _terms(weight: float, length: int, first: float) -> Sequence[float]:
+    """RRF's ``weight / (first + rank)`` per rank, kept: a fan-out's lists keep their shape."""
+    return tuple([weight / (first + rank) for rank in range(length)])
 
 
 def union_scores(ranked_lists: Lists, weights: Weights, *, id_key: Key = None) -> Fused:
@@ -140,7 +146,7 @@ def _normalized(scores: list[float], bounds_of: Bounds) -> list[float]:
 def _score_based(
     ranked_lists: Lists, weights: Weights, bounds_of: Bounds, score_key: str, id_key: Key
 ) -> Fused:
-    contributions = []
+    contributions: list[Sequence[float]] = []
     for index, (ranked, weight) in enumerate(zip(ranked_lists, weights, strict=True)):
         usable = _normalized(_usable_scores(ranked, score_key, index), bounds_of) if ranked else []
         contributions.append([score * weight / len(ranked_lists) for score in usable])
@@ -172,30 +178,27 @@ _PLAIN_DOCUMENT: type | None = (
 """``Document`` while its whole state is pydantic's four slots, extra and private empty, as the fast
 copy below sets them (tests/test_fusion.py pins it); else ``None``: every copy by ``model_copy``."""
 _new_model, _METADATA = object.__new__, frozenset({"metadata"})
-_setters: list[Any] = [  # None where pydantic differs (then unused)
-    getattr(vars(BaseModel).get(name), "__set__", None) for name in _MODEL_SLOTS
+_set_fields_set, _set_extra, _set_private = [  # None where pydantic differs (then unused)
+    cast(Any, getattr(vars(BaseModel).get(name), "__set__", None)) for name in _MODEL_SLOTS[1:]
 ]
-_set_fields, _set_fields_set, _set_extra, _set_private = _setters
 
 
 def scored_copies(
     documents: list[Document], scores: list[float], kept: Sequence[int]
 ) -> list[Document]:
     """Fresh copies of the ``kept`` documents with ``metadata["fusion_score"]`` (inputs untouched).
-    Plain Documents are made as pydantic's own ``__copy__`` makes one, through its slot
-    descriptors (a new object given its own field dict holding the new metadata, its own fields
-    set, empty extra and private), minus ``__copy__``'s generic work and the assignment: a third of
-    the cost (benchmarks/results/fusion.md). With a subclass among them (it may be frozen or hold
-    private attributes) every copy goes through ``model_copy``."""
+    Plain Documents are made as pydantic's ``__copy__`` makes one (a new object, its own field dict
+    filled from the original's with the new metadata, its own fields set, empty extra and private),
+    minus its generic work and the assignment: a third of the cost (benchmarks/results/fusion.md).
+    A subclass among them (it may be frozen or hold private attributes): all by ``model_copy``."""
     copies = list(map(_new_model, repeat(Document, len(kept))))
     for copied, slot in zip(copies, kept, strict=True):
         document = documents[slot]
         if type(document) is not _PLAIN_DOCUMENT:
             return [_public_copy(documents[slot], scores[slot]) for slot in kept]
-        fields = document.__dict__.copy()  # copy and store: cheaper than {**fields, key: value}
+        (fields := copied.__dict__).update(document.__dict__)  # its own dict, made on access
         metadata = fields["metadata"] = fields["metadata"].copy()
         metadata[FUSION_SCORE_KEY] = scores[slot]
-        _set_fields(copied, fields)
         _set_fields_set(copied, document.__pydantic_fields_set__ | _METADATA)
     for set_empty in (_set_extra, _set_private):  # one C-level pass each
         any(map(set_empty, copies, repeat(None)))

@@ -120,10 +120,7 @@ def traced_call(
     if not callbacks.handlers:
         return body(input, config)
     run_manager = callbacks.on_chain_start(
-        None,
-        input,
-        name=config.get("run_name") or runnable.get_name(),
-        run_id=run_id,
+        None, input, name=config.get("run_name") or runnable.get_name(), run_id=run_id
     )
     try:
         if children:
