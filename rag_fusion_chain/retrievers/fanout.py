@@ -191,7 +191,7 @@ class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]
     retrievers: Annotated[list[Runnable[Any, Any]], BeforeValidator(_as_list), Field(min_length=1)]
     weights: Annotated[list[float], BeforeValidator(_checked_weights)] | None = None
     k: int | None = Field(None, gt=0, strict=True)
-    timeout: float | None = Field(DEFAULT_TIMEOUT, gt=0, allow_inf_nan=False)
+    timeout: float | None = Field(DEFAULT_TIMEOUT, gt=0, allow_inf_nan=False, strict=True)
     """Seconds each retriever call may take (None: no bound)."""
     on_error: Literal["warn", "raise"] = "warn"
 
