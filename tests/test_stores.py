@@ -510,8 +510,24 @@ def test_the_index_type_round_trips_through_save_and_load(
 
 
 def test_an_unknown_index_type_is_named(embeddings: CountingEmbeddings) -> None:
-    with pytest.raises(ValueError, match="index: 'annoy' is not one of"):
+    with pytest.raises(
+        ValueError, match=r"index: FAISS cannot make 'annoy' .*'hnsw', 'ivfpq'\] or a"
+    ):
         build_faiss(DOCUMENTS, embeddings, index="annoy")
+
+
+def test_an_index_too_large_to_train_on_the_collection_is_named(
+    embeddings: CountingEmbeddings,
+) -> None:
+    # 'ivfpq' (1,024 lists) over a small folder was FAISS's C++ RuntimeError, after the embedding
+    vectors = random_vectors(len(DOCUMENTS), dimension=48)
+    with pytest.raises(ValueError, match=r"index: 'ivfpq' cannot be trained on 5 vectors .*'hnsw'"):
+        build_faiss(DOCUMENTS, embeddings, vectors=vectors, index="ivfpq")
+    # PQ48 needs a dimension divisible by 48: 'ivfpq' is a known name, not "not one of"
+    with pytest.raises(ValueError) as refused:
+        build_faiss(DOCUMENTS, embeddings, vectors=random_vectors(len(DOCUMENTS)), index="ivfpq")
+    assert "FAISS cannot make 'ivfpq' for 32-dimensional vectors" in str(refused.value)
+    assert "not one of" not in str(refused.value)
 
 
 class RecordingIndex:
