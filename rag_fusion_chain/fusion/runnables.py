@@ -4,7 +4,6 @@ take ``top_n`` / ``weights`` (and RRF's ``rank_constant``) per call."""
 from __future__ import annotations
 
 import difflib
-import math
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Literal
 
@@ -143,7 +142,7 @@ class ReciprocalRankFusion(BaseFusion):
     """Reciprocal rank fusion: score(d) = Σ_i w_i / (rank_constant + rank_i(d)), ranks from
     ``rank_start`` (1 as in Cormack et al. 2009; 0 reproduces the tutorials' ``1 / (rank + k)``)."""
 
-    rank_constant: float = Field(default=algorithms.RRF_K, strict=True)
+    rank_constant: float = Field(default=algorithms.RRF_K, ge=0, allow_inf_nan=False, strict=True)
     rank_start: Literal[0, 1] = 1
 
     call_settings: ClassVar[tuple[str, ...]] = ("top_n", "weights", "rank_constant")
@@ -153,10 +152,6 @@ class ReciprocalRankFusion(BaseFusion):
 
     @model_validator(mode="after")
     def _check_rank_constant(self) -> ReciprocalRankFusion:
-        if not math.isfinite(self.rank_constant) or self.rank_constant < 0:
-            raise ValueError(
-                f"rank_constant must be a finite non-negative number, got {self.rank_constant}"
-            )
         if self.rank_constant + self.rank_start <= 0:
             raise ValueError(
                 "rank_constant must be positive when rank_start=0 (1 / (0 + 0) is undefined)"

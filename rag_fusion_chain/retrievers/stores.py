@@ -155,9 +155,8 @@ def empty_faiss_index(index: str, dimension: int, name: str = "index") -> Any:
         return faiss.index_factory(dimension, FAISS_INDEXES.get(index, index), faiss.METRIC_L2)
     except RuntimeError as error:
         raise ValueError(
-            f"{name}: FAISS cannot make {index!r} for {dimension}-dimensional vectors "
-            f"({str(error).rpartition('failed: ')[2]}); use {sorted(FAISS_INDEXES)} or a FAISS "
-            f"index_factory string"
+            f"{name}: FAISS cannot make {index!r} for {dimension}-dimensional vectors ({str(error).rpartition('failed: ')[2]}); "
+            f"use {sorted(FAISS_INDEXES)} or a FAISS index_factory string"
         ) from error
 
 
