@@ -111,7 +111,7 @@ _HELP = {
     "sources": "Files, folders, BEIR .jsonl corpora or http(s) URLs.",
     "chunk_size": f"Tokens per chunk (default {ingest.DEFAULT_CHUNK_SIZE}).",
     "chunk_overlap": f"Tokens shared by neighbouring chunks (default {ingest.DEFAULT_CHUNK_OVERLAP}).",
-    "update": "Update an existing index: embed only new and changed sources, drop deleted ones. Store, embeddings, chunking and FAISS index not given are those the index records; giving others is an error (--force rebuilds with them).",
+    "update": "Update an existing index: embed only new and changed sources, drop deleted ones and any not given again (SOURCES are the whole index). Store, embeddings, chunking and FAISS index not given are those the index records; giving others is an error (--force rebuilds with them).",
     "faiss_index": "FAISS index type: flat (exact, default), hnsw, ivfpq, or an index_factory string.",
     "strict": "Fail on the first file or URL that cannot be used, instead of skipping it.",
     "follow_symlinks": "Follow links that point out of a folder (by default they are skipped).",
