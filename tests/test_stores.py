@@ -489,6 +489,18 @@ def test_bad_precomputed_vectors_are_named(
         build_faiss(DOCUMENTS, embeddings, vectors=vectors)
 
 
+def test_vectors_of_other_embeddings_than_the_index_are_named(
+    embeddings: CountingEmbeddings,
+) -> None:
+    # Precomputed vectors of another model: the search was FAISS's bare AssertionError, reported
+    # by the fan-out as "VectorRetriever (AssertionError: )".
+    store = build_faiss(DOCUMENTS, embeddings, vectors=random_vectors(len(DOCUMENTS), dimension=10))
+    retriever = VectorRetriever(vectorstore=store)
+    width = len(embeddings.embed_query("x"))
+    with pytest.raises(ValueError, match=f"vectors: {width}-dimensional queries, 10-dimensional"):
+        retriever.invoke("honey")
+
+
 @pytest.mark.parametrize(
     ("index", "faiss_class"),
     [("hnsw", "IndexHNSWFlat"), ("IVF4,Flat", "IndexIVFFlat"), ("IVF4,PQ8", "IndexIVFPQ")],
@@ -534,7 +546,7 @@ class RecordingIndex:
     """Stands in for a FAISS index and records the search parameters of each call."""
 
     def __init__(self, inner: Any) -> None:
-        self.inner, self.ntotal, self.calls = inner, inner.ntotal, []
+        self.inner, self.ntotal, self.d, self.calls = inner, inner.ntotal, inner.d, []
 
     def search(self, matrix: np.ndarray, k: int, params: Any = None) -> Any:
         self.calls.append(params)

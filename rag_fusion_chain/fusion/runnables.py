@@ -28,7 +28,7 @@ class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
     name: str | None = "fuse"
     weights: list[float] | None = None
     """One weight per ranked list (or per retriever for nested input); default: each list's own."""
-    top_n: int | None = Field(default=None, strict=True)  # True is no count
+    top_n: int | None = Field(default=None, gt=0, strict=True)  # True is no count
     id_key: str | None = None
     """Identify documents by this metadata key (:data:`DOCUMENT_ID`: by ``Document.id``)."""
     with_scores: bool = False
@@ -48,8 +48,6 @@ class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
     def _check_settings(self) -> BaseFusion:
         if self.weights is not None:
             inputs.validate_weights(self.weights)
-        if self.top_n is not None and self.top_n <= 0:
-            raise ValueError(f"top_n must be a positive integer or None, got {self.top_n}")
         return self
 
     def _scores(self, ranked_lists: list[Sequence[Document]], weights: list[float]) -> Fused:

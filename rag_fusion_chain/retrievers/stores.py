@@ -356,6 +356,8 @@ def _search_faiss(
     if total == 0:
         return [[] for _ in vectors]
     matrix = np.array(vectors, dtype=np.float32)
+    if (given := matrix.shape[1]) != store.index.d:  # FAISS's own check: a bare assert
+        raise ValueError(f"vectors: {given}-dimensional queries, {store.index.d}-dimensional index")
     if store._normalize_L2:
         faiss.normalize_L2(matrix)
     faiss.omp_set_num_threads(threads)  # per calling thread: each executor thread sets its own
