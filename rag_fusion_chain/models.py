@@ -31,6 +31,7 @@ API_KEY_ENV = "OPENAI_API_KEY"
 BASE_URL_ENV = "OPENAI_BASE_URL"
 _LEGACY_BASE_URL_ENV = "OPENAI_API_BASE"
 DEFAULT_OPENAI_CHAT_MODEL = "gpt-4o-mini"
+MODEL_TIMEOUT = 120.0  # seconds a model request may wait for a byte (openai's own: 600, 3 tries)
 DEFAULT_EMBEDDING = "minilm"
 DEFAULT_EMBEDDING_BATCH_SIZE = 64
 _MINILM_NAMES: dict[str, dict[str, Any]] = {
@@ -366,7 +367,7 @@ def _openai(
             )
         api_key = "EMPTY"
     client = getattr(require_extra("langchain_openai", "openai"), class_name)
-    return client(base_url=base_url, api_key=api_key, **kwargs)
+    return client(base_url=base_url, api_key=api_key, **{"timeout": MODEL_TIMEOUT, **kwargs})
 
 
 def _environment_base_url() -> str | None:

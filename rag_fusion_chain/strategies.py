@@ -165,6 +165,6 @@ def get(strategy: str | Strategy) -> Strategy:
     """
     if isinstance(strategy, Strategy):
         return strategy
-    if strategy not in REGISTRY:
-        raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}; got {strategy!r}")
+    if not isinstance(strategy, str) or strategy not in REGISTRY:
+        raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}; got {strategy!r:.80}")
     return REGISTRY[strategy]

@@ -794,6 +794,9 @@ def test_retrieval_chain_is_the_ready_chains_steps_up_to_format_context() -> Non
         chains.retrieval_chain("rag-fusion", [bm25_retriever()], prompt=None, return_sources=True)
     with pytest.raises(TypeError, match="unexpected keyword argument 'top'"):
         chains.retrieval_chain("rag-fusion", [bm25_retriever()], top=3)
+    # Retrievers first, as every other factory takes them: was "unhashable type: 'list'".
+    with pytest.raises(ValueError, match="strategy must be one of rag-fusion, .*; got \\[BM25"):
+        chains.retrieval_chain([bm25_retriever()], None)  # type: ignore[arg-type]
 
 
 def test_an_async_chain_whose_retrievers_all_fail_leaves_no_unread_task_error() -> None:

@@ -560,6 +560,26 @@ def test_counts_below_one_are_refused_with_the_flag_name(
     assert no_model_loads == []
 
 
+@pytest.mark.parametrize(
+    ("arguments", "flag"),
+    [
+        (["serve", "--port", "99999"], "--port"),  # was served on 34463 (99999 mod 65536)
+        (["serve", "--port", "0"], "--port"),
+        (["serve", "-p", "-5"], "--port"),
+        (["index", "{corpus}", "--out", "{out}", "--chunk-size", "0"], "--chunk-size"),
+        (["index", "{corpus}", "--out", "{out}", "--chunk-overlap", "-1"], "--chunk-overlap"),
+    ],
+)
+def test_a_port_or_chunking_out_of_range_is_refused_with_the_flag_name(
+    corpus: Path, tmp_path: Path, no_model_loads: list[str], arguments: list[str], flag: str
+) -> None:
+    given = [argument.format(corpus=corpus, out=tmp_path / "index") for argument in arguments]
+    result = invoke(*given)
+    assert result.exit_code == 2, result.output
+    assert flag in result.output and "Traceback" not in result.output
+    assert no_model_loads == [] and not (tmp_path / "index").exists()
+
+
 def test_boolean_options_are_flags_in_help_and_parsing(
     faiss_index: Path, no_model_loads: list[str]
 ) -> None:

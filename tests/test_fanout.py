@@ -639,6 +639,25 @@ def test_unknown_fields_are_refused_with_the_right_name() -> None:
         FusionRetriever(retrievers=[TagRetriever(tag="a")], kk=3)
     with pytest.raises(TypeError, match="unknown field 'top': did you mean 'top_n'"):
         ReciprocalRankFusion(top=3)  # type: ignore[call-arg]
+    with pytest.raises(TypeError) as refused:  # no close name: no empty hint after a colon
+        FusionRetriever(retrievers=[TagRetriever(tag="a")], zzz=3)
+    assert str(refused.value).startswith("FusionRetriever got an unknown field 'zzz' (fields: ")
+
+
+@pytest.mark.parametrize("value", [True, "5", 2.0])
+def test_counts_and_bounds_are_not_coerced(value: object) -> None:
+    """README: k takes a positive int only; True was silently k=1, "5" was 5 (and timeout=True 1 s)."""
+    with pytest.raises(ValueError, match="k"):
+        FusionRetriever(retrievers=[TagRetriever(tag="a")], k=value)
+    with pytest.raises(ValueError, match="top_n"):
+        ReciprocalRankFusion(top_n=value)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="top_n"):
+        reciprocal_rank_fusion.invoke([[Document("a")]], top_n=value)
+    if not isinstance(value, float):
+        with pytest.raises(ValueError, match="rank_constant"):
+            ReciprocalRankFusion(rank_constant=value)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="timeout"):
+            MultiRetriever([TagRetriever(tag="a")], timeout=value)
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")

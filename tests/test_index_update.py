@@ -235,7 +235,7 @@ def test_a_faiss_index_type_faiss_cannot_make_fails_before_anything_is_embedded(
     faiss_index: str, folder: Path, tmp_path: Path
 ) -> None:
     embeddings = CountingEmbeddings(size=16, embedded=[])
-    with pytest.raises(ValueError, match=f"faiss_index: '{faiss_index}' is not one of"):
+    with pytest.raises(ValueError, match=f"faiss_index: FAISS cannot make '{faiss_index}'"):
         build_index([folder], tmp_path / "index", embedding=embeddings, faiss_index=faiss_index)
     assert embeddings.embedded == [] and not (tmp_path / "index").exists()
 

@@ -465,6 +465,25 @@ def test_unusable_files_are_skipped_and_reported(tmp_path: Path):
     assert f"{folder.name}/latin1.txt (not UTF-8)" in ingest.describe_skipped(result.skipped)
 
 
+def test_a_text_file_without_text_is_skipped_and_reported_as_an_empty_pdf_is(tmp_path: Path):
+    # It was a document of no text: counted as indexed, and alone it made the CLI say
+    # "documents: cannot build a BM25 index from no documents".
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "good.md").write_text("Bees make honey.", "utf-8")
+    (folder / "empty.txt").write_bytes(b"")
+    (folder / "blank.md").write_text(" \n\n\t\n", "utf-8")
+
+    with pytest.warns(SkippedSourceWarning, match="no text found"):
+        result = ingest.load_with_report([folder])
+
+    assert result.loaded == [f"{folder.name}/good.md"]
+    reasons = {Path(entry.source).name: entry.reason for entry in result.skipped}
+    assert reasons == {"blank.md": "no text found", "empty.txt": "no text found"}
+    with pytest.raises(ValueError, match="empty.txt: no text found"):
+        ingest.load_file(folder / "empty.txt")
+
+
 def test_strict_loading_raises_the_problem(tmp_path: Path):
     (tmp_path / "good.md").write_text("fine", "utf-8")
     (tmp_path / "latin1.txt").write_bytes("café".encode("latin-1"))

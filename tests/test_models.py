@@ -81,6 +81,20 @@ def test_request_delay_holds_the_reply(openai_env: StubOpenAI):
     assert time.perf_counter() - started >= 0.3
 
 
+def test_a_silent_server_is_a_timeout_not_a_hang(
+    openai_env: StubOpenAI, monkeypatch: pytest.MonkeyPatch
+):
+    # The clients had no bound of the kit's: openai's 600 s, tried 3 times, so `rag-fusion ask`
+    # against a server that accepts and never answers waited half an hour.
+    monkeypatch.setattr(models, "MODEL_TIMEOUT", 0.2)
+    openai_env.set_delay(request=3)
+    with pytest.raises(openai.APITimeoutError):
+        models.chat_model(max_retries=0).invoke("x")
+    with pytest.raises(openai.APITimeoutError):
+        models.embeddings("openai:text-embedding-3-small", max_retries=0).embed_query("x")
+    assert models.chat_model(timeout=7).request_timeout == 7  # the caller's own bound wins
+
+
 def test_chat_async_stream_and_reply_function(openai_env: StubOpenAI):
     openai_env.script(lambda messages: messages[-1]["content"].upper())
 

@@ -489,6 +489,18 @@ def test_bad_precomputed_vectors_are_named(
         build_faiss(DOCUMENTS, embeddings, vectors=vectors)
 
 
+def test_vectors_of_other_embeddings_than_the_index_are_named(
+    embeddings: CountingEmbeddings,
+) -> None:
+    # Precomputed vectors of another model: the search was FAISS's bare AssertionError, reported
+    # by the fan-out as "VectorRetriever (AssertionError: )".
+    store = build_faiss(DOCUMENTS, embeddings, vectors=random_vectors(len(DOCUMENTS), dimension=10))
+    retriever = VectorRetriever(vectorstore=store)
+    width = len(embeddings.embed_query("x"))
+    with pytest.raises(ValueError, match=f"vectors: {width}-dimensional queries, 10-dimensional"):
+        retriever.invoke("honey")
+
+
 @pytest.mark.parametrize(
     ("index", "faiss_class"),
     [("hnsw", "IndexHNSWFlat"), ("IVF4,Flat", "IndexIVFFlat"), ("IVF4,PQ8", "IndexIVFPQ")],
@@ -510,15 +522,31 @@ def test_the_index_type_round_trips_through_save_and_load(
 
 
 def test_an_unknown_index_type_is_named(embeddings: CountingEmbeddings) -> None:
-    with pytest.raises(ValueError, match="index: 'annoy' is not one of"):
+    with pytest.raises(
+        ValueError, match=r"index: FAISS cannot make 'annoy' .*'hnsw', 'ivfpq'\] or a"
+    ):
         build_faiss(DOCUMENTS, embeddings, index="annoy")
+
+
+def test_an_index_too_large_to_train_on_the_collection_is_named(
+    embeddings: CountingEmbeddings,
+) -> None:
+    # 'ivfpq' (1,024 lists) over a small folder was FAISS's C++ RuntimeError, after the embedding
+    vectors = random_vectors(len(DOCUMENTS), dimension=48)
+    with pytest.raises(ValueError, match=r"index: 'ivfpq' cannot be trained on 5 vectors .*'hnsw'"):
+        build_faiss(DOCUMENTS, embeddings, vectors=vectors, index="ivfpq")
+    # PQ48 needs a dimension divisible by 48: 'ivfpq' is a known name, not "not one of"
+    with pytest.raises(ValueError) as refused:
+        build_faiss(DOCUMENTS, embeddings, vectors=random_vectors(len(DOCUMENTS)), index="ivfpq")
+    assert "FAISS cannot make 'ivfpq' for 32-dimensional vectors" in str(refused.value)
+    assert "not one of" not in str(refused.value)
 
 
 class RecordingIndex:
     """Stands in for a FAISS index and records the search parameters of each call."""
 
     def __init__(self, inner: Any) -> None:
-        self.inner, self.ntotal, self.calls = inner, inner.ntotal, []
+        self.inner, self.ntotal, self.d, self.calls = inner, inner.ntotal, inner.d, []
 
     def search(self, matrix: np.ndarray, k: int, params: Any = None) -> Any:
         self.calls.append(params)

@@ -4,7 +4,6 @@ take ``top_n`` / ``weights`` (and RRF's ``rank_constant``) per call."""
 from __future__ import annotations
 
 import difflib
-import math
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Literal
 
@@ -16,7 +15,7 @@ from langchain_core.runnables.config import (
     patch_config,
     set_config_context,
 )
-from pydantic import BaseModel, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from rag_fusion_chain.fusion import algorithms, inputs
 from rag_fusion_chain.fusion.algorithms import Fused
@@ -29,7 +28,7 @@ class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
     name: str | None = "fuse"
     weights: list[float] | None = None
     """One weight per ranked list (or per retriever for nested input); default: each list's own."""
-    top_n: int | None = None
+    top_n: int | None = Field(default=None, gt=0, strict=True)  # True is no count
     id_key: str | None = None
     """Identify documents by this metadata key (:data:`DOCUMENT_ID`: by ``Document.id``)."""
     with_scores: bool = False
@@ -49,8 +48,6 @@ class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
     def _check_settings(self) -> BaseFusion:
         if self.weights is not None:
             inputs.validate_weights(self.weights)
-        if self.top_n is not None and self.top_n <= 0:
-            raise ValueError(f"top_n must be a positive integer or None, got {self.top_n}")
         return self
 
     def _scores(self, ranked_lists: list[Sequence[Document]], weights: list[float]) -> Fused:
@@ -96,7 +93,7 @@ def refuse_unknown_fields(model: type[BaseModel], values: Any, hints: dict[str, 
         close = difflib.get_close_matches(unknown[0], list(model.model_fields), n=1)
         hint = hints.get(unknown[0]) or (f"did you mean {close[0]!r}?" if close else "")
         raise TypeError(
-            f"{model.__name__} got an unknown field {unknown[0]!r}: {hint} "
+            f"{model.__name__} got an unknown field {unknown[0]!r}{hint and ': ' + hint} "
             f"(fields: {', '.join(sorted(model.model_fields))})"
         )
     return values
@@ -140,7 +137,7 @@ class ReciprocalRankFusion(BaseFusion):
     """Reciprocal rank fusion: score(d) = Σ_i w_i / (rank_constant + rank_i(d)), ranks from
     ``rank_start`` (1 as in Cormack et al. 2009; 0 reproduces the tutorials' ``1 / (rank + k)``)."""
 
-    rank_constant: float = algorithms.RRF_K
+    rank_constant: float = Field(default=algorithms.RRF_K, ge=0, allow_inf_nan=False, strict=True)
     rank_start: Literal[0, 1] = 1
 
     call_settings: ClassVar[tuple[str, ...]] = ("top_n", "weights", "rank_constant")
@@ -150,10 +147,6 @@ class ReciprocalRankFusion(BaseFusion):
 
     @model_validator(mode="after")
     def _check_rank_constant(self) -> ReciprocalRankFusion:
-        if not math.isfinite(self.rank_constant) or self.rank_constant < 0:
-            raise ValueError(
-                f"rank_constant must be a finite non-negative number, got {self.rank_constant}"
-            )
         if self.rank_constant + self.rank_start <= 0:
             raise ValueError(
                 "rank_constant must be positive when rank_start=0 (1 / (0 + 0) is undefined)"

@@ -57,7 +57,9 @@ def load_file(
         return [html_document(data, name)]
     if kind == "beir":
         return beir_documents(data.split(b"\n"), name)
-    return [Document(page_content=_utf8(data, name), metadata={"source": name}, id=name)]
+    if not (text := _utf8(data, name)).strip():  # as an empty PDF or page: skipped, reported
+        raise NoTextError(name, "no text found")
+    return [Document(page_content=text, metadata={"source": name}, id=name)]
 
 
 def load_pdf(

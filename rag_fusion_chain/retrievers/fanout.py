@@ -143,15 +143,12 @@ def _as_list(retrievers: Any) -> Any:
 
 def _as_queries(value: Any) -> list[str]:
     queries = [value] if isinstance(value, str) else value
-    if isinstance(queries, (list, tuple)) and all(
-        isinstance(q, str) and q.strip() for q in queries
-    ):
-        return list(queries)
     if not isinstance(queries, (list, tuple)) or not all(isinstance(q, str) for q in queries):
         raise TypeError(f"queries must be a str or a list of str, got {type(value).__name__}")
-    at = next(position for position, query in enumerate(queries) if not query.strip())
-    # a vector store would answer a blank query with arbitrary documents
-    raise ValueError(f"queries must not be empty or whitespace: query {at} is {queries[at]!r}")
+    at = next((at for at, query in enumerate(queries) if not query.strip()), None)
+    if at is not None:  # a vector store would answer a blank query with arbitrary documents
+        raise ValueError(f"queries must not be empty or whitespace: query {at} is {queries[at]!r}")
+    return list(queries)
 
 
 def _checked_weights(weights: Any, given: ValidationInfo) -> Any:
@@ -191,7 +188,7 @@ class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]
     retrievers: Annotated[list[Runnable[Any, Any]], BeforeValidator(_as_list), Field(min_length=1)]
     weights: Annotated[list[float], BeforeValidator(_checked_weights)] | None = None
     k: int | None = Field(None, gt=0, strict=True)
-    timeout: float | None = Field(DEFAULT_TIMEOUT, gt=0, allow_inf_nan=False)
+    timeout: float | None = Field(DEFAULT_TIMEOUT, gt=0, allow_inf_nan=False, strict=True)
     """Seconds each retriever call may take (None: no bound)."""
     on_error: Literal["warn", "raise"] = "warn"
 

@@ -54,7 +54,7 @@ class FusionRetriever(BaseRetriever):
     query_generator: Runnable[Any, Any] | None = None
     """Question to ``list[str]`` (or one ``str``), e.g. ``queries.rag_fusion(llm)``."""
     fusion: BaseFusion = Field(default_factory=ReciprocalRankFusion)
-    k: int = DEFAULT_K
+    k: int = Field(default=DEFAULT_K, strict=True)  # True and "5" are refused, not made 1 and 5
 
     @model_validator(mode="before")
     @classmethod

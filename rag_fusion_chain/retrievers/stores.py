@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeGuard, cast
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.runnables.config import run_in_executor
+from langchain_core.utils.iter import batch_iterate
 from langchain_core.vectorstores import VectorStore
 from pydantic import Field, model_validator
 
@@ -102,7 +103,12 @@ def build_faiss(
         faiss_index.hnsw.efSearch = HNSW_EF_SEARCH
     if not faiss_index.is_trained:  # IVF, PQ: trained on a fixed sample of the unit vectors
         sample = np.random.default_rng(0).permutation(len(matrix))[:TRAINING_SAMPLE]
-        faiss_index.train(_unit_rows(matrix, norms, np.sort(sample)))
+        try:
+            faiss_index.train(_unit_rows(matrix, norms, np.sort(sample)))
+        except RuntimeError as error:  # fewer vectors than IVF lists or PQ centroids
+            raise ValueError(
+                f"index: {index!r} cannot be trained on {len(matrix)} vectors ({str(error).rpartition('failed: ')[2]}); use 'flat' or 'hnsw' for a small collection"
+            ) from error
     if matrix.dtype == "float32" and matrix.flags.c_contiguous and abs(norms - 1).max() <= 1e-5:
         faiss_index.add(matrix)  # unit vectors already: FAISS's one copy, as a plain add makes
     else:
@@ -149,8 +155,8 @@ def empty_faiss_index(index: str, dimension: int, name: str = "index") -> Any:
         return faiss.index_factory(dimension, FAISS_INDEXES.get(index, index), faiss.METRIC_L2)
     except RuntimeError as error:
         raise ValueError(
-            f"{name}: {index!r} is not one of {sorted(FAISS_INDEXES)} nor a FAISS index_factory "
-            f"string ({error})"
+            f"{name}: FAISS cannot make {index!r} for {dimension}-dimensional vectors ({str(error).rpartition('failed: ')[2]}); "
+            f"use {sorted(FAISS_INDEXES)} or a FAISS index_factory string"
         ) from error
 
 
@@ -199,9 +205,7 @@ def build_chroma(
         collection_metadata={EMBEDDING_METADATA_KEY: embedding_identity(embeddings)},
         collection_configuration={"hnsw": {"space": "cosine"}},
     )
-    batch_size = chroma_client.get_max_batch_size()
-    for start in range(0, len(identified), batch_size):
-        chunk = identified[start : start + batch_size]
+    for chunk in batch_iterate(chroma_client.get_max_batch_size(), identified):
         store.add_documents(chunk, ids=[document.id for document in chunk])
     return store
 
@@ -352,6 +356,8 @@ def _search_faiss(
     if total == 0:
         return [[] for _ in vectors]
     matrix = np.array(vectors, dtype=np.float32)
+    if (given := matrix.shape[1]) != store.index.d:  # FAISS's own check: a bare assert
+        raise ValueError(f"vectors: {given}-dimensional queries, {store.index.d}-dimensional index")
     if store._normalize_L2:
         faiss.normalize_L2(matrix)
     faiss.omp_set_num_threads(threads)  # per calling thread: each executor thread sets its own
