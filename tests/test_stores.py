@@ -552,6 +552,9 @@ class RecordingIndex:
         self.calls.append(params)
         return self.inner.search(matrix, k, params=params)
 
+    def __getattr__(self, name: str) -> Any:  # the index's kind: hnsw, nprobe
+        return getattr(self.inner, name)
+
 
 @pytest.mark.parametrize(
     ("index", "parameters", "field"),
@@ -571,10 +574,22 @@ def test_search_parameters_reach_faiss_per_call(
     configured.search_vectors(vectors[:2].tolist(), 3)
     assert getattr(recording.calls[0], field) == parameters[field]
     assert recording.calls[1] is None  # the index's own setting when none is given
-    with pytest.raises(ValueError, match="search_parameters: expected"):
-        VectorRetriever(vectorstore=store, search_parameters={"ef": 1}).search_vectors(
-            vectors[:1].tolist(), 3
-        )
+    other = {"efSearch": {"nprobe": 3}, "nprobe": {"efSearch": 7}}[field]
+    for refused in ({"ef": 1}, other, {**parameters, **other}):  # FAISS would ignore the other kind
+        with pytest.raises(ValueError, match="search_parameters: expected"):
+            VectorRetriever(vectorstore=store, search_parameters=refused).search_vectors(
+                vectors[:1].tolist(), 3
+            )
+
+
+def test_search_parameters_of_no_kind_are_refused_for_a_flat_index(
+    embeddings: CountingEmbeddings,
+) -> None:
+    store = build_faiss(DOCUMENTS, embeddings, vectors=random_vectors(len(DOCUMENTS)))
+    for parameters in ({"efSearch": 64}, {"nprobe": 4}):  # FAISS's flat search ignores both
+        retriever = VectorRetriever(vectorstore=store, search_parameters=parameters)
+        with pytest.raises(ValueError, match="for IndexFlat"):
+            retriever.search_vectors(random_vectors(1).tolist(), 2)
 
 
 def test_exhaustive_ivf_probing_finds_what_flat_finds(embeddings: CountingEmbeddings) -> None:

@@ -326,16 +326,16 @@ class VectorRetriever(BatchedRetriever):
         ]
 
 
-def _faiss_search_parameters(parameters: dict[str, int]) -> Any:
-    """FAISS ``SearchParameters`` for one call."""
+def _faiss_search_parameters(parameters: dict[str, int], index: Any) -> Any:
+    """FAISS ``SearchParameters`` for one call, of the index's kind (FAISS ignores another's)."""
     import faiss
 
-    kinds = {"efSearch": "SearchParametersHNSW", "nprobe": "SearchParametersIVF"}
-    if len(parameters) != 1 or next(iter(parameters)) not in kinds:
+    ((name, value),) = parameters.items() if len(parameters) == 1 else [("", 0)]
+    kind = {"efSearch": "HNSW", "nprobe": "IVF"}.get(name)  # an index of the kind has hnsw / nprobe
+    if kind is None or not hasattr(index, "hnsw" if kind == "HNSW" else "nprobe"):
         message = "expected {'efSearch': n} (HNSW) or {'nprobe': n} (IVF)"
-        raise ValueError(f"search_parameters: {message}, got {parameters!r}")
-    ((name, value),) = parameters.items()
-    return getattr(faiss, kinds[name])(**{name: int(value)})
+        raise ValueError(f"search_parameters: {message} for {type(index).__name__}: {parameters}")
+    return getattr(faiss, f"SearchParameters{kind}")(**{name: int(value)})
 
 
 def _search_faiss(
@@ -361,7 +361,7 @@ def _search_faiss(
     if store._normalize_L2:
         faiss.normalize_L2(matrix)
     faiss.omp_set_num_threads(threads)  # per calling thread: each executor thread sets its own
-    search_parameters = _faiss_search_parameters(parameters) if parameters else None
+    search_parameters = _faiss_search_parameters(parameters, store.index) if parameters else None
     distances, positions = store.index.search(matrix, min(k, total), params=search_parameters)
     return [
         [
