@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Install the kit with every integration into .venv (CPU torch first, so nothing pulls a CUDA
-# build) and run the main job on the offline default: index the bundled SciFact sample with
-# MiniLM + BM25 and answer a sample question with RAG-Fusion, no API key, no network.
+# Install the kit with every integration into .venv (torch 2.13.0 first: the CPU build where pip
+# finds one, e.g. TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu) and run the main job on
+# the offline default: index the bundled SciFact sample with MiniLM + BM25 and answer a sample
+# question with RAG-Fusion, no API key, no network.
 #
 # Usage: bash scripts/demo.sh [rag-fusion demo options, e.g. --strategy hyde]
 # A second run skips the installation; REINSTALL=1 bash scripts/demo.sh installs again.
@@ -21,8 +22,8 @@ else
   python3 -m venv .venv
   step "1/3 pip itself (a few seconds)"
   .venv/bin/python -m pip install --upgrade --progress-bar on pip
-  step "2/3 PyTorch, CPU build (the largest download, 1 to 3 minutes)"
-  .venv/bin/python -m pip install --progress-bar on torch==2.13.0
+  step "2/3 PyTorch 2.13.0 (the largest download, 1 to 3 minutes)"
+  .venv/bin/python -m pip install --progress-bar on ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} torch==2.13.0
   step "3/3 rag-fusion-chain with every integration (1 to 2 minutes)"
   .venv/bin/python -m pip install --progress-bar on -e ".[all]"
   step "Installed in $((SECONDS - started)) s"
