@@ -226,6 +226,22 @@ def test_documents_are_indexed_whole_with_chunk_size_none(
     assert sorted(document.id for document in found) == [f"d{number}" for number in range(5)]
 
 
+@pytest.mark.parametrize(("size", "overlap"), [(40, None), (10, 20), (10, 10)])
+def test_an_overlap_not_below_the_chunk_size_is_refused_before_loading(
+    tmp_path: Path, embeddings: Embeddings, size: int, overlap: int | None
+) -> None:
+    missing = tmp_path / "no-such-folder"  # never read: the settings are checked first
+    with pytest.raises(ValueError, match=r"chunk_overlap \(\d+\) must be smaller than chunk_size"):
+        build_index(
+            [missing],
+            tmp_path / "index",
+            embedding=embeddings,
+            chunk_size=size,
+            chunk_overlap=overlap,
+        )
+    assert not (tmp_path / "index").exists()
+
+
 def test_the_embedding_name_is_recorded_and_resolved_again(
     corpus: list[Path],
     tmp_path: Path,

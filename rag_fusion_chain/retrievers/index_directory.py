@@ -215,11 +215,11 @@ def _chosen_settings(out: Path, previous: dict[str, Any], given: dict[str, Any])
         raise ValueError(
             f"faiss_index: {given['faiss_index']!r} needs store='faiss', not {store!r}"
         )
-    if store != "faiss":
-        chosen["faiss_index"] = None
-    if chosen["chunk_size"] is None:
-        chosen["chunk_overlap"] = None
-    return chosen
+    chosen["faiss_index"] = chosen["faiss_index"] if store == "faiss" else None
+    size, overlap = chosen["chunk_size"], chosen["chunk_overlap"]
+    if size is not None and (overlap or 0) >= size:  # refused before loading, not after
+        raise ValueError(f"chunk_overlap ({overlap}) must be smaller than chunk_size ({size})")
+    return chosen | ({"chunk_overlap": None} if size is None else {})
 
 
 def _chosen_embeddings(
