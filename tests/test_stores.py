@@ -35,6 +35,7 @@ from rag_fusion_chain.retrievers.stores import (
     VectorRetriever,
     build_chroma,
     build_faiss,
+    empty_faiss_index,
     load_chroma,
     load_faiss,
     save_faiss,
@@ -535,11 +536,22 @@ def test_an_index_too_large_to_train_on_the_collection_is_named(
     vectors = random_vectors(len(DOCUMENTS), dimension=48)
     with pytest.raises(ValueError, match=r"index: 'ivfpq' cannot be trained on 5 vectors .*'hnsw'"):
         build_faiss(DOCUMENTS, embeddings, vectors=vectors, index="ivfpq")
-    # PQ48 needs a dimension divisible by 48: 'ivfpq' is a known name, not "not one of"
+    # PQ2 cannot split 17 dimensions: 'ivfpq' is a known name, not "not one of"
     with pytest.raises(ValueError) as refused:
-        build_faiss(DOCUMENTS, embeddings, vectors=random_vectors(len(DOCUMENTS)), index="ivfpq")
-    assert "FAISS cannot make 'ivfpq' for 32-dimensional vectors" in str(refused.value)
+        build_faiss(DOCUMENTS, embeddings, vectors=random_vectors(5, dimension=17), index="ivfpq")
+    assert "FAISS cannot make 'ivfpq' for 17-dimensional vectors" in str(refused.value)
     assert "not one of" not in str(refused.value)
+
+
+def test_ivfpq_stores_a_byte_per_eight_dimensions(embeddings: CountingEmbeddings) -> None:
+    made = [empty_faiss_index("ivfpq", dimension).pq.M for dimension in (384, 1024, 1536)]
+    assert made == [48, 128, 192]  # MiniLM's PQ48 as before; the others were refused
+    documents = [Document(f"passage {n}", id=f"p{n}") for n in range(1100)]  # IVF1024 trains
+    vectors = random_vectors(len(documents))  # 32 dimensions: PQ4, refused before
+    store = build_faiss(documents, embeddings, vectors=vectors, index="ivfpq")
+    assert store.index.pq.M == 4 and store.index.nlist == 1024
+    probe_all = VectorRetriever(vectorstore=store, search_parameters={"nprobe": 1024})
+    assert len(probe_all.search_vectors(vectors[:1], 3)[0]) == 3
 
 
 class RecordingIndex:

@@ -67,8 +67,8 @@ def _documents_by_id(documents: Sequence[Document]) -> MutableMapping[str, Docum
     return by_id
 
 
-FAISS_INDEXES: Final = {"flat": "Flat", "hnsw": "HNSW32", "ivfpq": "IVF1024,PQ48"}
-"""Names for :func:`build_faiss`'s ``index``; other values are ``index_factory`` strings."""
+FAISS_INDEXES: Final = {"flat": "Flat", "hnsw": "HNSW32", "ivfpq": "IVF1024,PQ{eighth}"}
+"""Names for :func:`build_faiss`'s ``index`` (PQ: a byte per 8 dimensions); else factory strings."""
 HNSW_EF_CONSTRUCTION: Final = 40
 HNSW_EF_SEARCH: Final = 128  # recall@10 0.983 at 1M clustered vectors (64: 0.959; results/scale.md)
 TRAINING_SAMPLE: Final = 100_000  # vectors that train an IVF or PQ index, at most
@@ -147,12 +147,12 @@ def _matrix_and_norms(vectors: Any, count: int) -> tuple[Any, Any]:
 
 
 def empty_faiss_index(index: str, dimension: int, name: str = "index") -> Any:
-    """An empty FAISS index of type ``index``; ValueError (naming the argument) if FAISS cannot
-    make it."""
+    """An empty FAISS index of type ``index``; a ValueError naming ``name`` if FAISS cannot make it."""
     import faiss
 
     try:
-        return faiss.index_factory(dimension, FAISS_INDEXES.get(index, index), faiss.METRIC_L2)
+        factory = FAISS_INDEXES.get(index, index).replace("{eighth}", str(dimension // 8))
+        return faiss.index_factory(dimension, factory, faiss.METRIC_L2)
     except RuntimeError as error:
         raise ValueError(
             f"{name}: FAISS cannot make {index!r} for {dimension}-dimensional vectors ({str(error).rpartition('failed: ')[2]}); "
