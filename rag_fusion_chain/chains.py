@@ -56,9 +56,7 @@ Part = TypeVar("Part", MultiRetriever, BaseFusion)
 
 def _count_setting(name: str, description: str) -> ConfigurableFieldSpec:
     """A per-call count a ready chain reads from ``config["configurable"]`` (None: the built one)."""
-    return ConfigurableFieldSpec(
-        id=name, annotation=int | None, name=name, default=None, description=description
-    )
+    return ConfigurableFieldSpec(id=name, annotation=int | None, name=name, description=description)
 
 
 N_SPEC = _count_setting("n", "Queries generated")
@@ -95,13 +93,11 @@ class Step(RunnableLambda):  # type: ignore[type-arg]
 
 
 def _unique(documents: Sequence[Document], skip: Sequence[Document] = ()) -> list[Document]:
-    seen = {document.page_content for document in skip}  # identity by text, as fusion's default
-    kept = []
+    kept: dict[str, Document] = {}  # identity by text, as fusion's default
     for document in documents:
-        if document.page_content not in seen:
-            seen.add(document.page_content)
-            kept.append(document)
-    return kept
+        kept.setdefault(document.page_content, document)
+    skipped = {document.page_content for document in skip}
+    return [document for text, document in kept.items() if text not in skipped]
 
 
 # ---- the steps' state transitions (pure) --------------------------------------------------------
@@ -127,12 +123,9 @@ def _fused(record: Strategy, state: State, fuse: Callable[[list[Any]], list[Any]
     queries = [*state["queries"], *([question] if searched_question else [])]
     fused = fuse([[ranked for ranked in retrieved if ranked.query == query] for query in queries])
     if record.grouping == "step-back":  # no broader list when the model repeated the question
-        return {
-            **state,
-            "documents": fused[0],
-            "step_back_question": queries[-1],
-            "step_back_documents": _unique(fused[1], skip=fused[0]) if len(fused) > 1 else [],
-        }
+        background = _unique(fused[1], skip=fused[0]) if len(fused) > 1 else []
+        step_back = {"step_back_question": queries[-1], "step_back_documents": background}
+        return {**state, "documents": fused[0], **step_back}
     sub_questions = state["queries"]
     answered = list(zip(sub_questions, fused[: len(sub_questions)], strict=True))
     return {**state, "sub_documents": answered, "documents": fused[-1] if searched_question else []}
@@ -177,14 +170,20 @@ def _unsearched(state: State) -> tuple[State, Any, list[str]]:
     """(the state without ``first``, ``first``: the question's search begun by the query step
     or None, the queries still to search: all but a begun question, wherever a step put it)."""
     state, searched = dict(state), state["searched"]
-    first = state.pop("first", None)  # a step inserted after generate_queries may drop it
-    if first is None:
+    begun = state.pop("first", None)  # a step inserted after generate_queries may drop it
+    if begun is None:
         return state, None, searched
-    return state, first, [text for text in searched if text != state["question"]]
+    return state, begun.search, [text for text in searched if text != state["question"]]
 
 
-async def _no_search() -> RetrievalResults:
-    return RetrievalResults()
+class _Begun:
+    """The question's search, begun beside the query step: a deep copy of the state shares it."""
+
+    def __init__(self, search: Any) -> None:
+        self.search = search  # a Future, a Task, or offline the results
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _Begun:  # astream_log copies every output
+        return self
 
 
 def _retrieved(state: State, first: RetrievalResults | None, found: RetrievalResults) -> State:
@@ -197,10 +196,13 @@ def _sub_inputs(state: State) -> list[State]:
     return [{"question": query, "context": context} for (query, _), context in pairs]
 
 
-def _sub_answered(state: State, answers: list[State], in_turn: bool) -> State:
-    pairs = format_answered(answers)
-    context = {"previous_answers": pairs} if in_turn else {"context": pairs}
-    return {**state, "sub_answers": answers, **context}
+def _sub_answered(state: State, answers: list[State], texts: list[str] | None = None) -> State:
+    """``state`` with the sub-questions' ``answers`` (in turn), or ``answers`` with ``texts`` (all
+    at once: then they are the context of the answer step's synthesis)."""
+    if texts is not None:
+        answers = [{**item, "answer": text} for item, text in zip(answers, texts, strict=True)]
+    key = "previous_answers" if texts is None else "context"
+    return {**state, "sub_answers": answers, key: format_answered(answers)}
 
 
 @dataclass(frozen=True)
@@ -224,19 +226,17 @@ class _Steps:
         return self
 
     def generate(self, value: Any, config: RunnableConfig) -> State:
-        """``generate_queries``: the query step, the question's search started beside it and
-        handed on unfinished as ``first`` (``retrieve`` searches the other queries without
-        waiting for it, so the chain is never a retrieval round slower than ``generator |
-        retriever.map()``), or, if it had not begun when the queries came (an instant model),
-        searched in their batch; offline, the question is searched first and the queries are
-        drawn from its documents."""
+        """``generate_queries``: the query step, the question's search begun beside it and handed
+        on unfinished as ``first`` (``retrieve`` does not wait for it: never a retrieval round
+        slower than ``generator | retriever.map()``), or, not begun yet, searched with the queries;
+        offline, the question is searched first and the queries drawn from its documents."""
         question, fan_out = question_of(value), _configured(self.fan_out, config, "k")
         if self.query_step is None:
             return self._offline(question, fan_out.invoke(question, config), config)
         searching = self.search_question  # then first is a Future of the question's search
         first = in_background(fan_out.invoke, question, config) if searching else None
         state = _queried(self.record, question, self.query_step.invoke(question, config), searching)
-        return {**state, "first": None if first is None or first.cancel() else first}
+        return {**state, "first": None if first is None or first.cancel() else _Begun(first)}
 
     async def agenerate(self, value: Any, config: RunnableConfig) -> State:
         question, fan_out = question_of(value), _configured(self.fan_out, config, "k")
@@ -244,8 +244,14 @@ class _Steps:
             return self._offline(question, await fan_out.ainvoke(question, config), config)
         searching = self.search_question
         first = asyncio.ensure_future(fan_out.ainvoke(question, config)) if searching else None
-        generated = await self.query_step.ainvoke(question, config)
-        return {**_queried(self.record, question, generated, searching), "first": first}
+        try:
+            generated = await self.query_step.ainvoke(question, config)
+        except BaseException:  # cancelled (a timeout, a client gone): the search ends too
+            if first is not None:
+                first.cancel()
+            raise
+        state = _queried(self.record, question, generated, searching)
+        return {**state, "first": first and _Begun(first)}
 
     def _offline(self, question: str, first: RetrievalResults, config: RunnableConfig) -> State:
         # the question's whole fused ranking: the best documents lead, the rest give term statistics
@@ -254,7 +260,7 @@ class _Steps:
             question, documents, configured_n(config, self.count)
         )
         state = _queried(self.record, question, generated, self.search_question)
-        return {**state, "first": first if question in state["searched"] else None}
+        return {**state, "first": _Begun(first) if question in state["searched"] else None}
 
     def retrieve(self, state: State, config: RunnableConfig) -> State:
         """``retrieve``: search what the query step did not, all at once (each retriever's batch),
@@ -271,11 +277,10 @@ class _Steps:
         if isinstance(first, asyncio.Future) and config.get("max_concurrency") is not None:
             first = await first
         fan_out = _configured(self.fan_out, config, "k")
-        rest = fan_out.ainvoke(queries, config) if queries else _no_search()
+        rest = fan_out.ainvoke(queries, config) if queries else asyncio.sleep(0, RetrievalResults())
         if not isinstance(first, asyncio.Future):
             return _retrieved(state, first, await rest)
-        first, found = await asyncio.gather(first, rest)  # both errors read, whichever is raised
-        return _retrieved(state, first, found)
+        return _retrieved(state, *await asyncio.gather(first, rest))  # both errors read
 
     def fuse(self, state: State, config: RunnableConfig) -> State:  # CPU only: no async twin
         """``fuse``: one fusion per group of lists (see :attr:`Strategy.grouping`)."""
@@ -287,26 +292,22 @@ class _Steps:
         (seeing the earlier answers) or all at once (then synthesised by the answer step)."""
         items, sub_answer = _sub_inputs(state), cast(Runnable[Any, str], self.sub_answer)
         if not self.in_turn:
-            texts = sub_answer.batch(items, config)
-            answers = [{**item, "answer": text} for item, text in zip(items, texts, strict=True)]
-            return _sub_answered(state, answers, in_turn=False)
-        answers = []
+            return _sub_answered(state, items, sub_answer.batch(items, config))
+        answers: list[State] = []
         for item in items:
             values = {**item, "previous_answers": format_answered(answers)}
             answers.append({**item, "answer": sub_answer.invoke(values, config)})
-        return _sub_answered(state, answers, in_turn=True)
+        return _sub_answered(state, answers)
 
     async def asub_answers(self, state: State, config: RunnableConfig) -> State:
         items, sub_answer = _sub_inputs(state), cast(Runnable[Any, str], self.sub_answer)
         if not self.in_turn:
-            texts = await sub_answer.abatch(items, config)
-            answers = [{**item, "answer": text} for item, text in zip(items, texts, strict=True)]
-            return _sub_answered(state, answers, in_turn=False)
-        answers = []
+            return _sub_answered(state, items, await sub_answer.abatch(items, config))
+        answers: list[State] = []
         for item in items:
             values = {**item, "previous_answers": format_answered(answers)}
             answers.append({**item, "answer": await sub_answer.ainvoke(values, config)})
-        return _sub_answered(state, answers, in_turn=True)
+        return _sub_answered(state, answers)
 
     def answer(self, state: State, config: RunnableConfig) -> Any:
         """``answer``: the answer's tokens, streamed; with sources, the sources chunk first."""
@@ -344,9 +345,7 @@ def _checked_prompt(
         raise TypeError(f"{name} must be a prompt template, got {type(chosen).__name__}")
     unknown = set(chosen.input_variables) - available
     if unknown:
-        raise ValueError(
-            f"{name} asks for {sorted(unknown)}; this chain provides {sorted(available)}"
-        )
+        raise ValueError(f"{name} asks for {sorted(unknown)}; the chain gives {sorted(available)}")
     return chosen
 
 

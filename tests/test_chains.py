@@ -838,3 +838,48 @@ def test_a_ready_chain_deep_copies_without_copying_its_model() -> None:
     chain = chains.rag_fusion_chain(TopicRetriever(), llm, return_sources=True)
     copied = copy.deepcopy(chain)
     assert copied.invoke(QUESTION)["answer"] == "An answer."
+
+
+async def test_the_run_log_adds_up_and_a_step_may_deep_copy_the_state() -> None:
+    """The question's search, begun beside the query step, is handed on in the state; a deep
+    copy of the state (astream_log's patches, a user's step) shares it. Was "cannot pickle
+    '_asyncio.Task' object", and traces showed the Future."""
+    import copy
+
+    chain = build("rag-fusion", return_sources=True)
+    copying = chains.with_step(chain, RunnableLambda(copy.deepcopy), after="generate_queries")
+    assert (await copying.ainvoke(QUESTION))["answer"] == ANSWER
+    with pytest.warns(DeprecationWarning, match="astream_log"):
+        log = reduce(operator.add, [patch async for patch in chain.astream_log(QUESTION)])
+    assert log.state["final_output"]["answer"] == ANSWER
+    handed_on = log.state["logs"]["generate_queries"]["final_output"]["first"]
+    assert "Future" not in repr(handed_on) and "Task" not in repr(handed_on)
+
+
+async def test_a_cancelled_call_leaves_no_search_running() -> None:
+    """Cancelled while the model writes the queries (a client gone, a timeout), the chain also
+    cancels the question's search it began beside the query step."""
+    import asyncio
+
+    searches: list[asyncio.Task[Any]] = []
+
+    async def search(query: str) -> list[Document]:
+        searches.append(asyncio.current_task())  # type: ignore[arg-type]
+        await asyncio.Event().wait()  # never answers: only a cancel ends it
+        return []
+
+    async def writing(prompt: Any) -> str:
+        await asyncio.Event().wait()
+        return "q1"
+
+    retriever = RunnableLambda(lambda _: [], afunc=search, name="search")
+    chain = chains.rag_fusion_chain([retriever], RunnableLambda(lambda _: "", afunc=writing))
+    call = asyncio.ensure_future(chain.ainvoke(QUESTION))
+    while not searches:
+        await asyncio.sleep(0)
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    for _ in range(10):  # let the cancel reach the search
+        await asyncio.sleep(0)
+    assert searches[0].done()

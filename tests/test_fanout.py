@@ -493,6 +493,15 @@ def test_fusion_retriever_traces_generate_retrieve_and_fuse_under_its_own_run() 
     assert all("mine" in run.tags for run in walk(root))
 
 
+def test_a_fusion_retriever_from_llm_names_its_query_step_too() -> None:
+    """The question kept beside the model's queries: was an unnamed ``RunnableSequence`` run."""
+    collector = RunCollector()
+    llm = FakeListChatModel(responses=["b\nc"])
+    FusionRetriever.from_llm([TagRetriever(tag="a")], llm).invoke("q", {"callbacks": [collector]})
+    (root,) = collector.roots
+    assert [child.name for child in root.child_runs] == ["generate_queries", "retrieve", "fuse"]
+
+
 def test_fusion_retriever_drops_into_a_chain_with_a_vector_store() -> None:
     store = InMemoryVectorStore(DeterministicFakeEmbedding(size=16))
     store.add_documents([Document(f"passage {i}", id=f"p{i}") for i in range(8)])

@@ -96,7 +96,7 @@ class FusionRetriever(BaseRetriever):
         generator = factory(llm) if n is None else factory(llm, n)
         if include_original:
             both = RunnableParallel(question=RunnablePassthrough(), queries=generator)
-            generator = both | _question_first
+            generator = (both | _question_first).with_config(run_name="generate_queries")
         return cls(retrievers=retrievers, query_generator=generator, **fields)
 
     @property
