@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import time
 import uuid
 import warnings
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from langchain_core.callbacks import CallbackManagerForRetrieverRun
+from langchain_core.callbacks import BaseCallbackHandler, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
 from langchain_core.language_models import FakeListChatModel
@@ -637,6 +639,23 @@ def test_calls_reuse_the_retrieval_threads_and_a_hung_call_does_not_hold_them() 
             ["b:y:0", "b:y:1"],
         ]
         assert time.perf_counter() - started < 5
+    finally:
+        hung.release.set()
+
+
+async def test_hung_sync_retrievers_do_not_starve_later_async_calls() -> None:
+    # A sync retriever's async call runs in the event loop's default executor. Each call past its
+    # time bound kept a thread there; once all were taken, the next calls' retrievers timed out
+    # unrun and a sync handler's on_retriever_error waited for a hung call to end (27 s seen).
+    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(2))  # fills at once
+    hung = HungRetriever(name="hung")
+    fan_out = MultiRetriever([hung, TagRetriever(tag="a", count=1)], timeout=0.2)
+    handled = {"callbacks": [BaseCallbackHandler()]}
+    try:
+        for _ in range(4):
+            with pytest.warns(UserWarning, match="'hung' failed"):
+                found = await asyncio.wait_for(fan_out.ainvoke("q", handled), 5)
+            assert contents(found) == [["a:q:0"]]
     finally:
         hung.release.set()
 

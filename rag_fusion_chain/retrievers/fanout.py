@@ -130,7 +130,8 @@ async def _aresult(call: Any, timeout: float | None) -> Any:
     """Async :func:`_result`."""
     try:
         return await asyncio.wait_for(call, timeout)
-    except asyncio.TimeoutError:
+    except asyncio.TimeoutError:  # a sync call keeps its thread: later ones get a fresh executor
+        asyncio.get_running_loop().set_default_executor(ContextThreadPoolExecutor())
         return TimeoutError(f"no answer within {timeout} s")
     except Exception as error:  # recorded as the failure of every query of the call
         return error
