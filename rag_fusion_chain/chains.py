@@ -35,17 +35,12 @@ from langchain_core.runnables import (
     RunnableLambda,
     RunnableSequence,
 )
-from langchain_core.runnables.utils import (
-    AddableDict,
-    ConfigurableFieldSpec,
-    get_unique_config_specs,
-)
+from langchain_core.runnables.utils import AddableDict
 
 from rag_fusion_chain import prompts, strategies
 from rag_fusion_chain.context import format_answered, format_context
 from rag_fusion_chain.fusion import BaseFusion, reciprocal_rank_fusion
-from rag_fusion_chain.fusion.runnables import traced_call
-from rag_fusion_chain.queries import configured_n
+from rag_fusion_chain.queries import N_SPEC, Step, configured_n, count_setting
 from rag_fusion_chain.retrievers.fanout import MultiRetriever, RetrievalResults, in_background
 from rag_fusion_chain.strategies import State, Strategy
 from rag_fusion_chain.validation import MAX_QUERIES, question_of, validate_count
@@ -54,42 +49,8 @@ Retrievers = Runnable[Any, Any] | Sequence[Runnable[Any, Any]]  # or a configure
 Part = TypeVar("Part", MultiRetriever, BaseFusion)
 
 
-def _count_setting(name: str, description: str) -> ConfigurableFieldSpec:
-    """A per-call count a ready chain reads from ``config["configurable"]`` (None: the built one)."""
-    return ConfigurableFieldSpec(id=name, annotation=int | None, name=name, description=description)
-
-
-N_SPEC = _count_setting("n", "Queries generated")
-K_SPEC = _count_setting("k", "Documents each retriever returns per query")
-TOP_N_SPEC = _count_setting("top_n", "Fused documents kept (and quoted to the model)")
-
-
-class Step(RunnableLambda):  # type: ignore[type-arg]
-    """A named step of a ready chain: one node in ``get_graph()``, one run in a trace, declaring
-    the per-call settings it reads (``RunnablePassthrough.assign`` would show its inner
-    parallel map and add two runs per step). ``func`` maps (state, config) to the next state."""
-
-    def __init__(
-        self,
-        name: str,
-        func: Callable[[Any, RunnableConfig], Any],
-        afunc: Callable[[Any, RunnableConfig], Any] | None = None,
-        settings: Sequence[ConfigurableFieldSpec] = (),
-    ) -> None:
-        super().__init__(func, afunc=afunc, name=name)
-        self.settings = list(settings)
-
-    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        """One traced run of ``func``, without the signature reading ``RunnableLambda`` does on
-        every call (about 0.25 ms a step here; benchmarks/results/latency.md)."""
-        return traced_call(self, self.func, input, config)  # type: ignore[arg-type]
-
-    @property
-    def config_specs(self) -> list[ConfigurableFieldSpec]:
-        return get_unique_config_specs([*super().config_specs, *self.settings])
-
-    def get_graph(self, config: RunnableConfig | None = None) -> Any:
-        return Runnable.get_graph(self, config)
+K_SPEC = count_setting("k", "Documents each retriever returns per query")
+TOP_N_SPEC = count_setting("top_n", "Fused documents kept (and quoted to the model)")
 
 
 def _unique(documents: Sequence[Document], skip: Sequence[Document] = ()) -> list[Document]:

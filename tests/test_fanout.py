@@ -504,6 +504,23 @@ def test_a_fusion_retriever_from_llm_names_its_query_step_too() -> None:
     assert [child.name for child in root.child_runs] == ["generate_queries", "retrieve", "fuse"]
 
 
+@pytest.mark.parametrize("strategy", ["rag-fusion", "multi-query"])
+def test_a_fusion_retriever_from_llm_publishes_and_honours_n(strategy: str) -> None:
+    """DESIGN: n / k are configurable fields of FusionRetriever, shown in config_schema();
+    n worked per call but only k was published. The query step itself declares n."""
+    llm = FakeListChatModel(responses=["b\nc\nd\ne"] * 2)
+    retriever = FusionRetriever.from_llm([TagRetriever(tag="a", count=1)], llm, strategy=strategy)
+    configurable = retriever.config_schema().model_json_schema()["$defs"]["Configurable"]
+    assert set(configurable["properties"]) == {"k", "n"}
+    assert set(queries.rag_fusion(llm).config_schema().model_json_schema()["properties"]) == {
+        "configurable"
+    }
+    found = retriever.invoke("q", {"configurable": {"n": 2}})
+    assert [document.page_content for document in found] == ["a:q:0", "a:b:0", "a:c:0"]
+    hyde = FusionRetriever.from_llm([TagRetriever(tag="a")], llm, strategy="hyde")
+    assert [spec.id for spec in hyde.config_specs] == ["k"]  # one passage: no n to set
+
+
 def test_fusion_retriever_drops_into_a_chain_with_a_vector_store() -> None:
     store = InMemoryVectorStore(DeterministicFakeEmbedding(size=16))
     store.add_documents([Document(f"passage {i}", id=f"p{i}") for i in range(8)])
