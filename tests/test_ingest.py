@@ -473,15 +473,21 @@ def test_a_text_file_without_text_is_skipped_and_reported_as_an_empty_pdf_is(tmp
     (folder / "good.md").write_text("Bees make honey.", "utf-8")
     (folder / "empty.txt").write_bytes(b"")
     (folder / "blank.md").write_text(" \n\n\t\n", "utf-8")
+    make_pdf(folder / "scan.pdf", ["", ""])  # was counted as an indexed file of no documents
 
     with pytest.warns(SkippedSourceWarning, match="no text found"):
         result = ingest.load_with_report([folder])
 
     assert result.loaded == [f"{folder.name}/good.md"]
     reasons = {Path(entry.source).name: entry.reason for entry in result.skipped}
-    assert reasons == {"blank.md": "no text found", "empty.txt": "no text found"}
+    no_text = "no text found"
+    scan = f"{no_text} (scanned images?)"
+    assert reasons == {"blank.md": no_text, "empty.txt": no_text, "scan.pdf": scan}
     with pytest.raises(ValueError, match="empty.txt: no text found"):
         ingest.load_file(folder / "empty.txt")
+    # alone, it was "no documents found in scan.pdf. Accepted: folders (...), those files alone"
+    with pytest.raises(ValueError, match=r"nothing could be loaded .* scan.pdf \(no text found"):
+        ingest.load([folder / "scan.pdf"])
 
 
 def test_strict_loading_raises_the_problem(tmp_path: Path):
