@@ -132,6 +132,10 @@ def test_url_credentials_reach_no_document_warning_or_error(static_site: StaticS
     with pytest.raises(ValueError, match="404") as missing:
         ingest.load_web([static_site.url("/gone.html").replace("http://", f"http://u:{secret}@")])
     assert secret not in str(missing.value) and secret not in missing.value.source
+    gone = static_site.url("/gone.html").replace("http://", f"http://u:{secret}@")
+    with pytest.raises(ValueError, match="nothing could be loaded") as nothing:
+        ingest.load([gone])  # the summary of the sources given printed the password
+    assert secret not in str(nothing.value)
     with pytest.warns(UserWarning) as caught:
         ingest.load_web([with_credentials], classes=["no-such-class"])
     assert all(secret not in str(warning.message) for warning in caught)
