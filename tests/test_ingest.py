@@ -144,6 +144,21 @@ def test_url_credentials_reach_no_document_warning_or_error(static_site: StaticS
     assert secret not in str(refused.value)
 
 
+def test_a_url_of_non_ascii_text_is_fetched_percent_encoded_and_a_bad_host_is_a_skip(
+    static_site: StaticSite,
+):
+    # both raised out of the load (UnicodeEncodeError, UnicodeError from IDNA): the whole index
+    # failed, with a message naming no source
+    static_site.add("/W%C3%A4rmepumpe?q=%C3%BC%20x", BLOG_POST)
+    [page] = ingest.load([static_site.url("/Wärmepumpe?q=ü x")])
+    assert page.metadata["title"] == "Fusion notes"
+    bad_host = f"http://u:pw@{'a' * 64}.example/"  # a DNS label is at most 63 characters
+    with pytest.warns(SkippedSourceWarning, match="idna"):
+        result = ingest.load_with_report([bad_host, static_site.url("/W%C3%A4rmepumpe?q=ü x")])
+    assert [entry.source for entry in result.skipped] == [bad_host.replace("u:pw", "***")]
+    assert len(result.documents) == 1
+
+
 def test_single_url_string_is_refused():
     with pytest.raises(TypeError, match="list"):
         ingest.load_web("http://127.0.0.1/page.html")
