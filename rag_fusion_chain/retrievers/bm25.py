@@ -286,6 +286,8 @@ class BM25Retriever(BatchedRetriever):
         path = Path(directory)
         if not path.is_dir():
             raise FileNotFoundError(f"BM25 index directory not found: {path}")
+        for file in path.iterdir():  # bm25s opens its files by name: a FIFO or /dev/zero refused
+            open_regular_file(file).close()
         settings = _read_json(path / SETTINGS_FILE)
         if not isinstance(settings, dict) or settings.get("format") != BM25_FORMAT:
             raise ValueError(f"{path / SETTINGS_FILE} is not a BM25Retriever settings file")
@@ -296,9 +298,7 @@ class BM25Retriever(BatchedRetriever):
             counts = np.load(path / COUNTS_FILE, allow_pickle=False) if exists else None
             if counts is not None and counts.shape != index.scores["data"].shape:
                 raise ValueError(f"{path / COUNTS_FILE} is not one term count a score")
-        except FileNotFoundError:
-            raise
-        except (ValueError, EOFError, KeyError, OSError) as error:  # truncated or foreign files
+        except (ValueError, EOFError, KeyError, OSError) as error:  # missing, truncated, foreign
             raise ValueError(
                 f"{path}: the bm25s index files are corrupt or incomplete "
                 f"({type(error).__name__}: {error}); rebuild the index"
