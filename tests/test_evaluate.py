@@ -118,6 +118,24 @@ def test_load_beir_limits_queries_and_checks_the_layout(tiny_beir: Path, tmp_pat
         load_beir(tiny_beir, queries_limit=0)
 
 
+def test_load_beir_names_judged_queries_without_text_and_warns_of_absent_documents(
+    tiny_beir: Path,
+) -> None:
+    # an empty query ran every setup up to the offline one, then failed naming no query; qrels
+    # judging documents absent from the corpus scored them as misses without a word
+    queries = tiny_beir / "queries.jsonl"
+    text = queries.read_text("utf-8")
+    queries.write_text(text.replace("heat pumps for houses", " "), "utf-8")
+    with pytest.raises(ValueError, match=r"judges 1 queries .* without text .*\['q3'\]"):
+        load_beir(tiny_beir)
+    queries.write_text(text, "utf-8")
+    qrels = tiny_beir / "qrels" / "test.tsv"
+    qrels.write_text(QRELS + "q3\tgone-1\t1\nq1\tgone-2\t2\n", "utf-8")
+    with pytest.warns(UserWarning, match=r"2 judged documents absent .* \['gone-1', 'gone-2'\]"):
+        dataset = load_beir(tiny_beir)
+    assert dataset.qrels["q3"] == {"d3": 1, "gone-1": 1}  # kept: they count as misses
+
+
 # --------------------------------------------------------------------------------------------
 # Metrics (ranx computes; these check the wiring against hand-computed values)
 # --------------------------------------------------------------------------------------------
