@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -421,6 +422,8 @@ def test_eval_command_end_to_end(
     assert result.exit_code == 0, result.output
     # said before the wait: the dense setups embed the corpus, and where the cache is
     assert "embed the corpus (" in result.stderr and str(tmp_path / "cache") in result.stderr
+    low, high = re.search(r"about ([\d.e-]+)-([\d.e-]+) min", result.stderr).groups()  # type: ignore[union-attr]
+    assert 0 < float(low) < float(high)  # was "about 0-0 min" below 750 passages
     assert "p ndcg@10" in result.output and "paired student test against bm25" in result.output
     data = json.loads((tmp_path / "out.json").read_text(encoding="utf-8"))
     assert data["dataset"] == "tiny" and data["split"] == "test" and data["query_count"] == 3
