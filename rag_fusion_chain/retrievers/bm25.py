@@ -278,9 +278,8 @@ class BM25Retriever(BatchedRetriever):
     def load(
         cls, directory: str | Path, same_as: StoredDocuments | None = None, **kwargs: Any
     ) -> BM25Retriever:
-        """Load a retriever written by :meth:`save` (no pickle: bm25s arrays load with
-        ``allow_pickle=False``); ``kwargs`` override fields (e.g. ``k``). ``same_as``: documents
-        parsed from a file (an index's FAISS docstore), taken if ``documents.json`` has its bytes."""
+        """A retriever :meth:`save` wrote (no pickle; ``kwargs`` override fields, e.g. ``k``);
+        ``same_as``: an index's FAISS docstore columns, taken if ``documents.json`` has its bytes."""
         import numpy as np
 
         path = Path(directory)
@@ -298,7 +297,9 @@ class BM25Retriever(BatchedRetriever):
             counts = np.load(path / COUNTS_FILE, allow_pickle=False) if exists else None
             if counts is not None and counts.shape != index.scores["data"].shape:
                 raise ValueError(f"{path / COUNTS_FILE} is not one term count a score")
-        except (ValueError, EOFError, KeyError, OSError) as error:  # missing, truncated, foreign
+        except FileNotFoundError:
+            raise
+        except (ValueError, EOFError, KeyError, OSError) as error:  # truncated or foreign files
             raise ValueError(
                 f"{path}: the bm25s index files are corrupt or incomplete "
                 f"({type(error).__name__}: {error}); rebuild the index"
