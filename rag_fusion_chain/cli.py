@@ -328,7 +328,7 @@ def _announce_corpus_embedding(dataset_dir: Path, cache: Path | None) -> None:
         passages = sum(1 for _ in lines)
     low, high = passages / 50 / 60, passages / 15 / 60  # MiniLM on 2 CPU cores: 15-50 a second
     reuse = f"later runs reuse the cache in {cache}" if cache else "--no-cache: every run embeds"
-    message = f"the dense setups embed the corpus ({passages:,} passages) unless it is cached: about {low:.0f}-{high:.0f} min on 2 CPU cores the first time; {reuse}"
+    message = f"the dense setups embed the corpus ({passages:,} passages) unless it is cached: about {low:.2g}-{high:.2g} min on 2 CPU cores the first time; {reuse}"
     print_line("note", "cyan", message)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -116,6 +117,24 @@ def test_load_beir_limits_queries_and_checks_the_layout(tiny_beir: Path, tmp_pat
         load_beir(tmp_path / "missing")
     with pytest.raises(ValueError, match="queries_limit"):
         load_beir(tiny_beir, queries_limit=0)
+
+
+def test_load_beir_names_judged_queries_without_text_and_warns_of_absent_documents(
+    tiny_beir: Path,
+) -> None:
+    # an empty query ran every setup up to the offline one, then failed naming no query; qrels
+    # judging documents absent from the corpus scored them as misses without a word
+    queries = tiny_beir / "queries.jsonl"
+    text = queries.read_text("utf-8")
+    queries.write_text(text.replace("heat pumps for houses", " "), "utf-8")
+    with pytest.raises(ValueError, match=r"judges 1 queries .* without text .*\['q3'\]"):
+        load_beir(tiny_beir)
+    queries.write_text(text, "utf-8")
+    qrels = tiny_beir / "qrels" / "test.tsv"
+    qrels.write_text(QRELS + "q3\tgone-1\t1\nq1\tgone-2\t2\n", "utf-8")
+    with pytest.warns(UserWarning, match=r"2 judged documents absent .* \['gone-1', 'gone-2'\]"):
+        dataset = load_beir(tiny_beir)
+    assert dataset.qrels["q3"] == {"d3": 1, "gone-1": 1}  # kept: they count as misses
 
 
 # --------------------------------------------------------------------------------------------
@@ -403,6 +422,8 @@ def test_eval_command_end_to_end(
     assert result.exit_code == 0, result.output
     # said before the wait: the dense setups embed the corpus, and where the cache is
     assert "embed the corpus (" in result.stderr and str(tmp_path / "cache") in result.stderr
+    low, high = re.search(r"about ([\d.e-]+)-([\d.e-]+) min", result.stderr).groups()  # type: ignore[union-attr]
+    assert 0 < float(low) < float(high)  # was "about 0-0 min" below 750 passages
     assert "p ndcg@10" in result.output and "paired student test against bm25" in result.output
     data = json.loads((tmp_path / "out.json").read_text(encoding="utf-8"))
     assert data["dataset"] == "tiny" and data["split"] == "test" and data["query_count"] == 3

@@ -207,6 +207,23 @@ def test_an_update_refuses_a_previous_store_it_cannot_verify(folder: Path, tmp_p
     assert read_settings(out) == settings
 
 
+def test_an_update_never_signs_texts_changed_in_the_unsigned_bm25_folder(
+    folder: Path, tmp_path: Path
+) -> None:
+    # the kept chunks came from bm25/documents.json: an edit there became the new signed docstore
+    embeddings = CountingEmbeddings(size=16, embedded=[])
+    out = tmp_path / "index"
+    settings = build_index([folder], out, embedding=embeddings, **SMALL)
+    documents = stores_directory(out, settings) / BM25_DIRECTORY / "documents.json"
+    planted = documents.read_text("utf-8").replace("wind turbines item", "PLANTED item")
+    documents.unlink()  # a file of its own, no longer FAISS's docstore.json
+    documents.write_text(planted, "utf-8")
+    (folder / "solar.md").write_text(text("solar panels", version=1), "utf-8")
+    with pytest.raises(UntrustedIndexError, match="bm25: not the signed FAISS texts"):
+        build_index([folder], out, embedding=embeddings, **SMALL, update=True)
+    assert read_settings(out) == settings
+
+
 def test_a_faiss_index_type_is_built_recorded_and_kept_by_an_update(
     folder: Path, tmp_path: Path
 ) -> None:

@@ -132,12 +132,31 @@ def test_url_credentials_reach_no_document_warning_or_error(static_site: StaticS
     with pytest.raises(ValueError, match="404") as missing:
         ingest.load_web([static_site.url("/gone.html").replace("http://", f"http://u:{secret}@")])
     assert secret not in str(missing.value) and secret not in missing.value.source
+    gone = static_site.url("/gone.html").replace("http://", f"http://u:{secret}@")
+    with pytest.raises(ValueError, match="nothing could be loaded") as nothing:
+        ingest.load([gone])  # the summary of the sources given printed the password
+    assert secret not in str(nothing.value)
     with pytest.warns(UserWarning) as caught:
         ingest.load_web([with_credentials], classes=["no-such-class"])
     assert all(secret not in str(warning.message) for warning in caught)
     with pytest.raises(ValueError, match="only http") as refused:
         ingest.load_web([f"ftp://u:{secret}@example.org/a.html"])
     assert secret not in str(refused.value)
+
+
+def test_a_url_of_non_ascii_text_is_fetched_percent_encoded_and_a_bad_host_is_a_skip(
+    static_site: StaticSite,
+):
+    # both raised out of the load (UnicodeEncodeError, UnicodeError from IDNA): the whole index
+    # failed, with a message naming no source
+    static_site.add("/W%C3%A4rmepumpe?q=%C3%BC%20x", BLOG_POST)
+    [page] = ingest.load([static_site.url("/Wärmepumpe?q=ü x")])
+    assert page.metadata["title"] == "Fusion notes"
+    bad_host = f"http://u:pw@{'a' * 64}.example/"  # a DNS label is at most 63 characters
+    with pytest.warns(SkippedSourceWarning, match="idna"):
+        result = ingest.load_with_report([bad_host, static_site.url("/W%C3%A4rmepumpe?q=ü x")])
+    assert [entry.source for entry in result.skipped] == [bad_host.replace("u:pw", "***")]
+    assert len(result.documents) == 1
 
 
 def test_single_url_string_is_refused():
@@ -473,15 +492,21 @@ def test_a_text_file_without_text_is_skipped_and_reported_as_an_empty_pdf_is(tmp
     (folder / "good.md").write_text("Bees make honey.", "utf-8")
     (folder / "empty.txt").write_bytes(b"")
     (folder / "blank.md").write_text(" \n\n\t\n", "utf-8")
+    make_pdf(folder / "scan.pdf", ["", ""])  # was counted as an indexed file of no documents
 
     with pytest.warns(SkippedSourceWarning, match="no text found"):
         result = ingest.load_with_report([folder])
 
     assert result.loaded == [f"{folder.name}/good.md"]
     reasons = {Path(entry.source).name: entry.reason for entry in result.skipped}
-    assert reasons == {"blank.md": "no text found", "empty.txt": "no text found"}
+    no_text = "no text found"
+    scan = f"{no_text} (scanned images?)"
+    assert reasons == {"blank.md": no_text, "empty.txt": no_text, "scan.pdf": scan}
     with pytest.raises(ValueError, match="empty.txt: no text found"):
         ingest.load_file(folder / "empty.txt")
+    # alone, it was "no documents found in scan.pdf. Accepted: folders (...), those files alone"
+    with pytest.raises(ValueError, match=r"nothing could be loaded .* scan.pdf \(no text found"):
+        ingest.load([folder / "scan.pdf"])
 
 
 def test_strict_loading_raises_the_problem(tmp_path: Path):

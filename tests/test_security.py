@@ -218,6 +218,27 @@ def test_a_planted_fifo_or_dev_zero_link_fails_at_once(
     assert time.monotonic() - started < 1.0
 
 
+@pytest.mark.parametrize("plant", ["fifo", "dev-zero"])
+@pytest.mark.parametrize(
+    "name", ["params.index.json", "vocab.index.json", "data.csc.index.npy", "counts.csc.index.npy"]
+)
+def test_a_planted_fifo_or_dev_zero_link_in_bm25_fails_at_once(
+    tmp_path: Path, plant: str, name: str
+) -> None:
+    # bm25s opens its files by name: a FIFO hung `rag-fusion retrieve` for ever, /dev/zero as
+    # params.index.json was read until MemoryError
+    from rag_fusion_chain.retrievers.bm25 import BM25Retriever
+
+    BM25Retriever.from_documents(DOCUMENTS).save(tmp_path)
+    (tmp_path / name).unlink()
+    if plant == "fifo":
+        os.mkfifo(tmp_path / name)
+    else:
+        (tmp_path / name).symlink_to("/dev/zero")
+    with hang_guard(5), pytest.raises(ValueError, match=f"{name} is not a regular file"):
+        BM25Retriever.load(tmp_path)
+
+
 def test_an_index_file_above_the_bound_is_not_read(tmp_path: Path) -> None:
     build_faiss(DOCUMENTS, EMBEDDINGS, path=tmp_path)
     size = (tmp_path / "docstore.json").stat().st_size

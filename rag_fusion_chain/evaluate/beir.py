@@ -4,6 +4,7 @@ corpus Documents carry the BEIR ``_id`` as ``id``, so the kit's document ids and
 from __future__ import annotations
 
 import csv
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,8 +34,7 @@ def _require(directory: Path, relative: str) -> Path:
     path = directory / relative
     if not path.is_file():
         raise FileNotFoundError(
-            f"dataset_dir: {directory} has no {relative}; expected the BEIR layout "
-            "corpus.jsonl, queries.jsonl, qrels/<split>.tsv"
+            f"dataset_dir: {directory} has no {relative}; expected the BEIR layout corpus.jsonl, queries.jsonl, qrels/<split>.tsv"
         )
     return path
 
@@ -54,8 +54,7 @@ def read_qrels(path: Path) -> Qrels:
                 continue
             if len(row) < 3:
                 raise ValueError(f"{path}: expected query-id, corpus-id, score; got {row!r}")
-            query_id, document_id, score = row[0], row[1], row[2]
-            qrels.setdefault(query_id, {})[document_id] = int(float(score))
+            qrels.setdefault(row[0], {})[row[1]] = int(float(row[2]))
     return qrels
 
 
@@ -70,19 +69,20 @@ def load_beir(
     if queries_limit is not None and queries_limit <= 0:
         raise ValueError(f"queries_limit must be a positive integer or None, got {queries_limit}")
     qrels = read_qrels(_require(directory, f"qrels/{split}.tsv"))
-    all_queries = {
-        str(query.id): query.page_content for query in _documents(directory, "queries.jsonl")
-    }
-    missing = [query_id for query_id in qrels if query_id not in all_queries]
-    if missing:
+    all_queries = {query.id: query.page_content for query in _documents(directory, "queries.jsonl")}
+    if missing := [query_id for query_id in qrels if not all_queries.get(query_id, "").strip()]:
         raise ValueError(
-            f"qrels/{split}.tsv judges {len(missing)} queries absent from queries.jsonl, "
-            f"e.g. {missing[:3]}"
+            f"qrels/{split}.tsv judges {len(missing)} queries absent from queries.jsonl or without text there, e.g. {missing[:3]}"
         )
     query_ids = list(qrels)[:queries_limit] if queries_limit else list(qrels)
+    corpus = _documents(directory, "corpus.jsonl")
+    judged = {document for query_id in query_ids for document in qrels[query_id]}
+    if absent := sorted(judged - {document.id for document in corpus}):  # ArguAna's qrels have one
+        absent_from = f"qrels/{split}.tsv: {len(absent)} judged documents absent from corpus.jsonl"
+        warnings.warn(f"{absent_from} (never retrieved), e.g. {absent[:3]}", stacklevel=2)
     return BeirDataset(
         name=directory.resolve().name,
-        corpus=_documents(directory, "corpus.jsonl"),
+        corpus=corpus,
         queries={query_id: all_queries[query_id] for query_id in query_ids},
         qrels={query_id: qrels[query_id] for query_id in query_ids},
         split=split,

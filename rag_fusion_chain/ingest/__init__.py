@@ -44,7 +44,7 @@ from rag_fusion_chain.ingest.web import (
     load_url,
     load_web,
 )
-from rag_fusion_chain.validation import validate_count
+from rag_fusion_chain.validation import redact_credentials, validate_count
 
 DIRECTORY_EXTENSIONS = tuple(suffix for suffix, kind in KINDS.items() if kind != "beir")
 
@@ -112,7 +112,7 @@ def load_with_report(
         if on_source is not None:
             on_source(display_name(source))
     if not (result.documents or result.unchanged):
-        named = ", ".join(display_name(source) for source in sources) or "no sources given"
+        named = redact_credentials(", ".join(map(display_name, sources))) or "no sources given"
         if result.skipped:
             skipped = describe_skipped(result.skipped)
             raise ValueError(f"nothing could be loaded from {named}: skipped {skipped}")

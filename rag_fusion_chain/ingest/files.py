@@ -65,7 +65,7 @@ def load_file(
 def load_pdf(
     path: str | os.PathLike[str], *, max_file_size: int = DEFAULT_MAX_FILE_SIZE
 ) -> list[Document]:
-    """One Document per PDF page that has text (``page`` from 0); pages without are warned."""
+    """One Document per PDF page with text (``page`` from 0), others warned; NoTextError if none."""
     file = existing_path(path)
     return pdf_documents(_read(file, str(file), max_file_size, None), str(file))
 
@@ -127,11 +127,11 @@ def pdf_documents(data: bytes, source: str) -> list[Document]:
         for number, text in enumerate(pages)
         if text.strip()
     ]
+    blank = f"{len(pages) - len(documents)} of {len(pages)} pages have no text (scanned images?)"
+    if not documents:  # as an empty text file: skipped and reported, not a file of no documents
+        raise NoTextError(source, "no text found (scanned images?)")
     if len(documents) < len(pages):
-        blank = f"{len(pages) - len(documents)} of {len(pages)} pages"
-        warnings.warn(
-            f"{source}: {blank} have no text (scanned images?) and were skipped", stacklevel=3
-        )
+        warnings.warn(f"{source}: {blank} and were skipped", stacklevel=3)
     return documents
 
 

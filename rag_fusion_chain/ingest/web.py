@@ -15,7 +15,7 @@ import warnings
 import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
-from urllib.parse import SplitResult, urljoin, urlsplit
+from urllib.parse import SplitResult, quote, urljoin, urlsplit
 
 from langchain_core.documents import Document
 
@@ -156,7 +156,7 @@ def _fetch(
             raise TimeoutError
         if isinstance(outcome[0], BaseException):
             raise outcome[0]
-    except (OSError, http.client.HTTPException) as error:
+    except (OSError, http.client.HTTPException, UnicodeError) as error:  # UnicodeError: IDNA
         if isinstance(error, SourceProblem):
             raise
         if isinstance(error, TimeoutError):
@@ -178,7 +178,7 @@ def _follow_redirects(
         connection = _connect(parts, url, deny_private, deadline, watch)
         try:
             target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-            connection.request("GET", target, headers=_HEADERS)
+            connection.request("GET", quote(target, safe="!$%&'()*+,/:;=?@[]~"), headers=_HEADERS)
             response = connection.getresponse()
             location = response.getheader("Location")
             if response.status in _REDIRECT_STATUSES and location:

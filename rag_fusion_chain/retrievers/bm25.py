@@ -278,14 +278,15 @@ class BM25Retriever(BatchedRetriever):
     def load(
         cls, directory: str | Path, same_as: StoredDocuments | None = None, **kwargs: Any
     ) -> BM25Retriever:
-        """Load a retriever written by :meth:`save` (no pickle: bm25s arrays load with
-        ``allow_pickle=False``); ``kwargs`` override fields (e.g. ``k``). ``same_as``: documents
-        parsed from a file (an index's FAISS docstore), taken if ``documents.json`` has its bytes."""
+        """A retriever :meth:`save` wrote (no pickle; ``kwargs`` override fields, e.g. ``k``);
+        ``same_as``: an index's FAISS docstore columns, taken if ``documents.json`` has its bytes."""
         import numpy as np
 
         path = Path(directory)
         if not path.is_dir():
             raise FileNotFoundError(f"BM25 index directory not found: {path}")
+        for file in path.iterdir():  # bm25s opens its files by name: a FIFO or /dev/zero refused
+            open_regular_file(file).close()
         settings = _read_json(path / SETTINGS_FILE)
         if not isinstance(settings, dict) or settings.get("format") != BM25_FORMAT:
             raise ValueError(f"{path / SETTINGS_FILE} is not a BM25Retriever settings file")

@@ -32,7 +32,7 @@ from rag_fusion_chain.retrievers.bm25 import BM25Retriever
 from rag_fusion_chain.retrievers.columns import document_columns
 from rag_fusion_chain.retrievers.faiss_files import docstore_columns
 from rag_fusion_chain.retrievers.hybrid import hybrid_retriever
-from rag_fusion_chain.retrievers.signing import sign, verify_signature
+from rag_fusion_chain.retrievers.signing import UntrustedIndexError, sign, verify_signature
 from rag_fusion_chain.retrievers.stores import (
     VectorRetriever,
     build_chroma,
@@ -252,9 +252,8 @@ def _chosen_embeddings(
 
 def _source_name(source: object) -> str:
     """A chunk's ``source`` as stored (a URL without credentials; "" if none)."""
-    if not isinstance(source, str):
-        return ""
-    return models.redact_credentials(source) if "@" in source else source  # none without an @
+    text = source if isinstance(source, str) else ""
+    return models.redact_credentials(text) if "@" in text else text  # none without an @
 
 
 def _unchanged_files(previous: dict[str, Any]) -> Callable[[str, ingest.FileStamp], bool]:
@@ -304,6 +303,8 @@ def _previous_chunks(
     vectors = load_faiss(folder / "faiss", embeddings) if previous["store"] == "faiss" else None
     same_as = docstore_columns(vectors) if vectors else None  # the texts parsed once
     bm25 = BM25Retriever.load(folder / BM25_DIRECTORY, same_as=same_as)
+    if same_as is not None and bm25.documents is not same_as:  # unsigned texts never signed anew
+        raise UntrustedIndexError(f"{folder}/bm25: not the signed FAISS texts; rebuild (--force)")
     unchanged = hashes.items() & previous.get("source_hashes", {}).items()
     kept: dict[str, list[int]] = {source: [] for source, _ in unchanged}
     for position, metadata in enumerate(document_columns(bm25.documents)[2]):
@@ -374,9 +375,7 @@ def _write_index(
         if stale:
             copied.delete(stale)
     if fresh or stores is None:
-        chroma = build_chroma(
-            [identified[position] for position in fresh], reporting, persist_directory=path
-        )
+        chroma = build_chroma([identified[at] for at in fresh], reporting, persist_directory=path)
         getattr(chroma._client, "close", lambda: None)()  # release the files
 
 
