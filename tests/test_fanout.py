@@ -521,6 +521,16 @@ def test_a_fusion_retriever_from_llm_publishes_and_honours_n(strategy: str) -> N
     assert [spec.id for spec in hyde.config_specs] == ["k"]  # one passage: no n to set
 
 
+async def test_a_fusion_retriever_takes_the_question_as_the_ready_chains_do() -> None:
+    """A str or {"question": str}; the dict was "TypeError: unhashable type: 'dict'"."""
+    retriever = FusionRetriever(retrievers=[TagRetriever(tag="a", count=1)])
+    assert contents([retriever.invoke({"question": " q "})]) == [["a:q:0"]]
+    assert contents([await retriever.ainvoke({"question": "q"})]) == [["a:q:0"]]
+    for bad in ({"query": "q"}, "   ", 3):
+        with pytest.raises((TypeError, ValueError), match="question"):
+            retriever.invoke(bad)  # type: ignore[arg-type]
+
+
 def test_fusion_retriever_drops_into_a_chain_with_a_vector_store() -> None:
     store = InMemoryVectorStore(DeterministicFakeEmbedding(size=16))
     store.add_documents([Document(f"passage {i}", id=f"p{i}") for i in range(8)])

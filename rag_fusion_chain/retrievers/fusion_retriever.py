@@ -25,7 +25,7 @@ from rag_fusion_chain import queries
 from rag_fusion_chain.fusion import BaseFusion, ReciprocalRankFusion
 from rag_fusion_chain.fusion.runnables import refuse_unknown_fields
 from rag_fusion_chain.retrievers.fanout import DEFAULT_K, MultiRetriever
-from rag_fusion_chain.validation import validate_count
+from rag_fusion_chain.validation import QuestionInput, question_of, validate_count
 
 _HINTS = {
     "llm": "use FusionRetriever.from_llm(retrievers, llm) or query_generator=queries.rag_fusion(llm)",
@@ -69,11 +69,8 @@ class FusionRetriever(BaseRetriever):
     @model_validator(mode="after")
     def _check(self) -> FusionRetriever:
         validate_count("k", self.k)
-        if self.fusion.with_scores:
-            raise ValueError(
-                "fusion must return Documents (with_scores=False); the score is in "
-                "metadata['fusion_score']"
-            )
+        if self.fusion.with_scores:  # the score is in metadata["fusion_score"] anyway
+            raise ValueError("fusion must return Documents: use with_scores=False")
         return self
 
     @classmethod
@@ -109,15 +106,17 @@ class FusionRetriever(BaseRetriever):
         return get_unique_config_specs([*super().config_specs, own, *generated])
 
     def invoke(
-        self, input: str, config: RunnableConfig | None = None, **kwargs: Any
+        self, input: QuestionInput, config: RunnableConfig | None = None, **kwargs: Any
     ) -> list[Document]:
         # BaseRetriever hands its run only a run manager: the config goes on as run_config
-        return super().invoke(input, config, run_config=ensure_config(config), **kwargs)
+        question = question_of(input)  # a str or {"question": str}, as the ready chains take
+        return super().invoke(question, config, run_config=ensure_config(config), **kwargs)
 
     async def ainvoke(
-        self, input: str, config: RunnableConfig | None = None, **kwargs: Any
+        self, input: QuestionInput, config: RunnableConfig | None = None, **kwargs: Any
     ) -> list[Document]:
-        return await super().ainvoke(input, config, run_config=ensure_config(config), **kwargs)
+        question, run_config = question_of(input), ensure_config(config)
+        return await super().ainvoke(question, config, run_config=run_config, **kwargs)
 
     def _fusion(self, k: int | None, config: RunnableConfig) -> BaseFusion:
         if k is None:  # a configurable k of None (LangServe sends unset fields so) keeps the field
