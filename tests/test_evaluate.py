@@ -107,6 +107,15 @@ def test_load_beir_reads_corpus_queries_and_qrels(tiny_beir: Path) -> None:
     assert dataset.qrels == {"q1": {"d1": 1}, "q2": {"d4": 1, "d2": 1}, "q3": {"d3": 1}}
 
 
+@pytest.mark.parametrize("row", ["q1\td1", "q1\td1\tabc", "q1\td1\tnan", "q1\td1\tinf"])
+def test_a_bad_qrels_row_is_named_with_its_file(tiny_beir: Path, row: str) -> None:
+    """A bad score was "could not convert string to float: 'abc'", naming no file."""
+    qrels = tiny_beir / "qrels" / "test.tsv"
+    qrels.write_text(QRELS + row + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"test\.tsv: expected query-id, corpus-id, score; got"):
+        load_beir(tiny_beir)
+
+
 def test_load_beir_limits_queries_and_checks_the_layout(tiny_beir: Path, tmp_path: Path) -> None:
     limited = load_beir(tiny_beir, queries_limit=2)
     assert list(limited.queries) == ["q1", "q2"] and list(limited.qrels) == ["q1", "q2"]

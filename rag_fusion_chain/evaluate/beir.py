@@ -52,9 +52,12 @@ def read_qrels(path: Path) -> Qrels:
         for row in csv.reader(handle, delimiter="\t"):
             if not row or row[0] == "query-id":
                 continue
-            if len(row) < 3:
-                raise ValueError(f"{path}: expected query-id, corpus-id, score; got {row!r}")
-            qrels.setdefault(row[0], {})[row[1]] = int(float(row[2]))
+            try:  # a short row, a score that is no finite number
+                qrels.setdefault(row[0], {})[row[1]] = int(float(row[2]))
+            except (IndexError, ValueError, OverflowError) as error:
+                raise ValueError(
+                    f"{path}: expected query-id, corpus-id, score; got {row!r}"
+                ) from error
     return qrels
 
 
@@ -80,11 +83,8 @@ def load_beir(
     if absent := sorted(judged - {document.id for document in corpus}):  # ArguAna's qrels have one
         absent_from = f"qrels/{split}.tsv: {len(absent)} judged documents absent from corpus.jsonl"
         warnings.warn(f"{absent_from} (never retrieved), e.g. {absent[:3]}", stacklevel=2)
+    kept_queries = {query_id: all_queries[query_id] for query_id in query_ids}
+    kept_qrels = {query_id: qrels[query_id] for query_id in query_ids}
     return BeirDataset(
-        name=directory.resolve().name,
-        corpus=corpus,
-        queries={query_id: all_queries[query_id] for query_id in query_ids},
-        qrels={query_id: qrels[query_id] for query_id in query_ids},
-        split=split,
-        queries_limit=queries_limit,
+        directory.resolve().name, corpus, kept_queries, kept_qrels, split, queries_limit
     )
