@@ -43,7 +43,7 @@ from rag_fusion_chain.fusion import BaseFusion, reciprocal_rank_fusion
 from rag_fusion_chain.queries import N_SPEC, Step, configured_n, count_setting
 from rag_fusion_chain.retrievers.fanout import MultiRetriever, RetrievalResults, in_background
 from rag_fusion_chain.strategies import State, Strategy
-from rag_fusion_chain.validation import MAX_QUERIES, question_of, validate_count
+from rag_fusion_chain.validation import MAX_QUERIES, Question, question_of, validate_count
 
 Retrievers = Runnable[Any, Any] | Sequence[Runnable[Any, Any]]  # or a configured MultiRetriever
 Part = TypeVar("Part", MultiRetriever, BaseFusion)
@@ -437,12 +437,14 @@ def chain_for(
         return_sources=return_sources,
     )
     offline, counted = llm is None, record.default_n is not None
-    steps = [
-        Step("generate_queries", parts.generate, parts.agenerate, [N_SPEC] if counted else []),
+    first = Step("generate_queries", parts.generate, parts.agenerate, [N_SPEC] if counted else [])
+    last = RunnableLambda(parts.answer, afunc=parts.aanswer, name="answer")  # a generator: streamed
+    steps = [  # typed at both ends: a str or {"question": str} in (chain.as_tool works)
+        first.with_types(input_type=Question),
         Step("retrieve", parts.retrieve, parts.aretrieve, [K_SPEC]),
         Step("fuse", parts.fuse, settings=[TOP_N_SPEC]),
         Step("format_context", _formatted),
-        RunnableLambda(parts.answer, afunc=parts.aanswer, name="answer"),  # a generator: streamed
+        last.with_types(output_type=dict if return_sources else str),
     ]
     if sub_answer is not None:  # decomposition: each sub-question answered before the question
         steps.insert(4, Step("answer_sub_questions", parts.sub_answers, parts.asub_answers))

@@ -15,14 +15,14 @@ import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Union
+from typing import Any, Union
 from urllib.parse import urlsplit
 
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableSerializable
 from langchain_core.runnables.utils import ConfigurableFieldSpec
-from pydantic import AfterValidator, BaseModel, Field, PrivateAttr, StringConstraints
+from pydantic import PrivateAttr
 from pydantic_core import core_schema
 
 from rag_fusion_chain import chains, data, ingest, models, strategies, validation
@@ -31,7 +31,7 @@ from rag_fusion_chain.data import vectors
 from rag_fusion_chain.retrievers import index_directory, stores
 from rag_fusion_chain.retrievers.bm25 import BM25Retriever
 from rag_fusion_chain.retrievers.index_directory import OpenedIndex
-from rag_fusion_chain.validation import KIT_CACHE, QuestionInput, require_extra
+from rag_fusion_chain.validation import KIT_CACHE, Question, QuestionInput, require_extra
 
 INDEX_ENV = "RAG_FUSION_INDEX"
 CHROMA_URL_ENV = "RAG_FUSION_CHROMA_URL"
@@ -47,19 +47,6 @@ MAX_K = 100
 MAX_TOP_N = 100
 
 logger = logging.getLogger(__name__)
-
-QuestionText = Annotated[
-    str,
-    StringConstraints(min_length=1, max_length=validation.MAX_QUESTION_CHARS),
-    AfterValidator(validation.question_of),
-]
-"""The question itself, with the checks of every chain of the kit."""
-
-
-class Question(BaseModel):
-    """The input of a served chain."""
-
-    question: QuestionText = Field(description="The question to answer from the indexed documents")
 
 
 @dataclass(frozen=True)
@@ -330,7 +317,7 @@ def build_chain(
     name = f"{strategy}-sources" if return_sources else strategy
     served = ServedChain(strategy=strategy, return_sources=return_sources, name=name)
     served._chain = chain
-    input_type: Any = Union[Question, QuestionText]  # noqa: UP007 (a runtime type for pydantic)
+    input_type: Any = Union[Question, validation.QuestionText]  # noqa: UP007 (a runtime type for pydantic)
     return served.with_types(input_type=input_type, output_type=dict if return_sources else str)
 
 

@@ -10,7 +10,9 @@ import re
 import unicodedata
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, Field, StringConstraints, model_validator
 
 QuestionInput = str | Mapping[str, Any]
 
@@ -67,6 +69,23 @@ def question_of(value: QuestionInput) -> str:
             "Summarise it first, or pass a shorter question"
         )
     return question
+
+
+QuestionText = Annotated[
+    str, StringConstraints(min_length=1, max_length=MAX_QUESTION_CHARS), AfterValidator(question_of)
+]
+"""The question itself, with the checks of every chain of the kit."""
+
+
+class Question(BaseModel):
+    """The input of a chain: ``{"question": str}``, or the question itself."""
+
+    question: QuestionText = Field(description="The question to answer from the indexed documents")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_text(cls, value: Any) -> Any:
+        return {"question": value} if isinstance(value, str) else value
 
 
 def validate_count(name: str, value: int, upper: int | None = None) -> int:

@@ -27,6 +27,7 @@ from rag_fusion_chain import chains, prompts, strategies
 from rag_fusion_chain.context import NO_EARLIER_ANSWERS, NO_PASSAGES, format_context
 from rag_fusion_chain.fusion import ReciprocalRankFusion, unique_union
 from rag_fusion_chain.retrievers import FusionRetriever, MultiRetriever, RetrievalFailure
+from rag_fusion_chain.validation import MAX_QUESTION_CHARS
 
 QUESTION = "How do heat pumps work?"
 ANSWER = "Heat pumps move heat from outside to inside [1]."
@@ -344,6 +345,35 @@ def test_schemas_and_configurable_fields_are_published(name: str, return_sources
     assert {spec.id for spec in chain.config_specs} == expected
     assert chain.input_schema.model_json_schema()
     assert chain.output_schema.model_json_schema()
+
+
+@pytest.mark.parametrize("offline", [False, True])
+async def test_a_ready_chain_declares_its_types_and_serves_as_a_tool(offline: bool) -> None:
+    """A question in (str or {"question": str}), the answer out, or with sources a dict: was Any
+    both ways, so as_tool refused ("Tool input must be str or dict") and LangServe showed Any."""
+    llm = None if offline else ScriptedLLM().runnable
+    chain = chains.rag_fusion_chain([TopicRetriever()], llm, n=2)
+    question = chain.get_input_jsonschema()["properties"]["question"]
+    assert question["type"] == "string" and question["maxLength"] == MAX_QUESTION_CHARS
+    assert chain.get_output_jsonschema()["type"] == "string"
+    tool = chain.as_tool(name="heat_notes", description="Answers questions about heat pumps")
+    assert set(tool.args) == {"question"}
+    answer = tool.invoke({"question": QUESTION})
+    assert isinstance(answer, str) and answer == chain.invoke(QUESTION)
+    assert await tool.ainvoke({"question": QUESTION}) == answer
+    with pytest.raises(ValueError, match="question"):
+        tool.invoke({"question": "   "})
+    sources = chains.rag_fusion_chain([TopicRetriever()], llm, n=2, return_sources=True)
+    assert sources.get_output_jsonschema()["type"] == "object"
+    tool = sources.as_tool(name="heat_sources", description="With sources")
+    result = tool.invoke({"question": QUESTION})
+    assert set(result) == {"answer", "queries", "documents", "failures"}
+    assert result["answer"] == answer and result["documents"]
+    reranked = chains.with_step(sources, RunnableLambda(lambda state: state), after="fuse")
+    assert reranked.get_input_jsonschema() == sources.get_input_jsonschema()
+    assert reranked.get_output_jsonschema() == sources.get_output_jsonschema()
+    retrieval = chains.retrieval_chain("rag-fusion", [TopicRetriever()], llm, n=2)
+    assert retrieval.get_input_jsonschema() == chain.get_input_jsonschema()
 
 
 def test_top_n_and_k_are_configurable_per_call() -> None:
@@ -697,6 +727,9 @@ def test_a_model_with_useless_queries_still_finds_the_passage_matching_the_quest
 # ---------------------------------------------------------------- per-call settings over LangServe
 
 
+@pytest.mark.filterwarnings(  # langserve 0.3 reads model_fields from the input model's instance
+    "ignore:Accessing the 'model_fields' attribute on the instance:DeprecationWarning"
+)
 def test_langserve_passes_per_call_n_and_top_n_to_the_offline_chain() -> None:
     pytest.importorskip("langserve")
     from fastapi import FastAPI
