@@ -24,7 +24,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar, cast
+from uuid import UUID
 
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.documents import Document
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import BasePromptTemplate
@@ -145,6 +147,35 @@ class _Begun:
 
     def __deepcopy__(self, memo: dict[int, Any]) -> _Begun:  # astream_log copies every output
         return self
+
+
+class _SearchGuard(BaseCallbackHandler):
+    """One call's: when its run ends, the question's search handed on by ``generate_queries``
+    ends too, were it taken by no ``retrieve`` (the call cancelled or failed between the steps,
+    where no step runs; an inserted step that dropped it)."""
+
+    run_inline = True  # in the event loop's thread, where a Task may be cancelled
+
+    def __init__(self) -> None:
+        self.run_id: UUID | None = None  # the call's run: the first to start
+        self.searches: list[Any] = []
+
+    @staticmethod
+    def for_call(config: RunnableConfig) -> RunnableConfig:  # a config factory
+        return {"callbacks": [_SearchGuard()]}
+
+    def on_chain_start(self, serialized: Any, inputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        self.run_id = self.run_id or run_id
+
+    def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        begun = outputs.get("first") if isinstance(outputs, dict) else None
+        if isinstance(begun, _Begun) and isinstance(begun.search, Future | asyncio.Future):
+            self.searches.append(begun.search)
+        if run_id == self.run_id:
+            for search in self.searches:
+                search.cancel()  # no effect once done (taken by retrieve)
+
+    on_chain_error = on_chain_end  # type: ignore[assignment]
 
 
 def _retrieved(state: State, first: RetrievalResults | None, found: RetrievalResults) -> State:
@@ -349,20 +380,19 @@ def _answers(
     return synthesis | llm | StrOutputParser(), sub | llm | StrOutputParser()
 
 
-def _parts(chain: Runnable[Any, Any]) -> tuple[list[Runnable[Any, Any]], RunnableConfig]:
-    """A ready chain's steps and its name, tags and metadata."""
-    config = chain.config if isinstance(chain, RunnableBinding) else {}
-    sequence = chain.bound if isinstance(chain, RunnableBinding) else chain
-    if not isinstance(sequence, RunnableSequence):
+def _split(
+    chain: Runnable[Any, Any], after: str
+) -> tuple[list[Runnable[Any, Any]], list[Runnable[Any, Any]], RunnableBinding]:
+    """A ready chain's steps up to the one named ``after``, the rest, and the binding that gives
+    the chain its name, tags, metadata and :class:`_SearchGuard`."""
+    binding = chain if isinstance(chain, RunnableBinding) else RunnableBinding(bound=chain)
+    if not isinstance(binding.bound, RunnableSequence):
         raise TypeError("chain must be a ready chain (a RunnableSequence of named steps)")
-    return sequence.steps, config
-
-
-def _position_after(steps: list[Runnable[Any, Any]], after: str) -> int:
-    names = [step.get_name() for step in steps]
+    names = [step.get_name() for step in binding.bound.steps]
     if after not in names:
         raise ValueError(f"after must name a step of the chain, one of {names}; got {after!r}")
-    return names.index(after) + 1
+    at = names.index(after) + 1
+    return binding.bound.steps[:at], binding.bound.steps[at:], binding
 
 
 def chain_for(
@@ -452,7 +482,10 @@ def chain_for(
     shown_mode = {"mode": mode} if record.grouping == "sub-questions" else {}  # offline too
     metadata |= {"top_n": chosen_fusion.top_n, **shown_mode}
     tags = [record.name, "offline"] if offline else [record.name]
-    return RunnableSequence(*steps).with_config(run_name=record.name, tags=tags, metadata=metadata)
+    config: RunnableConfig = {"run_name": record.name, "tags": tags, "metadata": metadata}
+    return RunnableBinding(  # each call gets a guard of its own
+        bound=RunnableSequence(*steps), config=config, config_factories=[_SearchGuard.for_call]
+    )
 
 
 def retrieval_chain(
@@ -469,17 +502,16 @@ def retrieval_chain(
     """
     if answer_options := sorted(options.keys() & {"prompt", "synthesis_prompt", "return_sources"}):
         raise TypeError(f"retrieval_chain stops before the answer: {answer_options} do not apply")
-    steps, config = _parts(chain_for(strategy, retrievers, llm, **options))
-    return RunnableSequence(*steps[: _position_after(steps, "format_context")]).with_config(config)
+    steps, _, binding = _split(chain_for(strategy, retrievers, llm, **options), "format_context")
+    return binding.model_copy(update={"bound": RunnableSequence(*steps)})
 
 
 def with_step(chain: Runnable[Any, Any], step: Runnable[Any, Any], *, after: str) -> Runnable:
     """``chain`` (a ready chain) with ``step`` inserted after the step named ``after``, keeping
     its name, tags and metadata. ``step`` maps the state dict to the state dict, e.g. a reranker:
     ``RunnablePassthrough.assign(documents=lambda state: rerank(state))`` after ``"fuse"``."""
-    steps, config = _parts(chain)
-    position = _position_after(steps, after)
-    return RunnableSequence(*steps[:position], step, *steps[position:]).with_config(config)
+    head, tail, binding = _split(chain, after)
+    return binding.model_copy(update={"bound": RunnableSequence(*head, step, *tail)})
 
 
 def multi_query_chain(

@@ -916,3 +916,48 @@ async def test_a_cancelled_call_leaves_no_search_running() -> None:
     for _ in range(10):  # let the cancel reach the search
         await asyncio.sleep(0)
     assert searches[0].done()
+
+
+@pytest.mark.parametrize("between", ["cancelled", "a failing step", "a dropping step"])
+async def test_a_call_ended_between_the_steps_leaves_no_search_running(between: str) -> None:
+    """The question's search outlives generate_queries, handed on to retrieve. Cancelled as
+    retrieve starts (before its code runs), or after an inserted step that fails or drops the
+    search, the call left it running (until its 30 s bound): its run's end now ends it."""
+    import asyncio
+
+    from langchain_core.callbacks import AsyncCallbackHandler
+
+    searching: list[asyncio.Task[Any]] = []
+
+    async def search(query: str) -> list[Document]:
+        searching.append(asyncio.current_task())  # type: ignore[arg-type]
+        await asyncio.Event().wait()  # only a cancel ends it
+        return []
+
+    class CancelAtRetrieve(AsyncCallbackHandler):
+        async def on_chain_start(self, *args: Any, name: str | None = None, **kwargs: Any) -> None:
+            if name == "retrieve":
+                call.cancel()
+
+    def failing(state: dict[str, Any]) -> dict[str, Any]:
+        raise RuntimeError("a step between generate_queries and retrieve failed")
+
+    def dropping(state: dict[str, Any]) -> dict[str, Any]:
+        return {key: value for key, value in state.items() if key != "first"}
+
+    retriever = RunnableLambda(lambda _: [], afunc=search, name="search")
+    chain = chains.rag_fusion_chain([retriever], RunnableLambda(lambda _: "q1"), n=1)
+    config: Any = {"callbacks": [CancelAtRetrieve()]} if between == "cancelled" else {}
+    if between != "cancelled":
+        inserted = RunnableLambda(failing if between == "a failing step" else dropping)
+        chain = chains.with_step(chain, inserted, after="generate_queries")
+    call = asyncio.ensure_future(chain.ainvoke(QUESTION, config))
+    while len(searching) < (2 if between == "a dropping step" else 1):
+        await asyncio.sleep(0)  # dropped, the question is searched again with the query
+    if between == "a dropping step":  # the call waits on the second search: end it
+        searching[1].cancel()
+    with pytest.raises((asyncio.CancelledError, RuntimeError)):
+        await call
+    for _ in range(10):  # let the cancel reach the search
+        await asyncio.sleep(0)
+    assert searching[0].cancelled()
