@@ -687,6 +687,43 @@ async def test_hung_sync_retrievers_do_not_starve_later_async_calls() -> None:
         hung.release.set()
 
 
+async def test_only_a_late_call_holding_a_thread_replaces_the_loops_executor() -> None:
+    """Only a call that waits on an executor thread keeps it once cut at its bound; a retriever's
+    own coroutine is just cancelled. Every late call replaced the loop's default executor."""
+    loop = asyncio.get_running_loop()
+    loop.set_default_executor(ThreadPoolExecutor(2, thread_name_prefix="own"))
+
+    async def executor_thread() -> str:
+        return await loop.run_in_executor(None, lambda: threading.current_thread().name)
+
+    class AsyncHung(BaseRetriever):
+        async def _aget_relevant_documents(self, query: str, **kwargs: Any) -> list[Document]:
+            await asyncio.Event().wait()  # only the cancel at the time bound ends it
+            return []
+
+        def _get_relevant_documents(self, query: str, **kwargs: Any) -> list[Document]:
+            raise AssertionError("the async call has code of its own")
+
+    async def never(query: str) -> list[Document]:
+        await asyncio.Event().wait()
+        return []
+
+    native = [AsyncHung(name="hung"), RunnableLambda(lambda q: [], afunc=never, name="hung")]
+    for late in native:
+        fan_out = MultiRetriever([late, TagRetriever(tag="a", count=1)], timeout=0.2)
+        with pytest.warns(UserWarning, match="'hung' failed"):
+            assert contents(await fan_out.ainvoke("q")) == [["a:q:0"]]
+        assert (await executor_thread()).startswith("own")  # the user's executor, kept
+    hung = HungRetriever(name="hung")
+    try:
+        fan_out = MultiRetriever([hung, TagRetriever(tag="a", count=1)], timeout=0.2)
+        with pytest.warns(UserWarning, match="'hung' failed"):
+            await fan_out.ainvoke("q")
+        assert not (await executor_thread()).startswith("own")  # a fresh one: a thread is held
+    finally:
+        hung.release.set()
+
+
 def test_unknown_fields_are_refused_with_the_right_name() -> None:
     with pytest.raises(TypeError, match="unknown field 'llm': use FusionRetriever.from_llm"):
         FusionRetriever(retrievers=[TagRetriever(tag="a")], llm=FakeListChatModel(responses=[]))

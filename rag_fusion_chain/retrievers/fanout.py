@@ -21,10 +21,12 @@ from langchain_core.runnables import (
     Runnable,
     RunnableBinding,
     RunnableConfig,
+    RunnableLambda,
     RunnableSerializable,
 )
 from langchain_core.runnables.config import ContextThreadPoolExecutor, patch_config
 from langchain_core.runnables.utils import gather_with_concurrency
+from langchain_core.vectorstores import VectorStoreRetriever
 from pydantic import BeforeValidator, ConfigDict, Field, ValidationInfo
 
 from rag_fusion_chain.fusion import RankedList, validate_weights
@@ -126,12 +128,14 @@ def _gated(gate: threading.BoundedSemaphore, call: Callable[[], Any]) -> Any:
         return call()
 
 
-async def _aresult(call: Any, timeout: float | None) -> Any:
-    """Async :func:`_result`."""
+async def _aresult(call: Any, timeout: float | None, threaded: bool) -> Any:
+    """Async :func:`_result`; a ``threaded`` call (see :func:`_holds_a_thread`) cut at its bound
+    keeps its thread: later calls get a fresh executor, as they would queue behind it."""
     try:
         return await asyncio.wait_for(call, timeout)
-    except asyncio.TimeoutError:  # a sync call keeps its thread: later ones get a fresh executor
-        asyncio.get_running_loop().set_default_executor(ContextThreadPoolExecutor())
+    except asyncio.TimeoutError:
+        if threaded:
+            asyncio.get_running_loop().set_default_executor(ContextThreadPoolExecutor())
         return TimeoutError(f"no answer within {timeout} s")
     except Exception as error:  # recorded as the failure of every query of the call
         return error
@@ -165,12 +169,29 @@ def _checked_weights(weights: Any, given: ValidationInfo) -> Any:
     return weights
 
 
+def _unbound(retriever: Runnable[Any, Any]) -> Runnable[Any, Any]:
+    while isinstance(retriever, RunnableBinding):
+        retriever = retriever.bound
+    return retriever
+
+
 def _takes_k(retriever: Runnable[Any, Any]) -> bool:
     """A ``BaseRetriever`` (maybe bound) hands ``k`` only to retrievers that declare it; another
     Runnable may not take the keyword at all."""
-    while isinstance(retriever, RunnableBinding):
-        retriever = retriever.bound
-    return isinstance(retriever, BaseRetriever)
+    return isinstance(_unbound(retriever), BaseRetriever)
+
+
+def _holds_a_thread(retriever: Runnable[Any, Any]) -> bool:
+    """Whether ``retriever``'s async call may wait on a thread of the loop's executor: LangChain's
+    sync fallback, a vector store's search, the kit's own; not a lambda's ``afunc`` or a
+    retriever's own ``_aget_relevant_documents``, which awaits on the loop."""
+    retriever = _unbound(retriever)
+    if isinstance(retriever, RunnableLambda):
+        return not hasattr(retriever, "afunc")
+    if not isinstance(retriever, BaseRetriever) or isinstance(retriever, VectorStoreRetriever):
+        return True
+    own = type(retriever)._aget_relevant_documents is not BaseRetriever._aget_relevant_documents
+    return not own or hasattr(retriever, "_retrieve_many")  # the kit's: a search in a thread
 
 
 class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]):
@@ -255,7 +276,8 @@ class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]
     ) -> RetrievalResults:
         queries = _as_queries(value)
         config = patch_config(config, callbacks=run_manager.get_child())
-        waits = [_aresult(call(), self.timeout) for call in self._calls(queries, config, True)]
+        calls = zip(self._calls(queries, config, True), self.retrievers, strict=True)
+        waits = [_aresult(call(), self.timeout, _holds_a_thread(each)) for call, each in calls]
         gathered = await gather_with_concurrency(config.get("max_concurrency") or None, *waits)
         return self._collect(queries, gathered)
 
