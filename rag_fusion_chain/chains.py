@@ -150,30 +150,22 @@ class _Begun:
 
 
 class _SearchGuard(BaseCallbackHandler):
-    """One call's: when its run ends, the question's search handed on by ``generate_queries``
-    ends too, were it taken by no ``retrieve`` (the call cancelled or failed between the steps,
-    where no step runs; an inserted step that dropped it)."""
+    """One call's: ends the question's search handed on by ``generate_queries`` with the call's
+    run, were it taken by no ``retrieve`` (a call cancelled or failed between the steps, where no
+    step runs; a step that dropped it)."""
 
     run_inline = True  # in the event loop's thread, where a Task may be cancelled
-
-    def __init__(self) -> None:
-        self.run_id: UUID | None = None  # the call's run: the first to start
-        self.searches: list[Any] = []
-
-    @staticmethod
-    def for_call(config: RunnableConfig) -> RunnableConfig:  # a config factory
-        return {"callbacks": [_SearchGuard()]}
+    run_id: UUID | None = None  # the call's run: the first to start
+    search: Any = None
 
     def on_chain_start(self, serialized: Any, inputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
         self.run_id = self.run_id or run_id
 
     def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
         begun = outputs.get("first") if isinstance(outputs, dict) else None
-        if isinstance(begun, _Begun) and isinstance(begun.search, Future | asyncio.Future):
-            self.searches.append(begun.search)
-        if run_id == self.run_id:
-            for search in self.searches:
-                search.cancel()  # no effect once done (taken by retrieve)
+        self.search = begun.search if isinstance(begun, _Begun) else self.search
+        if run_id == self.run_id and isinstance(self.search, Future | asyncio.Future):
+            self.search.cancel()  # no effect once done (taken by retrieve)
 
     on_chain_error = on_chain_end  # type: ignore[assignment]
 
@@ -482,9 +474,10 @@ def chain_for(
     shown_mode = {"mode": mode} if record.grouping == "sub-questions" else {}  # offline too
     metadata |= {"top_n": chosen_fusion.top_n, **shown_mode}
     tags = [record.name, "offline"] if offline else [record.name]
-    config: RunnableConfig = {"run_name": record.name, "tags": tags, "metadata": metadata}
-    return RunnableBinding(  # each call gets a guard of its own
-        bound=RunnableSequence(*steps), config=config, config_factories=[_SearchGuard.for_call]
+    return RunnableBinding(
+        bound=RunnableSequence(*steps),
+        config={"run_name": record.name, "tags": tags, "metadata": metadata},
+        config_factories=[lambda _: {"callbacks": [_SearchGuard()]}],  # each call its own
     )
 
 
@@ -514,44 +507,10 @@ def with_step(chain: Runnable[Any, Any], step: Runnable[Any, Any], *, after: str
     return binding.model_copy(update={"bound": RunnableSequence(*head, step, *tail)})
 
 
-def multi_query_chain(
-    retrievers: Retrievers, llm: Runnable[Any, Any] | None = None, **options: Any
-) -> Runnable:
-    """Multi-query: ``n`` rephrasings (default 5), unique union. Options: :func:`chain_for`."""
-    return chain_for("multi-query", retrievers, llm, **options)
-
-
-def rag_fusion_chain(
-    retrievers: Retrievers, llm: Runnable[Any, Any] | None = None, **options: Any
-) -> Runnable:
-    """RAG-Fusion: ``n`` related queries (default 4), reciprocal rank fusion. See :func:`chain_for`."""
-    return chain_for("rag-fusion", retrievers, llm, **options)
-
-
-def decomposition_chain(
-    retrievers: Retrievers, llm: Runnable[Any, Any] | None = None, **options: Any
-) -> Runnable:
-    """Decomposition: up to ``n`` sub-questions (default 3) answered ``mode="recursive"`` or
-    ``"individual"``, then the question. See :func:`chain_for`."""
-    return chain_for("decomposition", retrievers, llm, **options)
-
-
-def step_back_chain(
-    retrievers: Retrievers, llm: Runnable[Any, Any] | None = None, **options: Any
-) -> Runnable:
-    """Step-back: the question and a broader question, each fused apart. See :func:`chain_for`."""
-    return chain_for("step-back", retrievers, llm, **options)
-
-
-def hyde_chain(
-    retrievers: Retrievers, llm: Runnable[Any, Any] | None = None, **options: Any
-) -> Runnable:
-    """HyDE: a hypothetical passage searched instead of the question. See :func:`chain_for`."""
-    return chain_for("hyde", retrievers, llm, **options)
-
-
-def rewrite_chain(
-    retrievers: Retrievers, llm: Runnable[Any, Any] | None = None, **options: Any
-) -> Runnable:
-    """Rewrite-Retrieve-Read: the question rewritten into one search query. See :func:`chain_for`."""
-    return chain_for("rewrite", retrievers, llm, **options)
+# The named chains: chain_for with the strategy given (retrievers, llm, then its options).
+multi_query_chain = partial(chain_for, "multi-query")  # n rephrasings (default 5), unique union
+rag_fusion_chain = partial(chain_for, "rag-fusion")  # n related queries (default 4), RRF
+decomposition_chain = partial(chain_for, "decomposition")  # n sub-questions (3), then the question
+step_back_chain = partial(chain_for, "step-back")  # the question and a broader one, fused apart
+hyde_chain = partial(chain_for, "hyde")  # a hypothetical passage searched instead of the question
+rewrite_chain = partial(chain_for, "rewrite")  # Rewrite-Retrieve-Read: one rewritten search query

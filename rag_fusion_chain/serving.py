@@ -246,17 +246,10 @@ def per_call_settings(strategy: str) -> list[ConfigurableFieldSpec]:
     ]
 
 
-def without_unset(config: RunnableConfig | None) -> RunnableConfig | None:
-    """``config`` without per-call settings set to None (LangServe sends every unset one so)."""
-    if not config or not config.get("configurable"):
-        return config
-    settings = config["configurable"].items()
-    return {**config, "configurable": {key: value for key, value in settings if value is not None}}
-
-
 class ServedChain(RunnableSerializable[QuestionInput, Any]):
     """A strategy's chain over :meth:`IndexSource.from_environment`, built on first use; it adds
-    no run to a trace (calls pass the caller's config on, minus unset settings)."""
+    no run to a trace (calls pass the caller's config on: its steps take an unset setting, None
+    as LangServe sends it, as unset)."""
 
     strategy: str
     return_sources: bool = False
@@ -283,24 +276,24 @@ class ServedChain(RunnableSerializable[QuestionInput, Any]):
     def invoke(
         self, input: QuestionInput, config: RunnableConfig | None = None, **kwargs: Any
     ) -> Any:
-        return self.chain().invoke(input, without_unset(config), **kwargs)
+        return self.chain().invoke(input, config, **kwargs)
 
     async def ainvoke(
         self, input: QuestionInput, config: RunnableConfig | None = None, **kwargs: Any
     ) -> Any:
         chain = await asyncio.to_thread(self.chain)  # the first call opens the index
-        return await chain.ainvoke(input, without_unset(config), **kwargs)
+        return await chain.ainvoke(input, config, **kwargs)
 
     def stream(
         self, input: QuestionInput, config: RunnableConfig | None = None, **kwargs: Any
     ) -> Iterator[Any]:
-        yield from self.chain().stream(input, without_unset(config), **kwargs)
+        yield from self.chain().stream(input, config, **kwargs)
 
     async def astream(
         self, input: QuestionInput, config: RunnableConfig | None = None, **kwargs: Any
     ) -> AsyncIterator[Any]:
         chain = await asyncio.to_thread(self.chain)
-        async for chunk in chain.astream(input, without_unset(config), **kwargs):
+        async for chunk in chain.astream(input, config, **kwargs):
             yield chunk
 
 

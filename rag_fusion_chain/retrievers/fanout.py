@@ -175,12 +175,6 @@ def _unbound(retriever: Runnable[Any, Any]) -> Runnable[Any, Any]:
     return retriever
 
 
-def _takes_k(retriever: Runnable[Any, Any]) -> bool:
-    """A ``BaseRetriever`` (maybe bound) hands ``k`` only to retrievers that declare it; another
-    Runnable may not take the keyword at all."""
-    return isinstance(_unbound(retriever), BaseRetriever)
-
-
 def _holds_a_thread(retriever: Runnable[Any, Any]) -> bool:
     """Whether ``retriever``'s async call may wait on a thread of the loop's executor: LangChain's
     sync fallback, a vector store's search, the kit's own; not a lambda's ``afunc`` or a
@@ -224,8 +218,9 @@ class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]
         if limit is not None:
             config = patch_config(config, max_concurrency=max(1, limit // len(self.retrievers)))
         calls = []
-        for retriever in self.retrievers:
-            keywords = {"k": self.k} if self.k is not None and _takes_k(retriever) else {}
+        for retriever in self.retrievers:  # a BaseRetriever hands k on to those that declare it
+            takes_k = self.k is not None and isinstance(_unbound(retriever), BaseRetriever)
+            keywords = {"k": self.k} if takes_k else {}  # another Runnable may not take it at all
             call = retriever.abatch if asynchronous else retriever.batch
             calls.append(partial(call, queries, config, return_exceptions=True, **keywords))
         return calls
