@@ -262,9 +262,8 @@ class _Steps:
             first = await first
         fan_out = _configured(self.fan_out, config, "k")
         rest = fan_out.ainvoke(queries, config) if queries else asyncio.sleep(0, RetrievalResults())
-        if not isinstance(first, asyncio.Future):
-            return _retrieved(state, first, await rest)
-        return _retrieved(state, *await asyncio.gather(first, rest))  # both errors read
+        begun = first if isinstance(first, asyncio.Future) else asyncio.sleep(0, first)
+        return _retrieved(state, *await asyncio.gather(begun, rest))  # both errors read
 
     def fuse(self, state: State, config: RunnableConfig) -> State:  # CPU only: no async twin
         """``fuse``: one fusion per group of lists (see :attr:`Strategy.grouping`)."""

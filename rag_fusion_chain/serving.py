@@ -231,25 +231,21 @@ def _bounded(upper: int) -> Any:
 def per_call_settings(strategy: str) -> list[ConfigurableFieldSpec]:
     """``n`` (where the strategy counts queries), ``k`` and ``top_n``, from 1 to their bounds."""
     record = strategies.get(strategy)
-    settings = [(K_SPEC, None, MAX_K), (TOP_N_SPEC, record.default_top_n, MAX_TOP_N)]
-    if record.default_n is not None:
-        settings.insert(0, (N_SPEC, record.default_n, validation.MAX_QUERIES))
+    counted = [(N_SPEC, record.default_n, validation.MAX_QUERIES)] if record.default_n else []
+    settings = [*counted, (K_SPEC, None, MAX_K), (TOP_N_SPEC, record.default_top_n, MAX_TOP_N)]
     return [
-        ConfigurableFieldSpec(
-            id=field.id,
-            name=field.name,
-            description=f"{field.description} (1 to {upper})",
+        spec._replace(
             default=default,
             annotation=_bounded(upper),
+            description=f"{spec.description} (1 to {upper})",
         )
-        for field, default, upper in settings
+        for spec, default, upper in settings
     ]
 
 
 class ServedChain(RunnableSerializable[QuestionInput, Any]):
     """A strategy's chain over :meth:`IndexSource.from_environment`, built on first use; it adds
-    no run to a trace (calls pass the caller's config on: its steps take an unset setting, None
-    as LangServe sends it, as unset)."""
+    no run to a trace (calls pass the caller's config on; LangServe's None is an unset setting)."""
 
     strategy: str
     return_sources: bool = False

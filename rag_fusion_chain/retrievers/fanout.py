@@ -21,7 +21,6 @@ from langchain_core.runnables import (
     Runnable,
     RunnableBinding,
     RunnableConfig,
-    RunnableLambda,
     RunnableSerializable,
 )
 from langchain_core.runnables.config import ContextThreadPoolExecutor, patch_config
@@ -177,15 +176,12 @@ def _unbound(retriever: Runnable[Any, Any]) -> Runnable[Any, Any]:
 
 def _holds_a_thread(retriever: Runnable[Any, Any]) -> bool:
     """Whether ``retriever``'s async call may wait on a thread of the loop's executor: LangChain's
-    sync fallback, a vector store's search, the kit's own; not a lambda's ``afunc`` or a
-    retriever's own ``_aget_relevant_documents``, which awaits on the loop."""
-    retriever = _unbound(retriever)
-    if isinstance(retriever, RunnableLambda):
-        return not hasattr(retriever, "afunc")
-    if not isinstance(retriever, BaseRetriever) or isinstance(retriever, VectorStoreRetriever):
-        return True
-    own = type(retriever)._aget_relevant_documents is not BaseRetriever._aget_relevant_documents
-    return not own or hasattr(retriever, "_retrieve_many")  # the kit's: a search in a thread
+    sync fallback, a vector store's search, the kit's own (``_retrieve_many``); not a lambda's
+    ``afunc`` or a retriever's own ``_aget_relevant_documents``, which await on the loop."""
+    retriever, fallback = _unbound(retriever), BaseRetriever._aget_relevant_documents
+    own = getattr(type(retriever), "_aget_relevant_documents", fallback) is not fallback
+    threaded = isinstance(retriever, VectorStoreRetriever) or hasattr(retriever, "_retrieve_many")
+    return threaded or not (own or hasattr(retriever, "afunc"))
 
 
 class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]):
