@@ -150,13 +150,16 @@ class _Begun:
 
 
 class _SearchGuard(BaseCallbackHandler):
-    """One call's: ends the question's search handed on by ``generate_queries`` with the call's
-    run, were it taken by no ``retrieve`` (a call cancelled or failed between the steps, where no
-    step runs; a step that dropped it)."""
+    """Ends the question's search ``generate_queries`` handed on with the call's run, if no
+    ``retrieve`` took it (cancelled or failed between the steps, a step that dropped it)."""
 
     run_inline = True  # in the event loop's thread, where a Task may be cancelled
     run_id: UUID | None = None  # the call's run: the first to start
     search: Any = None
+
+    @staticmethod
+    def for_call(config: RunnableConfig) -> RunnableConfig:  # a sync call hands on no Task
+        return {"callbacks": [_SearchGuard()]} if asyncio._get_running_loop() else {}
 
     def on_chain_start(self, serialized: Any, inputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
         self.run_id = self.run_id or run_id
@@ -371,11 +374,9 @@ def _answers(
     return synthesis | llm | StrOutputParser(), sub | llm | StrOutputParser()
 
 
-def _split(
-    chain: Runnable[Any, Any], after: str
-) -> tuple[list[Runnable[Any, Any]], list[Runnable[Any, Any]], RunnableBinding]:
-    """A ready chain's steps up to the one named ``after``, the rest, and the binding that gives
-    the chain its name, tags, metadata and :class:`_SearchGuard`."""
+def _split(chain: Runnable[Any, Any], after: str) -> tuple[list[Any], list[Any], RunnableBinding]:
+    """A ready chain's steps up to the one named ``after``, the rest, and the binding around them
+    (the chain's name, tags, metadata and :class:`_SearchGuard`)."""
     binding = chain if isinstance(chain, RunnableBinding) else RunnableBinding(bound=chain)
     if not isinstance(binding.bound, RunnableSequence):
         raise TypeError("chain must be a ready chain (a RunnableSequence of named steps)")
@@ -476,7 +477,7 @@ def chain_for(
     return RunnableBinding(
         bound=RunnableSequence(*steps),
         config={"run_name": record.name, "tags": tags, "metadata": metadata},
-        config_factories=[lambda _: {"callbacks": [_SearchGuard()]}],  # each call its own
+        config_factories=[_SearchGuard.for_call],  # each async call a guard of its own
     )
 
 

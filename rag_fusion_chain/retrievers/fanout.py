@@ -128,8 +128,7 @@ def _gated(gate: threading.BoundedSemaphore, call: Callable[[], Any]) -> Any:
 
 
 async def _aresult(call: Any, timeout: float | None, threaded: bool) -> Any:
-    """Async :func:`_result`; a ``threaded`` call (see :func:`_holds_a_thread`) cut at its bound
-    keeps its thread: later calls get a fresh executor, as they would queue behind it."""
+    """Async :func:`_result`; a ``threaded`` call cut at its bound keeps its thread: a new pool."""
     try:
         return await asyncio.wait_for(call, timeout)
     except asyncio.TimeoutError:
