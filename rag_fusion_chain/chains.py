@@ -459,14 +459,12 @@ def chain_for(
         return_sources=return_sources,
     )
     offline, counted = llm is None, record.default_n is not None
-    first = Step("generate_queries", parts.generate, parts.agenerate, [N_SPEC] if counted else [])
-    last = RunnableLambda(parts.answer, afunc=parts.aanswer, name="answer")  # a generator: streamed
-    steps = [  # typed at both ends: a str or {"question": str} in (chain.as_tool works)
-        first.with_types(input_type=Question),
+    steps = [
+        Step("generate_queries", parts.generate, parts.agenerate, [N_SPEC] if counted else []),
         Step("retrieve", parts.retrieve, parts.aretrieve, [K_SPEC]),
         Step("fuse", parts.fuse, settings=[TOP_N_SPEC]),
         Step("format_context", _formatted),
-        last.with_types(output_type=dict if return_sources else str),
+        RunnableLambda(parts.answer, afunc=parts.aanswer, name="answer"),  # a generator: streamed
     ]
     if sub_answer is not None:  # decomposition: each sub-question answered before the question
         steps.insert(4, Step("answer_sub_questions", parts.sub_answers, parts.asub_answers))
@@ -478,6 +476,8 @@ def chain_for(
         bound=RunnableSequence(*steps),
         config={"run_name": record.name, "tags": tags, "metadata": metadata},
         config_factories=[_SearchGuard.for_call],  # each async call a guard of its own
+        custom_input_type=Question,  # a str or {"question": str}: chain.as_tool(...) works
+        custom_output_type=dict if return_sources else str,
     )
 
 
@@ -495,8 +495,8 @@ def retrieval_chain(
     """
     if answer_options := sorted(options.keys() & {"prompt", "synthesis_prompt", "return_sources"}):
         raise TypeError(f"retrieval_chain stops before the answer: {answer_options} do not apply")
-    steps, _, binding = _split(chain_for(strategy, retrievers, llm, **options), "format_context")
-    return binding.model_copy(update={"bound": RunnableSequence(*steps)})
+    steps, _, ready = _split(chain_for(strategy, retrievers, llm, **options), "format_context")
+    return ready.model_copy(update={"bound": RunnableSequence(*steps), "custom_output_type": State})
 
 
 def with_step(chain: Runnable[Any, Any], step: Runnable[Any, Any], *, after: str) -> Runnable:
