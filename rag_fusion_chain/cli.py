@@ -37,7 +37,7 @@ from rag_fusion_chain.retrievers.index_directory import (
     open_index,
 )
 from rag_fusion_chain.retrievers.signing import UntrustedIndexError
-from rag_fusion_chain.validation import question_of, require_extra
+from rag_fusion_chain.validation import KIT_CACHE, question_of, require_extra
 
 DEFAULT_K = 10  # documents per retriever call
 DEMO_CHUNK_SIZE = 1500
@@ -83,7 +83,7 @@ def _fusion_shown(strategy: str) -> str:
     return "union" if isinstance(strategies.get(strategy).default_fusion, UniqueUnion) else "rrf"
 
 
-_EMBEDDINGS = "minilm, openai:<model>, sentence-transformers:<dir>, modelscope:<dir>"
+_EMBEDDINGS = "minilm, minilm-torch, minilm-openvino, minilm-f32, minilm-bf16, openai:<model>, sentence-transformers:<dir>, modelscope:<dir>"
 _HELP = {
     "index": "Index directory written by `rag-fusion index`.",
     "strategy": f"Query strategy: {', '.join(strategies.STRATEGIES)}.",
@@ -94,7 +94,7 @@ _HELP = {
     "embedding": f"Embeddings for the queries: {_EMBEDDINGS}. Default: the ones the index was built with.",
     "new": f"Embeddings: {_EMBEDDINGS}. Default: ${models.EMBEDDING_ENV}, else {models.DEFAULT_EMBEDDING}.",
     "verbose": "Show each source's id and every ranked list that found it (query, retriever, rank, the retriever's own score).",
-    "trust": "Load an index whose signatures (index.json, the FAISS manifest) cannot be verified (made by another user or machine, or changed since). Its FAISS pickle is still read through the allow-list of data classes: only for indexes you trust.",
+    "trust": "Load an index whose signatures (index.json, the FAISS manifest) cannot be verified (made by another user or machine, or changed since). A FAISS pickle (LangChain save_local, older kits) is still read through the allow-list of data classes: only for indexes you trust.",
     "demo_index": "Keep the demo index in this directory. Default: in memory, from the sample's shipped vectors.",
     "rebuild": "Index the sample again (with --index).",
     "serve_index": f"Index directory written by `rag-fusion index`. Default: ${serving.INDEX_ENV}, else the bundled sample.",
@@ -106,7 +106,7 @@ _HELP = {
     "setups": "Comma-separated: bm25, dense, hybrid-rrf, hybrid-relative, hybrid-dist, a strategy (rag-fusion, multi-query, ...; needs a chat model) or STRATEGY-offline. The first is the baseline of the significance tests.",
     "limit": "Evaluate the first N queries only.",
     "json_out": "Write the scores as JSON.",
-    "cache": "Embedding cache. Default: ~/.cache/rag-fusion-chain.",
+    "cache": f"Embedding cache. Default: {KIT_CACHE / 'embeddings'}.",
     "store": "Vector store: faiss (default) or chroma.",
     "sources": "Files, folders, BEIR .jsonl corpora or http(s) URLs.",
     "chunk_size": f"Tokens per chunk (default {ingest.DEFAULT_CHUNK_SIZE}).",

@@ -18,7 +18,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from rag_fusion_chain import strategies
+from rag_fusion_chain import models, strategies
 from rag_fusion_chain.cli import app
 from rag_fusion_chain.data import SAMPLE_QUESTION, sample_corpus_path, sample_queries
 from rag_fusion_chain.offline import OFFLINE_LABEL
@@ -601,6 +601,12 @@ def test_help_texts_say_what_each_command_does_with_embeddings() -> None:
         text = " ".join(invoke(command, "--help").stdout.split())
         assert "index's own" not in text and "the index was built with" not in text
         assert "Default: $RAG_FUSION_EMBEDDING, else minilm" in text
+    for command in ("ask", "retrieve", "serve", "eval", "index"):  # every name models takes
+        unwrapped = "".join(invoke(command, "--help").stdout.split())
+        assert all(f"{name}," in unwrapped for name in models._MINILM_NAMES), command
+    from rag_fusion_chain.evaluate import DEFAULT_CACHE_DIR  # where eval caches, XDG honoured
+
+    assert f"Default:{DEFAULT_CACHE_DIR}." in "".join(invoke("eval", "--help").stdout.split())
 
 
 def test_library_words_become_command_line_words() -> None:
