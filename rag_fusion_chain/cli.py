@@ -101,6 +101,7 @@ _HELP = {
     "chroma_url": f"Search a Chroma server (http://host:port) instead. Default: ${serving.CHROMA_URL_ENV}.",
     "chroma_collection": f"The collection on the Chroma server. Default: ${serving.CHROMA_COLLECTION_ENV}, else {serving.DEFAULT_COLLECTION}.",
     "port": "Port on 127.0.0.1.",
+    "top_n": f"Fused documents kept. Default: the strategy's ({strategies.DEFAULT_TOP_N}; multi-query keeps them all).",
     "allow_host": "Also answer requests for this Host name (repeatable; loopback names always).",
     "dataset": "A BEIR dataset folder: corpus.jsonl, queries.jsonl and qrels/SPLIT.tsv (the layout of the BEIR benchmark's zip files, e.g. scifact.zip, unzipped).",
     "setups": "Comma-separated: bm25, dense, hybrid-rrf, hybrid-relative, hybrid-dist, a strategy (rag-fusion, multi-query, ...; needs a chat model) or STRATEGY-offline. The first is the baseline of the significance tests.",
@@ -132,7 +133,7 @@ StrategyCountOption = Annotated[
     typer.Option("--queries", "-n", min=1, help="Queries to generate (default: the strategy's)."),
 ]
 KOption = Annotated[int, typer.Option("--k", "-k", min=1, help="Documents per retriever call.")]
-TopOption = Annotated[int, typer.Option("--top-n", min=1, help="Fused documents kept.")]
+TopOption = Annotated[int | None, typer.Option("--top-n", min=1, help=_HELP["top_n"])]
 TrustOption = Annotated[bool, typer.Option("--trust-index", help=_HELP["trust"])]
 
 
@@ -205,7 +206,7 @@ def search(
     embedding: EmbeddingOption = None,
     n: StrategyCountOption = None,
     k: KOption = DEFAULT_K,
-    top_n: TopOption = strategies.DEFAULT_TOP_N,
+    top_n: TopOption = None,
     json_output: Annotated[bool, typer.Option("--json", help=_HELP["json"])] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help=_HELP["verbose"])] = False,
     trust_index: TrustOption = False,
@@ -293,7 +294,7 @@ def serve(
     embedding: EmbeddingOption = None,
     port: Annotated[int, typer.Option("--port", "-p", min=1, max=65535, help=_HELP["port"])] = 8000,
     k: KOption = DEFAULT_K,
-    top_n: TopOption = strategies.DEFAULT_TOP_N,
+    top_n: TopOption = None,
     trust_index: TrustOption = False,
     allow_host: Annotated[list[str] | None, typer.Option(help=_HELP["allow_host"])] = None,
 ) -> None:

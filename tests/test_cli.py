@@ -206,6 +206,20 @@ def test_retrieve_json_lists_queries_and_scored_documents(faiss_index: Path) -> 
     assert record["failures"] == []
 
 
+def test_top_n_left_unset_is_the_strategys_own(corpus: Path, tmp_path: Path) -> None:
+    """As in Python and ``demo``: 5 fused documents, multi-query's whole union (it kept 5)."""
+    index = tmp_path / "index"
+    built = invoke("index", corpus, "--out", index, "--chunk-size", 20, "--chunk-overlap", 0)
+    assert read_settings(index)["chunks"] > strategies.DEFAULT_TOP_N, built.output
+
+    def kept(strategy: str) -> int:
+        result = invoke("retrieve", QUESTION, "-i", index, "--json", "--hybrid", "-s", strategy)
+        assert result.exit_code == 0, result.output
+        return len(json.loads(result.stdout)["documents"])
+
+    assert kept("rag-fusion") == strategies.DEFAULT_TOP_N < kept("multi-query")
+
+
 def test_retrieve_prints_a_table(faiss_index: Path) -> None:
     result = invoke("retrieve", QUESTION, "--index", faiss_index, "--strategy", "hyde")
     assert result.exit_code == 0, result.output
