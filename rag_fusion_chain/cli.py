@@ -348,7 +348,7 @@ def eval_dataset(
     model: ModelOption = None,
     base_url: BaseUrlOption = None,
     embedding: NewEmbeddingOption = None,
-    n: Annotated[int, typer.Option("--queries", "-n", min=1, help="Queries to generate.")] = 4,
+    n: StrategyCountOption = None,
     langsmith: Annotated[bool, typer.Option("--langsmith", help=_HELP["langsmith"])] = False,
 ) -> None:
     """Evaluate retrieval setups on a BEIR dataset: nDCG@10, Recall@100, MRR@10, MAP (ranx)."""

@@ -415,7 +415,7 @@ def test_eval_command_end_to_end(
         "eval",
         str(tiny_beir),
         "--setups",
-        "bm25,dense,hybrid-rrf,rag-fusion-offline",
+        "bm25,dense,hybrid-rrf,decomposition-offline",
         "--model",
         "offline",
         "--cache-dir",
@@ -436,7 +436,8 @@ def test_eval_command_end_to_end(
     assert "p ndcg@10" in result.output and "paired student test against bm25" in result.output
     data = json.loads((tmp_path / "out.json").read_text(encoding="utf-8"))
     assert data["dataset"] == "tiny" and data["split"] == "test" and data["query_count"] == 3
-    assert list(data["setups"]) == ["bm25", "dense", "hybrid-rrf", "rag-fusion-offline"]
+    assert list(data["setups"]) == ["bm25", "dense", "hybrid-rrf", "decomposition-offline"]
+    assert data["settings"]["decomposition-offline"]["query_count"] == 3  # its own, -n unset
     assert data["settings"]["hybrid-rrf"]["rrf_k"] == 30
     assert data["indexes"]["embedding"] == "counting-letters-26"
     assert set(data["p_values"]["dense"]) == {"ndcg@10", "recall@100", "mrr@10", "map"}
@@ -487,6 +488,18 @@ def test_a_setup_that_would_repeat_another_is_refused_with_the_reason(tiny_beir:
     assert "not offered" in result.stderr and "rag-fusion-offline" in result.stderr
     unknown = CliRunner().invoke(app, ["eval", str(tiny_beir), "--setups", "nope"])
     assert "multi-query-offline" not in unknown.stderr and "rag-fusion-offline" in unknown.stderr
+
+
+def test_a_strategy_setup_generates_the_strategys_own_query_count_unless_given() -> None:
+    """``eval -n`` was 4 for every strategy: decomposition 4 sub-questions, multi-query 4."""
+    from rag_fusion_chain import strategies
+    from rag_fusion_chain.evaluate.setups import strategy_setup
+
+    for strategy in strategies.STRATEGIES:
+        default_n = strategies.get(strategy).default_n
+        assert strategy_setup(strategy).settings["query_count"] == default_n
+        given = strategy_setup(strategy, query_count=2).settings["query_count"]
+        assert given == (None if default_n is None else 2)  # one text: no count to give
 
 
 def test_sweep_benchmark_runs_on_the_tiny_dataset(
