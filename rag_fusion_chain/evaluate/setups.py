@@ -160,14 +160,8 @@ def strategy_setup(
     def build(indexes: Indexes) -> Runnable[str, list[Document]]:
         from rag_fusion_chain import chains
 
-        retrieval = chains.retrieval_chain(
-            record,
-            [indexes.bm25(), indexes.dense()],
-            llm,
-            n=count,
-            k=indexes.depth,
-            top_n=indexes.depth,
-        )
+        retrievers, depth = [indexes.bm25(), indexes.dense()], indexes.depth
+        retrieval = chains.retrieval_chain(record, retrievers, llm, n=count, k=depth, top_n=depth)
         return retrieval | chains.quoted_documents
 
     source = "offline" if llm is None else "chat model"
