@@ -273,6 +273,8 @@ def demo(
     """Answer a question offline over the bundled SciFact sample, hybrid search."""
     with reported_errors():
         _check(question, strategy)
+        if rebuild and index_directory is None:
+            raise ValueError("--rebuild needs --index DIR: without it the sample is indexed anew")
         opened = _demo_index(index_directory, rebuild)
         output.print(Text("Question: ", style="bold") + Text(question), soft_wrap=True)
         retrievers = opened.retrievers(hybrid=True, k=DEFAULT_K)

@@ -548,6 +548,12 @@ def test_an_empty_question_is_refused_before_any_model_loads(
     assert no_model_loads == []
 
 
+def test_demo_rebuild_without_an_index_is_refused(no_model_loads: list[str]) -> None:
+    """``demo --rebuild`` without ``--index`` was accepted and did nothing."""
+    assert_one_line_error(invoke("demo", "--rebuild"), "--rebuild needs --index")
+    assert no_model_loads == []
+
+
 def test_a_missing_index_is_refused_before_any_model_loads(
     tmp_path: Path, no_model_loads: list[str]
 ) -> None:
