@@ -45,8 +45,8 @@ def print_line(label: str, style: str, message: object) -> None:
     errors.print(Text(f"{label}: ", style=style) + Text(text), soft_wrap=True)
 
 
-_FLAGS = {"force": "--force", "trust": "--trust-index"}
-_KEYWORD = re.compile(r"\b(pass )?(force|trust)=True(?: \([^)]*\))?")
+_FLAGS = {"force=True": "--force", "trust=True": "--trust-index", "model=": "--model"}
+_KEYWORD = re.compile(r"\b(pass )?(force=True|trust=True|model=)(?: \([^)]*\))?")
 _PARAMETERS = {"sources_or_documents:": "SOURCES:", "setups:": "--setups:"}
 
 

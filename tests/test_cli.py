@@ -639,6 +639,10 @@ def test_library_words_become_command_line_words() -> None:
         FileExistsError("an index exists in x; pass force=True (rag-fusion index --force)")
     ) == ("an index exists in x; add --force")
     assert describe(ValueError("setups: unknown setup 'x'")) == "--setups: unknown setup 'x'"
+    unnamed = describe(
+        ValueError("no chat model name for x: pass model= or set RAG_FUSION_CHAT_MODEL")
+    )
+    assert unnamed == "no chat model name for x: add --model or set RAG_FUSION_CHAT_MODEL"
 
 
 def test_an_existing_index_is_refused_before_loading_anything(
