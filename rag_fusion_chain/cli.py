@@ -187,7 +187,8 @@ def index(
         say(
             f"Indexed {settings['files']} files as {settings['documents']} documents, "
             f"{settings['chunks']} chunks ({settings['store']}, embeddings "
-            f"{settings['embedding']}) in {out}; embedded {settings['embedded_chunks']}"
+            f"{settings['embedding']}) in {out}; embedded {settings['embedded_chunks']} chunks"
+            + (f", dropped {settings['dropped_sources']} sources" if update else "")
         )
         if settings["skipped"]:
             skipped = [ingest.Skipped(**entry) for entry in settings["skipped"]]

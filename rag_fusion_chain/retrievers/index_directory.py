@@ -188,7 +188,8 @@ def build_index(
             )
         chunks += [_without_url_credentials(chunk) for chunk in group]  # ids, sources: stored
     fresh = sum(isinstance(chunk, Document) for chunk in chunks)
-    settings |= {"chunks": len(chunks), "embedded_chunks": fresh}
+    dropped = previous.get("source_hashes", {}).keys() - settings["source_hashes"].keys()
+    settings |= {"chunks": len(chunks), "embedded_chunks": fresh, "dropped_sources": len(dropped)}
     return _write_version(
         out.absolute(),
         settings,
