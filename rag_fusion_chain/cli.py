@@ -61,7 +61,7 @@ def _check(question: str | None, strategy: str, index: Path | None = None) -> No
     if strategy not in strategies.STRATEGIES:
         known = ", ".join(strategies.STRATEGIES)
         raise ValueError(f"unknown strategy {strategy!r}: choose one of {known}")
-    if index is not None and not (index / INDEX_FILE).is_file():
+    if index is not None and not (index / INDEX_FILE).exists():  # not a file: open_index says
         raise FileNotFoundError(
             f"no index in {index}: build one with `rag-fusion index SOURCE... --out {index}`"
         )

@@ -15,6 +15,7 @@ from typing import Any
 from langchain_core.embeddings import Embeddings
 
 from rag_fusion_chain import models
+from rag_fusion_chain.retrievers.signing import open_regular_file
 from rag_fusion_chain.validation import KIT_CACHE, validate_count
 
 DEFAULT_CACHE_DIR = KIT_CACHE / "embeddings"
@@ -51,7 +52,7 @@ class CachedEmbeddings(Embeddings):
 
         for path in sorted(self.directory.glob("*.npz")):
             if path.name not in self._shards_read:
-                with numpy.load(path, allow_pickle=False) as shard:
+                with open_regular_file(path) as file, numpy.load(file, allow_pickle=False) as shard:
                     self._vectors.update(zip(shard["keys"].tolist(), shard["vectors"], strict=True))
                 self._shards_read.add(path.name)
 

@@ -32,7 +32,12 @@ from rag_fusion_chain.retrievers.bm25 import BM25Retriever
 from rag_fusion_chain.retrievers.columns import document_columns
 from rag_fusion_chain.retrievers.faiss_files import docstore_columns
 from rag_fusion_chain.retrievers.hybrid import hybrid_retriever
-from rag_fusion_chain.retrievers.signing import UntrustedIndexError, sign, verify_signature
+from rag_fusion_chain.retrievers.signing import (
+    UntrustedIndexError,
+    read_whole,
+    sign,
+    verify_signature,
+)
 from rag_fusion_chain.retrievers.stores import (
     VectorRetriever,
     build_chroma,
@@ -46,6 +51,7 @@ if TYPE_CHECKING:
     from langchain_community.vectorstores import FAISS
 
 INDEX_FILE = "index.json"
+MAX_SETTINGS_BYTES = 1 << 30  # index.json's bound: about 3M sources at some 300 bytes each
 INDEX_FORMAT = "rag_fusion_chain.index"
 BM25_DIRECTORY = "bm25"
 VERSIONS_DIRECTORY = ".versions"  # one folder per build; index.json names the current one
@@ -460,8 +466,8 @@ def _write_version(
 def _current_version(out: Path) -> tuple[str, ...]:
     """The version ``out/index.json`` names: one name, or none (no index, or the flat layout)."""
     try:
-        version = json.loads((out / INDEX_FILE).read_text("utf-8")).get("version")
-    except (OSError, ValueError, AttributeError):
+        version = read_settings(out).get("version")
+    except (OSError, ValueError):
         return ()
     return (version,) if isinstance(version, str) else ()
 
@@ -514,13 +520,15 @@ def read_settings(directory: str | os.PathLike[str]) -> dict[str, Any]:
     """The ``index.json`` of an index directory, checked as data (:func:`open_index` also
     verifies its signature)."""
     settings_path = Path(directory) / INDEX_FILE
-    if not settings_path.is_file():
+    try:  # a FIFO or a device refused at once, the size bounded (ValueError)
+        data = read_whole(settings_path, MAX_SETTINGS_BYTES)
+    except FileNotFoundError:  # or a directory
         raise FileNotFoundError(
             f"no index in {directory}: build one with build_index() or "
             f"`rag-fusion index SOURCE... --out {directory}`"
-        )
+        ) from None
     try:
-        settings = json.loads(settings_path.read_text("utf-8"))
+        settings = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ValueError(f"{settings_path} is not valid JSON: {error}") from error
     formats = (INDEX_FORMAT, "rag_fusion_chain.cli_index")  # the same layout's earlier name
