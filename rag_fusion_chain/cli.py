@@ -361,9 +361,10 @@ def eval_dataset(
         if not names:
             raise ValueError("--setups is empty: name at least one setup, e.g. bm25")
         llm = models.chat_model(model, base_url=base_url)
+        chosen = [evaluate.setup_by_name(name, llm=llm, query_count=n) for name in names]
         cache = None if no_cache else (cache_dir or evaluate.DEFAULT_CACHE_DIR)
-        common: dict[str, Any] = {"split": split, "queries_limit": queries_limit, "llm": llm}
-        common |= {"embeddings": embedding, "cache_dir": cache, "query_count": n}
+        common: dict[str, Any] = {"split": split, "queries_limit": queries_limit}
+        common |= {"embeddings": embedding, "cache_dir": cache}
         use_langsmith = langsmith and evaluate.langsmith_configured()
         if langsmith and not use_langsmith:
             say("LangSmith is not configured (LANGSMITH_API_KEY); evaluated locally")
@@ -374,11 +375,11 @@ def eval_dataset(
             common["progress"] = progress_bars(progress, "completed")
             if use_langsmith:
                 summary, experiments = evaluate.run_langsmith_experiments(
-                    dataset_dir, names, **common
+                    dataset_dir, chosen, **common
                 )
             else:
                 tests: dict[str, Any] = {"stat_test": stat_test, "max_p": max_p}
-                summary = evaluate.run_experiment(dataset_dir, names, **common, **tests).summary
+                summary = evaluate.run_experiment(dataset_dir, chosen, **common, **tests).summary
         headers, rows = evaluate.comparison_table(summary)
         caption: str | None = f"p: paired {stat_test} test against {names[0]}; * p < {max_p}"
         title = summary.title
