@@ -223,8 +223,7 @@ def search(
             _note_offline(llm)
             chain = chains.chain_for(strategy, retrievers, llm, return_sources=True, **options)
         else:
-            retrieval = chains.retrieval_chain(strategy, retrievers, llm, **options)
-            chain = retrieval | (
+            chain = chains.retrieval_chain(strategy, retrievers, llm, **options) | (
                 lambda state: {**state, "documents": chains.quoted_documents(state)}
             )
         fusion = _fusion_shown(strategy)

@@ -104,14 +104,12 @@ def progress_bars(
     return report
 
 
-_UNSAFE_CHARACTER = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 """Control characters and the bidirectional-text controls."""
 
 
 def _escaped(text: str, keep: str = "") -> str:
-    return _UNSAFE_CHARACTER.sub(
-        lambda at: at[0] if at[0] in keep else f"\\u{ord(at[0]):04x}", text
-    )
+    return _UNSAFE.sub(lambda hit: hit[0] if hit[0] in keep else f"\\u{ord(hit[0]):04x}", text)
 
 
 def printable(text: str, keep: str = "") -> str:
@@ -269,9 +267,8 @@ def print_sources(
     for failure in result.get("failures", []):
         message = f"{failure.source} failed for {failure.query!r}: {failure.error}"
         print_line("warning", "yellow", message)
-    documents = result.get("documents") or []
-    table = sources_table(documents, lists=lists, queries=queries, fusion=fusion, verbose=verbose)
-    output.print(table)
+    fused = result.get("documents") or []
+    output.print(sources_table(fused, lists=lists, queries=queries, fusion=fusion, verbose=verbose))
 
 
 def render_answer(
