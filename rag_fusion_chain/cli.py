@@ -61,7 +61,7 @@ def _check(question: str | None, strategy: str, index: Path | None = None) -> No
     if strategy not in strategies.STRATEGIES:
         known = ", ".join(strategies.STRATEGIES)
         raise ValueError(f"unknown strategy {strategy!r}: choose one of {known}")
-    if index is not None and not (index / INDEX_FILE).is_file():
+    if index is not None and not (index / INDEX_FILE).exists():  # not a file: open_index says
         raise FileNotFoundError(
             f"no index in {index}: build one with `rag-fusion index SOURCE... --out {index}`"
         )
@@ -188,7 +188,8 @@ def index(
         say(
             f"Indexed {settings['files']} files as {settings['documents']} documents, "
             f"{settings['chunks']} chunks ({settings['store']}, embeddings "
-            f"{settings['embedding']}) in {out}; embedded {settings['embedded_chunks']}"
+            f"{settings['embedding']}) in {out}; embedded {settings['embedded_chunks']} chunks"
+            + (f", dropped {settings['dropped_sources']} sources" if update else "")
         )
         if settings["skipped"]:
             skipped = [ingest.Skipped(**entry) for entry in settings["skipped"]]
@@ -223,8 +224,7 @@ def search(
             _note_offline(llm)
             chain = chains.chain_for(strategy, retrievers, llm, return_sources=True, **options)
         else:
-            retrieval = chains.retrieval_chain(strategy, retrievers, llm, **options)
-            chain = retrieval | (
+            chain = chains.retrieval_chain(strategy, retrievers, llm, **options) | (
                 lambda state: {**state, "documents": chains.quoted_documents(state)}
             )
         fusion = _fusion_shown(strategy)
@@ -363,9 +363,10 @@ def eval_dataset(
         if not names:
             raise ValueError("--setups is empty: name at least one setup, e.g. bm25")
         llm = models.chat_model(model, base_url=base_url)
+        chosen = [evaluate.setup_by_name(name, llm=llm, query_count=n) for name in names]
         cache = None if no_cache else (cache_dir or evaluate.DEFAULT_CACHE_DIR)
-        common: dict[str, Any] = {"split": split, "queries_limit": queries_limit, "llm": llm}
-        common |= {"embeddings": embedding, "cache_dir": cache, "query_count": n}
+        common: dict[str, Any] = {"split": split, "queries_limit": queries_limit}
+        common |= {"embeddings": embedding, "cache_dir": cache}
         use_langsmith = langsmith and evaluate.langsmith_configured()
         if langsmith and not use_langsmith:
             say("LangSmith is not configured (LANGSMITH_API_KEY); evaluated locally")
@@ -376,11 +377,11 @@ def eval_dataset(
             common["progress"] = progress_bars(progress, "completed")
             if use_langsmith:
                 summary, experiments = evaluate.run_langsmith_experiments(
-                    dataset_dir, names, **common
+                    dataset_dir, chosen, **common
                 )
             else:
                 tests: dict[str, Any] = {"stat_test": stat_test, "max_p": max_p}
-                summary = evaluate.run_experiment(dataset_dir, names, **common, **tests).summary
+                summary = evaluate.run_experiment(dataset_dir, chosen, **common, **tests).summary
         headers, rows = evaluate.comparison_table(summary)
         caption: str | None = f"p: paired {stat_test} test against {names[0]}; * p < {max_p}"
         title = summary.title

@@ -724,6 +724,24 @@ def test_the_sources_table_at_80_columns_shows_title_and_excerpt_once() -> None:
     assert "0.0325" in text and "reciprocal rank fusion" in text
 
 
+def test_a_file_name_with_a_newline_stays_one_table_row() -> None:
+    from langchain_core.documents import Document
+
+    from rag_fusion_chain.rendering import sources_table
+
+    documents = [
+        Document(
+            "Text.", id="a\nb", metadata={"source": "notes/x\n2 │ fake.md", "fusion_score": 0.5}
+        ),
+        Document("More.", id="c", metadata={"source": "notes/tab\there.md", "fusion_score": 0.25}),
+    ]
+    text = table_text(sources_table(documents, verbose=True), width=160)
+    rows = [line for line in text.splitlines() if line.startswith("│")]
+    assert len(rows) == len(documents), text
+    assert "notes/x\\u000a2 │ fake.md" in rows[0] and "a\\u000ab" in rows[0]
+    assert "notes/tab\\u0009here.md" in rows[1]
+
+
 def test_retrieve_shows_one_explained_score_column_in_fused_order(faiss_index: Path) -> None:
     result = invoke("retrieve", QUESTION, "--index", faiss_index, "--hybrid", "-n", 2)
     assert result.exit_code == 0, result.output

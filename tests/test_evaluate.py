@@ -466,14 +466,20 @@ def test_eval_command_shows_the_queries_limit(tiny_beir: Path, tmp_path: Path) -
     assert data["query_count"] == 2 and data["queries_limit"] == 2
 
 
-def test_eval_command_reports_an_unknown_setup(tiny_beir: Path) -> None:
+def test_eval_command_refuses_an_unknown_setup_before_anything_else(
+    tiny_beir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The embedding note (and LangSmith's) came first, then the error."""
     from typer.testing import CliRunner
 
     from rag_fusion_chain.cli import app
 
-    result = CliRunner().invoke(app, ["eval", str(tiny_beir), "--setups", "bm25,nope"])
-    assert result.exit_code == 1
-    assert "unknown setup 'nope'" in result.output
+    monkeypatch.delenv("LANGSMITH_API_KEY", raising=False)
+    arguments = ["eval", str(tiny_beir), "--setups", "dense,bm52", "--langsmith"]
+    result = CliRunner().invoke(app, arguments, terminal_width=400)
+    assert result.exit_code == 1 and result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("error: --setups: unknown setup 'bm52'; known: bm25, dense, hybrid-rrf")
 
 
 def test_a_setup_that_would_repeat_another_is_refused_with_the_reason(tiny_beir: Path) -> None:

@@ -56,7 +56,7 @@ def open_regular_file(path: str | Path, max_bytes: int = MAX_INDEX_FILE_BYTES) -
         os.close(descriptor)
         if stat.S_ISDIR(status.st_mode):
             raise FileNotFoundError(f"index file missing: {path} is a directory")
-        raise ValueError(f"{path} {problem}; index files must be regular files, so it is not read")
+        raise ValueError(f"{path} {problem}, so it is not read")
     os.set_blocking(descriptor, True)
     return io.open(descriptor, "rb")  # noqa: UP020 - typed as a BufferedReader
 
