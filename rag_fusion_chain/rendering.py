@@ -38,8 +38,9 @@ def say(text: str) -> None:
 
 
 def print_line(label: str, style: str, message: object) -> None:
-    """One ``label: message`` line on stderr, the API key from the environment redacted."""
-    text = " ".join(str(message).split())
+    """One ``label: message`` line on stderr (no escapes, bidi or control characters), the API key
+    from the environment redacted."""
+    text = printable(" ".join(str(message).split()))
     secret = os.environ.get(models.API_KEY_ENV)
     text = text.replace(secret, "***") if secret else text
     errors.print(Text(f"{label}: ", style=style) + Text(text), soft_wrap=True)

@@ -784,6 +784,19 @@ def test_escape_sequences_in_documents_and_answers_are_neutralised(
     assert json.loads(rendering.json_text({"text": hostile})) == {"text": hostile}
 
 
+def test_error_lines_show_no_escape_or_bidi_characters(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rich.console import Console
+
+    from rag_fusion_chain import rendering
+
+    console = Console(record=True, width=200, force_terminal=False)
+    monkeypatch.setattr(rendering, "errors", console)
+    rendering.print_line("error", "red", "no index in /tmp/a\x1b]0;owned\x07b\u202eevil\x1b[2J")
+    text = console.export_text()
+    assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text
+    assert text.strip() == "error: no index in /tmp/ab\\u202eevil", text
+
+
 def test_version_flag_prints_the_package_version() -> None:
     from typer.testing import CliRunner
 

@@ -332,6 +332,17 @@ def test_index_json_is_signed_and_an_edited_one_is_refused(tmp_path: Path) -> No
     assert open_index(out, EMBEDDINGS, trust=True).settings == unsigned
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs os.mkfifo")
+def test_a_fifo_as_the_signing_key_is_refused_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key_file = tmp_path / "key"
+    os.mkfifo(key_file)
+    monkeypatch.setenv(signing.SIGNING_KEY_ENV, str(key_file))
+    with hang_guard(5), pytest.raises(ValueError, match="key is not a regular file"):
+        signing_key()
+
+
 @pytest.mark.parametrize("mode", [0o644, 0o640, 0o604])
 def test_a_signing_key_others_can_read_is_reported_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: int

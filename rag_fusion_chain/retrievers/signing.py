@@ -137,7 +137,7 @@ def signing_key() -> bytes:
 
 
 def _read_signing_key(path: Path) -> bytes:
-    with path.open("rb") as handle:  # mode and bytes of the same file
+    with open_regular_file(path, 1024) as handle:  # mode and bytes of one file, not a FIFO
         mode = os.fstat(handle.fileno()).st_mode
         if mode & (stat.S_IRWXG | stat.S_IRWXO):
             _warn_others_can_read(path, mode)
