@@ -37,7 +37,7 @@ from rag_fusion_chain.retrievers.index_directory import (
     open_index,
 )
 from rag_fusion_chain.retrievers.signing import UntrustedIndexError
-from rag_fusion_chain.validation import question_of, require_extra
+from rag_fusion_chain.validation import KIT_CACHE, question_of, require_extra
 
 DEFAULT_K = 10  # documents per retriever call
 DEMO_CHUNK_SIZE = 1500
@@ -61,7 +61,7 @@ def _check(question: str | None, strategy: str, index: Path | None = None) -> No
     if strategy not in strategies.STRATEGIES:
         known = ", ".join(strategies.STRATEGIES)
         raise ValueError(f"unknown strategy {strategy!r}: choose one of {known}")
-    if index is not None and not (index / INDEX_FILE).is_file():
+    if index is not None and not (index / INDEX_FILE).exists():  # not a file: open_index says
         raise FileNotFoundError(
             f"no index in {index}: build one with `rag-fusion index SOURCE... --out {index}`"
         )
@@ -83,7 +83,7 @@ def _fusion_shown(strategy: str) -> str:
     return "union" if isinstance(strategies.get(strategy).default_fusion, UniqueUnion) else "rrf"
 
 
-_EMBEDDINGS = "minilm, openai:<model>, sentence-transformers:<dir>, modelscope:<dir>"
+_EMBEDDINGS = "minilm, minilm-torch, minilm-openvino, minilm-f32, minilm-bf16, openai:<model>, sentence-transformers:<dir>, modelscope:<dir>"
 _HELP = {
     "index": "Index directory written by `rag-fusion index`.",
     "strategy": f"Query strategy: {', '.join(strategies.STRATEGIES)}.",
@@ -94,19 +94,20 @@ _HELP = {
     "embedding": f"Embeddings for the queries: {_EMBEDDINGS}. Default: the ones the index was built with.",
     "new": f"Embeddings: {_EMBEDDINGS}. Default: ${models.EMBEDDING_ENV}, else {models.DEFAULT_EMBEDDING}.",
     "verbose": "Show each source's id and every ranked list that found it (query, retriever, rank, the retriever's own score).",
-    "trust": "Load an index whose signatures (index.json, the FAISS manifest) cannot be verified (made by another user or machine, or changed since). Its FAISS pickle is still read through the allow-list of data classes: only for indexes you trust.",
+    "trust": "Load an index whose signatures (index.json, the FAISS manifest) cannot be verified (made by another user or machine, or changed since). A FAISS pickle (LangChain save_local, older kits) is still read through the allow-list of data classes: only for indexes you trust.",
     "demo_index": "Keep the demo index in this directory. Default: in memory, from the sample's shipped vectors.",
     "rebuild": "Index the sample again (with --index).",
     "serve_index": f"Index directory written by `rag-fusion index`. Default: ${serving.INDEX_ENV}, else the bundled sample.",
     "chroma_url": f"Search a Chroma server (http://host:port) instead. Default: ${serving.CHROMA_URL_ENV}.",
     "chroma_collection": f"The collection on the Chroma server. Default: ${serving.CHROMA_COLLECTION_ENV}, else {serving.DEFAULT_COLLECTION}.",
     "port": "Port on 127.0.0.1.",
+    "top_n": f"Fused documents kept. Default: the strategy's ({strategies.DEFAULT_TOP_N}; multi-query keeps them all).",
     "allow_host": "Also answer requests for this Host name (repeatable; loopback names always).",
     "dataset": "A BEIR dataset folder: corpus.jsonl, queries.jsonl and qrels/SPLIT.tsv (the layout of the BEIR benchmark's zip files, e.g. scifact.zip, unzipped).",
     "setups": "Comma-separated: bm25, dense, hybrid-rrf, hybrid-relative, hybrid-dist, a strategy (rag-fusion, multi-query, ...; needs a chat model) or STRATEGY-offline. The first is the baseline of the significance tests.",
     "limit": "Evaluate the first N queries only.",
     "json_out": "Write the scores as JSON.",
-    "cache": "Embedding cache. Default: ~/.cache/rag-fusion-chain.",
+    "cache": f"Embedding cache. Default: {KIT_CACHE / 'embeddings'}.",
     "store": "Vector store: faiss (default) or chroma.",
     "sources": "Files, folders, BEIR .jsonl corpora or http(s) URLs.",
     "chunk_size": f"Tokens per chunk (default {ingest.DEFAULT_CHUNK_SIZE}).",
@@ -132,7 +133,7 @@ StrategyCountOption = Annotated[
     typer.Option("--queries", "-n", min=1, help="Queries to generate (default: the strategy's)."),
 ]
 KOption = Annotated[int, typer.Option("--k", "-k", min=1, help="Documents per retriever call.")]
-TopOption = Annotated[int, typer.Option("--top-n", min=1, help="Fused documents kept.")]
+TopOption = Annotated[int | None, typer.Option("--top-n", min=1, help=_HELP["top_n"])]
 TrustOption = Annotated[bool, typer.Option("--trust-index", help=_HELP["trust"])]
 
 
@@ -187,7 +188,8 @@ def index(
         say(
             f"Indexed {settings['files']} files as {settings['documents']} documents, "
             f"{settings['chunks']} chunks ({settings['store']}, embeddings "
-            f"{settings['embedding']}) in {out}; embedded {settings['embedded_chunks']}"
+            f"{settings['embedding']}) in {out}; embedded {settings['embedded_chunks']} chunks"
+            + (f", dropped {settings['dropped_sources']} sources" if update else "")
         )
         if settings["skipped"]:
             skipped = [ingest.Skipped(**entry) for entry in settings["skipped"]]
@@ -205,7 +207,7 @@ def search(
     embedding: EmbeddingOption = None,
     n: StrategyCountOption = None,
     k: KOption = DEFAULT_K,
-    top_n: TopOption = strategies.DEFAULT_TOP_N,
+    top_n: TopOption = None,
     json_output: Annotated[bool, typer.Option("--json", help=_HELP["json"])] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help=_HELP["verbose"])] = False,
     trust_index: TrustOption = False,
@@ -222,8 +224,7 @@ def search(
             _note_offline(llm)
             chain = chains.chain_for(strategy, retrievers, llm, return_sources=True, **options)
         else:
-            retrieval = chains.retrieval_chain(strategy, retrievers, llm, **options)
-            chain = retrieval | (
+            chain = chains.retrieval_chain(strategy, retrievers, llm, **options) | (
                 lambda state: {**state, "documents": chains.quoted_documents(state)}
             )
         fusion = _fusion_shown(strategy)
@@ -272,6 +273,8 @@ def demo(
     """Answer a question offline over the bundled SciFact sample, hybrid search."""
     with reported_errors():
         _check(question, strategy)
+        if rebuild and index_directory is None:
+            raise ValueError("--rebuild needs --index DIR: without it the sample is indexed anew")
         opened = _demo_index(index_directory, rebuild)
         output.print(Text("Question: ", style="bold") + Text(question), soft_wrap=True)
         retrievers = opened.retrievers(hybrid=True, k=DEFAULT_K)
@@ -293,7 +296,7 @@ def serve(
     embedding: EmbeddingOption = None,
     port: Annotated[int, typer.Option("--port", "-p", min=1, max=65535, help=_HELP["port"])] = 8000,
     k: KOption = DEFAULT_K,
-    top_n: TopOption = strategies.DEFAULT_TOP_N,
+    top_n: TopOption = None,
     trust_index: TrustOption = False,
     allow_host: Annotated[list[str] | None, typer.Option(help=_HELP["allow_host"])] = None,
 ) -> None:
@@ -347,7 +350,7 @@ def eval_dataset(
     model: ModelOption = None,
     base_url: BaseUrlOption = None,
     embedding: NewEmbeddingOption = None,
-    n: Annotated[int, typer.Option("--queries", "-n", min=1, help="Queries to generate.")] = 4,
+    n: StrategyCountOption = None,
     langsmith: Annotated[bool, typer.Option("--langsmith", help=_HELP["langsmith"])] = False,
 ) -> None:
     """Evaluate retrieval setups on a BEIR dataset: nDCG@10, Recall@100, MRR@10, MAP (ranx)."""
@@ -360,9 +363,10 @@ def eval_dataset(
         if not names:
             raise ValueError("--setups is empty: name at least one setup, e.g. bm25")
         llm = models.chat_model(model, base_url=base_url)
+        chosen = [evaluate.setup_by_name(name, llm=llm, query_count=n) for name in names]
         cache = None if no_cache else (cache_dir or evaluate.DEFAULT_CACHE_DIR)
-        common: dict[str, Any] = {"split": split, "queries_limit": queries_limit, "llm": llm}
-        common |= {"embeddings": embedding, "cache_dir": cache, "query_count": n}
+        common: dict[str, Any] = {"split": split, "queries_limit": queries_limit}
+        common |= {"embeddings": embedding, "cache_dir": cache}
         use_langsmith = langsmith and evaluate.langsmith_configured()
         if langsmith and not use_langsmith:
             say("LangSmith is not configured (LANGSMITH_API_KEY); evaluated locally")
@@ -373,11 +377,11 @@ def eval_dataset(
             common["progress"] = progress_bars(progress, "completed")
             if use_langsmith:
                 summary, experiments = evaluate.run_langsmith_experiments(
-                    dataset_dir, names, **common
+                    dataset_dir, chosen, **common
                 )
             else:
                 tests: dict[str, Any] = {"stat_test": stat_test, "max_p": max_p}
-                summary = evaluate.run_experiment(dataset_dir, names, **common, **tests).summary
+                summary = evaluate.run_experiment(dataset_dir, chosen, **common, **tests).summary
         headers, rows = evaluate.comparison_table(summary)
         caption: str | None = f"p: paired {stat_test} test against {names[0]}; * p < {max_p}"
         title = summary.title

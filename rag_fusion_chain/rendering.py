@@ -38,15 +38,16 @@ def say(text: str) -> None:
 
 
 def print_line(label: str, style: str, message: object) -> None:
-    """One ``label: message`` line on stderr, the API key from the environment redacted."""
-    text = " ".join(str(message).split())
+    """One ``label: message`` line on stderr (no escapes, bidi or control characters), the API key
+    from the environment redacted."""
+    text = printable(" ".join(str(message).split()))
     secret = os.environ.get(models.API_KEY_ENV)
     text = text.replace(secret, "***") if secret else text
     errors.print(Text(f"{label}: ", style=style) + Text(text), soft_wrap=True)
 
 
-_FLAGS = {"force": "--force", "trust": "--trust-index"}
-_KEYWORD = re.compile(r"\b(pass )?(force|trust)=True(?: \([^)]*\))?")
+_FLAGS = {"force=True": "--force", "trust=True": "--trust-index", "model=": "--model"}
+_KEYWORD = re.compile(r"\b(pass )?(force=True|trust=True|model=)(?: \([^)]*\))?")
 _PARAMETERS = {"sources_or_documents:": "SOURCES:", "setups:": "--setups:"}
 
 
@@ -104,24 +105,22 @@ def progress_bars(
     return report
 
 
-_UNSAFE_CHARACTER = re.compile(
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]"
-)
-"""Control characters (tab and newline excepted) and the bidirectional-text controls."""
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+"""Control characters and the bidirectional-text controls."""
 
 
-def _escaped(text: str) -> str:
-    return _UNSAFE_CHARACTER.sub(lambda match: f"\\u{ord(match[0]):04x}", text)
+def _escaped(text: str, keep: str = "") -> str:
+    return _UNSAFE.sub(lambda hit: hit[0] if hit[0] in keep else f"\\u{ord(hit[0]):04x}", text)
 
 
-def printable(text: str) -> str:
-    r"""``text`` without escape sequences, control and bidi characters shown as ``\uNNNN``."""
-    return _escaped(TERMINAL_ESCAPE.sub("", text))
+def printable(text: str, keep: str = "") -> str:
+    r"""``text`` without escape sequences, control (but ``keep``) and bidi characters as ``\uNNNN``."""
+    return _escaped(TERMINAL_ESCAPE.sub("", text), keep)
 
 
 def json_text(record: Any) -> str:
     """``record`` as indented JSON, C1 and bidi controls escaped too (the value is unchanged)."""
-    return _escaped(json.dumps(record, ensure_ascii=False, indent=2, default=str))
+    return _escaped(json.dumps(record, ensure_ascii=False, indent=2, default=str), "\n")
 
 
 class RetrievedLists(BaseTracer):
@@ -269,9 +268,8 @@ def print_sources(
     for failure in result.get("failures", []):
         message = f"{failure.source} failed for {failure.query!r}: {failure.error}"
         print_line("warning", "yellow", message)
-    documents = result.get("documents") or []
-    table = sources_table(documents, lists=lists, queries=queries, fusion=fusion, verbose=verbose)
-    output.print(table)
+    fused = result.get("documents") or []
+    output.print(sources_table(fused, lists=lists, queries=queries, fusion=fusion, verbose=verbose))
 
 
 def render_answer(
@@ -297,7 +295,8 @@ def render_answer(
     print_sources(result, retrieved.lists, fusion=fusion, verbose=verbose)
     output.print(Text("Answer", style="bold"))
     for chunk in itertools.chain([{"answer": held}], chunks):
-        output.print(printable(chunk.get("answer", "")), end="", markup=False, soft_wrap=True)
+        answer = printable(chunk.get("answer", ""), keep="\t\n")
+        output.print(answer, end="", markup=False, soft_wrap=True)
     output.print()
 
 

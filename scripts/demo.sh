@@ -15,7 +15,8 @@ started=$SECONDS
 if [[ -x .venv/bin/rag-fusion && -z "${REINSTALL:-}" ]]; then
   step "Using the kit already installed in .venv (REINSTALL=1 to install again)"
 else
-  step "Installing into .venv: PyTorch (CPU build), then the kit with all its extras" \
+  step "Installing into .venv: PyTorch (the CPU build with TORCH_INDEX_URL set, see the README;" \
+    "else PyPI's, on Linux the CUDA build of several GB), then the kit with all its extras" \
     "(LangChain, FAISS, Chroma, bm25s, sentence-transformers with MiniLM, typer, ranx," \
     "LangServe). About 3 GB on disk (measured: 3.0 GB with the test extras); roughly 3 to" \
     "5 minutes on a fast connection, longer on a slow one. pip shows its progress below."

@@ -18,7 +18,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from rag_fusion_chain import strategies
+from rag_fusion_chain import models, strategies
 from rag_fusion_chain.cli import app
 from rag_fusion_chain.data import SAMPLE_QUESTION, sample_corpus_path, sample_queries
 from rag_fusion_chain.offline import OFFLINE_LABEL
@@ -204,6 +204,20 @@ def test_retrieve_json_lists_queries_and_scored_documents(faiss_index: Path) -> 
         assert {hit["retriever"] for hit in document["hits"]} == {"hybrid"}
     assert "heat.md" in documents[0]["id"]
     assert record["failures"] == []
+
+
+def test_top_n_left_unset_is_the_strategys_own(corpus: Path, tmp_path: Path) -> None:
+    """As in Python and ``demo``: 5 fused documents, multi-query's whole union (it kept 5)."""
+    index = tmp_path / "index"
+    built = invoke("index", corpus, "--out", index, "--chunk-size", 20, "--chunk-overlap", 0)
+    assert read_settings(index)["chunks"] > strategies.DEFAULT_TOP_N, built.output
+
+    def kept(strategy: str) -> int:
+        result = invoke("retrieve", QUESTION, "-i", index, "--json", "--hybrid", "-s", strategy)
+        assert result.exit_code == 0, result.output
+        return len(json.loads(result.stdout)["documents"])
+
+    assert kept("rag-fusion") == strategies.DEFAULT_TOP_N < kept("multi-query")
 
 
 def test_retrieve_prints_a_table(faiss_index: Path) -> None:
@@ -534,6 +548,12 @@ def test_an_empty_question_is_refused_before_any_model_loads(
     assert no_model_loads == []
 
 
+def test_demo_rebuild_without_an_index_is_refused(no_model_loads: list[str]) -> None:
+    """``demo --rebuild`` without ``--index`` was accepted and did nothing."""
+    assert_one_line_error(invoke("demo", "--rebuild"), "--rebuild needs --index")
+    assert no_model_loads == []
+
+
 def test_a_missing_index_is_refused_before_any_model_loads(
     tmp_path: Path, no_model_loads: list[str]
 ) -> None:
@@ -601,6 +621,12 @@ def test_help_texts_say_what_each_command_does_with_embeddings() -> None:
         text = " ".join(invoke(command, "--help").stdout.split())
         assert "index's own" not in text and "the index was built with" not in text
         assert "Default: $RAG_FUSION_EMBEDDING, else minilm" in text
+    for command in ("ask", "retrieve", "serve", "eval", "index"):  # every name models takes
+        unwrapped = "".join(invoke(command, "--help").stdout.split())
+        assert all(f"{name}," in unwrapped for name in models._MINILM_NAMES), command
+    from rag_fusion_chain.evaluate import DEFAULT_CACHE_DIR  # where eval caches, XDG honoured
+
+    assert f"Default:{DEFAULT_CACHE_DIR}." in "".join(invoke("eval", "--help").stdout.split())
 
 
 def test_library_words_become_command_line_words() -> None:
@@ -613,6 +639,10 @@ def test_library_words_become_command_line_words() -> None:
         FileExistsError("an index exists in x; pass force=True (rag-fusion index --force)")
     ) == ("an index exists in x; add --force")
     assert describe(ValueError("setups: unknown setup 'x'")) == "--setups: unknown setup 'x'"
+    unnamed = describe(
+        ValueError("no chat model name for x: pass model= or set RAG_FUSION_CHAT_MODEL")
+    )
+    assert unnamed == "no chat model name for x: add --model or set RAG_FUSION_CHAT_MODEL"
 
 
 def test_an_existing_index_is_refused_before_loading_anything(
@@ -694,6 +724,24 @@ def test_the_sources_table_at_80_columns_shows_title_and_excerpt_once() -> None:
     assert "0.0325" in text and "reciprocal rank fusion" in text
 
 
+def test_a_file_name_with_a_newline_stays_one_table_row() -> None:
+    from langchain_core.documents import Document
+
+    from rag_fusion_chain.rendering import sources_table
+
+    documents = [
+        Document(
+            "Text.", id="a\nb", metadata={"source": "notes/x\n2 │ fake.md", "fusion_score": 0.5}
+        ),
+        Document("More.", id="c", metadata={"source": "notes/tab\there.md", "fusion_score": 0.25}),
+    ]
+    text = table_text(sources_table(documents, verbose=True), width=160)
+    rows = [line for line in text.splitlines() if line.startswith("│")]
+    assert len(rows) == len(documents), text
+    assert "notes/x\\u000a2 │ fake.md" in rows[0] and "a\\u000ab" in rows[0]
+    assert "notes/tab\\u0009here.md" in rows[1]
+
+
 def test_retrieve_shows_one_explained_score_column_in_fused_order(faiss_index: Path) -> None:
     result = invoke("retrieve", QUESTION, "--index", faiss_index, "--hybrid", "-n", 2)
     assert result.exit_code == 0, result.output
@@ -734,6 +782,19 @@ def test_escape_sequences_in_documents_and_answers_are_neutralised(
     assert "\\u202eesrever" in text and "Title red" in text and "query bold" in text
     assert "\\u202e" in rendering.json_text({"text": hostile})
     assert json.loads(rendering.json_text({"text": hostile})) == {"text": hostile}
+
+
+def test_error_lines_show_no_escape_or_bidi_characters(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rich.console import Console
+
+    from rag_fusion_chain import rendering
+
+    console = Console(record=True, width=200, force_terminal=False)
+    monkeypatch.setattr(rendering, "errors", console)
+    rendering.print_line("error", "red", "no index in /tmp/a\x1b]0;owned\x07b\u202eevil\x1b[2J")
+    text = console.export_text()
+    assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text
+    assert text.strip() == "error: no index in /tmp/ab\\u202eevil", text
 
 
 def test_version_flag_prints_the_package_version() -> None:

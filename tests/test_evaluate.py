@@ -415,7 +415,7 @@ def test_eval_command_end_to_end(
         "eval",
         str(tiny_beir),
         "--setups",
-        "bm25,dense,hybrid-rrf,rag-fusion-offline",
+        "bm25,dense,hybrid-rrf,decomposition-offline",
         "--model",
         "offline",
         "--cache-dir",
@@ -436,7 +436,8 @@ def test_eval_command_end_to_end(
     assert "p ndcg@10" in result.output and "paired student test against bm25" in result.output
     data = json.loads((tmp_path / "out.json").read_text(encoding="utf-8"))
     assert data["dataset"] == "tiny" and data["split"] == "test" and data["query_count"] == 3
-    assert list(data["setups"]) == ["bm25", "dense", "hybrid-rrf", "rag-fusion-offline"]
+    assert list(data["setups"]) == ["bm25", "dense", "hybrid-rrf", "decomposition-offline"]
+    assert data["settings"]["decomposition-offline"]["query_count"] == 3  # its own, -n unset
     assert data["settings"]["hybrid-rrf"]["rrf_k"] == 30
     assert data["indexes"]["embedding"] == "counting-letters-26"
     assert set(data["p_values"]["dense"]) == {"ndcg@10", "recall@100", "mrr@10", "map"}
@@ -465,14 +466,20 @@ def test_eval_command_shows_the_queries_limit(tiny_beir: Path, tmp_path: Path) -
     assert data["query_count"] == 2 and data["queries_limit"] == 2
 
 
-def test_eval_command_reports_an_unknown_setup(tiny_beir: Path) -> None:
+def test_eval_command_refuses_an_unknown_setup_before_anything_else(
+    tiny_beir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The embedding note (and LangSmith's) came first, then the error."""
     from typer.testing import CliRunner
 
     from rag_fusion_chain.cli import app
 
-    result = CliRunner().invoke(app, ["eval", str(tiny_beir), "--setups", "bm25,nope"])
-    assert result.exit_code == 1
-    assert "unknown setup 'nope'" in result.output
+    monkeypatch.delenv("LANGSMITH_API_KEY", raising=False)
+    arguments = ["eval", str(tiny_beir), "--setups", "dense,bm52", "--langsmith"]
+    result = CliRunner().invoke(app, arguments, terminal_width=400)
+    assert result.exit_code == 1 and result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("error: --setups: unknown setup 'bm52'; known: bm25, dense, hybrid-rrf")
 
 
 def test_a_setup_that_would_repeat_another_is_refused_with_the_reason(tiny_beir: Path) -> None:
@@ -487,6 +494,18 @@ def test_a_setup_that_would_repeat_another_is_refused_with_the_reason(tiny_beir:
     assert "not offered" in result.stderr and "rag-fusion-offline" in result.stderr
     unknown = CliRunner().invoke(app, ["eval", str(tiny_beir), "--setups", "nope"])
     assert "multi-query-offline" not in unknown.stderr and "rag-fusion-offline" in unknown.stderr
+
+
+def test_a_strategy_setup_generates_the_strategys_own_query_count_unless_given() -> None:
+    """``eval -n`` was 4 for every strategy: decomposition 4 sub-questions, multi-query 4."""
+    from rag_fusion_chain import strategies
+    from rag_fusion_chain.evaluate.setups import strategy_setup
+
+    for strategy in strategies.STRATEGIES:
+        default_n = strategies.get(strategy).default_n
+        assert strategy_setup(strategy).settings["query_count"] == default_n
+        given = strategy_setup(strategy, query_count=2).settings["query_count"]
+        assert given == (None if default_n is None else 2)  # one text: no count to give
 
 
 def test_sweep_benchmark_runs_on_the_tiny_dataset(

@@ -93,7 +93,7 @@ def test_an_update_embeds_only_changed_sources_and_equals_a_full_rebuild(
     assert updated["embedded_chunks"] == len(embeddings.embedded) < updated["chunks"]
     index, full_out = tmp_path / "index", tmp_path / "full"
     full = build_index([folder], full_out, **options)
-    ignored = ("version", "signature", "embedded_chunks", "read_at_ns")
+    ignored = ("version", "signature", "embedded_chunks", "dropped_sources", "read_at_ns")
     assert {key: value for key, value in updated.items() if key not in ignored} == {
         key: value for key, value in full.items() if key not in ignored
     }
@@ -279,15 +279,26 @@ def test_the_index_command_updates_and_takes_a_faiss_index_type(
         app, ["index", str(folder), "--out", str(out), "--update", "--faiss-index", "hnsw"]
     )
     assert updated.exit_code == 0, updated.output
-    assert f"embedded {len(embeddings.embedded)}" in " ".join(updated.stdout.split())
+    summary = " ".join(updated.stdout.split())  # wind.md deleted: its source counted as dropped
+    assert f"embedded {len(embeddings.embedded)} chunks, dropped 1 sources" in summary
     assert 0 < len(embeddings.embedded) < read_settings(out)["chunks"]
     kept = runner.invoke(app, ["index", str(folder), "--out", str(out), "--update"])
     assert kept.exit_code == 0, kept.output
+    assert "embedded 0 chunks, dropped 0 sources" in " ".join(kept.stdout.split())
     assert read_settings(out)["faiss_index"] == "hnsw"  # the recorded one, not the default
     wrong = runner.invoke(
         app, ["index", str(folder), "--out", str(out), "--update", "--faiss-index", "flat"]
     )
     assert wrong.exit_code != 0 and "faiss_index" in wrong.output and "--force" in wrong.output
+    (folder / "heat.md").unlink()
+    (folder / "tidal.md").unlink()
+    dropped = runner.invoke(app, ["index", str(folder), "--out", str(out), "--update"])
+    assert "embedded 0 chunks, dropped 2 sources" in " ".join(dropped.stdout.split())
+    assert sorted(read_settings(out)["source_hashes"]) == [
+        "notes/batteries.md",
+        "notes/geothermal.md",
+        "notes/solar.md",
+    ]
 
 
 def test_an_index_from_before_updates_embeds_everything_once(folder: Path, tmp_path: Path) -> None:
@@ -338,7 +349,7 @@ def test_an_update_reads_only_the_files_whose_stat_changed(
     assert topics == {"solar panels", "batteries"}  # heat.md was read, its chunks kept
     full = build_index([folder], tmp_path / "full", embedding=embeddings, **SMALL)
     assert chunks_of(out) == chunks_of(tmp_path / "full")
-    ignored = ("version", "signature", "embedded_chunks", "read_at_ns")
+    ignored = ("version", "signature", "embedded_chunks", "dropped_sources", "read_at_ns")
     assert {key: value for key, value in updated.items() if key not in ignored} == {
         key: value for key, value in full.items() if key not in ignored
     }

@@ -58,3 +58,12 @@ def test_a_short_last_fragment_joins_the_previous_chunk() -> None:
     assert chunks[-1].page_content.endswith("The end.")
     assert chunks[-1].page_content != "The end."
     assert all(count_tokens(chunk.page_content) >= MIN_CHUNK_TOKENS for chunk in chunks)
+
+
+def test_short_pieces_join_only_up_to_the_minimum() -> None:
+    """``--chunk-size 20`` gave one 72-token chunk: each piece under the minimum joined the next,
+    however many followed (under 16 tokens each, a whole document was one chunk)."""
+    for size in (8, 20, 40):
+        chunks = split_documents([Document(PARAGRAPH, id="p")], chunk_size=size, chunk_overlap=0)
+        sizes = [count_tokens(chunk.page_content) for chunk in chunks]
+        assert min(sizes) >= MIN_CHUNK_TOKENS and max(sizes) < size + 2 * MIN_CHUNK_TOKENS, sizes

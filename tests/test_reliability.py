@@ -995,11 +995,13 @@ class HostileSite:
 
     def __init__(self) -> None:
         bomb = gzip.compress(b"<p>" + b"0" * 5_000_000 + b"</p>")
+        exact = gzip.compress(b"<p>" + b"0" * (100_000 - 7) + b"</p>")  # 100,000 bytes inflated
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                if self.path == "/bomb":
-                    self._send(bomb, {"Content-Encoding": "gzip"})
+                if self.path in ("/bomb", "/exact"):
+                    body = bomb if self.path == "/bomb" else exact
+                    self._send(body, {"Content-Encoding": "gzip"})
                 elif self.path == "/to-file":
                     self._redirect("file:///etc/passwd")
                 elif self.path == "/to-big":
@@ -1067,6 +1069,13 @@ def ingest() -> Any:
 def test_a_gzip_bomb_is_capped_after_decompression(hostile_site: HostileSite, ingest: Any) -> None:
     with pytest.raises(ValueError, match="larger than max_bytes=100000"):
         ingest.load_web([hostile_site.url("/bomb")], max_bytes=100_000)
+
+
+def test_the_gzip_bound_is_exact(hostile_site: HostileSite, ingest: Any) -> None:
+    (page,) = ingest.load_web([hostile_site.url("/exact")], max_bytes=100_000)
+    assert page.page_content == "0" * (100_000 - 7)
+    with pytest.raises(ValueError, match="larger than max_bytes=99999"):
+        ingest.load_web([hostile_site.url("/exact")], max_bytes=99_999)
 
 
 def test_a_redirect_to_a_local_file_is_not_followed(hostile_site: HostileSite, ingest: Any) -> None:

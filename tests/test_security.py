@@ -239,6 +239,69 @@ def test_a_planted_fifo_or_dev_zero_link_in_bm25_fails_at_once(
         BM25Retriever.load(tmp_path)
 
 
+def plant(path: Path, kind: str) -> None:
+    """A FIFO (reading waits for ever for a writer) or a link to /dev/zero (endless) at ``path``."""
+    path.unlink(missing_ok=True)
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+def test_a_planted_index_json_fails_at_once_and_a_forced_build_replaces_it(
+    tmp_path: Path, kind: str
+) -> None:
+    # open_index said "no index in"; build_index(force=True) read it for ever, --update too
+    from typer.testing import CliRunner
+
+    from rag_fusion_chain.cli import app
+    from rag_fusion_chain.retrievers.index_directory import INDEX_FILE, build_index, open_index
+
+    out = tmp_path / "index"
+    build_index(DOCUMENTS, out, embedding=EMBEDDINGS, chunk_size=None)
+    plant(out / INDEX_FILE, kind)
+    refused = f"{INDEX_FILE} is not a regular file"
+    with hang_guard(5):
+        with pytest.raises(ValueError, match=refused):
+            open_index(out, EMBEDDINGS)
+        with pytest.raises(ValueError, match=refused):
+            build_index(DOCUMENTS, out, embedding=EMBEDDINGS, update=True)
+        result = CliRunner().invoke(app, ["retrieve", "heat", "--index", str(out)])
+        assert result.exit_code == 1 and refused in result.stderr, result.output
+        build_index(DOCUMENTS, out, embedding=EMBEDDINGS, chunk_size=None, force=True)
+    assert (out / INDEX_FILE).is_file() and not (out / INDEX_FILE).is_symlink()
+    assert open_index(out, EMBEDDINGS).settings["documents"] == len(DOCUMENTS)
+
+
+def test_an_index_json_above_its_bound_is_not_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rag_fusion_chain.retrievers import index_directory
+
+    index_directory.build_index(DOCUMENTS, tmp_path, embedding=EMBEDDINGS, chunk_size=None)
+    size = (tmp_path / index_directory.INDEX_FILE).stat().st_size
+    monkeypatch.setattr(index_directory, "MAX_SETTINGS_BYTES", size - 1)
+    with pytest.raises(ValueError, match=f"is {size} bytes, above the bound of {size - 1}"):
+        index_directory.open_index(tmp_path, EMBEDDINGS)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+def test_a_planted_embedding_cache_shard_fails_at_once(tmp_path: Path, kind: str) -> None:
+    pytest.importorskip("numpy")
+    from rag_fusion_chain.evaluate.cache import CachedEmbeddings
+
+    cached = CachedEmbeddings(EMBEDDINGS, tmp_path)
+    cached.embed_query("heat")
+    assert len(list(cached.directory.glob("*.npz"))) == 1
+    plant(cached.directory / "planted.npz", kind)
+    fresh = CachedEmbeddings(EMBEDDINGS, tmp_path)
+    with hang_guard(5), pytest.raises(ValueError, match="planted.npz is not a regular file"):
+        fresh.embed_query("heat")
+
+
 def test_an_index_file_above_the_bound_is_not_read(tmp_path: Path) -> None:
     build_faiss(DOCUMENTS, EMBEDDINGS, path=tmp_path)
     size = (tmp_path / "docstore.json").stat().st_size
@@ -267,6 +330,17 @@ def test_index_json_is_signed_and_an_edited_one_is_refused(tmp_path: Path) -> No
     with pytest.raises(UntrustedIndexError, match="index.json is not signed"):
         open_index(out, EMBEDDINGS)
     assert open_index(out, EMBEDDINGS, trust=True).settings == unsigned
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs os.mkfifo")
+def test_a_fifo_as_the_signing_key_is_refused_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key_file = tmp_path / "key"
+    os.mkfifo(key_file)
+    monkeypatch.setenv(signing.SIGNING_KEY_ENV, str(key_file))
+    with hang_guard(5), pytest.raises(ValueError, match="key is not a regular file"):
+        signing_key()
 
 
 @pytest.mark.parametrize("mode", [0o644, 0o640, 0o604])

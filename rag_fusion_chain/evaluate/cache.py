@@ -5,7 +5,7 @@ and renamed, so an interrupted or concurrent run loses only its own batch."""
 from __future__ import annotations
 
 import hashlib
-import os
+import io
 import threading
 import uuid
 from collections.abc import Callable, Sequence
@@ -15,6 +15,7 @@ from typing import Any
 from langchain_core.embeddings import Embeddings
 
 from rag_fusion_chain import models
+from rag_fusion_chain.retrievers.signing import open_regular_file, write_new_file
 from rag_fusion_chain.validation import KIT_CACHE, validate_count
 
 DEFAULT_CACHE_DIR = KIT_CACHE / "embeddings"
@@ -51,7 +52,7 @@ class CachedEmbeddings(Embeddings):
 
         for path in sorted(self.directory.glob("*.npz")):
             if path.name not in self._shards_read:
-                with numpy.load(path, allow_pickle=False) as shard:
+                with open_regular_file(path) as file, numpy.load(file, allow_pickle=False) as shard:
                     self._vectors.update(zip(shard["keys"].tolist(), shard["vectors"], strict=True))
                 self._shards_read.add(path.name)
 
@@ -61,13 +62,11 @@ class CachedEmbeddings(Embeddings):
         array = numpy.asarray(vectors, dtype=numpy.float32)
         if array.shape[0] != len(keys):
             raise ValueError(f"the model returned {array.shape[0]} vectors for {len(keys)} texts")
-        name = f"{uuid.uuid4().hex}.npz"
-        temporary = self.directory / f".{name}.tmp"
+        name, shard = f"{uuid.uuid4().hex}.npz", io.BytesIO()
+        numpy.savez(shard, keys=numpy.asarray(keys), vectors=array)
         with self._lock:
             self.directory.mkdir(parents=True, exist_ok=True)
-            with temporary.open("wb") as handle:
-                numpy.savez(handle, keys=numpy.asarray(keys), vectors=array)
-            os.replace(temporary, self.directory / name)
+            write_new_file(self.directory / name, [shard.getvalue()])  # renamed when complete
             self._shards_read.add(name)
             self._vectors.update(zip(keys, array, strict=True))
 

@@ -148,32 +148,27 @@ def hybrid_setup(
 
 
 def strategy_setup(
-    strategy: str, llm: Runnable[Any, Any] | None = None, *, query_count: int = 4
+    strategy: str, llm: Runnable[Any, Any] | None = None, *, query_count: int | None = None
 ) -> Setup:
     """A strategy's retrieval over BM25 and dense, up to the answer, keeping ``depth`` passages
-    (queries from ``llm``, or its offline query step without one)."""
+    (``query_count`` queries, default the strategy's, from ``llm`` or its offline step)."""
     from rag_fusion_chain import strategies
 
     record = strategies.get(strategy)
+    count = None if record.default_n is None else (query_count or record.default_n)
 
     def build(indexes: Indexes) -> Runnable[str, list[Document]]:
         from rag_fusion_chain import chains
 
-        retrieval = chains.retrieval_chain(
-            record,
-            [indexes.bm25(), indexes.dense()],
-            llm,
-            n=query_count if record.default_n is not None else None,
-            k=indexes.depth,
-            top_n=indexes.depth,
-        )
+        retrievers, depth = [indexes.bm25(), indexes.dense()], indexes.depth
+        retrieval = chains.retrieval_chain(record, retrievers, llm, n=count, k=depth, top_n=depth)
         return retrieval | chains.quoted_documents
 
     source = "offline" if llm is None else "chat model"
     settings = {"retrievers": ["bm25", "dense"], "strategy": strategy, "queries_from": source}
     name = strategy if llm is not None else f"{strategy}{OFFLINE_SUFFIX}"
     description = f"{strategy} ({source} queries) over bm25 + dense"
-    return Setup(name, build, description, {**settings, "query_count": query_count})
+    return Setup(name, build, description, {**settings, "query_count": count})
 
 
 def setup_by_name(
@@ -181,7 +176,7 @@ def setup_by_name(
     *,
     llm: Runnable[Any, Any] | None = None,
     rrf_k: float = DEFAULT_RRF_K,
-    query_count: int = 4,
+    query_count: int | None = None,
 ) -> Setup:
     """A setup by its command-line name: ``bm25``, ``dense``, ``hybrid``, ``hybrid-`` and a
     ``fusion.FUSIONS`` name, a strategy (with ``llm``) or ``STRATEGY-offline``."""
@@ -261,7 +256,7 @@ def prepare_evaluation(
     cache_dir: str | Path | None = DEFAULT_CACHE_DIR,
     depth: int = DEFAULT_DEPTH,
     rrf_k: float = DEFAULT_RRF_K,
-    query_count: int = 4,
+    query_count: int | None = None,
     progress: ProgressCallback = ignore_progress,
 ) -> tuple[BeirDataset, list[Setup], Indexes]:
     """The dataset loaded, the setups resolved by name, and the indexes they share (built on first

@@ -18,7 +18,7 @@ DEFAULT_CHUNK_SIZE = 300
 DEFAULT_CHUNK_OVERLAP = 50
 MIN_CHUNK_TOKENS = 16
 """A shorter fragment (a heading alone) joins its neighbour: a chunk may pass ``chunk_size`` by
-fewer tokens than this."""
+fewer than twice this (a fragment before it, a document's short last piece after it)."""
 SEPARATORS = [
     r"\n(?=#{1,6} )",  # before a Markdown heading, as LangChain's Markdown separators
     r"\n\n",
@@ -100,16 +100,17 @@ def _split_with_offsets(
 
 
 def _join_short(pieces: list[tuple[str, int]], text: str, encoding: Any) -> list[tuple[str, int]]:
-    """``pieces`` with each one under :data:`MIN_CHUNK_TOKENS` joined to the next (the last to the
-    previous), as the span of ``text`` they cover together."""
+    """``pieces`` joined to the next while together under :data:`MIN_CHUNK_TOKENS` (the last to the
+    previous), as the span of ``text`` they cover."""
     joined: list[tuple[str, int]] = []
     pending: int | None = None
     for piece, start in pieces:
         begin = start if pending is None else pending
-        if len(encoding.encode(piece, disallowed_special=())) < MIN_CHUNK_TOKENS:
+        span = text[begin : start + len(piece)]
+        if len(encoding.encode(span, disallowed_special=())) < MIN_CHUNK_TOKENS:
             pending = begin
             continue
-        joined.append((text[begin : start + len(piece)], begin))
+        joined.append((span, begin))
         pending = None
     if pending is not None:
         begin = joined.pop()[1] if joined else pending

@@ -28,11 +28,12 @@ from langchain_core.vectorstores import VectorStore
 
 from rag_fusion_chain import ingest, models
 from rag_fusion_chain._version import __version__
+from rag_fusion_chain.retrievers import signing
 from rag_fusion_chain.retrievers.bm25 import BM25Retriever
 from rag_fusion_chain.retrievers.columns import document_columns
 from rag_fusion_chain.retrievers.faiss_files import docstore_columns
 from rag_fusion_chain.retrievers.hybrid import hybrid_retriever
-from rag_fusion_chain.retrievers.signing import UntrustedIndexError, sign, verify_signature
+from rag_fusion_chain.retrievers.signing import UntrustedIndexError
 from rag_fusion_chain.retrievers.stores import (
     VectorRetriever,
     build_chroma,
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
     from langchain_community.vectorstores import FAISS
 
 INDEX_FILE = "index.json"
+MAX_SETTINGS_BYTES = 1 << 30  # index.json's bound: about 3M sources at some 300 bytes each
 INDEX_FORMAT = "rag_fusion_chain.index"
 BM25_DIRECTORY = "bm25"
 VERSIONS_DIRECTORY = ".versions"  # one folder per build; index.json names the current one
@@ -142,7 +144,7 @@ def build_index(
         raise FileExistsError(_EXISTS.format(out))
     previous = read_settings(out) if update and (out / INDEX_FILE).exists() else {}
     if previous:
-        verify_signature(previous, out / INDEX_FILE)
+        signing.verify_signature(previous, out / INDEX_FILE)
     embeddings, embedding_name = _chosen_embeddings(embedding, embedding_name, previous, out)
     identity = models.embedding_identity(embeddings)
     given = {"store": store, "faiss_index": faiss_index, "chunk_size": chunk_size}
@@ -188,7 +190,8 @@ def build_index(
             )
         chunks += [_without_url_credentials(chunk) for chunk in group]  # ids, sources: stored
     fresh = sum(isinstance(chunk, Document) for chunk in chunks)
-    settings |= {"chunks": len(chunks), "embedded_chunks": fresh}
+    dropped = previous.get("source_hashes", {}).keys() - settings["source_hashes"].keys()
+    settings |= {"chunks": len(chunks), "embedded_chunks": fresh, "dropped_sources": len(dropped)}
     return _write_version(
         out.absolute(),
         settings,
@@ -424,7 +427,7 @@ def _write_version(
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
         write(folder)
-        settings = sign({**settings, "version": version})
+        settings = signing.sign({**settings, "version": version})
         previous = _current_version(out)
         pending = folder / INDEX_FILE
         with pending.open("w", encoding="utf-8") as file:
@@ -458,11 +461,10 @@ def _write_version(
 
 def _current_version(out: Path) -> tuple[str, ...]:
     """The version ``out/index.json`` names: one name, or none (no index, or the flat layout)."""
-    try:
-        version = json.loads((out / INDEX_FILE).read_text("utf-8")).get("version")
-    except (OSError, ValueError, AttributeError):
-        return ()
-    return (version,) if isinstance(version, str) else ()
+    with contextlib.suppress(OSError, ValueError):  # no index, or not one
+        version = read_settings(out).get("version")
+        return (version,) if version else ()
+    return ()
 
 
 def _remove_debris(out: Path, *, keep: tuple[str, ...]) -> None:
@@ -496,7 +498,7 @@ def open_index(
     directory = Path(directory)
     settings = read_settings(directory)
     if not trust:
-        verify_signature(settings, directory / INDEX_FILE)
+        signing.verify_signature(settings, directory / INDEX_FILE)
     embeddings = _chosen_embeddings(embedding, None, settings, directory)[0]
     stores = stores_directory(directory, settings)
     store: VectorStore
@@ -513,13 +515,13 @@ def read_settings(directory: str | os.PathLike[str]) -> dict[str, Any]:
     """The ``index.json`` of an index directory, checked as data (:func:`open_index` also
     verifies its signature)."""
     settings_path = Path(directory) / INDEX_FILE
-    if not settings_path.is_file():
+    try:  # a FIFO or a device refused at once (ValueError), the size bounded
+        settings = json.loads(signing.read_whole(settings_path, MAX_SETTINGS_BYTES).decode("utf-8"))
+    except FileNotFoundError:  # or a directory
         raise FileNotFoundError(
             f"no index in {directory}: build one with build_index() or "
             f"`rag-fusion index SOURCE... --out {directory}`"
-        )
-    try:
-        settings = json.loads(settings_path.read_text("utf-8"))
+        ) from None
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ValueError(f"{settings_path} is not valid JSON: {error}") from error
     formats = (INDEX_FORMAT, "rag_fusion_chain.cli_index")  # the same layout's earlier name

@@ -56,7 +56,7 @@ def open_regular_file(path: str | Path, max_bytes: int = MAX_INDEX_FILE_BYTES) -
         os.close(descriptor)
         if stat.S_ISDIR(status.st_mode):
             raise FileNotFoundError(f"index file missing: {path} is a directory")
-        raise ValueError(f"{path} {problem}; index files must be regular files, so it is not read")
+        raise ValueError(f"{path} {problem}, so it is not read")
     os.set_blocking(descriptor, True)
     return io.open(descriptor, "rb")  # noqa: UP020 - typed as a BufferedReader
 
@@ -137,7 +137,7 @@ def signing_key() -> bytes:
 
 
 def _read_signing_key(path: Path) -> bytes:
-    with path.open("rb") as handle:  # mode and bytes of the same file
+    with open_regular_file(path, 1024) as handle:  # mode and bytes of one file, not a FIFO
         mode = os.fstat(handle.fileno()).st_mode
         if mode & (stat.S_IRWXG | stat.S_IRWXO):
             _warn_others_can_read(path, mode)
