@@ -501,8 +501,8 @@ def retrieval_chain(
 
 def with_step(chain: Runnable[Any, Any], step: Runnable[Any, Any], *, after: str) -> Runnable:
     """``chain`` (a ready chain) with ``step`` inserted after the step named ``after``, keeping
-    its name, tags and metadata. ``step`` maps the state dict to the state dict, e.g. a reranker:
-    ``RunnablePassthrough.assign(documents=lambda state: rerank(state))`` after ``"fuse"``."""
+    its name, tags, metadata and types. ``step`` maps the state dict to the state dict, e.g. a
+    reranker ``RunnablePassthrough.assign(documents=lambda s: rerank(s))`` after ``"fuse"``."""
     head, tail, binding = _split(chain, after)
     return binding.model_copy(update={"bound": RunnableSequence(*head, step, *tail)})
 
