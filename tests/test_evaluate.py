@@ -482,6 +482,19 @@ def test_eval_command_refuses_an_unknown_setup_before_anything_else(
     assert line.startswith("error: --setups: unknown setup 'bm52'; known: bm25, dense, hybrid-rrf")
 
 
+def test_eval_command_refuses_a_repeated_setup_before_anything_else(tiny_beir: Path) -> None:
+    """The embedding note came first, then run_setups' "names must be unique"."""
+    from typer.testing import CliRunner
+
+    from rag_fusion_chain.cli import app
+
+    arguments = ["eval", str(tiny_beir), "--setups", "dense, bm25,dense"]
+    result = CliRunner().invoke(app, arguments, terminal_width=400)
+    assert result.exit_code == 1 and result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    assert line == "error: --setups: names must be unique, got dense, bm25, dense"
+
+
 def test_a_setup_that_would_repeat_another_is_refused_with_the_reason(tiny_beir: Path) -> None:
     """multi-query-offline equalled bm25 to four decimals (p = 1.0): the union keeps the
     question's list first. It is not offered, and the user is told why."""
