@@ -370,7 +370,7 @@ def test_unknown_store_and_strategy(corpus: Path, faiss_index: Path, tmp_path: P
 
 
 def test_remote_model_without_its_key(corpus: Path, faiss_index: Path, tmp_path: Path) -> None:
-    """The command line has no api_key option (a key there would show in `ps`): only the variable."""
+    """The command line has no api_key option (a key there would show in `ps`), only a variable."""
     error = assert_one_line_error(
         invoke("ask", QUESTION, "--index", faiss_index, "--model", "gpt-4o-mini"),
         "needs an API key",
