@@ -998,6 +998,7 @@ class HostileSite:
         exact = gzip.compress(b"<p>" + b"0" * (100_000 - 7) + b"</p>")  # 100,000 bytes inflated
         page = gzip.compress(b"<p>" + b"all of it " * 2_000 + b"</p>")
         gzipped = {"/bomb": bomb, "/exact": exact, "/truncated": page[: len(page) // 2]}
+        gzipped["/two-members"] = page + gzip.compress(b"<p>the second member</p>")
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
@@ -1084,6 +1085,14 @@ def test_a_truncated_gzip_body_is_refused_not_taken_as_the_page(
 ) -> None:
     url = hostile_site.url("/truncated")
     with pytest.raises(ValueError, match=f"{re.escape(url)}.*truncated gzip body"):
+        ingest.load_web([url])
+
+
+def test_a_gzip_body_of_two_members_is_refused_not_cut_after_the_first(
+    hostile_site: HostileSite, ingest: Any
+) -> None:
+    url = hostile_site.url("/two-members")
+    with pytest.raises(ValueError, match=f"{re.escape(url)}.*data after its stream's end"):
         ingest.load_web([url])
 
 

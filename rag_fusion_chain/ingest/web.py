@@ -265,4 +265,6 @@ def _read_body(response: http.client.HTTPResponse, url: str, max_bytes: int) -> 
         raise UnreadableSourceError(url, f"corrupt {encoding} body") from error
     if decoder is not None and not decoder.eof:  # no tail left to flush: all input was inflated
         raise UnreadableSourceError(url, f"truncated {encoding} body: the stream ends early")
+    if decoder is not None and decoder.unused_data:  # a second gzip member: never cut silently
+        raise UnreadableSourceError(url, f"{encoding} body with data after its stream's end")
     return b"".join(blocks)
