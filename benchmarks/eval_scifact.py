@@ -1,9 +1,9 @@
 """Hybrid sweep on BEIR SciFact, every choice tuned by cross-validation over the test queries.
 
-The grid: BM25 parameters (k1, b), candidate depth per retriever, fusion (RRF k, relative and
-distribution-based score fusion) and the dense weight. Lists come from the kit's own retrievers
-(``BM25Retriever``, ``VectorRetriever`` over FAISS with the default embeddings, cached on disk so
-the corpus is embedded once per backend) and are fused by the kit's own fusion runnables, as
+The grid: BM25 parameters (k1, b), candidate depth per retriever, fusion (RRF rank_constant,
+relative and distribution-based score fusion) and the dense weight. Lists come from the kit's own
+retrievers (``BM25Retriever``, ``VectorRetriever`` over FAISS with the default embeddings, cached on
+disk so the corpus is embedded once per backend) and are fused by the kit's own fusion runnables, as
 ``hybrid_retriever`` does. Whole abstracts are indexed, so no chunk-to-document aggregation is
 involved.
 
@@ -55,7 +55,7 @@ KEEP = 100
 BM25_PARAMETERS = ((1.5, 0.75), (1.2, 0.75), (0.9, 0.4))
 """(k1, b): the kit's default, the textbook values, Anserini's defaults."""
 DEPTHS = (100, 200)
-RRF_KS = (10, 30, 60)
+RANK_CONSTANTS = (10, 30, 60)
 DENSE_WEIGHTS = (0.3, 0.4, 0.5, 0.6)
 BASELINE = "k1=1.5 b=0.75, depth=100, dist dense=0.5"
 """The kit's default hybrid before this sweep."""
@@ -65,7 +65,8 @@ METRIC = "ndcg@10"
 def fusions() -> dict[str, BaseFusion]:
     """Every fusion to try, by label; weights are (bm25, dense) with bm25 = 1 - dense."""
     configs: dict[str, BaseFusion] = {
-        f"rrf k={k}": ReciprocalRankFusion(rank_constant=k, top_n=KEEP) for k in RRF_KS
+        f"rrf rank_constant={constant}": ReciprocalRankFusion(rank_constant=constant, top_n=KEEP)
+        for constant in RANK_CONSTANTS
     }
     for dense in DENSE_WEIGHTS:
         weights = [round(1 - dense, 2), dense]

@@ -360,8 +360,8 @@ def eval_dataset(
         if stat_test not in evaluate.STAT_TESTS:
             raise ValueError(f"--stat-test: {stat_test!r} is not one of {evaluate.STAT_TESTS}")
         names = [name.strip() for name in setups.split(",") if name.strip()]
-        if not names:
-            raise ValueError("--setups is empty: name at least one setup, e.g. bm25")
+        if not names or len(set(names)) != len(names):  # refused before any note is printed
+            raise ValueError(f"--setups: name each setup once, e.g. bm25,dense; got {setups!r}")
         llm = models.chat_model(model, base_url=base_url)
         chosen = [evaluate.setup_by_name(name, llm=llm, query_count=n) for name in names]
         cache = None if no_cache else (cache_dir or evaluate.DEFAULT_CACHE_DIR)

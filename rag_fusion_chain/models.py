@@ -363,7 +363,7 @@ def _openai(
         if base_url is None or not _is_loopback(base_url):
             endpoint = base_url or "the OpenAI API"
             raise ValueError(
-                f"{what} at {endpoint} needs an API key: set {API_KEY_ENV} or pass api_key="
+                f"{what} at {endpoint} needs an API key: pass api_key= or set {API_KEY_ENV}"
             )
         api_key = "EMPTY"
     client = getattr(require_extra("langchain_openai", "openai"), class_name)

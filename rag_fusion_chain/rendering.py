@@ -47,7 +47,8 @@ def print_line(label: str, style: str, message: object) -> None:
 
 
 _FLAGS = {"force=True": "--force", "trust=True": "--trust-index", "model=": "--model"}
-_KEYWORD = re.compile(r"\b(pass )?(force=True|trust=True|model=)(?: \([^)]*\))?")
+_FLAGS["api_key="] = ""  # no option: a key on the command line would show in `ps`
+_KEYWORD = re.compile(rf"\b(pass )?({'|'.join(_FLAGS)})(?: \([^)]*\))?( or )?")
 _PARAMETERS = {"sources_or_documents:": "SOURCES:", "setups:": "--setups:"}
 
 
@@ -59,15 +60,19 @@ def describe(error: BaseException) -> str:
             f"{'.'.join(map(str, problem['loc'])) or 'value'}: {problem['msg']}"
             for problem in error.errors()
         )
-    message = _KEYWORD.sub(
-        lambda match: ("add " if match[1] else "") + _FLAGS[match[2]], str(error)
-    )
+    message = _KEYWORD.sub(_in_flags, str(error))
     for parameter, flag in _PARAMETERS.items():
         if message.startswith(parameter):
             message = flag + message.removeprefix(parameter)
     message = message or type(error).__name__
     usual = (OSError, ValueError, TypeError, ImportError, KeyError, ConnectionError, TimeoutError)
     return message if isinstance(error, usual) else f"{type(error).__name__}: {message}"
+
+
+def _in_flags(keyword: re.Match[str]) -> str:
+    """``pass force=True`` as ``add --force``; ``pass api_key= or`` dropped (no such option)."""
+    flag = _FLAGS[keyword[2]]
+    return ("add " if keyword[1] else "") + flag + (keyword[3] or "") if flag else ""
 
 
 @contextlib.contextmanager

@@ -296,6 +296,21 @@ def test_run_setups_measures_the_kit_retrievers(tiny_beir: Path, tmp_path: Path)
         setup_by_name("bm26")
 
 
+def test_the_rrf_constant_is_rank_constant_in_setups_and_their_settings() -> None:
+    """One name per setting: ``rrf_k`` (keyword and JSON key) is ``rank_constant`` as in fusion."""
+    from rag_fusion_chain.evaluate.setups import hybrid_setup
+    from rag_fusion_chain.fusion import ReciprocalRankFusion
+
+    assert setup_by_name("hybrid-rrf", rank_constant=10).settings == {
+        "retrievers": ["bm25", "dense"],
+        "fusion": "ReciprocalRankFusion",
+        "rank_constant": 10,
+        "weights": [0.5, 0.5],
+    }
+    assert hybrid_setup(ReciprocalRankFusion(rank_constant=7)).settings["rank_constant"] == 7
+    assert "rank_constant" not in setup_by_name("hybrid-dist").settings
+
+
 def test_results_json_records_the_data_settings_and_p_values(tmp_path: Path) -> None:
     better = {"q1": {"d1": 2.0, "d2": 1.0}, "q2": {"d2": 1.0}, "q3": {"d1": 1.0}}
     comparison = compare_runs({"first": HAND_RUN, "second": better}, HAND_QRELS, ["mrr@10", "map"])
@@ -305,7 +320,7 @@ def test_results_json_records_the_data_settings_and_p_values(tmp_path: Path) -> 
         split="dev",
         query_count=3,
         queries_limit=3,
-        settings={"first": {"fusion": "none"}, "second": {"fusion": "rrf", "rrf_k": 30}},
+        settings={"first": {"fusion": "none"}, "second": {"fusion": "rrf", "rank_constant": 30}},
         indexes={"depth": 100},
         comparison=comparison,
     )
@@ -320,7 +335,7 @@ def test_results_json_records_the_data_settings_and_p_values(tmp_path: Path) -> 
         3,
     )
     assert data["setups"]["second"] == pytest.approx(comparison.scores["second"])
-    assert data["settings"]["second"] == {"fusion": "rrf", "rrf_k": 30}
+    assert data["settings"]["second"] == {"fusion": "rrf", "rank_constant": 30}
     assert data["test"] == {"baseline": "first", "stat_test": "student", "max_p": 0.05}
     assert data["p_values"]["first"] == {}
     assert data["p_values"]["second"]["map"] == pytest.approx(comparison.p_values["second"]["map"])
@@ -438,7 +453,7 @@ def test_eval_command_end_to_end(
     assert data["dataset"] == "tiny" and data["split"] == "test" and data["query_count"] == 3
     assert list(data["setups"]) == ["bm25", "dense", "hybrid-rrf", "decomposition-offline"]
     assert data["settings"]["decomposition-offline"]["query_count"] == 3  # its own, -n unset
-    assert data["settings"]["hybrid-rrf"]["rrf_k"] == 30
+    assert data["settings"]["hybrid-rrf"]["rank_constant"] == 30
     assert data["indexes"]["embedding"] == "counting-letters-26"
     assert set(data["p_values"]["dense"]) == {"ndcg@10", "recall@100", "mrr@10", "map"}
     assert set(data["setups"]["dense"]) == {"ndcg@10", "recall@100", "mrr@10", "map"}
@@ -480,6 +495,20 @@ def test_eval_command_refuses_an_unknown_setup_before_anything_else(
     assert result.exit_code == 1 and result.stdout == ""
     (line,) = result.stderr.splitlines()
     assert line.startswith("error: --setups: unknown setup 'bm52'; known: bm25, dense, hybrid-rrf")
+
+
+def test_eval_command_refuses_a_repeated_setup_before_anything_else(tiny_beir: Path) -> None:
+    """A repeated name: the embedding note came first, then run_setups' "names must be unique"."""
+    from typer.testing import CliRunner
+
+    from rag_fusion_chain.cli import app
+
+    for setups in ("dense, bm25,dense", " , "):
+        arguments = ["eval", str(tiny_beir), "--setups", setups]
+        result = CliRunner().invoke(app, arguments, terminal_width=400)
+        assert result.exit_code == 1 and result.stdout == ""
+        (line,) = result.stderr.splitlines()
+        assert line == f"error: --setups: name each setup once, e.g. bm25,dense; got {setups!r}"
 
 
 def test_a_setup_that_would_repeat_another_is_refused_with_the_reason(tiny_beir: Path) -> None:

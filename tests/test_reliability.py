@@ -996,12 +996,14 @@ class HostileSite:
     def __init__(self) -> None:
         bomb = gzip.compress(b"<p>" + b"0" * 5_000_000 + b"</p>")
         exact = gzip.compress(b"<p>" + b"0" * (100_000 - 7) + b"</p>")  # 100,000 bytes inflated
+        page = gzip.compress(b"<p>" + b"all of it " * 2_000 + b"</p>")
+        gzipped = {"/bomb": bomb, "/exact": exact, "/truncated": page[: len(page) // 2]}
+        gzipped["/two-members"] = page + gzip.compress(b"<p>the second member</p>")
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                if self.path in ("/bomb", "/exact"):
-                    body = bomb if self.path == "/bomb" else exact
-                    self._send(body, {"Content-Encoding": "gzip"})
+                if self.path in gzipped:  # Content-Length matches: only the gzip stream ends early
+                    self._send(gzipped[self.path], {"Content-Encoding": "gzip"})
                 elif self.path == "/to-file":
                     self._redirect("file:///etc/passwd")
                 elif self.path == "/to-big":
@@ -1076,6 +1078,22 @@ def test_the_gzip_bound_is_exact(hostile_site: HostileSite, ingest: Any) -> None
     assert page.page_content == "0" * (100_000 - 7)
     with pytest.raises(ValueError, match="larger than max_bytes=99999"):
         ingest.load_web([hostile_site.url("/exact")], max_bytes=99_999)
+
+
+def test_a_truncated_gzip_body_is_refused_not_taken_as_the_page(
+    hostile_site: HostileSite, ingest: Any
+) -> None:
+    url = hostile_site.url("/truncated")
+    with pytest.raises(ValueError, match=f"{re.escape(url)}.*truncated gzip body"):
+        ingest.load_web([url])
+
+
+def test_a_gzip_body_of_two_members_is_refused_not_cut_after_the_first(
+    hostile_site: HostileSite, ingest: Any
+) -> None:
+    url = hostile_site.url("/two-members")
+    with pytest.raises(ValueError, match=f"{re.escape(url)}.*data after its stream's end"):
+        ingest.load_web([url])
 
 
 def test_a_redirect_to_a_local_file_is_not_followed(hostile_site: HostileSite, ingest: Any) -> None:

@@ -23,7 +23,7 @@ from rag_fusion_chain.evaluate.metrics import (
     run_from_rankings,
 )
 from rag_fusion_chain.evaluate.report import Summary
-from rag_fusion_chain.fusion import FUSIONS, BaseFusion, ReciprocalRankFusion
+from rag_fusion_chain.fusion import FUSIONS, BaseFusion
 
 if TYPE_CHECKING:
     from rag_fusion_chain.retrievers.bm25 import BM25Retriever
@@ -40,8 +40,8 @@ UNOFFERED_SETUPS = {  # setups that would only repeat another, with the reason
     "p = 1.0). Use rag-fusion-offline, or multi-query with a chat model."
 }
 DEFAULT_SETUPS = ("bm25", "dense", "hybrid-rrf", "hybrid-relative", "hybrid-dist")
-DEFAULT_RRF_K = 30
-"""RRF k of ``hybrid-rrf``: 10 and 30 beat 60 on both halves of SciFact's queries
+DEFAULT_RANK_CONSTANT = 30
+"""``rank_constant`` of ``hybrid-rrf``: 10 and 30 beat 60 on both halves of SciFact's queries
 (benchmarks/results/scifact_sweep.md); ``fusion.RRF_K`` stays 60."""
 DEFAULT_HYBRID_FUSION = "dist"  # best on SciFact, chosen on either half of the queries
 DEFAULT_HYBRID_WEIGHTS = (0.5, 0.5)  # (bm25, dense): no other was stably better in the sweep
@@ -121,18 +121,17 @@ def hybrid_setup(
     *,
     name: str | None = None,
     weights: Sequence[float] = DEFAULT_HYBRID_WEIGHTS,
-    rrf_k: float = DEFAULT_RRF_K,
+    rank_constant: float = DEFAULT_RANK_CONSTANT,
 ) -> Setup:
     """The kit's ``hybrid_retriever`` over BM25 and dense with ``fusion`` (a ``fusion.FUSIONS``
-    name, whose ``"rrf"`` takes ``rrf_k``, or a fusion object) and ``(bm25, dense)`` weights."""
+    name, ``"rrf"`` with ``rank_constant``, or a fusion object) and ``(bm25, dense)`` weights."""
     label = fusion if isinstance(fusion, str) else type(fusion).__name__
     if isinstance(fusion, str) and fusion not in FUSIONS:
         raise ValueError(f"fusion must be one of {sorted(FUSIONS)} or a BaseFusion, got {fusion!r}")
-    if isinstance(fusion, str):
-        fusion = ReciprocalRankFusion(rank_constant=rrf_k) if fusion == "rrf" else FUSIONS[fusion]()
-    chosen = fusion
+    given: dict[str, Any] = {"rank_constant": rank_constant} if fusion == "rrf" else {}
+    chosen = FUSIONS[fusion](**given) if isinstance(fusion, str) else fusion
     settings: dict[str, Any] = {"retrievers": ["bm25", "dense"], "fusion": type(chosen).__name__}
-    rrf = {"rrf_k": chosen.rank_constant} if isinstance(chosen, ReciprocalRankFusion) else {}
+    settings |= {**chosen.model_dump(include={"rank_constant"}), "weights": list(weights)}
 
     def build(indexes: Indexes) -> Runnable[str, list[Document]]:
         from rag_fusion_chain.retrievers.hybrid import hybrid_retriever
@@ -143,7 +142,6 @@ def hybrid_setup(
         )
 
     description = f"bm25 + dense, {label} fusion, weights {tuple(weights)}"
-    settings |= {**rrf, "weights": list(weights)}
     return Setup(name or f"hybrid-{label}", build, description, settings)
 
 
@@ -175,7 +173,7 @@ def setup_by_name(
     name: str,
     *,
     llm: Runnable[Any, Any] | None = None,
-    rrf_k: float = DEFAULT_RRF_K,
+    rank_constant: float = DEFAULT_RANK_CONSTANT,
     query_count: int | None = None,
 ) -> Setup:
     """A setup by its command-line name: ``bm25``, ``dense``, ``hybrid``, ``hybrid-`` and a
@@ -187,10 +185,9 @@ def setup_by_name(
         return Setup(name, Indexes.bm25, description, {"retrievers": ["bm25"]})
     if name == "dense":
         return Setup(name, Indexes.dense, "dense (FAISS, cosine)", {"retrievers": ["dense"]})
-    if name == "hybrid":
-        return hybrid_setup(DEFAULT_HYBRID_FUSION, name=name, rrf_k=rrf_k)
-    if name.startswith("hybrid-") and name.removeprefix("hybrid-") in FUSIONS:
-        return hybrid_setup(name.removeprefix("hybrid-"), rrf_k=rrf_k)
+    fusion = DEFAULT_HYBRID_FUSION if name == "hybrid" else name.removeprefix("hybrid-")
+    if fusion in FUSIONS and name in ("hybrid", f"hybrid-{fusion}"):
+        return hybrid_setup(fusion, name=name, rank_constant=rank_constant)
     if name in UNOFFERED_SETUPS:
         raise ValueError(f"setups: {name!r} is not offered: {UNOFFERED_SETUPS[name]}")
     if name.endswith(OFFLINE_SUFFIX) and name.removesuffix(OFFLINE_SUFFIX) in STRATEGIES:
@@ -255,7 +252,7 @@ def prepare_evaluation(
     embeddings: Embeddings | str | None = None,
     cache_dir: str | Path | None = DEFAULT_CACHE_DIR,
     depth: int = DEFAULT_DEPTH,
-    rrf_k: float = DEFAULT_RRF_K,
+    rank_constant: float = DEFAULT_RANK_CONSTANT,
     query_count: int | None = None,
     progress: ProgressCallback = ignore_progress,
 ) -> tuple[BeirDataset, list[Setup], Indexes]:
@@ -266,7 +263,7 @@ def prepare_evaluation(
     resolved = [
         setup
         if isinstance(setup, Setup)
-        else setup_by_name(setup, llm=llm, rrf_k=rrf_k, query_count=query_count)
+        else setup_by_name(setup, llm=llm, rank_constant=rank_constant, query_count=query_count)
         for setup in setups
     ]
     if not isinstance(dataset, BeirDataset):

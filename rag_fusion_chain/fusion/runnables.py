@@ -135,7 +135,7 @@ def traced_call(
 
 class ReciprocalRankFusion(BaseFusion):
     """Reciprocal rank fusion: score(d) = Σ_i w_i / (rank_constant + rank_i(d)), ranks from
-    ``rank_start`` (1 as in Cormack et al. 2009; 0 reproduces the tutorials' ``1 / (rank + k)``)."""
+    ``rank_start`` (1 as in Cormack et al. 2009; 0 as in the tutorials whose ranks count from 0)."""
 
     rank_constant: float = Field(default=algorithms.RRF_K, ge=0, allow_inf_nan=False, strict=True)
     rank_start: Literal[0, 1] = 1

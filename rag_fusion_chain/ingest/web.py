@@ -240,7 +240,8 @@ def _connect(
 
 
 def _read_body(response: http.client.HTTPResponse, url: str, max_bytes: int) -> bytes:
-    """The body, decompressed (gzip/deflate), refused past ``max_bytes`` (a gzip bomb too)."""
+    """The body, decompressed (gzip/deflate), refused past ``max_bytes`` (a gzip bomb too) or
+    when the compressed stream ends early (a cut connection would otherwise pass for the page)."""
     too_large = UnreadableSourceError(url, f"larger than max_bytes={max_bytes}")
     if (response.length or 0) > max_bytes:  # a declared Content-Length: refused unread
         raise too_large
@@ -260,11 +261,10 @@ def _read_body(response: http.client.HTTPResponse, url: str, max_bytes: int) -> 
             if size > max_bytes:
                 raise too_large
             blocks.append(block)
-        if decoder is not None:
-            blocks.append(decoder.flush())
-            size += len(blocks[-1])
     except zlib.error as error:
         raise UnreadableSourceError(url, f"corrupt {encoding} body") from error
-    if size > max_bytes:
-        raise too_large
+    if decoder is not None and not decoder.eof:  # no tail left to flush: all input was inflated
+        raise UnreadableSourceError(url, f"truncated {encoding} body: the stream ends early")
+    if decoder is not None and decoder.unused_data:  # a second gzip member: never cut silently
+        raise UnreadableSourceError(url, f"{encoding} body with data after its stream's end")
     return b"".join(blocks)
