@@ -106,9 +106,13 @@ def mean_over(scores: Mapping[str, float], queries: set[str]) -> float:
 
 
 def cross_validate(
-    per_query: Mapping[str, Mapping[str, float]], query_ids: Sequence[str], repeats: int
+    per_query: Mapping[str, Mapping[str, float]],
+    query_ids: Sequence[str],
+    repeats: int,
+    baseline: str = BASELINE,
 ) -> tuple[list[list[str]], list[float], Counter[str]]:
-    """Choose on one half, score on the other, both ways, for every split.
+    """Choose on one half, score on the other, both ways, for every split (ties go to the
+    configuration listed first).
 
     Returns table rows (one per split), the held-out score of every (split, direction), and how
     often each configuration was chosen.
@@ -128,11 +132,29 @@ def cross_validate(
                     best,
                     f"{mean_over(per_query[best], tune):.4f}",
                     f"{scores[-1]:.4f}",
-                    f"{mean_over(per_query[BASELINE], test):.4f}",
+                    f"{mean_over(per_query[baseline], test):.4f}",
                 ]
             )
         held_out.extend(scores)
     return rows, held_out, chosen
+
+
+def held_out_summary(rows: Sequence[Sequence[str]], held_out: Sequence[float]) -> dict[str, float]:
+    """Mean, spread and range of the held-out scores, and their gain over the baseline on the
+    same halves (both as the rows print them, so choosing the baseline gains exactly 0)."""
+    gains = [float(row[-2]) - float(row[-1]) for row in rows]
+    return {
+        "gain_mean": statistics.fmean(gains),
+        "gain_sd": statistics.stdev(gains) if len(gains) > 1 else 0.0,
+        "wins": sum(gain > 0 for gain in gains),
+        "losses": sum(gain < 0 for gain in gains),
+        "held_out_mean": statistics.fmean(held_out),
+        "held_out_sd": statistics.stdev(held_out) if len(held_out) > 1 else 0.0,
+        "held_out_min": min(held_out),
+        "held_out_max": max(held_out),
+        "baseline_mean": statistics.fmean(float(row[-1]) for row in rows),
+        "even_odd_mean": statistics.fmean(held_out[:2]),
+    }
 
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -175,17 +197,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, float]:
     per_query = {name: per_query_scores(run, dataset.qrels, METRIC) for name, run in runs.items()}
     hybrids = {name: scores for name, scores in per_query.items() if "depth=" in name}
     rows, held_out, chosen = cross_validate(hybrids, query_ids, arguments.repeats)
-    baseline_held_out = [float(row[-1]) for row in rows]
-    gains = [tuned - base for tuned, base in zip(held_out, baseline_held_out, strict=True)]
-    summary = {
-        "gain_mean": statistics.fmean(gains),
-        "gain_sd": statistics.stdev(gains) if len(gains) > 1 else 0.0,
-        "held_out_mean": statistics.fmean(held_out),
-        "held_out_sd": statistics.stdev(held_out) if len(held_out) > 1 else 0.0,
-        "held_out_min": min(held_out),
-        "held_out_max": max(held_out),
-        "even_odd_mean": statistics.fmean(held_out[:2]),
-    }
+    summary = held_out_summary(rows, held_out)
     ranked = sorted(runs, key=lambda name: -statistics.fmean(per_query[name].values()))
     top = [name for name in ranked if name != BASELINE][:12]
     compared = compare_runs(
