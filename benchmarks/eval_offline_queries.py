@@ -147,11 +147,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
                     ["split", "chosen on half A", "half A", "held-out half B", "current on half B"],
                     rows,
                 ),
-                **{key: f"{value:.4f}" for key, value in summary.items()},
-                **{key: f"{summary[key]:.0f}" for key in ("wins", "losses")},
+                **{key: f"{value:.4f}" for key, value in summary.items()}
+                | {key: f"{summary[key]:.0f}" for key in ("wins", "losses")},
             )
         )
-    order = [CURRENT, *(name for name in runs if name != CURRENT)]
+    order = [*minutes, *REFERENCES]  # the candidates, current first, then the references
     compared = compare_runs(
         {name: runs[name] for name in order}, dataset.qrels, [METRIC, "recall@100"]
     )

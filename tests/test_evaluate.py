@@ -10,6 +10,7 @@ import json
 import math
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from langchain_core.documents import Document
@@ -47,6 +48,11 @@ QUERIES = [
     {"_id": "q2", "text": "storing electricity in batteries"},
     {"_id": "q3", "text": "heat pumps for houses"},
     {"_id": "q9", "text": "a training query without test judgements"},
+]
+FEEDBACK_TEXTS = [
+    "The compressor squeezes the refrigerant vapour. The compressor needs power to run.",
+    "The refrigerant carries heat between two coils.",
+    "The refrigerant evaporates in the outdoor coil.",
 ]
 QRELS = "query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td4\t1\nq2\td2\t1\nq3\td3\t1\n"
 
@@ -537,19 +543,25 @@ def test_a_strategy_setup_generates_the_strategys_own_query_count_unless_given()
         assert given == (None if default_n is None else 2)  # one text: no count to give
 
 
+def load_benchmark(name: str) -> Any:
+    """The module of ``benchmarks/<name>.py``, loaded afresh."""
+    import importlib.util
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"benchmarks_{name}", script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_sweep_benchmark_runs_on_the_tiny_dataset(
     tiny_beir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import importlib.util
-
     from rag_fusion_chain import models
 
     monkeypatch.setattr(models, "embeddings", lambda name=None, **kwargs: CountingEmbeddings())
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "eval_scifact.py"
-    spec = importlib.util.spec_from_file_location("benchmarks_eval_scifact", script)
-    assert spec is not None and spec.loader is not None
-    sweep = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sweep)
+    sweep = load_benchmark("eval_scifact")
     out = tmp_path / "sweep.md"
 
     summary = sweep.main(
@@ -574,13 +586,7 @@ def test_sweep_benchmark_runs_on_the_tiny_dataset(
 
 
 def test_cross_validation_never_scores_on_the_queries_it_chose_on() -> None:
-    import importlib.util
-
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "eval_scifact.py"
-    spec = importlib.util.spec_from_file_location("benchmarks_eval_scifact_cv", script)
-    assert spec is not None and spec.loader is not None
-    sweep = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sweep)
+    sweep = load_benchmark("eval_scifact")
     queries = [f"q{index}" for index in range(8)]
     # "lucky" is perfect on the even queries only, the baseline is 0.5 everywhere: choosing on the
     # even half picks lucky, which then scores 0 on the odd half (no leak of the tuning half).
@@ -593,6 +599,47 @@ def test_cross_validation_never_scores_on_the_queries_it_chose_on() -> None:
 
     assert [row[1] for row in rows] == ["lucky", sweep.BASELINE]
     assert held_out == [0.0, 0.5] and chosen == {"lucky": 1, sweep.BASELINE: 1}
+
+
+def test_offline_settings_benchmark_runs_every_candidate_and_restores_offline(
+    tiny_beir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rag_fusion_chain import models, offline
+
+    monkeypatch.setattr(models, "embeddings", lambda name=None, **kwargs: CountingEmbeddings())
+    before = (offline._feedback_phrases, offline._document_frequency)
+    settings = load_benchmark("eval_offline_queries")
+    out = tmp_path / "offline.md"
+
+    summaries = settings.main(
+        ["--dataset", str(tiny_beir), "--cache-dir", str(tmp_path / "c"), "--out", str(out)]
+        + ["--repeats", "1"]
+    )
+
+    assert set(summaries) == {"adoptable", "all"}
+    assert all(0.0 <= summary["held_out_mean"] <= 1.0 for summary in summaries.values())
+    report = out.read_text(encoding="utf-8")
+    assert all(label in report for label in [*settings.candidates([]), "| hybrid |"])
+    assert report.count("| random ") == 4  # 1 random halving, both directions, two pools
+    assert (offline._feedback_phrases, offline._document_frequency) == before
+
+
+def test_offline_settings_patches_change_only_what_they_name() -> None:
+    from rag_fusion_chain import offline
+
+    settings = load_benchmark("eval_offline_queries")
+    found = [Document(page_content=text) for text in FEEDBACK_TEXTS]
+    question = "How do heat pumps work?"
+    current = offline.feedback_queries(question, found, 2)
+    with settings.strongest_terms(4 * 2 * offline.TERMS_PER_QUERY):  # what n = 2 draws from
+        assert offline.feedback_queries(question, found, 2) == current
+    with settings.strongest_terms(1):  # one term: one query adding one word
+        assert offline.feedback_queries(question, found, 2) == [f"{question} compressor"]
+    # "compressor" is rare among the retrieved documents but common in the collection
+    corpus = [*found, *(Document(page_content=f"A compressor in machine {n}.") for n in range(20))]
+    with settings.strongest_terms(1), settings.collection_idf(corpus):
+        assert offline.feedback_queries(question, found, 2) == [f"{question} refrigerant"]
+    assert offline.feedback_queries(question, found, 2) == current
 
 
 def test_per_query_scores_average_to_the_run_score() -> None:
