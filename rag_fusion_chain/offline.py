@@ -480,7 +480,7 @@ def feedback_queries(question: str, documents: Sequence[Document], n: int) -> li
     question, documents = _checked(question, documents)
     groups: list[list[str]] = []
     words = TERMS_PER_QUERY
-    for phrase in _feedback_phrases(question, documents, 4 * n * TERMS_PER_QUERY):
+    for phrase in _feedback_phrases(question, documents, 2 * n * TERMS_PER_QUERY):
         if words >= TERMS_PER_QUERY:
             if len(groups) == n:
                 break
