@@ -10,7 +10,6 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
 from langchain_core.documents import Document
@@ -33,6 +32,7 @@ from rag_fusion_chain.evaluate import (
 )
 from rag_fusion_chain.evaluate.metrics import per_query_scores
 from rag_fusion_chain.evaluate.report import marked_score, results_json, y_limits
+from tests.test_benchmarks_smoke import load_script
 
 SCIFACT_DIR = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "scifact"
 
@@ -543,25 +543,13 @@ def test_a_strategy_setup_generates_the_strategys_own_query_count_unless_given()
         assert given == (None if default_n is None else 2)  # one text: no count to give
 
 
-def load_benchmark(name: str) -> Any:
-    """The module of ``benchmarks/<name>.py``, loaded afresh."""
-    import importlib.util
-
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"benchmarks_{name}", script)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_sweep_benchmark_runs_on_the_tiny_dataset(
     tiny_beir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from rag_fusion_chain import models
 
     monkeypatch.setattr(models, "embeddings", lambda name=None, **kwargs: CountingEmbeddings())
-    sweep = load_benchmark("eval_scifact")
+    sweep = load_script("eval_scifact")
     out = tmp_path / "sweep.md"
 
     summary = sweep.main(
@@ -586,7 +574,7 @@ def test_sweep_benchmark_runs_on_the_tiny_dataset(
 
 
 def test_cross_validation_never_scores_on_the_queries_it_chose_on() -> None:
-    sweep = load_benchmark("eval_scifact")
+    sweep = load_script("eval_scifact")
     queries = [f"q{index}" for index in range(8)]
     # "lucky" is perfect on the even queries only, the baseline is 0.5 everywhere: choosing on the
     # even half picks lucky, which then scores 0 on the odd half (no leak of the tuning half).
@@ -608,7 +596,7 @@ def test_offline_settings_benchmark_runs_every_candidate_and_restores_offline(
 
     monkeypatch.setattr(models, "embeddings", lambda name=None, **kwargs: CountingEmbeddings())
     before = (offline._feedback_phrases, offline._document_frequency)
-    settings = load_benchmark("eval_offline_queries")
+    settings = load_script("eval_offline_queries")
     out = tmp_path / "offline.md"
 
     summaries = settings.main(
@@ -628,7 +616,7 @@ def test_offline_settings_benchmark_runs_every_candidate_and_restores_offline(
 def test_offline_settings_patches_change_only_what_they_name() -> None:
     from rag_fusion_chain import offline
 
-    settings = load_benchmark("eval_offline_queries")
+    settings = load_script("eval_offline_queries")
     found = [Document(page_content=text) for text in FEEDBACK_TEXTS]
     question = "How do heat pumps work?"
     current = offline.feedback_queries(question, found, 2)
