@@ -15,7 +15,6 @@ from rag_fusion_chain.fusion.inputs import (
     SCORE_KEY,
     RankedList,
     document_id,
-    validate_weights,
 )
 from rag_fusion_chain.fusion.runnables import (
     FUSIONS,
@@ -52,5 +51,4 @@ __all__ = [
     "relative_scores",
     "union_scores",
     "unique_union",
-    "validate_weights",
 ]

@@ -87,9 +87,9 @@ class FusionRetriever(BaseRetriever):
         """A FusionRetriever whose queries come from ``llm`` with the query step of ``strategy``
         (``queries.rag_fusion``...), as ``MultiQueryRetriever.from_llm`` does; the question is
         searched too unless ``include_original=False``. ``n``: queries, where the step counts them."""
-        factory = getattr(queries, strategy.replace("-", "_"), None)
-        if strategy not in _FUSED_FLAT or factory is None:
+        if strategy not in _FUSED_FLAT:
             raise ValueError(f"strategy must be one of {', '.join(_FUSED_FLAT)}; got {strategy!r}")
+        factory = getattr(queries, strategy.replace("-", "_"))
         generator = factory(llm) if n is None else factory(llm, n)
         if include_original:
             both = RunnableParallel(question=RunnablePassthrough(), queries=generator)
