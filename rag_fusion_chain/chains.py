@@ -1,12 +1,12 @@
 """Ready-made chains: each strategy of :mod:`strategies` as one LCEL sequence of named steps.
 
 ``generate_queries`` → ``retrieve`` → ``fuse`` → ``format_context`` → [``answer_sub_questions``]
-→ ``answer``, each a :class:`Step` over a state dict, built from the kit's public runnables: the
+(each a :class:`Step` over a state dict) → ``answer`` (streamed), from the kit's public parts: the
 strategy's query step (or its offline one), :class:`~rag_fusion_chain.retrievers.MultiRetriever`,
-a fusion runnable, :func:`~rag_fusion_chain.context.format_context` and
-``prompt | llm | StrOutputParser()`` (or the offline extractive answer). The question itself is
-searched beside the query step. Input: ``str`` or ``{"question": str}``;
-output: the answer, streamed; with ``return_sources=True`` dict chunks adding up to
+a fusion runnable, :func:`~rag_fusion_chain.context.format_context` and ``prompt | llm |
+StrOutputParser()`` (or the offline extractive answer). The question itself is searched beside the
+query step where the record says so (offline, first: its documents give the queries). Input: ``str``
+or ``{"question": str}``; output: the answer; with ``return_sources=True`` dict chunks adding up to
 ``{"answer", "queries", "documents", "failures"}``, the sources first.
 
 Per call: ``config={"configurable": {"n": 2, "k": 10, "top_n": 3}}`` (see the README for what each
@@ -195,7 +195,7 @@ def _sub_answered(state: State, answers: list[State], texts: list[str] | None = 
 @dataclass(frozen=True)
 class _Steps:
     """The bodies of one ready chain's steps (sync and async) over its parts: each method is one
-    :class:`Step`; the fan-out's ``k`` and the fusion's ``top_n`` may be set per call."""
+    step's; the fan-out's ``k`` and the fusion's ``top_n`` may be set per call."""
 
     record: Strategy
     query_step: Runnable[Any, list[str]] | None  # None: offline
@@ -507,10 +507,18 @@ def with_step(chain: Runnable[Any, Any], step: Runnable[Any, Any], *, after: str
     return binding.model_copy(update={"bound": RunnableSequence(*head, step, *tail)})
 
 
-# The named chains: chain_for with the strategy given (retrievers, llm, then its options).
-multi_query_chain = partial(chain_for, "multi-query")  # n rephrasings (default 5), unique union
-rag_fusion_chain = partial(chain_for, "rag-fusion")  # n related queries (default 4), RRF
-decomposition_chain = partial(chain_for, "decomposition")  # n sub-questions (3), then the question
-step_back_chain = partial(chain_for, "step-back")  # the question and a broader one, fused apart
-hyde_chain = partial(chain_for, "hyde")  # a hypothetical passage searched instead of the question
-rewrite_chain = partial(chain_for, "rewrite")  # Rewrite-Retrieve-Read: one rewritten search query
+def _named(strategy: str) -> partial[Runnable[Any, Any]]:
+    """:func:`chain_for` with ``strategy`` given (then retrievers, llm, its options), documented by
+    the strategy's record, so that ``help()`` says what it does."""
+    record, factory = strategies.get(strategy), partial(chain_for, strategy)
+    counted = f"; n={record.default_n} by default" if record.default_n else ""
+    factory.__doc__ = f"The {strategy} ready chain: {record.description}{counted}. See chain_for."
+    return factory
+
+
+multi_query_chain = _named("multi-query")
+rag_fusion_chain = _named("rag-fusion")
+decomposition_chain = _named("decomposition")
+step_back_chain = _named("step-back")
+hyde_chain = _named("hyde")
+rewrite_chain = _named("rewrite")

@@ -1,7 +1,7 @@
 """Retrievers: the fan-out, FusionRetriever, BM25, hybrid, vector stores, index directories.
 
-Importing this package needs only langchain-core: the fan-out names load at once, the others
-(which need optional extras) on first access.
+Importing this package needs only langchain-core: the fan-out and FusionRetriever load at once,
+the others (which need optional extras) on first access.
 """
 
 from __future__ import annotations
