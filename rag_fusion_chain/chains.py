@@ -42,7 +42,7 @@ from langchain_core.runnables.utils import AddableDict
 from rag_fusion_chain import prompts, strategies
 from rag_fusion_chain.context import format_answered, format_context
 from rag_fusion_chain.fusion import BaseFusion, reciprocal_rank_fusion
-from rag_fusion_chain.queries import N_SPEC, Step, configured_n, count_setting
+from rag_fusion_chain.queries import N_SPEC, Step, configured_count, count_setting
 from rag_fusion_chain.retrievers.fanout import MultiRetriever, RetrievalResults, in_background
 from rag_fusion_chain.strategies import State, Strategy
 from rag_fusion_chain.validation import MAX_QUERIES, Question, question_of, validate_count
@@ -122,11 +122,9 @@ def _sources(state: State) -> AddableDict:
 
 def _configured(part: Part, config: RunnableConfig, setting: str) -> Part:
     """``part`` (the fan-out or the fusion) with the per-call count ``setting`` when the config
-    sets it; None leaves it as built (LangServe sends every unset setting as None)."""
-    value = (config.get("configurable") or {}).get(setting)
-    if value is None:
-        return part
-    return part.model_copy(update={setting: validate_count(setting, value)})
+    sets it (:func:`~rag_fusion_chain.queries.configured_count`), else as built."""
+    value = configured_count(config, setting, None)
+    return part if value is None else part.model_copy(update={setting: value})
 
 
 def _unsearched(state: State) -> tuple[State, Any, list[str]]:
@@ -244,7 +242,7 @@ class _Steps:
         # the question's whole fused ranking: the best documents lead, the rest give term statistics
         documents: list[Document] = reciprocal_rank_fusion.invoke(first, config)  # type: ignore[assignment]
         generated = self.record.offline_queries(
-            question, documents, configured_n(config, self.count)
+            question, documents, configured_count(config, "n", self.count, MAX_QUERIES)
         )
         state = _queried(self.record, question, generated, self.search_question)
         return {**state, "first": _Begun(first) if question in state["searched"] else None}

@@ -119,9 +119,7 @@ class FusionRetriever(BaseRetriever):
         return await super().ainvoke(question, config, run_config=run_config, **kwargs)
 
     def _fusion(self, k: int | None, config: RunnableConfig) -> BaseFusion:
-        if k is None:  # a configurable k of None (LangServe sends unset fields so) keeps the field
-            configured = (config.get("configurable") or {}).get("k")
-            k = self.k if configured is None else configured
+        k = queries.configured_count(config, "k", self.k) if k is None else k
         return self.fusion.with_settings(top_n=validate_count("k", k))
 
     def _get_relevant_documents(
