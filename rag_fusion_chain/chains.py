@@ -1,12 +1,12 @@
 """Ready-made chains: each strategy of :mod:`strategies` as one LCEL sequence of named steps.
 
 ``generate_queries`` → ``retrieve`` → ``fuse`` → ``format_context`` → [``answer_sub_questions``]
-→ ``answer``, each a :class:`Step` over a state dict, built from the kit's public runnables: the
+(each a :class:`Step` over a state dict) → ``answer`` (streamed), from the kit's public parts: the
 strategy's query step (or its offline one), :class:`~rag_fusion_chain.retrievers.MultiRetriever`,
-a fusion runnable, :func:`~rag_fusion_chain.context.format_context` and
-``prompt | llm | StrOutputParser()`` (or the offline extractive answer). The question itself is
-searched beside the query step. Input: ``str`` or ``{"question": str}``;
-output: the answer, streamed; with ``return_sources=True`` dict chunks adding up to
+a fusion runnable, :func:`~rag_fusion_chain.context.format_context` and ``prompt | llm |
+StrOutputParser()`` (or the offline extractive answer). The question itself is searched beside the
+query step where the record says so (offline, first: its documents give the queries). Input: ``str``
+or ``{"question": str}``; output: the answer; with ``return_sources=True`` dict chunks adding up to
 ``{"answer", "queries", "documents", "failures"}``, the sources first.
 
 Per call: ``config={"configurable": {"n": 2, "k": 10, "top_n": 3}}`` (see the README for what each
@@ -42,7 +42,7 @@ from langchain_core.runnables.utils import AddableDict
 from rag_fusion_chain import prompts, strategies
 from rag_fusion_chain.context import format_answered, format_context
 from rag_fusion_chain.fusion import BaseFusion, reciprocal_rank_fusion
-from rag_fusion_chain.queries import N_SPEC, Step, configured_n, count_setting
+from rag_fusion_chain.queries import N_SPEC, Step, configured_count, count_setting
 from rag_fusion_chain.retrievers.fanout import MultiRetriever, RetrievalResults, in_background
 from rag_fusion_chain.strategies import State, Strategy
 from rag_fusion_chain.validation import MAX_QUERIES, Question, question_of, validate_count
@@ -122,11 +122,9 @@ def _sources(state: State) -> AddableDict:
 
 def _configured(part: Part, config: RunnableConfig, setting: str) -> Part:
     """``part`` (the fan-out or the fusion) with the per-call count ``setting`` when the config
-    sets it; None leaves it as built (LangServe sends every unset setting as None)."""
-    value = (config.get("configurable") or {}).get(setting)
-    if value is None:
-        return part
-    return part.model_copy(update={setting: validate_count(setting, value)})
+    sets it (:func:`~rag_fusion_chain.queries.configured_count`), else as built."""
+    value = configured_count(config, setting, None)
+    return part if value is None else part.model_copy(update={setting: value})
 
 
 def _unsearched(state: State) -> tuple[State, Any, list[str]]:
@@ -195,7 +193,7 @@ def _sub_answered(state: State, answers: list[State], texts: list[str] | None = 
 @dataclass(frozen=True)
 class _Steps:
     """The bodies of one ready chain's steps (sync and async) over its parts: each method is one
-    :class:`Step`; the fan-out's ``k`` and the fusion's ``top_n`` may be set per call."""
+    step's; the fan-out's ``k`` and the fusion's ``top_n`` may be set per call."""
 
     record: Strategy
     query_step: Runnable[Any, list[str]] | None  # None: offline
@@ -244,7 +242,7 @@ class _Steps:
         # the question's whole fused ranking: the best documents lead, the rest give term statistics
         documents: list[Document] = reciprocal_rank_fusion.invoke(first, config)  # type: ignore[assignment]
         generated = self.record.offline_queries(
-            question, documents, configured_n(config, self.count)
+            question, documents, configured_count(config, "n", self.count, MAX_QUERIES)
         )
         state = _queried(self.record, question, generated, self.search_question)
         return {**state, "first": _Begun(first) if question in state["searched"] else None}
@@ -507,10 +505,18 @@ def with_step(chain: Runnable[Any, Any], step: Runnable[Any, Any], *, after: str
     return binding.model_copy(update={"bound": RunnableSequence(*head, step, *tail)})
 
 
-# The named chains: chain_for with the strategy given (retrievers, llm, then its options).
-multi_query_chain = partial(chain_for, "multi-query")  # n rephrasings (default 5), unique union
-rag_fusion_chain = partial(chain_for, "rag-fusion")  # n related queries (default 4), RRF
-decomposition_chain = partial(chain_for, "decomposition")  # n sub-questions (3), then the question
-step_back_chain = partial(chain_for, "step-back")  # the question and a broader one, fused apart
-hyde_chain = partial(chain_for, "hyde")  # a hypothetical passage searched instead of the question
-rewrite_chain = partial(chain_for, "rewrite")  # Rewrite-Retrieve-Read: one rewritten search query
+def _named(strategy: str) -> partial[Runnable[Any, Any]]:
+    """:func:`chain_for` with ``strategy`` given (then retrievers, llm, its options), documented by
+    the strategy's record, so that ``help()`` says what it does."""
+    record, factory = strategies.get(strategy), partial(chain_for, strategy)
+    counted = f"; n={record.default_n} by default" if record.default_n else ""
+    factory.__doc__ = f"The {strategy} ready chain: {record.description}{counted}. See chain_for."
+    return factory
+
+
+multi_query_chain = _named("multi-query")
+rag_fusion_chain = _named("rag-fusion")
+decomposition_chain = _named("decomposition")
+step_back_chain = _named("step-back")
+hyde_chain = _named("hyde")
+rewrite_chain = _named("rewrite")

@@ -34,10 +34,13 @@ from rag_fusion_chain.validation import MAX_QUERIES, question_of, validate_count
 OnFailure = Literal["warn", "raise"]
 
 
-def configured_n(config: RunnableConfig | None, n: int) -> int:
-    """``n``, or the per-call ``config={"configurable": {"n": ...}}`` when set (None keeps ``n``)."""
-    value = ((config or {}).get("configurable") or {}).get("n")
-    return n if value is None else validate_count("n", value, MAX_QUERIES)
+def configured_count(
+    config: RunnableConfig | None, name: str, built: Any, upper: int | None = None
+) -> Any:
+    """The per-call count ``config={"configurable": {name: ...}}`` (checked), else ``built``:
+    None keeps it too, as LangServe sends every unset setting as None."""
+    value = ((config or {}).get("configurable") or {}).get(name)
+    return built if value is None else validate_count(name, value, upper)
 
 
 def count_setting(name: str, description: str) -> ConfigurableFieldSpec:
@@ -112,7 +115,7 @@ def _query_list(
     validate_count("n", n, MAX_QUERIES)  # prompts ignore the values they do not use (n)
 
     def generate(value: Any, config: RunnableConfig) -> list[str]:
-        question, count = question_of(value), configured_n(config, n)
+        question, count = question_of(value), configured_count(config, "n", n, MAX_QUERIES)
         model = prompt | llm | QueryListParser(n=count)
         try:
             generated = model.invoke({"question": question, "n": count}, config)
@@ -121,7 +124,7 @@ def _query_list(
         return _queries(question, generated, include_original, on_failure)
 
     async def agenerate(value: Any, config: RunnableConfig) -> list[str]:
-        question, count = question_of(value), configured_n(config, n)
+        question, count = question_of(value), configured_count(config, "n", n, MAX_QUERIES)
         model = prompt | llm | QueryListParser(n=count)
         try:
             generated = await model.ainvoke({"question": question, "n": count}, config)

@@ -51,20 +51,13 @@ class RequestLimits:
     """ASGI middleware answering a refusal as JSON ``{"detail": ...}`` naming the setting to change:
     400 foreign Host or too deep JSON, 403 foreign Origin, 415 not JSON, 413 too large, 422 batch."""
 
-    def __init__(
-        self,
-        app: ASGIApp,
-        max_body_bytes: int | None = None,
-        max_batch: int | None = None,
-        allowed_hosts: Iterable[str] = (),
-    ) -> None:
+    def __init__(self, app: ASGIApp, allowed_hosts: Iterable[str] = ()) -> None:
         self.app = app
         configured = os.environ.get(ALLOWED_HOSTS_ENV, "").split(",")
         names = (*LOOPBACK_HOSTS, *configured, *allowed_hosts)
         self.allowed_hosts = frozenset(_host_name(name) for name in names if name.strip())
-        body_limit = environment_count(MAX_BODY_BYTES_ENV, DEFAULT_MAX_BODY_BYTES)
-        self.max_body_bytes = max_body_bytes or body_limit
-        self.max_batch = max_batch or environment_count(MAX_BATCH_ENV, DEFAULT_MAX_BATCH)
+        self.max_body_bytes = environment_count(MAX_BODY_BYTES_ENV, DEFAULT_MAX_BODY_BYTES)
+        self.max_batch = environment_count(MAX_BATCH_ENV, DEFAULT_MAX_BATCH)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -133,12 +126,12 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replayed
 
 
-def limit_requests(app: Any, **limits: Any) -> Any:
-    """``app`` (FastAPI) with :class:`RequestLimits` (``limits``: its keyword arguments) and a 422
+def limit_requests(app: Any, allowed_hosts: Iterable[str] = ()) -> Any:
+    """``app`` (FastAPI) with :class:`RequestLimits` (answering ``allowed_hosts`` too) and a 422
     (not 500) for an invalid input in a batch, which LangServe validates outside its error handling."""
     from pydantic import ValidationError
 
-    app.add_middleware(RequestLimits, **limits)
+    app.add_middleware(RequestLimits, allowed_hosts=allowed_hosts)
     app.add_exception_handler(ValidationError, _invalid_input)
     return app
 

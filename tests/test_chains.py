@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import operator
 import threading
 from collections.abc import Callable
@@ -683,6 +684,16 @@ def test_without_an_llm_every_chain_is_the_offline_chain(name: str) -> None:
     collector = RunCollector()
     chain.invoke(QUESTION, {"callbacks": [collector]})
     assert collector.roots[0].name == strategy_of(name)
+
+
+@pytest.mark.parametrize("name", strategies.STRATEGIES)
+def test_a_named_chain_is_chain_for_with_its_strategy_and_help_says_what_it_does(name: str) -> None:
+    factory = getattr(chains, name.replace("-", "_") + "_chain")
+    assert (factory.func, factory.args) == (chains.chain_for, (name,))
+    assert list(inspect.signature(factory).parameters)[:2] == ["retrievers", "llm"]
+    record = strategies.get(name)
+    assert factory.__doc__.startswith(f"The {name} ready chain: {record.description}")
+    assert (f"n={record.default_n} by default" in factory.__doc__) is (record.default_n is not None)
 
 
 def test_without_an_llm_prompts_are_refused_and_any_retriever_feeds_the_offline_steps() -> None:

@@ -365,7 +365,7 @@ def test_an_edit_that_keeps_the_stat_is_seen_if_stamped_in_the_tick_of_the_last_
     an older stamp is trusted."""
     tick = time.time_ns() - stamped_before * 1_000_000_000
     monkeypatch.setattr(
-        ingest, "file_stamp", lambda status: (status.st_size, tick, tick, status.st_ino)
+        ingest, "_file_stamp", lambda status: (status.st_size, tick, tick, status.st_ino)
     )
     embeddings = CountingEmbeddings(size=16, embedded=[])
     out = tmp_path / "index"

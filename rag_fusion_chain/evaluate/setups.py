@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
-from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.runnables import Runnable
 
 from rag_fusion_chain.evaluate.beir import BeirDataset, load_beir
 from rag_fusion_chain.evaluate.cache import DEFAULT_CACHE_DIR, CachedEmbeddings
@@ -210,7 +210,6 @@ def run_setups(
     indexes: Indexes,
     *,
     batch_size: int = 32,
-    max_concurrency: int | None = None,
     progress: ProgressCallback = ignore_progress,
 ) -> dict[str, Run]:
     """One run per setup: every query of ``dataset`` through the setup's ``batch``, in chunks
@@ -219,7 +218,6 @@ def run_setups(
     if len(set(names)) != len(names):
         raise ValueError(f"setups: names must be unique, got {names}")
     query_ids, texts = list(dataset.queries), list(dataset.queries.values())
-    config = RunnableConfig(max_concurrency=max_concurrency) if max_concurrency else None
     runs: dict[str, Run] = {}
     for setup in setups:
         runnable = setup.build(indexes)
@@ -227,7 +225,7 @@ def run_setups(
         progress(task, 0, len(texts))
         rankings: list[list[Document]] = []
         for start in range(0, len(texts), batch_size):
-            rankings.extend(runnable.batch(texts[start : start + batch_size], config))
+            rankings.extend(runnable.batch(texts[start : start + batch_size]))
             progress(task, len(rankings), len(texts))
         runs[setup.name] = run_from_rankings(dict(zip(query_ids, rankings, strict=True)))
     return runs

@@ -1,5 +1,6 @@
-"""Result fusion: pure functions per algorithm (:mod:`.algorithms`) and thin Runnables over them
-(:mod:`.runnables`); outputs are fresh copies with ``metadata["fusion_score"]``, best first."""
+"""Result fusion: pure scores per algorithm (:mod:`.algorithms`), thin Runnables over them giving
+fresh copies with ``metadata["fusion_score"]`` (:mod:`.runnables`: best first, a union in first-seen
+order), and the input's ranked lists, weights and document identity (:mod:`.inputs`)."""
 
 from rag_fusion_chain.fusion.algorithms import (
     RRF_K,
@@ -15,7 +16,6 @@ from rag_fusion_chain.fusion.inputs import (
     SCORE_KEY,
     RankedList,
     document_id,
-    validate_weights,
 )
 from rag_fusion_chain.fusion.runnables import (
     FUSIONS,
@@ -52,5 +52,4 @@ __all__ = [
     "relative_scores",
     "union_scores",
     "unique_union",
-    "validate_weights",
 ]

@@ -136,14 +136,12 @@ def identity(id_key: str) -> Callable[[Document], Any]:
     return key
 
 
-def document_id(document: Document, id_key: str | None = None, score_key: str = SCORE_KEY) -> str:
-    """A stable string id: ``Document.id``, else ``metadata[id_key]``, else a content hash of the
-    text and metadata without score keys (the kit's chunk ids, the same in every process)."""
+def document_id(document: Document) -> str:
+    """A stable string id: ``Document.id``, else a content hash of the text and metadata without
+    the score keys (the kit's chunk ids, the same in every process)."""
     if document.id:
         return document.id
-    if id_key is not None and document.metadata.get(id_key) is not None:
-        return str(document.metadata[id_key])
-    ignored = (SCORE_KEY, FUSION_SCORE_KEY, score_key)
+    ignored = (SCORE_KEY, FUSION_SCORE_KEY)
     metadata = {name: value for name, value in document.metadata.items() if name not in ignored}
     canonical = json.dumps(
         [document.page_content, metadata], sort_keys=True, ensure_ascii=False, default=repr

@@ -56,8 +56,6 @@ class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
     def with_settings(self, **settings: Any) -> BaseFusion:
         """This fusion with per-call ``settings`` validated like fields (itself when they change
         nothing); TypeError names any keyword not in :attr:`call_settings`."""
-        if not settings:
-            return self
         if unknown := settings.keys() - set(self.call_settings):
             raise TypeError(
                 f"{type(self).__name__} got unexpected keyword argument(s) "

@@ -101,7 +101,7 @@ def load_with_report(
             if isinstance(status, str):
                 result.skip(UnreadableSourceError(shown_name, status), strict=strict)
                 continue
-            result.stamps[shown_name] = stamp = file_stamp(status)
+            result.stamps[shown_name] = stamp = _file_stamp(status)
             if status.st_size <= max_file_size and unchanged and unchanged(shown_name, stamp):
                 result.loaded.append(shown_name)
                 result.unchanged.append(shown_name)
@@ -124,7 +124,7 @@ def load_with_report(
     return result
 
 
-def file_stamp(status: os.stat_result) -> FileStamp:
+def _file_stamp(status: os.stat_result) -> FileStamp:
     """What :attr:`LoadResult.stamps` records of a file's ``stat``."""
     return (status.st_size, status.st_mtime_ns, status.st_ctime_ns, status.st_ino)
 
@@ -177,7 +177,6 @@ __all__ = [
     "UnreadableSourceError",
     "count_tokens",
     "describe_skipped",
-    "file_stamp",
     "load",
     "load_file",
     "load_pdf",

@@ -1,7 +1,7 @@
-"""Retrievers: the fan-out over several retrievers, FusionRetriever, BM25, hybrid, store builders.
+"""Retrievers: the fan-out, FusionRetriever, BM25, hybrid, vector stores, index directories.
 
-Importing this package needs only langchain-core: the fan-out names load at once, the others
-(which need optional extras) on first access.
+Importing this package needs only langchain-core: the fan-out and FusionRetriever load at once,
+the others (which need optional extras) on first access.
 """
 
 from __future__ import annotations
@@ -51,12 +51,15 @@ __all__ = [
     "BM25Retriever",
     "FusionRetriever",
     "MultiRetriever",
+    "OpenedIndex",
     "RetrievalError",
     "RetrievalFailure",
     "RetrievalResults",
     "VectorRetriever",
     "build_chroma",
     "build_faiss",
+    "build_index",
     "hybrid_retriever",
     "load_faiss",
+    "open_index",
 ]

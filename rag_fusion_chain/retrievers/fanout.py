@@ -28,8 +28,8 @@ from langchain_core.runnables.utils import gather_with_concurrency
 from langchain_core.vectorstores import VectorStoreRetriever
 from pydantic import BeforeValidator, ConfigDict, Field, ValidationInfo
 
-from rag_fusion_chain.fusion import RankedList, validate_weights
-from rag_fusion_chain.fusion.inputs import is_document_list
+from rag_fusion_chain.fusion import RankedList
+from rag_fusion_chain.fusion.inputs import is_document_list, validate_weights
 from rag_fusion_chain.fusion.runnables import traced_call
 
 DEFAULT_TIMEOUT = 30.0

@@ -87,9 +87,9 @@ class FusionRetriever(BaseRetriever):
         """A FusionRetriever whose queries come from ``llm`` with the query step of ``strategy``
         (``queries.rag_fusion``...), as ``MultiQueryRetriever.from_llm`` does; the question is
         searched too unless ``include_original=False``. ``n``: queries, where the step counts them."""
-        factory = getattr(queries, strategy.replace("-", "_"), None)
-        if strategy not in _FUSED_FLAT or factory is None:
+        if strategy not in _FUSED_FLAT:
             raise ValueError(f"strategy must be one of {', '.join(_FUSED_FLAT)}; got {strategy!r}")
+        factory = getattr(queries, strategy.replace("-", "_"))
         generator = factory(llm) if n is None else factory(llm, n)
         if include_original:
             both = RunnableParallel(question=RunnablePassthrough(), queries=generator)
@@ -119,9 +119,7 @@ class FusionRetriever(BaseRetriever):
         return await super().ainvoke(question, config, run_config=run_config, **kwargs)
 
     def _fusion(self, k: int | None, config: RunnableConfig) -> BaseFusion:
-        if k is None:  # a configurable k of None (LangServe sends unset fields so) keeps the field
-            configured = (config.get("configurable") or {}).get("k")
-            k = self.k if configured is None else configured
+        k = queries.configured_count(config, "k", self.k) if k is None else k
         return self.fusion.with_settings(top_n=validate_count("k", k))
 
     def _get_relevant_documents(
