@@ -199,12 +199,16 @@ def _title_of(document: Document) -> str:
     return source or str(document.id or "")
 
 
+_HEADING_MARKS = re.compile(r"(?m)^[ \t]*#{1,6}[ \t]+")
+
+
 def _excerpt_of(document: Document) -> str:
-    """The text on one line without the heading or title it starts with (the title is shown)."""
+    """The text on one line without the heading or title it starts with (the title is shown),
+    nor the marks of the Markdown headings inside it."""
     text = document.page_content.lstrip()
     if _heading(text) is not None:
         text = text.partition("\n")[2]
-    text = " ".join(text.split())
+    text = " ".join(_HEADING_MARKS.sub("", text).split())
     title = " ".join(str(document.metadata.get("title") or "").split())
     if title and text.casefold().startswith(title.casefold()):
         text = text[len(title) :].lstrip(" .:;-–—")

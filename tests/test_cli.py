@@ -713,7 +713,7 @@ def test_the_sources_table_at_80_columns_shows_title_and_excerpt_once() -> None:
             metadata={"title": title, "fusion_score": 0.0325},
         ),
         Document(
-            "# Heat pumps\n\nHeat pumps move heat with a compressor.",
+            "# Heat pumps\n\nHeat pumps move heat with a compressor.\n\n## Winter\nLess efficient.",
             metadata={"source": "/home/someone/notes/heat.md", "fusion_score": 0.0161},
         ),
     ]
@@ -722,7 +722,8 @@ def test_the_sources_table_at_80_columns_shows_title_and_excerpt_once() -> None:
     titles, excerpts = cells_of_column(text, 2), cells_of_column(text, 3)
     assert title in titles and "Heat pumps (notes/heat.md)" in titles
     assert "Alterations of the architecture of cerebral white matter" in excerpts
-    assert "Microstructural" not in excerpts and "# Heat" not in excerpts
+    assert "Microstructural" not in excerpts and "# Heat" not in excerpts and "#" not in excerpts
+    assert "compressor. Winter Less efficient." in excerpts  # a heading inside: its marks dropped
     assert excerpts.index("Alterations") < excerpts.index("Heat pumps move heat")
     assert "0.0325" in text and "reciprocal rank fusion" in text
 
