@@ -330,12 +330,12 @@ def _faiss_search_parameters(parameters: dict[str, int], index: Any) -> Any:
     """FAISS ``SearchParameters`` for one call, of the index's kind (FAISS ignores another's)."""
     import faiss
 
-    ((name, value),) = parameters.items() if len(parameters) == 1 else [("", 0)]
-    kind = {"efSearch": "HNSW", "nprobe": "IVF"}.get(name)  # an index of the kind has hnsw / nprobe
-    if kind is None or not hasattr(index, "hnsw" if kind == "HNSW" else "nprobe"):
+    kinds = {"efSearch": ("HNSW", "hnsw"), "nprobe": ("IVF", "nprobe")}  # FAISS class, index field
+    name = next(iter(parameters)) if len(parameters) == 1 else ""
+    if name not in kinds or not hasattr(index, kinds[name][1]):
         message = "expected {'efSearch': n} (HNSW) or {'nprobe': n} (IVF)"
         raise ValueError(f"search_parameters: {message} for {type(index).__name__}: {parameters}")
-    return getattr(faiss, f"SearchParameters{kind}")(**{name: int(value)})
+    return getattr(faiss, f"SearchParameters{kinds[name][0]}")(**{name: int(parameters[name])})
 
 
 def _search_faiss(
