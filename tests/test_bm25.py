@@ -231,8 +231,12 @@ async def test_async_paths_match_sync() -> None:
 # ---------------------------------------------------------------------------------- persistence
 
 
-def test_save_load_roundtrip_uses_json_and_no_pickle(tmp_path: Path) -> None:
-    retriever = BM25Retriever.from_documents(ENGLISH + CHINESE, k=3, stem=True)
+@pytest.mark.parametrize("method", ["lucene", "bm25+"])
+def test_save_load_roundtrip_uses_json_and_no_pickle(tmp_path: Path, method: str) -> None:
+    import bm25s
+    import numpy as np
+
+    retriever = BM25Retriever.from_documents(ENGLISH + CHINESE, k=3, stem=True, method=method)
     retriever.save(tmp_path / "bm25")
     names = {path.name for path in (tmp_path / "bm25").iterdir()}
     assert "documents.json" in names and "retriever.json" in names
@@ -244,6 +248,12 @@ def test_save_load_roundtrip_uses_json_and_no_pickle(tmp_path: Path) -> None:
     for query in ("solar energy", "光伏", "running"):
         assert loaded.invoke(query) == retriever.invoke(query)
     assert BM25Retriever.load(tmp_path / "bm25", k=1).k == 1
+    plain = bm25s.BM25.load(tmp_path / "bm25")  # the kit reads each file once, as bm25s does
+    for name in ("k1", "b", "delta", "method", "idf_method", "dtype", "vocab_dict"):
+        assert getattr(loaded.index, name) == getattr(plain, name)
+    for name in ("data", "indices", "indptr"):
+        np.testing.assert_array_equal(loaded.index.scores[name], plain.scores[name])
+    np.testing.assert_array_equal(loaded.index.nonoccurrence_array, plain.nonoccurrence_array)
 
 
 def test_load_missing_directory_names_the_path(tmp_path: Path) -> None:

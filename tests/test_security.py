@@ -239,6 +239,53 @@ def test_a_planted_fifo_or_dev_zero_link_in_bm25_fails_at_once(
         BM25Retriever.load(tmp_path)
 
 
+FORGED_BM25 = {  # each file of a saved BM25 index, and how a swap forges it
+    "params.index.json": lambda text: text.replace('"k1": 1.5', '"k1": 9.5'),
+    "vocab.index.json": lambda text: text.replace('"heat"', '"forged"'),
+    "data.csc.index.npy": lambda array: array + 1,
+    "counts.csc.index.npy": lambda array: array + 1,
+}
+
+
+@pytest.mark.parametrize("name", sorted(FORGED_BM25))
+def test_a_bm25_file_swapped_right_after_its_check_is_never_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    # the kit checked each file by name, then bm25s (and np.load) opened it again by name: a file
+    # swapped in between was the one loaded
+    import numpy as np
+
+    from rag_fusion_chain.retrievers import bm25
+
+    def state(retriever: bm25.BM25Retriever) -> Any:
+        index = retriever.index
+        return index.vocab_dict, index.k1, index.scores["data"].tolist(), retriever.counts.tolist()
+
+    bm25.BM25Retriever.from_documents(DOCUMENTS).save(tmp_path)
+    saved = state(bm25.BM25Retriever.load(tmp_path))
+    target, forge, opened = tmp_path / name, FORGED_BM25[name], bm25.open_regular_file
+    swaps: list[str] = []
+
+    def open_then_swap(path: str | Path, *args: Any) -> Any:
+        file = opened(path, *args)
+        if Path(path) == target and not swaps:  # swapped for a new file, as an attacker would
+            forged = tmp_path / "forged.npy"
+            if name.endswith(".npy"):
+                np.save(forged, forge(np.load(target)))
+            else:
+                forged.write_text(forge(target.read_text()))
+            forged.replace(target)
+            swaps.append(name)
+        return file
+
+    monkeypatch.setattr(bm25, "open_regular_file", open_then_swap)
+    loaded = state(bm25.BM25Retriever.load(tmp_path))
+    assert swaps == [name], "the swap did not happen"
+    assert loaded == saved
+    monkeypatch.undo()
+    assert state(bm25.BM25Retriever.load(tmp_path)) != saved  # the forged file, read now
+
+
 def plant(path: Path, kind: str) -> None:
     """A FIFO (reading waits for ever for a writer) or a link to /dev/zero (endless) at ``path``."""
     path.unlink(missing_ok=True)

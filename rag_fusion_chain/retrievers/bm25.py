@@ -39,6 +39,8 @@ BM25_FORMAT_VERSION = 3  # 3: with the term counts
 DOCUMENTS_FILE = "documents.json"
 COUNTS_FILE = "counts.csc.index.npy"  # each bm25s score entry's term count, for updates
 SETTINGS_FILE = "retriever.json"
+_BM25S_PARAMETERS = ("k1", "b", "delta", "method", "idf_method", "dtype", "int_dtype")
+_CSC_ARRAYS = ("data", "indices", "indptr")  # bm25s's score matrix
 _CJK_RANGES = (
     "\u3040-\u30ff"  # Hiragana, Katakana
     "\u3400-\u4dbf"  # CJK Extension A
@@ -280,26 +282,21 @@ class BM25Retriever(BatchedRetriever):
     ) -> BM25Retriever:
         """A retriever :meth:`save` wrote (no pickle; ``kwargs`` override fields, e.g. ``k``);
         ``same_as``: an index's FAISS docstore columns, taken if ``documents.json`` has its bytes."""
-        import numpy as np
-
         path = Path(directory)
         if not path.is_dir():
             raise FileNotFoundError(f"BM25 index directory not found: {path}")
-        for file in path.iterdir():  # bm25s opens its files by name: a FIFO or /dev/zero refused
-            open_regular_file(file).close()
         settings = _read_json(path / SETTINGS_FILE)
         if not isinstance(settings, dict) or settings.get("format") != BM25_FORMAT:
             raise ValueError(f"{path / SETTINGS_FILE} is not a BM25Retriever settings file")
-        bm25s = require_extra("bm25s", "bm25")
         try:
-            index = bm25s.BM25.load(str(path), load_corpus=False, show_progress=False)
-            exists = (path / COUNTS_FILE).is_file()  # not before format 3
-            counts = np.load(path / COUNTS_FILE, allow_pickle=False) if exists else None
+            index = _read_bm25s_index(path)
+            exists = (path / COUNTS_FILE).exists()  # not before format 3
+            counts = _read_array(path / COUNTS_FILE) if exists else None
             if counts is not None and counts.shape != index.scores["data"].shape:
                 raise ValueError(f"{path / COUNTS_FILE} is not one term count a score")
         except FileNotFoundError:
             raise
-        except (ValueError, EOFError, KeyError, OSError) as error:  # truncated or foreign files
+        except (ValueError, TypeError, EOFError, KeyError, OSError) as error:  # foreign files
             raise ValueError(
                 f"{path}: the bm25s index files are corrupt or incomplete "
                 f"({type(error).__name__}: {error}); rebuild the index"
@@ -331,8 +328,7 @@ def _scored_index(
     import numpy as np
     from bm25s import scoring
 
-    names = ("k1", "b", "delta", "method", "idf_method", "dtype", "int_dtype")
-    index = type(template)(**{name: getattr(template, name) for name in names})
+    index = type(template)(**{name: getattr(template, name) for name in _BM25S_PARAMETERS})
     frequencies = np.diff(np.searchsorted(keys, np.arange(len(vocabulary) + 1) << 32))
     used = frequencies > 0  # terms only removed documents had are dropped
     renumbered = np.cumsum(used) - 1
@@ -364,6 +360,28 @@ def _scored_index(
     index.vocab_dict = {term: numbers[i] for term, i in vocabulary.items() if flags[i]}
     index.unique_token_ids_set = set(index.vocab_dict.values())
     return index
+
+
+def _read_bm25s_index(path: Path) -> Any:
+    """What ``bm25s.BM25.save`` wrote in ``path``, each file parsed from the descriptor checked
+    (``BM25.load`` opens them by name again: a file swapped meanwhile would be read)."""
+    parameters = _read_json(path / "params.index.json")
+    given = {name: parameters[name] for name in _BM25S_PARAMETERS if name in parameters}
+    index = require_extra("bm25s", "bm25").BM25(**given)
+    index.vocab_dict = dict(_read_json(path / "vocab.index.json"))
+    index.unique_token_ids_set = set(index.vocab_dict.values())
+    index.scores = {name: _read_array(path / f"{name}.csc.index.npy") for name in _CSC_ARRAYS}
+    index.scores["num_docs"] = parameters["num_docs"]
+    nonoccurring = index.method in index.methods_requiring_nonoccurrence  # bm25l, bm25+
+    index.nonoccurrence_array = (
+        _read_array(path / "nonoccurrence_array.index.npy") if nonoccurring else None
+    )
+    return index
+
+
+def _read_array(path: Path) -> Any:
+    with open_regular_file(path) as file:
+        return require_extra("numpy", "bm25").load(file, allow_pickle=False)
 
 
 def _read_json(path: Path) -> Any:
