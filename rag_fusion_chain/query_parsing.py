@@ -145,7 +145,7 @@ def _json_queries(text: str) -> list[str] | None:
         return None
     try:
         data = json.loads(stripped)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested beyond the parser's depth: read as lines
         return None
     if isinstance(data, dict):
         data = next((value for value in data.values() if isinstance(value, list)), None)

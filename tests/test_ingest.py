@@ -20,7 +20,13 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
 
 from rag_fusion_chain import ingest, models
-from rag_fusion_chain.ingest import Skipped, SkippedSourceWarning, count_tokens, split_documents
+from rag_fusion_chain.ingest import (
+    Skipped,
+    SkippedSourceWarning,
+    UnreadableSourceError,
+    count_tokens,
+    split_documents,
+)
 from rag_fusion_chain.ingest.files import import_pymupdf
 from rag_fusion_chain.ingest.html import HtmlText, html_to_text
 from tests.conftest import StaticSite
@@ -282,10 +288,12 @@ def test_beir_corpus_maps_ids_titles_and_text(tmp_path: Path):
         (['{"_id": "a", "text": "x"}', "{not json"], r"corpus.jsonl:2: invalid JSON"),
         (['{"title": "no id"}'], r"corpus.jsonl:1: expected a JSON object with an '_id'"),
         (['{"_id": "a", "text": "x"}', '{"_id": "a", "text": "y"}'], "duplicate _id 'a'"),
+        (["[" * 100_000], r"corpus.jsonl:1: invalid JSON"),  # was a RecursionError
+        (['{"_id": ' + "1" * 5000 + "}"], r"corpus.jsonl:1: invalid JSON"),  # int digits limit
     ],
 )
 def test_broken_beir_corpus_names_the_line(tmp_path: Path, lines: list[str], message: str):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(UnreadableSourceError, match=message):  # a reported skip in a folder
         ingest.load_file(write_jsonl(tmp_path / "corpus.jsonl", lines))
 
 

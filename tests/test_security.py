@@ -286,6 +286,18 @@ def test_a_bm25_file_swapped_right_after_its_check_is_never_read(
     assert state(bm25.BM25Retriever.load(tmp_path)) != saved  # the forged file, read now
 
 
+@pytest.mark.parametrize("name", ["index.json", "faiss/manifest.json", "bm25/retriever.json"])
+def test_an_index_file_nested_too_deep_is_a_clear_error(tmp_path: Path, name: str) -> None:
+    # json.loads raised RecursionError, which no caller expects from a corrupt file
+    from rag_fusion_chain.retrievers.index_directory import build_index, open_index
+
+    build_index(DOCUMENTS, tmp_path, embedding=EMBEDDINGS, chunk_size=None)
+    folder = tmp_path if name == "index.json" else next((tmp_path / ".versions").iterdir())
+    (folder / name).write_text("[" * 100_000)
+    with pytest.raises(ValueError, match=f"{Path(name).name} is not valid JSON"):
+        open_index(tmp_path, EMBEDDINGS)
+
+
 def plant(path: Path, kind: str) -> None:
     """A FIFO (reading waits for ever for a writer) or a link to /dev/zero (endless) at ``path``."""
     path.unlink(missing_ok=True)

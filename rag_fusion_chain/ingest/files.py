@@ -203,7 +203,7 @@ def beir_documents(lines: Iterable[bytes], source: str) -> list[Document]:
             continue
         try:
             record = json.loads(line)
-        except json.JSONDecodeError as error:
+        except (ValueError, RecursionError) as error:  # too deep, an int of 5,000 digits
             raise UnreadableSourceError(where, "invalid JSON", str(error)) from error
         if not isinstance(record, dict) or "_id" not in record:
             raise UnreadableSourceError(where, "expected a JSON object with an '_id' key")

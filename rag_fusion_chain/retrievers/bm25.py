@@ -388,5 +388,5 @@ def _read_json(path: Path) -> Any:
     with open_regular_file(path) as file:  # FileNotFoundError naming it if missing
         try:
             return read_columns(file)
-        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
             raise ValueError(f"{path} is not valid JSON (corrupt?): {error}") from error

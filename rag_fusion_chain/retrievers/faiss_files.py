@@ -278,7 +278,7 @@ def _read_manifest(directory: Path, *, required: bool) -> dict[str, Any] | None:
         return None
     try:
         manifest = json.loads(read_whole(manifest_path, MAX_MANIFEST_BYTES).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         message = f"{manifest_path} is not valid JSON: {error}. {TRUST_ADVICE}"
         raise UntrustedIndexError(message) from error
     if not isinstance(manifest, dict) or manifest.get("format") != FAISS_FORMAT:

@@ -522,7 +522,7 @@ def read_settings(directory: str | os.PathLike[str]) -> dict[str, Any]:
             f"no index in {directory}: build one with build_index() or "
             f"`rag-fusion index SOURCE... --out {directory}`"
         ) from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         raise ValueError(f"{settings_path} is not valid JSON: {error}") from error
     formats = (INDEX_FORMAT, "rag_fusion_chain.cli_index")  # the same layout's earlier name
     if not isinstance(settings, dict) or settings.get("format") not in formats:
