@@ -361,6 +361,21 @@ def test_a_planted_embedding_cache_shard_fails_at_once(tmp_path: Path, kind: str
         fresh.embed_query("heat")
 
 
+def test_a_compressed_embedding_cache_shard_is_not_inflated(tmp_path: Path) -> None:
+    # the kit writes its shards uncompressed; a deflated one (a zip bomb: 20 KB on disk, 40 MB
+    # read into memory here, any size in general) was inflated whole
+    np = pytest.importorskip("numpy")
+    from rag_fusion_chain.evaluate.cache import CachedEmbeddings
+
+    cached = CachedEmbeddings(EMBEDDINGS, tmp_path)
+    cached.embed_query("heat")
+    bomb = cached.directory / "bomb.npz"
+    np.savez_compressed(bomb, keys=np.asarray(["k"]), vectors=np.zeros((1, 10_000_000), "f4"))
+    assert bomb.stat().st_size < 100_000
+    with pytest.raises(ValueError, match="bomb.npz is compressed"):
+        CachedEmbeddings(EMBEDDINGS, tmp_path).embed_query("heat")
+
+
 def test_an_index_file_above_the_bound_is_not_read(tmp_path: Path) -> None:
     build_faiss(DOCUMENTS, EMBEDDINGS, path=tmp_path)
     size = (tmp_path / "docstore.json").stat().st_size

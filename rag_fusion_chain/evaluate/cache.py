@@ -53,6 +53,8 @@ class CachedEmbeddings(Embeddings):
         for path in sorted(self.directory.glob("*.npz")):
             if path.name not in self._shards_read:
                 with open_regular_file(path) as file, numpy.load(file, allow_pickle=False) as shard:
+                    if any(member.compress_type for member in shard.zip.infolist()):  # a zip bomb?
+                        raise ValueError(f"{path} is compressed (the kit's are not); not read")
                     self._vectors.update(zip(shard["keys"].tolist(), shard["vectors"], strict=True))
                 self._shards_read.add(path.name)
 
