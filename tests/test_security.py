@@ -88,6 +88,25 @@ def test_a_docstore_swapped_right_after_the_check_is_never_read(
         load_faiss(tmp_path, EMBEDDINGS)  # the swapped file, read now, fails the check
 
 
+def test_a_changed_index_faiss_never_reaches_faiss_s_reader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # index.faiss was streamed into FAISS's C++ reader while it was hashed: a crafted file was
+    # parsed before its digest was compared with the manifest's
+    import faiss
+
+    build_faiss(DOCUMENTS, EMBEDDINGS, path=tmp_path)
+    other = tmp_path / "other"
+    build_faiss([Document("Forged.", id="heat")], EMBEDDINGS, path=other)
+    (tmp_path / "index.faiss").write_bytes((other / "index.faiss").read_bytes())
+    read_index, parsed = faiss.read_index, []
+    monkeypatch.setattr(faiss, "read_index", lambda *args: parsed.append(args) or read_index(*args))
+    with pytest.raises(UntrustedIndexError, match="index.faiss does not match"):
+        load_faiss(tmp_path, EMBEDDINGS)
+    assert parsed == []
+    assert load_faiss(other, EMBEDDINGS).index.ntotal == 1 and len(parsed) == 1  # still read
+
+
 def test_the_kit_writes_no_pickle_and_imports_langchain_folders_with_trust(
     tmp_path: Path,
 ) -> None:

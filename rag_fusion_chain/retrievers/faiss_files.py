@@ -32,7 +32,6 @@ from rag_fusion_chain.retrievers.signing import (
     UntrustedIndexError,
     has_digest,
     new_hash,
-    open_regular_file,
     read_whole,
     recorded_digest,
     sign,
@@ -52,9 +51,6 @@ INDEX_FILE = "index.faiss"
 DOCSTORE_FILE = "docstore.json"
 PICKLE_FILE = "index.pkl"
 """Beside ``index.faiss`` in ``FAISS.save_local`` folders (and the kit's before format 2)."""
-READ_BLOCK_BYTES = 1 << 20
-"""Blocks of ``index.faiss`` handed to FAISS (hashed on the way): at 4 MB the load took ~10%
-longer (a fresh buffer per block, its pages faulted in; the hash reads it outside the cache)."""
 
 
 def faiss_store_class() -> type[FAISS]:
@@ -141,6 +137,7 @@ def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False)
     """Load a FAISS index saved by :func:`save_faiss`, verified first (else UntrustedIndexError;
     ``trust=True`` skips that, not the pickle allow-list); other embeddings give a warning."""
     FAISS = faiss_store_class()  # noqa: N806 - a class
+    import faiss
     from langchain_community.vectorstores.utils import DistanceStrategy
 
     from rag_fusion_chain.retrievers.docstore import ColumnDocstore
@@ -154,12 +151,14 @@ def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False)
     files = files if isinstance(files, dict) else {}  # each hashed as its recorded digest was
     docstore_bytes = read_whole(directory / docstore_name)
     docstore_digest = recorded_digest(new_hash(files.get(docstore_name), docstore_bytes))
-    index, index_digest, failure = _read_faiss_hashed(directory / INDEX_FILE, files.get(INDEX_FILE))
+    index_bytes = read_whole(directory / INDEX_FILE)
+    index_digest = recorded_digest(new_hash(files.get(INDEX_FILE), index_bytes))
     if not trust:
         _verify_files(directory, files, {INDEX_FILE: index_digest, docstore_name: docstore_digest})
-    try:
-        if failure is not None:
-            raise failure
+    try:  # FAISS's C++ reader gets the verified bytes (shared, not copied) and nothing else
+        reader = faiss.PyCallbackIOReader(io.BytesIO(index_bytes).read)  # type: ignore[attr-defined]
+        index = faiss.read_index(reader)
+        del reader, index_bytes  # freed before the docstore is parsed
         if docstore_name == PICKLE_FILE:
             docstore, index_to_docstore_id = _load_docstore_pickle(
                 docstore_bytes, directory / PICKLE_FILE
@@ -191,27 +190,6 @@ def _docstore_name(directory: Path, manifest: dict[str, Any] | None) -> str:
     if manifest is None:
         return PICKLE_FILE if (directory / PICKLE_FILE).exists() else DOCSTORE_FILE
     return DOCSTORE_FILE if manifest.get("format_version") == FAISS_FORMAT_VERSION else PICKLE_FILE
-
-
-def _read_faiss_hashed(path: Path, recorded: object) -> tuple[Any, str, Exception | None]:
-    """The FAISS index read from ``path`` in one pass, the digest (``recorded``'s algorithm) of every
-    byte of the file, and the error FAISS raised on unreadable bytes (reported once it is checked)."""
-    import faiss
-
-    digest = new_hash(recorded)
-    with open_regular_file(path) as file:
-
-        def read(count: int) -> bytes:
-            block = file.read(count)
-            digest.update(block)
-            return block
-
-        index, failure = None, None
-        try:
-            index = faiss.read_index(faiss.PyCallbackIOReader(read, READ_BLOCK_BYTES))  # type: ignore[attr-defined]
-        except Exception as error:  # noqa: BLE001 - returned, raised after the hash check
-            failure = error
-        return index, recorded_digest(digest, file), failure
 
 
 ALLOWED_GLOBALS: Final = frozenset(
