@@ -125,6 +125,23 @@ def test_an_update_of_an_unchanged_folder_embeds_nothing(
     assert search(tmp_path / "index", embeddings, "solar") != []
 
 
+def test_an_update_copies_links_in_the_previous_chroma_folder_as_links(
+    folder: Path, tmp_path: Path
+) -> None:
+    # the copy of the previous collection followed links: one planted to a file elsewhere put its
+    # text in the index folder, one to a folder copied that folder, one to /dev/zero never ended
+    embeddings = CountingEmbeddings(size=16, embedded=[])
+    options = {"store": "chroma", "embedding": embeddings, **SMALL}
+    first = build_index([folder], tmp_path / "index", **options)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("canary", "utf-8")
+    (stores_directory(tmp_path / "index", first) / "chroma" / "planted").symlink_to(secret)
+    again = build_index([folder], tmp_path / "index", update=True, **options)
+    copied = stores_directory(tmp_path / "index", again) / "chroma" / "planted"
+    assert copied.is_symlink() and os.readlink(copied) == str(secret)
+    assert search(tmp_path / "index", embeddings, "solar") != []
+
+
 def test_an_update_without_an_index_builds_one(folder: Path, tmp_path: Path) -> None:
     embeddings = CountingEmbeddings(size=16, embedded=[])
     settings = build_index([folder], tmp_path / "new", embedding=embeddings, update=True)

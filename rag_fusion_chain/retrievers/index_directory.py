@@ -370,7 +370,7 @@ def _write_index(
         build_faiss(identified, reporting, path, vectors=matrix, index=settings["faiss_index"])
         return
     if stores is not None:  # a copy of the previous collection, less the chunks not kept
-        shutil.copytree(stores / store, path)
+        shutil.copytree(stores / store, path, symlinks=True)  # a link stays one, never followed
         copied = load_chroma(reporting, persist_directory=path)
         ids = document_columns(identified)[0]
         kept = set(ids) - {ids[position] for position in fresh}
