@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from pathlib import Path
 
@@ -132,6 +133,28 @@ def test_load_beir_limits_queries_and_checks_the_layout(tiny_beir: Path, tmp_pat
         load_beir(tmp_path / "missing")
     with pytest.raises(ValueError, match="queries_limit"):
         load_beir(tiny_beir, queries_limit=0)
+
+
+@pytest.mark.parametrize("name", ["corpus.jsonl", "queries.jsonl", "test.tsv"])
+def test_a_beir_file_swapped_for_a_fifo_after_its_check_fails_at_once(
+    tiny_beir: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    # each file was checked with is_file(), then opened again by name: a FIFO swapped in between
+    # blocked the load for ever
+    from tests.test_security import hang_guard
+
+    is_file = Path.is_file
+
+    def checked_then_swapped(path: Path) -> bool:
+        found = is_file(path)
+        if found and path.name == name:
+            path.unlink()
+            os.mkfifo(path)
+        return found
+
+    monkeypatch.setattr(Path, "is_file", checked_then_swapped)
+    with hang_guard(5), pytest.raises(ValueError, match=f"{name} is not a regular file"):
+        load_beir(tiny_beir)
 
 
 def test_load_beir_names_judged_queries_without_text_and_warns_of_absent_documents(

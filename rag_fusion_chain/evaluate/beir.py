@@ -4,6 +4,7 @@ corpus Documents carry the BEIR ``_id`` as ``id``, so the kit's document ids and
 from __future__ import annotations
 
 import csv
+import io
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 from langchain_core.documents import Document
 
 from rag_fusion_chain.ingest.files import beir_documents
+from rag_fusion_chain.retrievers.signing import open_regular_file
 
 Qrels = dict[str, dict[str, int]]
 """Relevance judgements: ``{query_id: {document_id: relevance}}``."""
@@ -41,14 +43,14 @@ def _require(directory: Path, relative: str) -> Path:
 
 def _documents(directory: Path, name: str) -> list[Document]:
     """The records of a BEIR ``.jsonl`` file (``_id``, ``title``, ``text``) as Documents."""
-    with _require(directory, name).open("rb") as lines:  # line by line: no size cap
+    with open_regular_file(_require(directory, name)) as lines:  # the file checked, by line
         return beir_documents(lines, f"{directory.resolve().name}/{name}")
 
 
 def read_qrels(path: Path) -> Qrels:
     """Read a BEIR qrels TSV (``query-id corpus-id score``, header optional) in file order."""
     qrels: Qrels = {}
-    with path.open(encoding="utf-8", newline="") as handle:
+    with io.TextIOWrapper(open_regular_file(path), encoding="utf-8", newline="") as handle:
         for row in csv.reader(handle, delimiter="\t"):
             if not row or row[0] == "query-id":
                 continue
