@@ -382,6 +382,14 @@ def test_identity_of_other_embeddings():
     )
     with_key = models.embedding_identity(WithKey())
     assert "name='m'" in with_key and SECRET not in with_key
+    # secrets under other names (LangChain's ClarifaiEmbeddings.pat, VolcanoEmbeddings.volcano_sk,
+    # a service account's JSON) were kept in the identity, which index.json stores
+    for name in ("pat", "volcano_ak", "volcano_sk", "google_credentials", "authorization"):
+        setattr(keyed := WithKey(), name, SECRET)
+        assert SECRET not in models.embedding_identity(keyed), name
+    task = WithKey()
+    task.task = "retrieval"  # no secret in its name: kept
+    assert "task='retrieval'" in models.embedding_identity(task)
 
 
 # ---------------------------------------------------------------- real MiniLM (offline)
