@@ -40,7 +40,6 @@ DOCUMENTS_FILE = "documents.json"
 COUNTS_FILE = "counts.csc.index.npy"  # each bm25s score entry's term count, for updates
 SETTINGS_FILE = "retriever.json"
 _BM25S_PARAMETERS = ("k1", "b", "delta", "method", "idf_method", "dtype", "int_dtype")
-_CSC_ARRAYS = ("data", "indices", "indptr")  # bm25s's score matrix
 _CJK_RANGES = (
     "\u3040-\u30ff"  # Hiragana, Katakana
     "\u3400-\u4dbf"  # CJK Extension A
@@ -289,9 +288,7 @@ class BM25Retriever(BatchedRetriever):
         if not isinstance(settings, dict) or settings.get("format") != BM25_FORMAT:
             raise ValueError(f"{path / SETTINGS_FILE} is not a BM25Retriever settings file")
         try:
-            index = _read_bm25s_index(path)
-            exists = (path / COUNTS_FILE).exists()  # not before format 3
-            counts = _read_array(path / COUNTS_FILE) if exists else None
+            index, counts = _read_bm25s_index(path)
             if counts is not None and counts.shape != index.scores["data"].shape:
                 raise ValueError(f"{path / COUNTS_FILE} is not one term count a score")
         except FileNotFoundError:
@@ -362,26 +359,26 @@ def _scored_index(
     return index
 
 
-def _read_bm25s_index(path: Path) -> Any:
+def _read_bm25s_index(path: Path) -> tuple[Any, Any]:
     """What ``bm25s.BM25.save`` wrote in ``path``, each file parsed from the descriptor checked
-    (``BM25.load`` opens them by name again: a file swapped meanwhile would be read)."""
+    (``BM25.load`` opens them by name again: a file swapped meanwhile would be read), and the
+    term counts (None before format 3)."""
+    numpy = require_extra("numpy", "bm25")
+
+    def array(name: str) -> Any:
+        with open_regular_file(path / name) as file:
+            return numpy.load(file, allow_pickle=False)
+
     parameters = _read_json(path / "params.index.json")
     given = {name: parameters[name] for name in _BM25S_PARAMETERS if name in parameters}
     index = require_extra("bm25s", "bm25").BM25(**given)
     index.vocab_dict = dict(_read_json(path / "vocab.index.json"))
     index.unique_token_ids_set = set(index.vocab_dict.values())
-    index.scores = {name: _read_array(path / f"{name}.csc.index.npy") for name in _CSC_ARRAYS}
+    index.scores = {name: array(f"{name}.csc.index.npy") for name in ("data", "indices", "indptr")}
     index.scores["num_docs"] = parameters["num_docs"]
     nonoccurring = index.method in index.methods_requiring_nonoccurrence  # bm25l, bm25+
-    index.nonoccurrence_array = (
-        _read_array(path / "nonoccurrence_array.index.npy") if nonoccurring else None
-    )
-    return index
-
-
-def _read_array(path: Path) -> Any:
-    with open_regular_file(path) as file:
-        return require_extra("numpy", "bm25").load(file, allow_pickle=False)
+    index.nonoccurrence_array = array("nonoccurrence_array.index.npy") if nonoccurring else None
+    return index, array(COUNTS_FILE) if (path / COUNTS_FILE).exists() else None
 
 
 def _read_json(path: Path) -> Any:
