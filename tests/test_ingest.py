@@ -781,6 +781,24 @@ def test_private_addresses_are_allowed_by_default_and_refused_when_denied(
     assert ingest.load_web([url], deny_private=False)
 
 
+@pytest.mark.parametrize(
+    ("address", "public"),
+    [
+        ("8.8.8.8", True),
+        ("::ffff:127.0.0.1", False),  # IPv4-mapped
+        ("64:ff9b::a9fe:a9fe", False),  # NAT64 (RFC 6052): 169.254.169.254 through the gateway
+        ("64:ff9b::7f00:1", False),  # NAT64 to 127.0.0.1
+        ("64:ff9b::808:808", True),  # NAT64 to 8.8.8.8
+        ("2001:4860:4860::8888", True),
+    ],
+)
+def test_an_ipv4_address_inside_ipv6_is_judged_as_ipv4(address: str, public: bool):
+    # a NAT64 address of a private IPv4 one passed for public
+    from rag_fusion_chain.ingest.web import is_public_address
+
+    assert is_public_address(address) is public
+
+
 def test_every_redirect_is_checked_against_the_address_policy(
     raw_site: RawSite, monkeypatch: pytest.MonkeyPatch
 ):

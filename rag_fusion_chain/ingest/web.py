@@ -106,9 +106,10 @@ def check_fetch_limits(timeout: float, max_bytes: int) -> None:
 
 
 def is_public_address(address: str) -> bool:
-    """Whether an IP address is globally routable (IPv4-mapped IPv6 judged as IPv4)."""
+    """Whether an IP address is globally routable (IPv4-mapped and NAT64 IPv6 judged as IPv4)."""
     ip: Any = ipaddress.ip_address(address)
-    ip = getattr(ip, "ipv4_mapped", None) or ip
+    if ip.packed[:12] in (bytes.fromhex("00" * 10 + "ffff"), bytes.fromhex("0064ff9b" + "00" * 8)):
+        ip = ipaddress.IPv4Address(ip.packed[12:])
     return bool(ip.is_global and not ip.is_multicast)
 
 
