@@ -317,6 +317,32 @@ def test_an_index_file_nested_too_deep_is_a_clear_error(tmp_path: Path, name: st
         open_index(tmp_path, EMBEDDINGS)
 
 
+BROKEN_BM25 = {  # a change to one saved array, and how it broke bm25s's numba scoring
+    "indices.csc.index.npy": lambda array: array + 1_000_000_000,  # written out of bounds
+    "indptr.csc.index.npy": lambda array: array * 1000,  # read out of bounds
+    "nonoccurrence_array.index.npy": lambda array: array[:1],  # read out of bounds
+}
+
+
+@pytest.mark.parametrize("name", [*BROKEN_BM25, "vocab.index.json"])
+def test_bm25_arrays_that_do_not_fit_their_documents_are_refused_at_load(
+    tmp_path: Path, name: str
+) -> None:
+    # the BM25 files are unsigned; an out-of-range posting made backend="numba" write outside
+    # its scores array (a segmentation fault here), backend="numpy" raise IndexError per search
+    import numpy as np
+
+    from rag_fusion_chain.retrievers.bm25 import BM25Retriever
+
+    BM25Retriever.from_documents(DOCUMENTS, method="bm25l").save(tmp_path)
+    if name in BROKEN_BM25:
+        np.save(tmp_path / name, BROKEN_BM25[name](np.load(tmp_path / name)))
+    else:
+        (tmp_path / name).write_text(json.dumps({"heat": 10_000}))  # a term id past the matrix
+    with pytest.raises(ValueError, match="corrupt or incomplete"):
+        BM25Retriever.load(tmp_path)
+
+
 def plant(path: Path, kind: str) -> None:
     """A FIFO (reading waits for ever for a writer) or a link to /dev/zero (endless) at ``path``."""
     path.unlink(missing_ok=True)

@@ -293,7 +293,7 @@ class BM25Retriever(BatchedRetriever):
                 raise ValueError(f"{path / COUNTS_FILE} is not one term count a score")
         except FileNotFoundError:
             raise
-        except (ValueError, TypeError, EOFError, KeyError, OSError) as error:  # foreign files
+        except (ValueError, TypeError, EOFError, LookupError, OSError) as error:  # foreign files
             raise ValueError(
                 f"{path}: the bm25s index files are corrupt or incomplete "
                 f"({type(error).__name__}: {error}); rebuild the index"
@@ -378,6 +378,17 @@ def _read_bm25s_index(path: Path) -> tuple[Any, Any]:
     index.scores["num_docs"] = parameters["num_docs"]
     nonoccurring = index.method in index.methods_requiring_nonoccurrence  # bm25l, bm25+
     index.nonoccurrence_array = array("nonoccurrence_array.index.npy") if nonoccurring else None
+    data, indices, pointers = (index.scores[name] for name in ("data", "indices", "indptr"))
+    terms = numpy.fromiter(index.vocab_dict.values(), numpy.int64, len(index.vocab_dict))
+    if not (  # bm25s's numba scoring indexes with these unchecked: out of range, it wrote anywhere
+        pointers[0] == 0
+        and pointers[-1] == len(data) == len(indices)
+        and (numpy.diff(pointers) >= 0).all()
+        and ((indices >= 0) & (indices < parameters["num_docs"])).all()
+        and ((terms >= 0) & (terms < len(pointers) - 1)).all()
+        and (not nonoccurring or len(index.nonoccurrence_array) == len(pointers) - 1)
+    ):
+        raise ValueError("the score matrix does not fit its documents and terms")
     return index, array(COUNTS_FILE) if (path / COUNTS_FILE).exists() else None
 
 
