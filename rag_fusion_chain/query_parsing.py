@@ -141,8 +141,6 @@ def _json_queries(text: str) -> list[str] | None:
     stripped = text.strip()
     if stripped.startswith("```"):
         stripped = stripped.strip("`").removeprefix("json").strip()
-    if not stripped.startswith(("[", "{")):
-        return None
     try:
         data = json.loads(stripped)
     except (ValueError, RecursionError):  # nested beyond the parser's depth: read as lines
