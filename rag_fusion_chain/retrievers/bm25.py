@@ -360,9 +360,8 @@ def _scored_index(
 
 
 def _read_bm25s_index(path: Path) -> tuple[Any, Any]:
-    """What ``bm25s.BM25.save`` wrote in ``path``, each file parsed from the descriptor checked
-    (``BM25.load`` opens them by name again: a file swapped meanwhile would be read), and the
-    term counts (None before format 3)."""
+    """What ``bm25s.BM25.save`` wrote in ``path``, and the term counts (None before format 3),
+    each parsed from the descriptor checked (``BM25.load`` opens them again by name)."""
     numpy = require_extra("numpy", "bm25")
 
     def array(name: str) -> Any:
@@ -381,9 +380,8 @@ def _read_bm25s_index(path: Path) -> tuple[Any, Any]:
     data, indices, pointers = (index.scores[name] for name in ("data", "indices", "indptr"))
     terms = numpy.fromiter(index.vocab_dict.values(), numpy.int64, len(index.vocab_dict))
     if not (  # bm25s's numba scoring indexes with these unchecked: out of range, it wrote anywhere
-        pointers[0] == 0
-        and pointers[-1] == len(data) == len(indices)
-        and (numpy.diff(pointers) >= 0).all()
+        pointers[-1] == len(data) == len(indices)
+        and (numpy.diff(pointers, prepend=0) >= 0).all()  # from 0 up to there, never down
         and ((indices >= 0) & (indices < parameters["num_docs"])).all()
         and ((terms >= 0) & (terms < len(pointers) - 1)).all()
         and (not nonoccurring or len(index.nonoccurrence_array) == len(pointers) - 1)
