@@ -373,18 +373,17 @@ def _read_bm25s_index(path: Path) -> tuple[Any, Any]:
     index = require_extra("bm25s", "bm25").BM25(**given)
     index.vocab_dict = dict(_read_json(path / "vocab.index.json"))
     index.unique_token_ids_set = set(index.vocab_dict.values())
-    index.scores = {name: array(f"{name}.csc.index.npy") for name in ("data", "indices", "indptr")}
-    index.scores["num_docs"] = parameters["num_docs"]
+    data, indices, indptr = (array(f"{key}.csc.index.npy") for key in ("data", "indices", "indptr"))
+    index.scores = dict(data=data, indices=indices, indptr=indptr, num_docs=parameters["num_docs"])
     nonoccurring = index.method in index.methods_requiring_nonoccurrence  # bm25l, bm25+
     index.nonoccurrence_array = array("nonoccurrence_array.index.npy") if nonoccurring else None
-    data, indices, pointers = (index.scores[name] for name in ("data", "indices", "indptr"))
     terms = numpy.fromiter(index.vocab_dict.values(), numpy.int64, len(index.vocab_dict))
     if not (  # bm25s's numba scoring indexes with these unchecked: out of range, it wrote anywhere
-        pointers[-1] == len(data) == len(indices)
-        and (numpy.diff(pointers, prepend=0) >= 0).all()  # from 0 up to there, never down
+        indptr[-1] == len(data) == len(indices)
+        and (numpy.diff(indptr, prepend=0) >= 0).all()  # from 0 up to there, never down
         and ((indices >= 0) & (indices < parameters["num_docs"])).all()
-        and ((terms >= 0) & (terms < len(pointers) - 1)).all()
-        and (not nonoccurring or len(index.nonoccurrence_array) == len(pointers) - 1)
+        and ((terms >= 0) & (terms < len(indptr) - 1)).all()
+        and (not nonoccurring or len(index.nonoccurrence_array) == len(indptr) - 1)
     ):
         raise ValueError("the score matrix does not fit its documents and terms")
     return index, array(COUNTS_FILE) if (path / COUNTS_FILE).exists() else None
