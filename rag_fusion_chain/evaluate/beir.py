@@ -4,7 +4,6 @@ corpus Documents carry the BEIR ``_id`` as ``id``, so the kit's document ids and
 from __future__ import annotations
 
 import csv
-import io
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,8 +49,8 @@ def _documents(directory: Path, name: str) -> list[Document]:
 def read_qrels(path: Path) -> Qrels:
     """Read a BEIR qrels TSV (``query-id corpus-id score``, header optional) in file order."""
     qrels: Qrels = {}
-    with io.TextIOWrapper(open_regular_file(path), encoding="utf-8", newline="") as handle:
-        for row in csv.reader(handle, delimiter="\t"):
+    with open_regular_file(path) as lines:  # the file checked, by line
+        for row in csv.reader((line.decode("utf-8") for line in lines), delimiter="\t"):
             if not row or row[0] == "query-id":
                 continue
             try:  # a short row, a score that is no finite number
