@@ -44,7 +44,7 @@ _MINILM_NAMES: dict[str, dict[str, Any]] = {
 """``minilm`` takes the fastest backend that loads and the precision that suits the CPU."""
 _BACKENDS = ("openvino", "torch")
 _MINILM_IDENTITY = "sentence-transformers/all-MiniLM-L6-v2"
-_SECRET_WORDS = ("key", "secret", "token", "password", "credential", "auth")  # in setting names
+_SECRETS = ("key", "secret", "token", "password", "credential", "auth", "_pat_", "_ak_", "_sk_")
 _BACKEND_MARK = "|backend="
 PROBE_TEXTS = (
     "Photovoltaic cells convert sunlight into electricity.",
@@ -211,8 +211,7 @@ def embedding_identity(embeddings: Embeddings) -> str:
         for key, value in sorted(getattr(embeddings, "__dict__", {}).items())
         if not key.startswith("_")
         and isinstance(value, (str, int, float, bool))
-        and not any(word in key.lower() for word in _SECRET_WORDS)
-        and not {"pat", "ak", "sk"} & set(key.lower().split("_"))  # Clarifai's pat, volcano_sk
+        and not any(word in f"_{key.lower()}_" for word in _SECRETS)  # _sk_: a part of the name
     ]
     kind = type(embeddings)
     return redact_credentials(f"{kind.__module__}.{kind.__qualname__}({', '.join(scalars)})")
