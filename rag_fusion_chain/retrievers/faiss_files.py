@@ -151,14 +151,13 @@ def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False)
     files = files if isinstance(files, dict) else {}  # each hashed as its recorded digest was
     docstore_bytes = read_whole(directory / docstore_name)
     docstore_digest = recorded_digest(new_hash(files.get(docstore_name), docstore_bytes))
-    index_bytes = read_whole(directory / INDEX_FILE)
-    index_digest = recorded_digest(new_hash(files.get(INDEX_FILE), index_bytes))
+    index_file = io.BytesIO(read_whole(directory / INDEX_FILE))  # its bytes shared, not copied
+    index_digest = recorded_digest(new_hash(files.get(INDEX_FILE), index_file.getvalue()))
     if not trust:
         _verify_files(directory, files, {INDEX_FILE: index_digest, docstore_name: docstore_digest})
-    try:  # FAISS's C++ reader gets the verified bytes (shared, not copied) and nothing else
-        reader = faiss.PyCallbackIOReader(io.BytesIO(index_bytes).read)  # type: ignore[attr-defined]
-        index = faiss.read_index(reader)
-        del reader, index_bytes  # freed before the docstore is parsed
+    try:  # FAISS's C++ reader gets the verified bytes and nothing else
+        index = faiss.read_index(faiss.PyCallbackIOReader(index_file.read))  # type: ignore[attr-defined]
+        index_file.close()  # its bytes freed before the docstore is parsed
         if docstore_name == PICKLE_FILE:
             docstore, index_to_docstore_id = _load_docstore_pickle(
                 docstore_bytes, directory / PICKLE_FILE
