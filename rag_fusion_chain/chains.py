@@ -81,10 +81,10 @@ def _fused(record: Strategy, state: State, fuse: Callable[[list[Any]], list[Any]
     step-back question's apart, or each sub-question's apart (see :attr:`Strategy.grouping`)."""
     retrieved, question = state["retrieved"], state["question"]
     if record.grouping == "flat":
-        return {**state, "documents": fuse([list(retrieved)])[0]}
+        return {**state, "documents": fuse(list(retrieved))}
     searched_question = record.grouping == "sub-questions" and question in state["searched"]
     queries = [*state["queries"], *([question] if searched_question else [])]
-    fused = fuse([[ranked for ranked in retrieved if ranked.query == query] for query in queries])
+    fused = [fuse([ranked for ranked in retrieved if ranked.query == query]) for query in queries]
     if record.grouping == "step-back":  # no broader list when the model repeated the question
         background = _unique(fused[1], skip=fused[0]) if len(fused) > 1 else []
         step_back = {"step_back_question": queries[-1], "step_back_documents": background}
@@ -267,9 +267,10 @@ class _Steps:
         return _retrieved(state, *await asyncio.gather(begun, rest))  # both errors read
 
     def fuse(self, state: State, config: RunnableConfig) -> State:  # CPU only: no async twin
-        """``fuse``: one fusion per group of lists (see :attr:`Strategy.grouping`)."""
+        """``fuse``: one fusion per group of lists (see :attr:`Strategy.grouping`), by the fusion's
+        pure ``fuse``: the step is the run, with the fused documents as its output."""
         fusion = _configured(self.fusion, config, "top_n")
-        return _fused(self.record, state, partial(fusion.batch, config=config))
+        return _fused(self.record, state, fusion.fuse)
 
     def sub_answers(self, state: State, config: RunnableConfig) -> State:
         """``answer_sub_questions``: each sub-question answered from its passages, in turn
