@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, TypeVar, cast
+from typing import Annotated, Any, Literal, TypeVar, cast
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
@@ -38,6 +38,7 @@ from langchain_core.runnables import (
     RunnableSequence,
 )
 from langchain_core.runnables.utils import AddableDict
+from pydantic import Field, InstanceOf, SkipValidation, StrictBool, validate_call
 
 from rag_fusion_chain import prompts, strategies
 from rag_fusion_chain.context import format_answered, format_context
@@ -45,7 +46,7 @@ from rag_fusion_chain.fusion import BaseFusion, reciprocal_rank_fusion
 from rag_fusion_chain.queries import N_SPEC, Step, configured_count, count_setting
 from rag_fusion_chain.retrievers.fanout import MultiRetriever, RetrievalResults, in_background
 from rag_fusion_chain.strategies import State, Strategy
-from rag_fusion_chain.validation import MAX_QUERIES, Question, question_of, validate_count
+from rag_fusion_chain.validation import MAX_QUERIES, Question, question_of
 
 Retrievers = Runnable[Any, Any] | Sequence[Runnable[Any, Any]]  # or a configured MultiRetriever
 Part = TypeVar("Part", MultiRetriever, BaseFusion)
@@ -326,8 +327,6 @@ def _checked_prompt(
     name: str, prompt: BasePromptTemplate | None, default: BasePromptTemplate, available: set[str]
 ) -> BasePromptTemplate:
     chosen = default if prompt is None else prompt
-    if not isinstance(chosen, BasePromptTemplate):
-        raise TypeError(f"{name} must be a prompt template, got {type(chosen).__name__}")
     unknown = set(chosen.input_variables) - available
     if unknown:
         raise ValueError(f"{name} asks for {sorted(unknown)}; the chain gives {sorted(available)}")
@@ -336,14 +335,9 @@ def _checked_prompt(
 
 def _checked_fusion(fusion: Any, record: Strategy, top_n: int | None) -> BaseFusion:
     chosen = record.default_fusion if fusion is None else fusion
-    if not isinstance(chosen, BaseFusion):
-        raise TypeError(
-            f"fusion must be a fusion runnable such as reciprocal_rank_fusion, got {type(chosen).__name__}"
-        )
     if chosen.with_scores:
         raise ValueError("fusion must return Documents: use with_scores=False")
-    kept = top_n if top_n is not None else (chosen.top_n or record.default_top_n)
-    kept = None if kept is None else validate_count("top_n", kept)
+    kept = top_n or chosen.top_n or record.default_top_n
     return chosen.model_copy(update={"name": "fusion", "top_n": kept})  # checked: no re-validation
 
 
@@ -386,21 +380,22 @@ def _split(chain: Runnable[Any, Any], after: str) -> tuple[list[Any], list[Any],
     return binding.bound.steps[:at], binding.bound.steps[at:], binding
 
 
+@validate_call(config={"arbitrary_types_allowed": True})
 def chain_for(
-    strategy: str | Strategy,
-    retrievers: Retrievers,
-    llm: Runnable[Any, Any] | None = None,
+    strategy: SkipValidation[str | Strategy],
+    retrievers: SkipValidation[Retrievers],
+    llm: SkipValidation[Runnable[Any, Any] | None] = None,  # positional: named in its own error
     *,
-    n: int | None = None,
-    k: int | None = None,
-    top_n: int | None = None,
-    fusion: BaseFusion | None = None,
-    include_original: bool | None = None,
-    mode: str | None = None,
-    query_prompt: BasePromptTemplate | None = None,
-    prompt: BasePromptTemplate | None = None,
-    synthesis_prompt: BasePromptTemplate | None = None,
-    return_sources: bool = False,
+    n: Annotated[int, Field(gt=0, le=MAX_QUERIES, strict=True)] | None = None,
+    k: Annotated[int, Field(gt=0, strict=True)] | None = None,
+    top_n: Annotated[int, Field(gt=0, strict=True)] | None = None,
+    fusion: InstanceOf[BaseFusion] | None = None,
+    include_original: StrictBool | None = None,
+    mode: Literal["recursive", "individual"] | None = None,
+    query_prompt: InstanceOf[BasePromptTemplate] | None = None,
+    prompt: InstanceOf[BasePromptTemplate] | None = None,
+    synthesis_prompt: InstanceOf[BasePromptTemplate] | None = None,
+    return_sources: StrictBool = False,
 ) -> Runnable[Any, Any]:
     """The ready chain of ``strategy`` over ``retrievers``, with ``llm`` or offline (None).
 
@@ -423,13 +418,11 @@ def chain_for(
     if mode is not None and record.grouping != "sub-questions":
         raise ValueError(f"mode applies to decomposition, not {record.name}")
     mode = mode or "recursive"
-    if mode not in ("recursive", "individual"):
-        raise ValueError(f"mode must be 'recursive' or 'individual', got {mode!r}")
     if n is not None and record.default_n is None:
         raise ValueError(f"n: {record.name} writes one query; n applies to counted strategies")
     if include_original is not None and record.grouping != "flat":
         raise ValueError(f"include_original applies to flat strategies, not {record.name}")
-    count = validate_count("n", n if n is not None else record.default_n or 1, MAX_QUERIES)
+    count = n or record.default_n or 1
     search_question = record.searches_question if include_original is None else include_original
     if record.grouping == "sub-questions":
         search_question = mode == "recursive"
@@ -441,8 +434,7 @@ def chain_for(
         query_step = record.model_queries(llm, count, prompt=chosen)
         query_step.name = "queries"  # made for this chain: named, not wrapped in a binding
     multi = retrievers if isinstance(retrievers, MultiRetriever) else MultiRetriever(retrievers)
-    asked = {} if k is None else {"k": validate_count("k", k)}  # None: each retriever's own
-    fan_out = multi.model_copy(update={"name": "fan_out", **asked})
+    fan_out = multi.model_copy(update={"name": "fan_out", "k": k or multi.k})  # None: its own
     chosen_fusion = _checked_fusion(fusion, record, top_n)
     answer, sub_answer = _answers(record, llm, mode, prompt, synthesis_prompt)
     parts = _Steps(
