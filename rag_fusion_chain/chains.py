@@ -268,8 +268,7 @@ class _Steps:
         return _retrieved(state, *await asyncio.gather(begun, rest))  # both errors read
 
     def fuse(self, state: State, config: RunnableConfig) -> State:  # CPU only: no async twin
-        """``fuse``: one fusion per group of lists (see :attr:`Strategy.grouping`), by the fusion's
-        pure ``fuse``: the step is the run, with the fused documents as its output."""
+        """``fuse``: each group of lists (:attr:`Strategy.grouping`) by the fusion's pure ``fuse``."""
         fusion = _configured(self.fusion, config, "top_n")
         return _fused(self.record, state, fusion.fuse)
 
