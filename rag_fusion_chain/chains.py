@@ -80,9 +80,9 @@ def _queried(record: Strategy, question: str, generated: list[str], search_quest
 def _fused(record: Strategy, state: State, fuse: Callable[[list[Any]], list[Any]]) -> State:
     """``state`` with its ranked lists fused: all at once (flat), the question's and the
     step-back question's apart, or each sub-question's apart (see :attr:`Strategy.grouping`)."""
-    retrieved, question = state["retrieved"], state["question"]
     if record.grouping == "flat":
-        return {**state, "documents": fuse(list(retrieved))}
+        return {**state, "documents": fuse(list(state["retrieved"]))}
+    retrieved, question = state["retrieved"], state["question"]
     searched_question = record.grouping == "sub-questions" and question in state["searched"]
     queries = [*state["queries"], *([question] if searched_question else [])]
     fused = [fuse([ranked for ranked in retrieved if ranked.query == query]) for query in queries]
