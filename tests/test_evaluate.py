@@ -535,23 +535,27 @@ def test_a_strategy_setup_generates_the_strategys_own_n_unless_given() -> None:
     """``eval -n`` was 4 for every strategy: decomposition 4 sub-questions, multi-query 4. ``n``
     names the generated queries as in ``chain_for`` (it was ``query_count``, which also named
     the evaluated queries); 0 fell back to the default and a strategy writing one text took any."""
+    from langchain_core.embeddings import DeterministicFakeEmbedding
     from langchain_core.language_models import FakeListLLM
 
     from rag_fusion_chain import strategies
-    from rag_fusion_chain.evaluate.setups import setup_by_name, strategy_setup
+    from rag_fusion_chain.evaluate.setups import Indexes, setup_by_name, strategy_setup
+
+    corpus = [Document("Reciprocal rank fusion sums inverse ranks.", id="d1")]
+    indexes = Indexes(corpus, DeterministicFakeEmbedding(size=8), cache_dir=None, depth=1)
 
     for strategy in strategies.STRATEGIES:
         default_n = strategies.get(strategy).default_n
         assert strategy_setup(strategy).settings["n"] == default_n
         if default_n is None:  # one query or passage: no count to give
             with pytest.raises(ValueError, match=f"n: {strategy} writes one"):
-                strategy_setup(strategy, n=2)
+                strategy_setup(strategy, n=2).build(indexes)
             assert setup_by_name(strategy, llm=FakeListLLM(responses=[]), n=2).settings["n"] is None
         else:
             assert strategy_setup(strategy, n=2).settings["n"] == 2
             assert setup_by_name(strategy, llm=FakeListLLM(responses=[]), n=2).settings["n"] == 2
-    with pytest.raises(ValueError, match="n must be"):
-        strategy_setup("rag-fusion", n=0)
+    with pytest.raises(ValueError, match="greater than 0"):
+        strategy_setup("rag-fusion", n=0).build(indexes)
 
 
 def test_eval_refuses_queries_when_no_setup_generates_several(tiny_beir: Path) -> None:

@@ -24,7 +24,6 @@ from rag_fusion_chain.evaluate.metrics import (
 )
 from rag_fusion_chain.evaluate.report import Summary
 from rag_fusion_chain.fusion import FUSIONS, BaseFusion
-from rag_fusion_chain.validation import MAX_QUERIES, validate_count
 
 if TYPE_CHECKING:
     from rag_fusion_chain.retrievers.bm25 import BM25Retriever
@@ -82,9 +81,8 @@ class Indexes:
         from rag_fusion_chain import models
         from rag_fusion_chain.retrievers.stores import VectorRetriever, build_faiss
 
-        embeddings = self.embeddings
-        if not isinstance(embeddings, Embeddings):
-            embeddings = models.embeddings(embeddings)
+        given = self.embeddings
+        embeddings = given if isinstance(given, Embeddings) else models.embeddings(given)
         self.built["embedding"] = {
             "embedding": models.embedding_identity(embeddings),
             "precision": models.embedding_precision(embeddings),
@@ -154,9 +152,7 @@ def strategy_setup(
     from rag_fusion_chain import strategies
 
     record = strategies.get(strategy)
-    if n is not None and record.default_n is None:
-        raise ValueError(f"n: {strategy} writes one query or passage; it takes no n")
-    count = record.default_n if n is None else validate_count("n", n, MAX_QUERIES)
+    count = record.default_n if n is None else n  # checked by chain_for when built
 
     def build(indexes: Indexes) -> Runnable[str, list[Document]]:
         from rag_fusion_chain import chains
