@@ -101,7 +101,10 @@ def _formatted(state: State, config: RunnableConfig) -> State:
         start = len(state["documents"]) + 1
         result["step_back_context"] = format_context(state["step_back_documents"], start=start)
     if "sub_documents" in state:
-        result["sub_contexts"] = [format_context(docs) for _, docs in state["sub_documents"]]
+        result["sub_contexts"] = [  # each sub-question's own input to the sub-answer step
+            {"question": query, "context": format_context(docs)}
+            for query, docs in state["sub_documents"]
+        ]
     return result
 
 
@@ -175,11 +178,6 @@ class _SearchGuard(BaseCallbackHandler):
 def _retrieved(state: State, first: RetrievalResults | None, found: RetrievalResults) -> State:
     retrieved = found if first is None else first + found
     return {**state, "retrieved": retrieved, "failures": retrieved.failures}
-
-
-def _sub_inputs(state: State) -> list[State]:
-    pairs = zip(state["sub_documents"], state["sub_contexts"], strict=True)
-    return [{"question": query, "context": context} for (query, _), context in pairs]
 
 
 def _sub_answered(state: State, answers: list[State], texts: list[str] | None = None) -> State:
@@ -275,7 +273,7 @@ class _Steps:
     def sub_answers(self, state: State, config: RunnableConfig) -> State:
         """``answer_sub_questions``: each sub-question answered from its passages, in turn
         (seeing the earlier answers) or all at once (then synthesised by the answer step)."""
-        items, sub_answer = _sub_inputs(state), cast(Runnable[Any, str], self.sub_answer)
+        items, sub_answer = state["sub_contexts"], cast(Runnable[Any, str], self.sub_answer)
         if not self.in_turn:
             return _sub_answered(state, items, sub_answer.batch(items, config))
         answers: list[State] = []
@@ -285,7 +283,7 @@ class _Steps:
         return _sub_answered(state, answers)
 
     async def asub_answers(self, state: State, config: RunnableConfig) -> State:
-        items, sub_answer = _sub_inputs(state), cast(Runnable[Any, str], self.sub_answer)
+        items, sub_answer = state["sub_contexts"], cast(Runnable[Any, str], self.sub_answer)
         if not self.in_turn:
             return _sub_answered(state, items, await sub_answer.abatch(items, config))
         answers: list[State] = []
