@@ -255,17 +255,18 @@ class FuseClock:
 class StampedFusion(fusion.ReciprocalRankFusion):
     """Reciprocal rank fusion that notes on ``clock`` when it returns.
 
-    All three compositions fuse with it, so each is timed to its fused documents the same way;
-    a callback handler would slow only the composition it is attached to (it is called for every
-    run and every streamed token).
+    All three compositions fuse with it, so each is timed to its fused documents the same way (in
+    ``fuse``, which ``invoke`` and the ready chain's ``fuse`` step both run); a callback handler
+    would slow only the composition it is attached to (it is called for every run and every
+    streamed token).
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     clock: FuseClock
 
-    def invoke(self, input: Any, config: Any = None, **kwargs: Any) -> Any:
-        output = super().invoke(input, config, **kwargs)
+    def fuse(self, ranked_lists: Any) -> Any:
+        output = super().fuse(ranked_lists)
         self.clock.ended_at = time.perf_counter()
         return output
 

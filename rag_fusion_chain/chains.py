@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, TypeVar, cast
+from typing import Annotated, Any, Literal, TypeVar, cast
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
@@ -38,6 +38,7 @@ from langchain_core.runnables import (
     RunnableSequence,
 )
 from langchain_core.runnables.utils import AddableDict
+from pydantic import Field, InstanceOf, SkipValidation, StrictBool, validate_call
 
 from rag_fusion_chain import prompts, strategies
 from rag_fusion_chain.context import format_answered, format_context
@@ -45,7 +46,7 @@ from rag_fusion_chain.fusion import BaseFusion, reciprocal_rank_fusion
 from rag_fusion_chain.queries import N_SPEC, Step, configured_count, count_setting
 from rag_fusion_chain.retrievers.fanout import MultiRetriever, RetrievalResults, in_background
 from rag_fusion_chain.strategies import State, Strategy
-from rag_fusion_chain.validation import MAX_QUERIES, Question, question_of, validate_count
+from rag_fusion_chain.validation import MAX_QUERIES, Question, question_of
 
 Retrievers = Runnable[Any, Any] | Sequence[Runnable[Any, Any]]  # or a configured MultiRetriever
 Part = TypeVar("Part", MultiRetriever, BaseFusion)
@@ -79,12 +80,12 @@ def _queried(record: Strategy, question: str, generated: list[str], search_quest
 def _fused(record: Strategy, state: State, fuse: Callable[[list[Any]], list[Any]]) -> State:
     """``state`` with its ranked lists fused: all at once (flat), the question's and the
     step-back question's apart, or each sub-question's apart (see :attr:`Strategy.grouping`)."""
-    retrieved, question = state["retrieved"], state["question"]
     if record.grouping == "flat":
-        return {**state, "documents": fuse([list(retrieved)])[0]}
+        return {**state, "documents": fuse(list(state["retrieved"]))}
+    retrieved, question = state["retrieved"], state["question"]
     searched_question = record.grouping == "sub-questions" and question in state["searched"]
     queries = [*state["queries"], *([question] if searched_question else [])]
-    fused = fuse([[ranked for ranked in retrieved if ranked.query == query] for query in queries])
+    fused = [fuse([ranked for ranked in retrieved if ranked.query == query]) for query in queries]
     if record.grouping == "step-back":  # no broader list when the model repeated the question
         background = _unique(fused[1], skip=fused[0]) if len(fused) > 1 else []
         step_back = {"step_back_question": queries[-1], "step_back_documents": background}
@@ -100,7 +101,10 @@ def _formatted(state: State, config: RunnableConfig) -> State:
         start = len(state["documents"]) + 1
         result["step_back_context"] = format_context(state["step_back_documents"], start=start)
     if "sub_documents" in state:
-        result["sub_contexts"] = [format_context(docs) for _, docs in state["sub_documents"]]
+        result["sub_contexts"] = [  # each sub-question's own input to the sub-answer step
+            {"question": query, "context": format_context(docs)}
+            for query, docs in state["sub_documents"]
+        ]
     return result
 
 
@@ -174,11 +178,6 @@ class _SearchGuard(BaseCallbackHandler):
 def _retrieved(state: State, first: RetrievalResults | None, found: RetrievalResults) -> State:
     retrieved = found if first is None else first + found
     return {**state, "retrieved": retrieved, "failures": retrieved.failures}
-
-
-def _sub_inputs(state: State) -> list[State]:
-    pairs = zip(state["sub_documents"], state["sub_contexts"], strict=True)
-    return [{"question": query, "context": context} for (query, _), context in pairs]
 
 
 def _sub_answered(state: State, answers: list[State], texts: list[str] | None = None) -> State:
@@ -267,14 +266,14 @@ class _Steps:
         return _retrieved(state, *await asyncio.gather(begun, rest))  # both errors read
 
     def fuse(self, state: State, config: RunnableConfig) -> State:  # CPU only: no async twin
-        """``fuse``: one fusion per group of lists (see :attr:`Strategy.grouping`)."""
+        """``fuse``: each group of lists (:attr:`Strategy.grouping`) by the fusion's pure ``fuse``."""
         fusion = _configured(self.fusion, config, "top_n")
-        return _fused(self.record, state, partial(fusion.batch, config=config))
+        return _fused(self.record, state, fusion.fuse)
 
     def sub_answers(self, state: State, config: RunnableConfig) -> State:
         """``answer_sub_questions``: each sub-question answered from its passages, in turn
         (seeing the earlier answers) or all at once (then synthesised by the answer step)."""
-        items, sub_answer = _sub_inputs(state), cast(Runnable[Any, str], self.sub_answer)
+        items, sub_answer = state["sub_contexts"], cast(Runnable[Any, str], self.sub_answer)
         if not self.in_turn:
             return _sub_answered(state, items, sub_answer.batch(items, config))
         answers: list[State] = []
@@ -284,7 +283,7 @@ class _Steps:
         return _sub_answered(state, answers)
 
     async def asub_answers(self, state: State, config: RunnableConfig) -> State:
-        items, sub_answer = _sub_inputs(state), cast(Runnable[Any, str], self.sub_answer)
+        items, sub_answer = state["sub_contexts"], cast(Runnable[Any, str], self.sub_answer)
         if not self.in_turn:
             return _sub_answered(state, items, await sub_answer.abatch(items, config))
         answers: list[State] = []
@@ -325,8 +324,6 @@ def _checked_prompt(
     name: str, prompt: BasePromptTemplate | None, default: BasePromptTemplate, available: set[str]
 ) -> BasePromptTemplate:
     chosen = default if prompt is None else prompt
-    if not isinstance(chosen, BasePromptTemplate):
-        raise TypeError(f"{name} must be a prompt template, got {type(chosen).__name__}")
     unknown = set(chosen.input_variables) - available
     if unknown:
         raise ValueError(f"{name} asks for {sorted(unknown)}; the chain gives {sorted(available)}")
@@ -335,14 +332,9 @@ def _checked_prompt(
 
 def _checked_fusion(fusion: Any, record: Strategy, top_n: int | None) -> BaseFusion:
     chosen = record.default_fusion if fusion is None else fusion
-    if not isinstance(chosen, BaseFusion):
-        raise TypeError(
-            f"fusion must be a fusion runnable such as reciprocal_rank_fusion, got {type(chosen).__name__}"
-        )
     if chosen.with_scores:
         raise ValueError("fusion must return Documents: use with_scores=False")
-    kept = top_n if top_n is not None else (chosen.top_n or record.default_top_n)
-    kept = None if kept is None else validate_count("top_n", kept)
+    kept = top_n or chosen.top_n or record.default_top_n
     return chosen.model_copy(update={"name": "fusion", "top_n": kept})  # checked: no re-validation
 
 
@@ -385,21 +377,22 @@ def _split(chain: Runnable[Any, Any], after: str) -> tuple[list[Any], list[Any],
     return binding.bound.steps[:at], binding.bound.steps[at:], binding
 
 
+@validate_call(config={"arbitrary_types_allowed": True})
 def chain_for(
-    strategy: str | Strategy,
-    retrievers: Retrievers,
-    llm: Runnable[Any, Any] | None = None,
+    strategy: SkipValidation[str | Strategy],
+    retrievers: SkipValidation[Retrievers],
+    llm: SkipValidation[Runnable[Any, Any] | None] = None,  # positional: named in its own error
     *,
-    n: int | None = None,
-    k: int | None = None,
-    top_n: int | None = None,
-    fusion: BaseFusion | None = None,
-    include_original: bool | None = None,
-    mode: str | None = None,
-    query_prompt: BasePromptTemplate | None = None,
-    prompt: BasePromptTemplate | None = None,
-    synthesis_prompt: BasePromptTemplate | None = None,
-    return_sources: bool = False,
+    n: Annotated[int, Field(gt=0, le=MAX_QUERIES, strict=True)] | None = None,
+    k: Annotated[int, Field(gt=0, strict=True)] | None = None,
+    top_n: Annotated[int, Field(gt=0, strict=True)] | None = None,
+    fusion: InstanceOf[BaseFusion] | None = None,
+    include_original: StrictBool | None = None,
+    mode: Literal["recursive", "individual"] | None = None,
+    query_prompt: InstanceOf[BasePromptTemplate] | None = None,
+    prompt: InstanceOf[BasePromptTemplate] | None = None,
+    synthesis_prompt: InstanceOf[BasePromptTemplate] | None = None,
+    return_sources: StrictBool = False,
 ) -> Runnable[Any, Any]:
     """The ready chain of ``strategy`` over ``retrievers``, with ``llm`` or offline (None).
 
@@ -422,13 +415,11 @@ def chain_for(
     if mode is not None and record.grouping != "sub-questions":
         raise ValueError(f"mode applies to decomposition, not {record.name}")
     mode = mode or "recursive"
-    if mode not in ("recursive", "individual"):
-        raise ValueError(f"mode must be 'recursive' or 'individual', got {mode!r}")
     if n is not None and record.default_n is None:
         raise ValueError(f"n: {record.name} writes one query; n applies to counted strategies")
     if include_original is not None and record.grouping != "flat":
         raise ValueError(f"include_original applies to flat strategies, not {record.name}")
-    count = validate_count("n", n if n is not None else record.default_n or 1, MAX_QUERIES)
+    count = n or record.default_n or 1
     search_question = record.searches_question if include_original is None else include_original
     if record.grouping == "sub-questions":
         search_question = mode == "recursive"
@@ -440,8 +431,7 @@ def chain_for(
         query_step = record.model_queries(llm, count, prompt=chosen)
         query_step.name = "queries"  # made for this chain: named, not wrapped in a binding
     multi = retrievers if isinstance(retrievers, MultiRetriever) else MultiRetriever(retrievers)
-    asked = {} if k is None else {"k": validate_count("k", k)}  # None: each retriever's own
-    fan_out = multi.model_copy(update={"name": "fan_out", **asked})
+    fan_out = multi.model_copy(update={"name": "fan_out", "k": k or multi.k})  # None: its own
     chosen_fusion = _checked_fusion(fusion, record, top_n)
     answer, sub_answer = _answers(record, llm, mode, prompt, synthesis_prompt)
     parts = _Steps(

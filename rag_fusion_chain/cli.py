@@ -363,7 +363,9 @@ def eval_dataset(
         if not names or len(set(names)) != len(names):  # refused before any note is printed
             raise ValueError(f"--setups: name each setup once, e.g. bm25,dense; got {setups!r}")
         llm = models.chat_model(model, base_url=base_url)
-        chosen = [evaluate.setup_by_name(name, llm=llm, query_count=n) for name in names]
+        chosen = [evaluate.setup_by_name(name, llm=llm, n=n) for name in names]
+        if n is not None and all(setup.settings.get("n") is None for setup in chosen):
+            raise ValueError(f"--queries: none of {', '.join(names)} generates several queries")
         cache = None if no_cache else (cache_dir or evaluate.DEFAULT_CACHE_DIR)
         common: dict[str, Any] = {"split": split, "queries_limit": queries_limit}
         common |= {"embeddings": embedding, "cache_dir": cache}

@@ -103,6 +103,8 @@ def clean_query_line(line: str) -> str:
     """
     text = unicodedata.normalize("NFC", searchable_text(line))
     text = _INLINE_EMPHASIS.sub(r"\2", text)
+    if text == text.strip() and text[:1] not in _WRAPPER_STARTS and not _LIST_MARKER.match(text):
+        return text  # nothing to strip (what the prompts ask for): the loop would change nothing
     # Indices instead of sliced copies: a line of thousands of markers or quotes stays linear.
     start, end = _strip_span(text, 0, len(text))
     previous = None

@@ -54,15 +54,16 @@ def question_of(value: QuestionInput) -> str:
     if not isinstance(value, str):
         raise TypeError(f"question must be a str, got {type(value).__name__}")
     question = value.strip()
-    if not any(unicodedata.category(character)[0] not in "CZ" for character in question):
-        # nothing visible: empty, whitespace, or only control and zero-width format characters
-        raise ValueError("question must not be empty or whitespace")
-    try:
-        question.encode("utf-8")
-    except UnicodeEncodeError as error:  # a lone surrogate: no model or index can take it
-        raise ValueError(
-            f"question is not valid Unicode text ({error.reason} at position {error.start})"
-        ) from None
+    if not (question and question.isprintable()):  # else visible text, no surrogate: checked
+        if not any(unicodedata.category(character)[0] not in "CZ" for character in question):
+            # nothing visible: empty, whitespace, or only control and zero-width format characters
+            raise ValueError("question must not be empty or whitespace")
+        try:
+            question.encode("utf-8")
+        except UnicodeEncodeError as error:  # a lone surrogate: no model or index can take it
+            raise ValueError(
+                f"question is not valid Unicode text ({error.reason} at position {error.start})"
+            ) from None
     if len(question) > MAX_QUESTION_CHARS:
         raise ValueError(
             f"question is {len(question)} characters long; the limit is {MAX_QUESTION_CHARS}. "

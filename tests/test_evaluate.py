@@ -481,7 +481,7 @@ def test_eval_command_end_to_end(
     data = json.loads((tmp_path / "out.json").read_text(encoding="utf-8"))
     assert data["dataset"] == "tiny" and data["split"] == "test" and data["query_count"] == 3
     assert list(data["setups"]) == ["bm25", "dense", "hybrid-rrf", "decomposition-offline"]
-    assert data["settings"]["decomposition-offline"]["query_count"] == 3  # its own, -n unset
+    assert data["settings"]["decomposition-offline"]["n"] == 3  # its own, -n unset
     assert data["settings"]["hybrid-rrf"]["rank_constant"] == 30
     assert data["indexes"]["embedding"] == "counting-letters-26"
     assert set(data["p_values"]["dense"]) == {"ndcg@10", "recall@100", "mrr@10", "map"}
@@ -554,16 +554,44 @@ def test_a_setup_that_would_repeat_another_is_refused_with_the_reason(tiny_beir:
     assert "multi-query-offline" not in unknown.stderr and "rag-fusion-offline" in unknown.stderr
 
 
-def test_a_strategy_setup_generates_the_strategys_own_query_count_unless_given() -> None:
-    """``eval -n`` was 4 for every strategy: decomposition 4 sub-questions, multi-query 4."""
+def test_a_strategy_setup_generates_the_strategys_own_n_unless_given() -> None:
+    """``eval -n`` was 4 for every strategy: decomposition 4 sub-questions, multi-query 4. ``n``
+    names the generated queries as in ``chain_for`` (it was ``query_count``, which also named
+    the evaluated queries); 0 fell back to the default and a strategy writing one text took any."""
+    from langchain_core.embeddings import DeterministicFakeEmbedding
+    from langchain_core.language_models import FakeListLLM
+
     from rag_fusion_chain import strategies
-    from rag_fusion_chain.evaluate.setups import strategy_setup
+    from rag_fusion_chain.evaluate.setups import Indexes, setup_by_name, strategy_setup
+
+    corpus = [Document("Reciprocal rank fusion sums inverse ranks.", id="d1")]
+    indexes = Indexes(corpus, DeterministicFakeEmbedding(size=8), cache_dir=None, depth=1)
 
     for strategy in strategies.STRATEGIES:
         default_n = strategies.get(strategy).default_n
-        assert strategy_setup(strategy).settings["query_count"] == default_n
-        given = strategy_setup(strategy, query_count=2).settings["query_count"]
-        assert given == (None if default_n is None else 2)  # one text: no count to give
+        assert strategy_setup(strategy).settings["n"] == default_n
+        if default_n is None:  # one query or passage: no count to give
+            with pytest.raises(ValueError, match=f"n: {strategy} writes one"):
+                strategy_setup(strategy, n=2).build(indexes)
+            assert setup_by_name(strategy, llm=FakeListLLM(responses=[]), n=2).settings["n"] is None
+        else:
+            assert strategy_setup(strategy, n=2).settings["n"] == 2
+            assert setup_by_name(strategy, llm=FakeListLLM(responses=[]), n=2).settings["n"] == 2
+    with pytest.raises(ValueError, match="greater than 0"):
+        strategy_setup("rag-fusion", n=0).build(indexes)
+
+
+def test_eval_refuses_queries_when_no_setup_generates_several(tiny_beir: Path) -> None:
+    """``eval --setups bm25,hyde-offline -n 3`` ran and ignored ``-n``."""
+    from typer.testing import CliRunner
+
+    from rag_fusion_chain.cli import app
+
+    arguments = ["eval", str(tiny_beir), "--setups", "bm25,hyde-offline", "-n", "3"]
+    result = CliRunner().invoke(app, arguments)
+
+    assert result.exit_code != 0
+    assert "--queries: none of bm25, hyde-offline generates several queries" in result.stderr
 
 
 def test_sweep_benchmark_runs_on_the_tiny_dataset(

@@ -81,9 +81,8 @@ class Indexes:
         from rag_fusion_chain import models
         from rag_fusion_chain.retrievers.stores import VectorRetriever, build_faiss
 
-        embeddings = self.embeddings
-        if not isinstance(embeddings, Embeddings):
-            embeddings = models.embeddings(embeddings)
+        given = self.embeddings
+        embeddings = given if isinstance(given, Embeddings) else models.embeddings(given)
         self.built["embedding"] = {
             "embedding": models.embedding_identity(embeddings),
             "precision": models.embedding_precision(embeddings),
@@ -146,14 +145,14 @@ def hybrid_setup(
 
 
 def strategy_setup(
-    strategy: str, llm: Runnable[Any, Any] | None = None, *, query_count: int | None = None
+    strategy: str, llm: Runnable[Any, Any] | None = None, *, n: int | None = None
 ) -> Setup:
     """A strategy's retrieval over BM25 and dense, up to the answer, keeping ``depth`` passages
-    (``query_count`` queries, default the strategy's, from ``llm`` or its offline step)."""
+    (``n`` queries, default the strategy's, from ``llm`` or its offline step)."""
     from rag_fusion_chain import strategies
 
     record = strategies.get(strategy)
-    count = None if record.default_n is None else (query_count or record.default_n)
+    count = record.default_n if n is None else n  # checked by chain_for when built
 
     def build(indexes: Indexes) -> Runnable[str, list[Document]]:
         from rag_fusion_chain import chains
@@ -166,7 +165,7 @@ def strategy_setup(
     settings = {"retrievers": ["bm25", "dense"], "strategy": strategy, "queries_from": source}
     name = strategy if llm is not None else f"{strategy}{OFFLINE_SUFFIX}"
     description = f"{strategy} ({source} queries) over bm25 + dense"
-    return Setup(name, build, description, {**settings, "query_count": count})
+    return Setup(name, build, description, {**settings, "n": count})
 
 
 def setup_by_name(
@@ -174,11 +173,11 @@ def setup_by_name(
     *,
     llm: Runnable[Any, Any] | None = None,
     rank_constant: float = DEFAULT_RANK_CONSTANT,
-    query_count: int | None = None,
+    n: int | None = None,
 ) -> Setup:
     """A setup by its command-line name: ``bm25``, ``dense``, ``hybrid``, ``hybrid-`` and a
     ``fusion.FUSIONS`` name, a strategy (with ``llm``) or ``STRATEGY-offline``."""
-    from rag_fusion_chain.strategies import STRATEGIES
+    from rag_fusion_chain import strategies
 
     if name == "bm25":
         description = "BM25 (bm25s, English stemmer and stopwords)"
@@ -190,16 +189,16 @@ def setup_by_name(
         return hybrid_setup(fusion, name=name, rank_constant=rank_constant)
     if name in UNOFFERED_SETUPS:
         raise ValueError(f"setups: {name!r} is not offered: {UNOFFERED_SETUPS[name]}")
-    if name.endswith(OFFLINE_SUFFIX) and name.removesuffix(OFFLINE_SUFFIX) in STRATEGIES:
-        return strategy_setup(name.removesuffix(OFFLINE_SUFFIX), query_count=query_count)
-    if name in STRATEGIES:
-        if llm is None:
+    strategy = name.removesuffix(OFFLINE_SUFFIX)
+    if strategy in strategies.STRATEGIES:
+        if name == strategy and llm is None:
             raise ValueError(
                 f"setups: {name!r} needs a chat model (configure one, e.g. --model), "
                 f"or use {name + OFFLINE_SUFFIX!r} for the offline query generator"
             )
-        return strategy_setup(name, llm, query_count=query_count)
-    offline = [strategy + OFFLINE_SUFFIX for strategy in STRATEGIES]
+        counted = n if strategies.get(strategy).default_n is not None else None  # n: theirs only
+        return strategy_setup(strategy, llm if name == strategy else None, n=counted)
+    offline = [strategy + OFFLINE_SUFFIX for strategy in strategies.STRATEGIES]
     known = [*DEFAULT_SETUPS, "hybrid", *(each for each in offline if each not in UNOFFERED_SETUPS)]
     raise ValueError(f"setups: unknown setup {name!r}; known: {', '.join(known)}")
 
@@ -251,7 +250,7 @@ def prepare_evaluation(
     cache_dir: str | Path | None = DEFAULT_CACHE_DIR,
     depth: int = DEFAULT_DEPTH,
     rank_constant: float = DEFAULT_RANK_CONSTANT,
-    query_count: int | None = None,
+    n: int | None = None,
     progress: ProgressCallback = ignore_progress,
 ) -> tuple[BeirDataset, list[Setup], Indexes]:
     """The dataset loaded, the setups resolved by name, and the indexes they share (built on first
@@ -261,7 +260,7 @@ def prepare_evaluation(
     resolved = [
         setup
         if isinstance(setup, Setup)
-        else setup_by_name(setup, llm=llm, rank_constant=rank_constant, query_count=query_count)
+        else setup_by_name(setup, llm=llm, rank_constant=rank_constant, n=n)
         for setup in setups
     ]
     if not isinstance(dataset, BeirDataset):

@@ -68,34 +68,38 @@ def flatten(
             "fusion input must be a list of ranked lists of Documents, "
             f"got {type(ranked_lists).__name__}"
         )
-    flat: list[Sequence[Document]] = []
-    retriever_of: list[int] = []
-    for position, item in enumerate(ranked_lists):
-        if is_document_list(item):
-            flat.append(item)
-            retriever_of.append(-1)
-        elif isinstance(item, (list, tuple)) and all(map(is_document_list, item)):
-            flat.extend(item)
-            retriever_of.extend(range(len(item)))
-        elif isinstance(item, Document):
-            raise TypeError(
-                "fusion input must be a list of ranked lists, got a single list of Documents; "
-                "wrap it: [documents]"
-            )
-        else:
-            raise TypeError(
-                f"fusion input item {position} is not a list of Documents "
-                f"(got {type(item).__name__}); expected list[list[Document]] "
-                "or list[list[list[Document]]]"
-            )
+    flat: list[Sequence[Document]]
+    retriever_of: list[int]  # per flat list, its retriever's position in a nested item, else -1
+    if all(map(is_document_list, ranked_lists)):  # already flat (a fan-out's): no walk
+        flat, retriever_of = list(ranked_lists), [-1] * len(ranked_lists)
+    else:
+        flat, retriever_of = [], []
+        for position, item in enumerate(ranked_lists):
+            if is_document_list(item):
+                flat.append(item)
+                retriever_of.append(-1)
+            elif isinstance(item, (list, tuple)) and all(map(is_document_list, item)):
+                flat.extend(item)
+                retriever_of.extend(range(len(item)))
+            elif isinstance(item, Document):
+                raise TypeError(
+                    "fusion input must be a list of ranked lists, got a single list of Documents; "
+                    "wrap it: [documents]"
+                )
+            else:
+                raise TypeError(
+                    f"fusion input item {position} is not a list of Documents "
+                    f"(got {type(item).__name__}); expected list[list[Document]] "
+                    "or list[list[list[Document]]]"
+                )
     if weights is None:
         own = [float(getattr(ranked, "weight", 1.0)) for ranked in flat]
-        for position, weight in enumerate(own):
-            if not math.isfinite(weight) or weight < 0:
-                raise ValueError(
-                    f"weights: ranked list {position} carries weight {weight!r}; "
-                    "RankedList weights must be finite and non-negative"
-                )
+        if not all(map(math.isfinite, own)) or min(own, default=0.0) < 0:
+            position, weight = next((at, w) for at, w in enumerate(own) if not 0 <= w < math.inf)
+            raise ValueError(
+                f"weights: ranked list {position} carries weight {weight!r}; "
+                "RankedList weights must be finite and non-negative"
+            )
         return flat, own
     validate_weights(weights)
     if len(weights) == len(flat):

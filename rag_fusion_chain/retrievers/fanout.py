@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import partial
+from itertools import repeat
 from typing import Annotated, Any, Literal
 
 from langchain_core.documents import Document
@@ -146,10 +147,10 @@ def _as_list(retrievers: Any) -> Any:
 
 def _as_queries(value: Any) -> list[str]:
     queries = [value] if isinstance(value, str) else value
-    if not isinstance(queries, (list, tuple)) or not all(isinstance(q, str) for q in queries):
+    if not isinstance(queries, (list, tuple)) or not all(map(isinstance, queries, repeat(str))):
         raise TypeError(f"queries must be a str or a list of str, got {type(value).__name__}")
-    at = next((at for at, query in enumerate(queries) if not query.strip()), None)
-    if at is not None:  # a vector store would answer a blank query with arbitrary documents
+    if not all(map(str.strip, queries)):  # a vector store would answer a blank query at random
+        at = [bool(query.strip()) for query in queries].index(False)
         raise ValueError(f"queries must not be empty or whitespace: query {at} is {queries[at]!r}")
     return list(queries)
 
