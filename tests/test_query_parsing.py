@@ -62,7 +62,7 @@ def test_blank_lines_before_a_json_list_still_read_as_json() -> None:
 
 def test_json_nested_beyond_the_parser_s_depth_is_read_as_lines() -> None:
     # json.loads raised RecursionError (not ValueError): the whole reply was lost
-    assert QueryListParser().parse("1. solar power\n" + "[" * 100_000) == ["solar power"]
+    assert QueryListParser().parse("1. solar power\n" + "[" * 50_000) == ["solar power"]
 
 
 @pytest.mark.parametrize(
