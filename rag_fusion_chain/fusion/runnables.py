@@ -110,12 +110,12 @@ def traced_call(
     the run when no handler (config, context, tracing env) would see it; ``children=False`` (a
     body that starts no runs) skips the child config."""
     config = ensure_config(config)
-    run_id = config.pop("run_id", None)  # this run's own: never handed to the body's runs
+    run_id, name = config.pop("run_id", None), config.pop("run_name", None)  # never the body's
     callbacks = get_callback_manager_for_config(config)
     if not callbacks.handlers:
         return body(input, config)
     run_manager = callbacks.on_chain_start(
-        None, input, name=config.get("run_name") or runnable.get_name(), run_id=run_id
+        None, input, name=name or runnable.get_name(), run_id=run_id
     )
     try:
         if children:

@@ -214,10 +214,13 @@ class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]
         if limit is not None:
             config = patch_config(config, max_concurrency=max(1, limit // len(self.retrievers)))
         calls = []
-        for retriever in self.retrievers:  # a BaseRetriever hands k on to those that declare it
-            takes_k = self.k is not None and isinstance(_unbound(retriever), BaseRetriever)
+        for each in self.retrievers:  # a BaseRetriever hands k on to those that declare it
+            takes_k = self.k is not None and isinstance(_unbound(each), BaseRetriever)
+            if takes_k and isinstance(each, BaseRetriever) and not each._expects_other_args:
+                sized = "k" in type(each).model_fields  # LangChain drops its k= (community BM25)
+                each = each.model_copy(update={"k": self.k}) if sized else each
             keywords = {"k": self.k} if takes_k else {}  # another Runnable may not take it at all
-            call = retriever.abatch if asynchronous else retriever.batch
+            call = each.abatch if asynchronous else each.batch
             calls.append(partial(call, queries, config, return_exceptions=True, **keywords))
         return calls
 
