@@ -29,7 +29,7 @@ from rag_fusion_chain.query_parsing import (
     searchable_text,
     within_query_limit,
 )
-from rag_fusion_chain.validation import MAX_QUERIES, question_of, validate_count
+from rag_fusion_chain.validation import MAX_QUERIES, Question, question_of, validate_count
 
 OnFailure = Literal["warn", "raise"]
 
@@ -62,9 +62,14 @@ class Step(RunnableLambda):  # type: ignore[type-arg]
         func: Callable[[Any, RunnableConfig], Any],
         afunc: Callable[[Any, RunnableConfig], Any] | None = None,
         settings: Sequence[ConfigurableFieldSpec] = (),
+        input_type: Any = Any,
     ) -> None:
         super().__init__(func, afunc=afunc, name=name)
-        self.settings = list(settings)
+        self.settings, self.input_type = list(settings), input_type
+
+    @property
+    def InputType(self) -> Any:  # noqa: N802 (LangChain's name): a schema for LangServe, as_tool
+        return self.input_type
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         """One traced run of ``func``, without the signature reading ``RunnableLambda`` does on
@@ -132,7 +137,7 @@ def _query_list(
             return [_fallback(question, error, on_failure)]
         return _queries(question, generated, include_original, on_failure)
 
-    return Step("generate_queries", generate, agenerate, [N_SPEC])
+    return Step("generate_queries", generate, agenerate, [N_SPEC], Question)
 
 
 def _text(
@@ -146,7 +151,7 @@ def _text(
             lines = QueryListParser(n=1).parse(text)
             text = lines[0] if lines else ""
         text = within_query_limit(searchable_text(text, single_line=False).strip())
-        return text or _fallback(question, "the model returned no usable text", on_failure)
+        return text or _fallback(question, "the model returned no usable text", on_failure, up=6)
 
     def generate(value: Any, config: RunnableConfig) -> str:
         question = question_of(value)
@@ -162,7 +167,7 @@ def _text(
         except Exception as error:
             return _fallback(question, error, on_failure)
 
-    return RunnableLambda(generate, afunc=agenerate, name="generate_text")
+    return Step("generate_text", generate, agenerate, input_type=Question)
 
 
 def multi_query(

@@ -780,7 +780,6 @@ def test_a_run_name_given_to_the_fan_out_names_its_run_not_its_retrievers_runs()
     assert [run.name for run in collector.roots] == ["TagRetriever"]
 
 
-
 @pytest.mark.parametrize("strategy", ["hyde", "rewrite"])
 def test_from_llm_refuses_n_for_a_strategy_that_writes_one_query(strategy: str) -> None:
     """lcuser31: ``n=2`` with hyde was "TypeError: hyde() takes 1 positional argument but 2 were
