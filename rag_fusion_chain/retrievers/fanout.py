@@ -278,9 +278,11 @@ class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]
     def invoke(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> RetrievalResults:
-        return traced_call(self, self._retrieve, input, config)  # type: ignore[no-any-return]
+        fan_out = type(self)(**{**dict(self), **kwargs}) if kwargs else self  # k per call
+        return traced_call(fan_out, fan_out._retrieve, input, config)  # type: ignore[no-any-return]
 
     async def ainvoke(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> RetrievalResults:
-        return await self._acall_with_config(self._aretrieve, input, config)  # type: ignore[return-value]
+        fan_out = type(self)(**{**dict(self), **kwargs}) if kwargs else self  # k per call
+        return await fan_out._acall_with_config(fan_out._aretrieve, input, config)  # type: ignore[return-value]
