@@ -448,11 +448,13 @@ def chain_for(
     )
     offline, counted = llm is None, record.default_n is not None
     steps = [
-        Step("generate_queries", parts.generate, parts.agenerate, [N_SPEC] if counted else []),
+        Step("generate_queries", parts.generate, parts.agenerate, [N_SPEC] * counted, Question),
         Step("retrieve", parts.retrieve, parts.aretrieve, [K_SPEC]),
         Step("fuse", parts.fuse, settings=[TOP_N_SPEC]),
         Step("format_context", _formatted),
-        RunnableLambda(parts.answer, afunc=parts.aanswer, name="answer"),  # a generator: streamed
+        RunnableLambda(parts.answer, afunc=parts.aanswer, name="answer").with_types(
+            input_type=dict  # the state; a generator: streamed
+        ),
     ]
     if sub_answer is not None:  # decomposition: each sub-question answered before the question
         steps.insert(4, Step("answer_sub_questions", parts.sub_answers, parts.asub_answers))

@@ -63,7 +63,7 @@ class Step(RunnableLambda):  # type: ignore[type-arg]
         func: Callable[[Any, RunnableConfig], Any],
         afunc: Callable[[Any, RunnableConfig], Any] | None = None,
         settings: Sequence[ConfigurableFieldSpec] = (),
-        input_type: Any = Any,
+        input_type: Any = dict,  # a ready chain's state
     ) -> None:
         super().__init__(func, afunc=afunc, name=name)
         self.settings, self.input_type = list(settings), input_type

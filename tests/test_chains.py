@@ -348,6 +348,19 @@ def test_schemas_and_configurable_fields_are_published(name: str, return_sources
     assert chain.output_schema.model_json_schema()
 
 
+@pytest.mark.parametrize("name", BUILDERS)
+def test_each_step_taken_apart_publishes_its_schemas(name: str) -> None:
+    """lcuser31: taken apart (README: ``chain.bound.steps``), every step after the first raised
+    PydanticUserError "`retrieve_input` is not fully defined; you should define `State`" for
+    its input schema, and so did ``RunnableSequence(*chain.bound.steps[1:])``."""
+    first, *rest = build(name).bound.steps
+    assert first.get_input_jsonschema()["required"] == ["question"]
+    for step in [*rest, RunnableSequence(*rest)]:
+        assert step.get_input_jsonschema()["type"] == "object"  # the state: keys by strategy
+        assert "required" not in step.get_input_jsonschema()
+        assert step.get_output_jsonschema()
+
+
 @pytest.mark.parametrize("offline", [False, True])
 async def test_a_ready_chain_declares_its_types_and_serves_as_a_tool(offline: bool) -> None:
     """A question in (str or {"question": str}), the answer out, or with sources a dict: was Any

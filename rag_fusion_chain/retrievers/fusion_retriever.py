@@ -102,9 +102,7 @@ class FusionRetriever(BaseRetriever):
     @property
     def config_specs(self) -> list[ConfigurableFieldSpec]:
         """``k``, plus what the query generator makes configurable."""
-        own = ConfigurableFieldSpec(
-            id="k", annotation=int, name="k", default=self.k, description="Fused documents returned"
-        )
+        own = queries.count_setting("k", "Fused documents returned")._replace(default=self.k)
         generated = self.query_generator.config_specs if self.query_generator else []
         return get_unique_config_specs([*super().config_specs, own, *generated])
 
