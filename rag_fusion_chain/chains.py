@@ -292,7 +292,7 @@ class _Steps:
             answers.append({**item, "answer": await sub_answer.ainvoke(values, config)})
         return _sub_answered(state, answers)
 
-    def answer(self, state: State, config: RunnableConfig) -> Any:
+    def answer(self, state: dict, config: RunnableConfig) -> Any:  # dict: LangChain's schema
         """``answer``: the answer's tokens, streamed; with sources, the sources chunk first."""
         if self.return_sources:
             yield _sources(state)
@@ -452,9 +452,7 @@ def chain_for(
         Step("retrieve", parts.retrieve, parts.aretrieve, [K_SPEC]),
         Step("fuse", parts.fuse, settings=[TOP_N_SPEC]),
         Step("format_context", _formatted),
-        RunnableLambda(parts.answer, afunc=parts.aanswer, name="answer").with_types(
-            input_type=dict  # the state; a generator: streamed
-        ),
+        RunnableLambda(parts.answer, afunc=parts.aanswer, name="answer"),  # a generator: streamed
     ]
     if sub_answer is not None:  # decomposition: each sub-question answered before the question
         steps.insert(4, Step("answer_sub_questions", parts.sub_answers, parts.asub_answers))

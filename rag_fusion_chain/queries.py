@@ -57,6 +57,8 @@ class Step(RunnableLambda):  # type: ignore[type-arg]
     trace, declaring the per-call settings it reads for ``config_schema()``; ``func`` takes (input,
     config). ``RunnablePassthrough.assign`` would add its parallel map and two runs a step."""
 
+    InputType: Any = dict  # what it takes, for its schema (LangServe, as_tool): set per step
+
     def __init__(
         self,
         name: str,
@@ -66,11 +68,7 @@ class Step(RunnableLambda):  # type: ignore[type-arg]
         input_type: Any = dict,  # a ready chain's state
     ) -> None:
         super().__init__(func, afunc=afunc, name=name)
-        self.settings, self.input_type = list(settings), input_type
-
-    @property
-    def InputType(self) -> Any:  # noqa: N802 (LangChain's name): a schema for LangServe, as_tool
-        return self.input_type
+        self.settings, self.InputType = list(settings), input_type
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         """One traced run of ``func``, without the signature reading ``RunnableLambda`` does on

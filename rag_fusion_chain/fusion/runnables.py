@@ -114,20 +114,18 @@ def traced_call(
     callbacks = get_callback_manager_for_config(config)
     if not callbacks.handlers:
         return body(input, config)
-    run_manager = callbacks.on_chain_start(
-        None, input, name=name or runnable.get_name(), run_id=run_id
-    )
+    run = callbacks.on_chain_start(None, input, name=name or runnable.get_name(), run_id=run_id)
     try:
         if children:
-            child = patch_config(config, callbacks=run_manager.get_child())
+            child = patch_config(config, callbacks=run.get_child())
             with set_config_context(child) as context:  # bound runnables merge this config
                 output = context.run(body, input, child)
         else:
             output = body(input, config)
     except BaseException as error:
-        run_manager.on_chain_error(error)
+        run.on_chain_error(error)
         raise
-    run_manager.on_chain_end(output)
+    run.on_chain_end(output)
     return output
 
 
