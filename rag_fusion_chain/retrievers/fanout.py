@@ -214,11 +214,10 @@ class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]
         if limit is not None:
             config = patch_config(config, max_concurrency=max(1, limit // len(self.retrievers)))
         calls = []
-        for each in self.retrievers:  # a BaseRetriever hands k on to those that declare it
+        for each in self.retrievers:  # k goes to a BaseRetriever as a keyword, else to its k field
             takes_k = self.k is not None and isinstance(_unbound(each), BaseRetriever)
-            if takes_k and isinstance(each, BaseRetriever) and not each._expects_other_args:
-                sized = "k" in type(each).model_fields  # LangChain drops its k= (community BM25)
-                each = each.model_copy(update={"k": self.k}) if sized else each
+            if takes_k and isinstance(each, BaseRetriever) and "k" in type(each).model_fields:
+                each = each if each._expects_other_args else each.model_copy(update={"k": self.k})
             keywords = {"k": self.k} if takes_k else {}  # another Runnable may not take it at all
             call = each.abatch if asynchronous else each.batch
             calls.append(partial(call, queries, config, return_exceptions=True, **keywords))

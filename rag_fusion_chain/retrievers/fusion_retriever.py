@@ -31,8 +31,7 @@ _HINTS = {
     "llm": "use FusionRetriever.from_llm(retrievers, llm) or query_generator=queries.rag_fusion(llm)",
     "top_n": "k is the number of fused documents a FusionRetriever returns",
 }
-_COUNTED = ("rag-fusion", "multi-query")  # query steps that write n queries
-_FUSED_FLAT = (*_COUNTED, "hyde", "rewrite")  # query steps fused as one list
+_FUSED_FLAT = ("rag-fusion", "multi-query", "hyde", "rewrite")  # query steps fused as one list
 
 
 def _question_first(both: dict[str, Any]) -> list[str]:
@@ -90,10 +89,8 @@ class FusionRetriever(BaseRetriever):
         searched too unless ``include_original=False``. ``n``: queries, where the step counts them."""
         if strategy not in _FUSED_FLAT:
             raise ValueError(f"strategy must be one of {', '.join(_FUSED_FLAT)}; got {strategy!r}")
-        if n is not None and strategy not in _COUNTED:
-            raise ValueError(f"n: {strategy} writes one query; n applies to {', '.join(_COUNTED)}")
         factory = getattr(queries, strategy.replace("-", "_"))
-        generator = factory(llm) if n is None else factory(llm, n)
+        generator = factory(llm) if n is None else factory(llm, n=n)  # hyde(): no n, a TypeError
         if include_original:
             both = RunnableParallel(question=RunnablePassthrough(), queries=generator)
             generator = (both | _question_first).with_config(run_name="generate_queries")
