@@ -447,9 +447,10 @@ def chain_for(
         return_sources=return_sources,
     )
     offline, counted = llm is None, record.default_n is not None
-    steps = [
-        Step("generate_queries", parts.generate, parts.agenerate, [N_SPEC] * counted, Question),
-        Step("retrieve", parts.retrieve, parts.aretrieve, [K_SPEC]),
+    declared = (query_step.config_specs if query_step else [N_SPEC] * counted) + answer.config_specs
+    steps = [  # each declares its settings and its parts' (a model's alternatives): LangServe's
+        Step("generate_queries", parts.generate, parts.agenerate, declared, Question),
+        Step("retrieve", parts.retrieve, parts.aretrieve, [K_SPEC, *fan_out.config_specs]),
         Step("fuse", parts.fuse, settings=[TOP_N_SPEC]),
         Step("format_context", _formatted),
         RunnableLambda(parts.answer, afunc=parts.aanswer, name="answer"),  # a generator: streamed

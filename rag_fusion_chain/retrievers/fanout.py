@@ -19,13 +19,14 @@ from typing import Annotated, Any, Literal
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import (
+    ConfigurableFieldSpec,
     Runnable,
     RunnableBinding,
     RunnableConfig,
     RunnableSerializable,
 )
 from langchain_core.runnables.config import ContextThreadPoolExecutor, patch_config
-from langchain_core.runnables.utils import gather_with_concurrency
+from langchain_core.runnables.utils import gather_with_concurrency, get_unique_config_specs
 from langchain_core.vectorstores import VectorStoreRetriever
 from pydantic import BeforeValidator, ConfigDict, Field, ValidationInfo
 
@@ -206,6 +207,11 @@ class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]
 
     def __init__(self, retrievers: Any, weights: Sequence[float] | None = None, **fields: Any):
         super().__init__(retrievers=retrievers, weights=weights, **fields)  # type: ignore[call-arg]
+
+    @property
+    def config_specs(self) -> list[ConfigurableFieldSpec]:
+        """Its retrievers' per-call settings (as EnsembleRetriever's): what LangServe passes on."""
+        return get_unique_config_specs(s for each in self.retrievers for s in each.config_specs)
 
     def _calls(self, queries: list[str], config: RunnableConfig, asynchronous: bool) -> list[Any]:
         """One ``batch`` (or ``abatch``) call per retriever with all the queries, given the

@@ -98,10 +98,10 @@ class FusionRetriever(BaseRetriever):
 
     @property
     def config_specs(self) -> list[ConfigurableFieldSpec]:
-        """``k``, plus what the query generator makes configurable."""
+        """``k``, plus what its query generator and retrievers make configurable."""
         own = queries.count_setting("k", "Fused documents returned")._replace(default=self.k)
         generated = self.query_generator.config_specs if self.query_generator else []
-        return get_unique_config_specs([*super().config_specs, own, *generated])
+        return get_unique_config_specs([own, *generated, *self.retrievers.config_specs])
 
     def invoke(
         self, input: QuestionInput, config: RunnableConfig | None = None, **kwargs: Any
