@@ -465,7 +465,6 @@ def chain_for(
         bound=RunnableSequence(*steps),
         config={"run_name": record.name, "tags": tags, "metadata": metadata},
         config_factories=[_SearchGuard.for_call],  # each async call a guard of its own
-        custom_input_type=Question,  # a str or {"question": str}: chain.as_tool(...) works
         custom_output_type=dict if return_sources else str,
     )
 

@@ -787,16 +787,3 @@ def test_from_llm_refuses_n_for_a_strategy_that_writes_one_query(strategy: str) 
     llm = FakeListChatModel(responses=["b"])
     with pytest.raises(TypeError, match=f"{strategy}\\(\\) got an unexpected keyword argument 'n'"):
         FusionRetriever.from_llm([TagRetriever(tag="a")], llm, strategy=strategy, n=2)
-
-
-async def test_the_fan_out_takes_k_per_call_as_a_langchain_retriever_does() -> None:
-    """lcuser31: ``MultiRetriever.invoke(queries, k=1)`` (a retriever's per-call k) was silently
-    ignored, sync and async."""
-    store = InMemoryVectorStore(DeterministicFakeEmbedding(size=8))
-    store.add_texts(["heat", "pump", "solar"])
-    fan_out = MultiRetriever([store.as_retriever(), TagRetriever(tag="a", count=3)], k=2)
-    assert [len(ranked) for ranked in fan_out.invoke(["x"], k=1)] == [1, 1]
-    assert [len(ranked) for ranked in await fan_out.ainvoke(["x"], k=1)] == [1, 1]
-    assert [len(ranked) for ranked in fan_out.invoke(["x"])] == [2, 2]  # the fan-out is unchanged
-    with pytest.raises(ValueError, match="k"):
-        fan_out.invoke(["x"], k=0)

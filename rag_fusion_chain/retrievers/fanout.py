@@ -62,8 +62,7 @@ class RetrievalResults(list):  # type: ignore[type-arg]
         queries: Sequence[str] = (),
     ) -> None:
         super().__init__(ranked_lists)
-        self.failures = list(failures)
-        self.queries = list(queries)
+        self.failures, self.queries = list(failures), list(queries)
 
     def __add__(self, other: Any) -> RetrievalResults:  # type: ignore[override]
         return RetrievalResults(
@@ -209,8 +208,7 @@ class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]
         super().__init__(retrievers=retrievers, weights=weights, **fields)  # type: ignore[call-arg]
 
     @property
-    def config_specs(self) -> list[ConfigurableFieldSpec]:
-        """Its retrievers' per-call settings (as EnsembleRetriever's): what LangServe passes on."""
+    def config_specs(self) -> list[ConfigurableFieldSpec]:  # its retrievers', for LangServe
         return get_unique_config_specs(s for each in self.retrievers for s in each.config_specs)
 
     def _calls(self, queries: list[str], config: RunnableConfig, asynchronous: bool) -> list[Any]:
@@ -283,11 +281,9 @@ class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]
     def invoke(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> RetrievalResults:
-        fan_out = type(self)(**{**dict(self), **kwargs}) if kwargs else self  # k per call
-        return traced_call(fan_out, fan_out._retrieve, input, config)  # type: ignore[no-any-return]
+        return traced_call(self, self._retrieve, input, config)  # type: ignore[no-any-return]
 
     async def ainvoke(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> RetrievalResults:
-        fan_out = type(self)(**{**dict(self), **kwargs}) if kwargs else self  # k per call
-        return await fan_out._acall_with_config(fan_out._aretrieve, input, config)  # type: ignore[return-value]
+        return await self._acall_with_config(self._aretrieve, input, config)  # type: ignore[return-value]
