@@ -446,8 +446,7 @@ def chain_for(
         in_turn=mode == "recursive",
         return_sources=return_sources,
     )
-    offline, counted = llm is None, record.default_n is not None
-    declared = (query_step.config_specs if query_step else [N_SPEC] * counted) + answer.config_specs
+    declared = query_step.config_specs if query_step else [N_SPEC] * bool(record.default_n)
     steps = [  # each declares its settings and its parts' (a model's alternatives): LangServe's
         Step("generate_queries", parts.generate, parts.agenerate, declared, Question),
         Step("retrieve", parts.retrieve, parts.aretrieve, [K_SPEC, *fan_out.config_specs]),
@@ -457,10 +456,10 @@ def chain_for(
     ]
     if sub_answer is not None:  # decomposition: each sub-question answered before the question
         steps.insert(4, Step("answer_sub_questions", parts.sub_answers, parts.asub_answers))
-    metadata = {"strategy": record.name, "n": count, "k": k, "offline": offline}
+    metadata = {"strategy": record.name, "n": count, "k": k, "offline": llm is None}
     shown_mode = {"mode": mode} if record.grouping == "sub-questions" else {}  # offline too
     metadata |= {"top_n": chosen_fusion.top_n, **shown_mode}
-    tags = [record.name, "offline"] if offline else [record.name]
+    tags = [record.name, "offline"] if llm is None else [record.name]
     return RunnableBinding(
         bound=RunnableSequence(*steps),
         config={"run_name": record.name, "tags": tags, "metadata": metadata},

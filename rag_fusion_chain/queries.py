@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Sequence
-from functools import partial
 from typing import Any, Literal
 
 from langchain_core.output_parsers import StrOutputParser
@@ -73,7 +72,7 @@ class Step(RunnableLambda):  # type: ignore[type-arg]
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         """One traced run of ``func``, without the signature reading ``RunnableLambda`` does on
         every call (about 0.25 ms a step here; benchmarks/results/latency.md)."""
-        return traced_call(self, partial(self.func, **kwargs), input, config)  # as ainvoke
+        return traced_call(self, self.func, input, config)  # type: ignore[arg-type]
 
     @property
     def config_specs(self) -> list[ConfigurableFieldSpec]:

@@ -421,15 +421,6 @@ def test_top_n_and_k_are_configurable_per_call() -> None:
     assert set(retriever.received_k) == {1}
 
 
-async def test_a_keyword_per_call_is_refused_by_invoke_as_by_ainvoke() -> None:
-    """lcuser31: ``chain.invoke(q, top_n=1)`` was silently ignored (5 documents) while ``ainvoke``
-    raised TypeError, as LangChain's RunnableLambda does in both; per-call settings go in config."""
-    chain = chains.rag_fusion_chain(TopicRetriever(), ScriptedLLM().runnable)
-    for call in (chain.invoke, chain.ainvoke):
-        with pytest.raises(TypeError, match="unexpected keyword argument 'top_n'"):
-            await call(QUESTION, top_n=1) if call == chain.ainvoke else call(QUESTION, top_n=1)
-
-
 def test_k_and_top_n_given_at_build_time_reach_the_retriever_and_the_fusion() -> None:
     retriever = TopicRetriever()
     chain = chains.hyde_chain(retriever, ScriptedLLM().runnable, k=4, top_n=3, return_sources=True)

@@ -79,10 +79,8 @@ class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
         self, input: FusionInput, config: RunnableConfig | None = None, **kwargs: Any
     ) -> FusionOutput:
         """Fuse, reported as one run to the callbacks (async: in an executor, by default)."""
-        fusion = self.with_settings(**kwargs) if kwargs else self
-        return traced_call(
-            fusion, lambda lists, _: fusion.fuse(lists), input, config, children=False
-        )  # type: ignore[no-any-return]
+        used = self.with_settings(**kwargs) if kwargs else self
+        return traced_call(used, lambda lists, _: used.fuse(lists), input, config, children=False)
 
 
 def refuse_unknown_fields(model: type[BaseModel], values: Any, hints: dict[str, str]) -> Any:
