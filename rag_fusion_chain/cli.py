@@ -229,8 +229,8 @@ def search(
             )
         fusion = _fusion_shown(strategy)
         if answer and not json_output:
-            return render_answer(chain, question, retrievers, fusion=fusion, verbose=verbose)
-        retrieved = RetrievedLists(retrievers)
+            return render_answer(chain, question, fusion=fusion, verbose=verbose)
+        retrieved = RetrievedLists()
         result = chain.invoke({"question": question}, {"callbacks": [retrieved]})
         if json_output:
             print(json_text(json_record(result, question, strategy, retrieved.lists)))
@@ -279,7 +279,7 @@ def demo(
         output.print(Text("Question: ", style="bold") + Text(question), soft_wrap=True)
         retrievers = opened.retrievers(hybrid=True, k=DEFAULT_K)
         chain = chains.chain_for(strategy, retrievers, None, return_sources=True)
-        render_answer(chain, question, retrievers, fusion=_fusion_shown(strategy))
+        render_answer(chain, question, fusion=_fusion_shown(strategy))
 
 
 @app.command()

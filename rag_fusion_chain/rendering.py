@@ -9,13 +9,12 @@ import json
 import os
 import re
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import PurePath
 from typing import Any, Literal
 
 import typer
 from langchain_core.documents import Document
-from langchain_core.runnables import Runnable
 from langchain_core.tracers.base import BaseTracer
 from langchain_core.tracers.schemas import Run
 from pydantic import ValidationError
@@ -129,33 +128,18 @@ def json_text(record: Any) -> str:
 
 
 class RetrievedLists(BaseTracer):
-    """The ranked lists a chain fused: the runs of its ``retrievers`` (by name; None: any) inside no
-    other such run (a hybrid's lists are fused into its own), each once, failed ones excluded."""
+    """The ranked lists a ready chain fused, as its ``retrieve`` step hands them on: one per query
+    and retriever (a hybrid's own lists are inside its one; a failed retrieval has none; offline
+    HyDE's and rewrite's search of the question, which only wrote their text, is not one)."""
 
-    def __init__(self, retrievers: Iterable[Runnable[Any, Any]] | None = None) -> None:
-        super().__init__()
-        self._sources = None if retrievers is None else {each.get_name() for each in retrievers}
-        self._found: dict[tuple[Any, ...], tuple[Any, RankedList]] = {}
-
-    @property
-    def lists(self) -> list[RankedList]:  # in the order their runs started
-        return [ranked for _, ranked in sorted(self._found.values(), key=lambda found: found[0])]
+    lists: Sequence[RankedList] = ()
 
     def _persist_run(self, run: Run) -> None:
         """Nothing to keep but the lists."""
 
-    def _counted(self, run: Run) -> bool:
-        return run.run_type == "retriever" and (self._sources is None or run.name in self._sources)
-
-    def _on_retriever_end(self, run: Run) -> None:
-        parent = self.run_map.get(str(run.parent_run_id))
-        while parent is not None and not self._counted(parent):
-            parent = self.run_map.get(str(parent.parent_run_id))
-        if parent is None and self._counted(run):
-            documents = (run.outputs or {}).get("documents", [])
-            ranked = RankedList(documents, query=run.inputs["query"], source=run.name)
-            key = (ranked.query, ranked.source, *map(document_id, ranked))
-            self._found.setdefault(key, (run.start_time, ranked))
+    def _on_chain_end(self, run: Run) -> None:
+        if run.name == "retrieve" and isinstance((run.outputs or {}).get("retrieved"), list):
+            self.lists = run.outputs["retrieved"]  # type: ignore[index]
 
 
 def _hits(document: Document, lists: Sequence[RankedList]) -> list[dict[str, Any]]:
@@ -242,7 +226,7 @@ def sources_table(
 ) -> Table:
     """The fused documents as the answer cites them, score explained; ``verbose`` adds where found."""
     union, count = fusion == "union", len(lists)
-    lists_named = f"the {count} ranked lists" if count else "the ranked lists"
+    lists_named = f"the {count} ranked list{'s' * (count != 1)}" if count else "the ranked lists"
     lists_named += " (one per query and retriever)"
     found_in = f"found in: how many of {lists_named} returned the passage"
     rrf = f"RRF: reciprocal rank fusion, the sum of 1/({RRF_K} + rank) over {lists_named} holding the passage; rows in fused order"
@@ -281,18 +265,11 @@ def print_sources(
     output.print(sources_table(fused, lists=lists, queries=queries, fusion=fusion, verbose=verbose))
 
 
-def render_answer(
-    chain: Any,
-    question: str,
-    retrievers: Iterable[Runnable[Any, Any]] | None = None,
-    *,
-    fusion: str = "rrf",
-    verbose: bool = False,
-) -> None:
+def render_answer(chain: Any, question: str, *, fusion: str = "rrf", verbose: bool = False) -> None:
     """Stream a ``return_sources=True`` chain: the sources once the answer, the queries and the
     documents have all arrived (the chunks come in any order), then the answer as it comes."""
     result: dict[str, Any] = {"queries": [], "failures": [], "documents": None}
-    retrieved, held = RetrievedLists(retrievers), ""
+    retrieved, held = RetrievedLists(), ""
     chunks = iter(chain.stream({"question": question}, {"callbacks": [retrieved]}))
     for chunk in chunks:
         result["queries"] += chunk.get("queries", [])
