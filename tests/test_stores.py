@@ -274,6 +274,22 @@ def test_an_index_saved_before_blake3_loads_and_saves_on(
     ]
 
 
+def test_a_folder_without_a_faiss_index_is_not_called_unverified(
+    tmp_path: Path, embeddings: CountingEmbeddings
+) -> None:
+    """``load_faiss`` over the directory ``rag-fusion index`` wrote (or any folder without
+    ``index.faiss``) said it had no manifest and advised ``trust=True``, which then failed on a
+    missing docstore: it says there is no FAISS index there and where index directories open."""
+    from rag_fusion_chain.retrievers import build_index
+
+    (tmp_path / "notes.md").write_text("Heat pumps move heat from outside air.", "utf-8")
+    build_index([str(tmp_path / "notes.md")], tmp_path / "index", embedding=embeddings)
+    for folder in (tmp_path / "index", tmp_path):
+        for trust in (False, True):
+            with pytest.raises(FileNotFoundError, match=r"no FAISS index in .*open_index"):
+                load_faiss(folder, embeddings, trust=trust)
+
+
 def test_missing_manifest_is_refused_unless_trusted(
     tmp_path: Path, embeddings: CountingEmbeddings
 ) -> None:
