@@ -279,8 +279,9 @@ def test_a_folder_without_a_faiss_index_is_not_called_unverified(
 ) -> None:
     """``load_faiss`` over the directory ``rag-fusion index`` wrote (or any folder without
     ``index.faiss``) said it had no manifest and advised ``trust=True``, which then failed on a
-    missing docstore: it says there is no FAISS index there and where index directories open."""
-    from rag_fusion_chain.retrievers import build_index
+    missing docstore (``BM25Retriever.load``: "index file missing: .versions is a directory"):
+    each says there is no such store there and where index directories open."""
+    from rag_fusion_chain.retrievers import BM25Retriever, build_index
 
     (tmp_path / "notes.md").write_text("Heat pumps move heat from outside air.", "utf-8")
     build_index([str(tmp_path / "notes.md")], tmp_path / "index", embedding=embeddings)
@@ -288,6 +289,8 @@ def test_a_folder_without_a_faiss_index_is_not_called_unverified(
         for trust in (False, True):
             with pytest.raises(FileNotFoundError, match=r"no FAISS index in .*open_index"):
                 load_faiss(folder, embeddings, trust=trust)
+        with pytest.raises(FileNotFoundError, match=r"no BM25 index in .*open_index"):
+            BM25Retriever.load(folder)  # said "index file missing: .../.versions is a directory"
 
 
 def test_missing_manifest_is_refused_unless_trusted(

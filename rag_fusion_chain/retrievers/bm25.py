@@ -31,7 +31,12 @@ from rag_fusion_chain.retrievers.columns import (
     stored_documents,
 )
 from rag_fusion_chain.retrievers.fanout import DEFAULT_K
-from rag_fusion_chain.retrievers.signing import has_digest, open_regular_file, write_new_file
+from rag_fusion_chain.retrievers.signing import (
+    STORE_HINT,
+    has_digest,
+    open_regular_file,
+    write_new_file,
+)
 from rag_fusion_chain.validation import require_extra
 
 BM25_FORMAT = "rag_fusion_chain.bm25"
@@ -282,8 +287,8 @@ class BM25Retriever(BatchedRetriever):
         """A retriever :meth:`save` wrote (no pickle; ``kwargs`` override fields, e.g. ``k``);
         ``same_as``: an index's FAISS docstore columns, taken if ``documents.json`` has its bytes."""
         path = Path(directory)
-        if not path.is_dir():
-            raise FileNotFoundError(f"BM25 index directory not found: {path}")
+        if not (path / SETTINGS_FILE).exists():
+            raise FileNotFoundError(f"no BM25 index in {path} ({STORE_HINT})")
         settings = _read_json(path / SETTINGS_FILE)
         if not isinstance(settings, dict) or settings.get("format") != BM25_FORMAT:
             raise ValueError(f"{path / SETTINGS_FILE} is not a BM25Retriever settings file")

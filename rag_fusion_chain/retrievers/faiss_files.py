@@ -28,6 +28,7 @@ from rag_fusion_chain.retrievers.columns import (
     stored_documents,
 )
 from rag_fusion_chain.retrievers.signing import (
+    STORE_HINT,
     TRUST_ADVICE,
     UntrustedIndexError,
     has_digest,
@@ -144,8 +145,7 @@ def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False)
 
     directory = Path(path)
     if not (directory / INDEX_FILE).exists():  # an index directory keeps its stores deeper
-        hint = "an index directory of `rag-fusion index` or build_index opens with open_index()"
-        raise FileNotFoundError(f"no FAISS index in {directory} ({hint})")
+        raise FileNotFoundError(f"no FAISS index in {directory} ({STORE_HINT})")
     manifest = _read_manifest(directory, required=not trust)
     docstore_name = _docstore_name(directory, manifest)
     files = (manifest or {}).get("files")
