@@ -79,8 +79,11 @@ def _note_offline(llm: Any) -> None:
 
 
 def _fusion_shown(strategy: str) -> str:
-    """How the strategy's fused score reads: a count of lists (unique union) or an RRF score."""
-    return "union" if isinstance(strategies.get(strategy).default_fusion, UniqueUnion) else "rrf"
+    """How the strategy's fused score reads: a count of lists (unique union), an RRF score, or
+    one question's RRF score (grouped: each question's lists fused apart)."""
+    record = strategies.get(strategy)
+    union = isinstance(record.default_fusion, UniqueUnion)
+    return "union" if union else "rrf" if record.grouping == "flat" else "grouped"
 
 
 _EMBEDDINGS = "minilm, minilm-torch, minilm-openvino, minilm-f32, minilm-bf16, openai:<model>, sentence-transformers:<dir>, modelscope:<dir>"

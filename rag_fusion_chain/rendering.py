@@ -225,12 +225,13 @@ def sources_table(
     verbose: bool = False,
 ) -> Table:
     """The fused documents as the answer cites them, score explained; ``verbose`` adds where found."""
-    union, count = fusion == "union", len(lists)
+    union, count = fusion == "union", len(lists)  # fusion: rrf, union, or grouped (RRF apart)
     lists_named = f"the {count} ranked list{'s' * (count != 1)}" if count else "the ranked lists"
     lists_named += " (one per query and retriever)"
     found_in = f"found in: how many of {lists_named} returned the passage"
     rrf = f"RRF: reciprocal rank fusion, the sum of 1/({RRF_K} + rank) over {lists_named} holding the passage; rows in fused order"
-    caption = found_in if union else rrf
+    grouped = f"RRF: reciprocal rank fusion, the sum of 1/({RRF_K} + rank) over the ranked lists of one question holding the passage (each question's lists fused apart; rows by question, each in fused order)"
+    caption = {"union": found_in, "rrf": rrf}.get(fusion, grouped)
     table = Table(
         title="Fused sources", caption=caption, title_justify="left", caption_justify="left"
     )

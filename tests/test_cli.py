@@ -927,3 +927,21 @@ def test_the_lists_counted_offline_are_the_searched_texts_not_the_question_it_dr
         table_text(sources_table(result["documents"], lists=collected.lists)).split()
     )
     assert "over the 1 ranked list (one per query" in caption  # was "the 1 ranked lists"
+
+
+@pytest.mark.parametrize("strategy", ["decomposition", "step-back"])
+def test_the_score_caption_of_a_strategy_that_fuses_each_question_apart_says_so(
+    strategy: str,
+) -> None:
+    """Decomposition and step-back fuse each question's lists apart, so a passage found for two of
+    them shows one question's RRF; the caption said "the sum ... over the 3 ranked lists ...
+    holding the passage", which its `-v` hits contradicted (two hits, the score of one)."""
+    from rag_fusion_chain.cli import _fusion_shown
+    from rag_fusion_chain.rendering import sources_table
+
+    table = sources_table([], lists=[], fusion=_fusion_shown(strategy))
+    caption = " ".join(table_text(table).split())
+    assert "each question's lists fused apart" in caption
+    assert "over the ranked lists of one question" in caption
+    flat = " ".join(table_text(sources_table([], fusion=_fusion_shown("rag-fusion"))).split())
+    assert "over the ranked lists (one per query and retriever) holding the passage" in flat
