@@ -188,9 +188,9 @@ def index(
                 "deny_private": deny_private,
             },
         )
-        sources = f"{settings['files']} source{'s' * (settings['files'] != 1)}"  # files or URLs
+        read = f"{settings['files']} source{'s' * (settings['files'] != 1)}"  # files or URLs
         say(
-            f"Indexed {sources} as {settings['documents']} documents, "
+            f"Indexed {read} as {settings['documents']} documents, "
             f"{settings['chunks']} chunks ({settings['store']}, embeddings "
             f"{settings['embedding']}) in {out}; embedded {settings['embedded_chunks']} chunks"
             + (f", dropped {settings['dropped_sources']} sources" if update else "")
