@@ -107,6 +107,14 @@ def _queries(
     return list(unique.values())[0 if include_original else 1 :]
 
 
+def checked_llm(llm: Any) -> Runnable[Any, Any]:
+    """``llm`` if it is a chat model or another Runnable, else a TypeError naming what came."""
+    if not isinstance(llm, Runnable):
+        hint = " (no model: see rag_fusion_chain.offline)" if llm is None else ""
+        raise TypeError(f"llm must be a chat model or a Runnable, got {type(llm).__name__}{hint}")
+    return llm
+
+
 def _query_list(
     llm: Runnable[Any, Any],
     prompt: BasePromptTemplate,
@@ -116,6 +124,7 @@ def _query_list(
 ) -> Runnable[Any, list[str]]:
     """``prompt | llm | QueryListParser`` for ``n`` queries (``n`` configurable per call)."""
     validate_count("n", n, MAX_QUERIES)  # prompts ignore the values they do not use (n)
+    checked_llm(llm)
 
     def generate(value: Any, config: RunnableConfig) -> list[str]:
         question, count = question_of(value), configured_count(config, "n", n, MAX_QUERIES)
@@ -142,7 +151,7 @@ def _text(
     llm: Runnable[Any, Any], prompt: BasePromptTemplate, single_line: bool, on_failure: OnFailure
 ) -> Runnable[Any, str]:
     """``prompt | llm | StrOutputParser`` for one text; the question when nothing usable comes."""
-    model = prompt | llm | StrOutputParser()
+    model = prompt | checked_llm(llm) | StrOutputParser()
 
     def finish(question: str, text: str) -> str:
         if single_line:

@@ -259,3 +259,15 @@ def test_a_query_step_declares_the_question_it_takes_so_it_becomes_a_tool(factor
     assert step.get_input_jsonschema()["required"] == ["question"]
     tool = step.as_tool(name="search_queries", description="Queries for a question")
     assert tool.invoke({"question": "Q?"}) in (["alpha", "beta"], "alpha\nbeta")
+
+
+@pytest.mark.parametrize("name", ["multi_query", "rag_fusion", "decomposition", "step_back"])
+@pytest.mark.parametrize("llm", [None, "gpt-4o-mini"])
+def test_a_query_step_without_a_chat_model_is_refused_when_built(name: str, llm: object) -> None:
+    """``queries.rag_fusion(models.chat_model())`` with no model configured (None) was built, and
+    the first invoke failed in LangChain's words: "Expected a Runnable, callable or dict.Instead
+    got an unsupported type: <class 'NoneType'>"; now it is refused at once, naming ``llm``."""
+    with pytest.raises(
+        TypeError, match=r"llm must be a chat model or a Runnable, got (NoneType|str)"
+    ):
+        getattr(queries, name)(llm)
