@@ -777,6 +777,17 @@ def test_chroma_load_errors(tmp_path: Path, embeddings: CountingEmbeddings) -> N
         )
 
 
+def test_a_chroma_server_that_does_not_answer_is_named(embeddings: CountingEmbeddings) -> None:
+    """Chroma's "Could not connect to a Chroma server. Are you sure it is running?" did not say
+    where it looked (RAG_FUSION_CHROMA_URL set in another shell, a mistyped port)."""
+    pytest.importorskip("chromadb")
+    from tests.fixtures_chroma import _free_port
+
+    port = _free_port()  # nothing listens there
+    with pytest.raises(ValueError, match=rf"Could not connect .* \(at 127\.0\.0\.1:{port}"):
+        load_chroma(embeddings, host="127.0.0.1", port=port)
+
+
 def test_chroma_server_roundtrip(chroma_server: Any, embeddings: CountingEmbeddings) -> None:
     name = f"energy-{uuid.uuid4().hex[:8]}"
     build_chroma(
