@@ -22,6 +22,7 @@ from typing import Any, Literal
 from langchain_core.documents import Document
 from pydantic import Field, field_validator, model_validator
 
+from rag_fusion_chain.retrievers import signing
 from rag_fusion_chain.retrievers.base import BatchedRetriever, scored_copy, with_identity
 from rag_fusion_chain.retrievers.columns import (
     StoredDocuments,
@@ -31,12 +32,7 @@ from rag_fusion_chain.retrievers.columns import (
     stored_documents,
 )
 from rag_fusion_chain.retrievers.fanout import DEFAULT_K
-from rag_fusion_chain.retrievers.signing import (
-    STORE_HINT,
-    has_digest,
-    open_regular_file,
-    write_new_file,
-)
+from rag_fusion_chain.retrievers.signing import has_digest, open_regular_file, write_new_file
 from rag_fusion_chain.validation import require_extra
 
 BM25_FORMAT = "rag_fusion_chain.bm25"
@@ -288,7 +284,7 @@ class BM25Retriever(BatchedRetriever):
         ``same_as``: an index's FAISS docstore columns, taken if ``documents.json`` has its bytes."""
         path = Path(directory)
         if not (path / SETTINGS_FILE).exists():
-            raise FileNotFoundError(f"no BM25 index in {path} ({STORE_HINT})")
+            raise FileNotFoundError(f"no BM25 index in {path} ({signing.STORE_HINT})")
         settings = _read_json(path / SETTINGS_FILE)
         if not isinstance(settings, dict) or settings.get("format") != BM25_FORMAT:
             raise ValueError(f"{path / SETTINGS_FILE} is not a BM25Retriever settings file")
