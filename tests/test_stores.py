@@ -287,9 +287,13 @@ def test_a_folder_without_a_faiss_index_is_not_called_unverified(
     build_index([str(tmp_path / "notes.md")], tmp_path / "index", embedding=embeddings)
     for folder in (tmp_path / "index", tmp_path):
         for trust in (False, True):
-            with pytest.raises(FileNotFoundError, match=r"no FAISS index in .*open_index"):
+            with pytest.raises(
+                FileNotFoundError, match=r"no FAISS index \(index.faiss\) in .*open_index"
+            ):
                 load_faiss(folder, embeddings, trust=trust)
-        with pytest.raises(FileNotFoundError, match=r"no BM25 index in .*open_index"):
+        with pytest.raises(
+            FileNotFoundError, match=r"no BM25 index \(retriever.json\) in .*open_index"
+        ):
             BM25Retriever.load(folder)  # said "index file missing: .../.versions is a directory"
 
 

@@ -284,7 +284,7 @@ class BM25Retriever(BatchedRetriever):
         ``same_as``: an index's FAISS docstore columns, taken if ``documents.json`` has its bytes."""
         path = Path(directory)
         if not (path / SETTINGS_FILE).exists():
-            raise FileNotFoundError(f"no BM25 index in {path} ({signing.STORE_HINT})")
+            raise FileNotFoundError(f"no BM25 {SETTINGS_FILE} in {path} ({signing.STORE_HINT})")
         settings = _read_json(path / SETTINGS_FILE)
         if not isinstance(settings, dict) or settings.get("format") != BM25_FORMAT:
             raise ValueError(f"{path / SETTINGS_FILE} is not a BM25Retriever settings file")

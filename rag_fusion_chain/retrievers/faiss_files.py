@@ -145,7 +145,7 @@ def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False)
 
     directory = Path(path)
     if not (directory / INDEX_FILE).exists():  # an index directory keeps its stores deeper
-        raise FileNotFoundError(f"no FAISS index in {directory} ({STORE_HINT})")
+        raise FileNotFoundError(f"no FAISS index ({INDEX_FILE}) in {directory} ({STORE_HINT})")
     manifest = _read_manifest(directory, required=not trust)
     docstore_name = _docstore_name(directory, manifest)
     files = (manifest or {}).get("files")
