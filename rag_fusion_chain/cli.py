@@ -79,8 +79,7 @@ def _note_offline(llm: Any) -> None:
 
 
 def _fusion_shown(strategy: str) -> str:
-    """How the strategy's fused score reads: a count of lists (unique union), an RRF score, or
-    one question's RRF score (grouped: each question's lists fused apart)."""
+    """How the strategy's fused score reads: lists counted (union), RRF, or one question's RRF."""
     record = strategies.get(strategy)
     union = isinstance(record.default_fusion, UniqueUnion)
     return "union" if union else "rrf" if record.grouping == "flat" else "grouped"

@@ -64,6 +64,8 @@ def describe(error: BaseException) -> str:
         if message.startswith(parameter):
             message = flag + message.removeprefix(parameter)
     message = message or type(error).__name__
+    url = getattr(getattr(error, "__dict__", {}).get("request"), "url", None)  # OpenAI's: where
+    message += f" ({url})" if url is not None and str(url) not in message else ""
     usual = (OSError, ValueError, TypeError, ImportError, KeyError, ConnectionError, TimeoutError)
     return message if isinstance(error, usual) else f"{type(error).__name__}: {message}"
 
@@ -128,9 +130,8 @@ def json_text(record: Any) -> str:
 
 
 class RetrievedLists(BaseTracer):
-    """The ranked lists a ready chain fused, as its ``retrieve`` step hands them on: one per query
-    and retriever (a hybrid's own lists are inside its one; a failed retrieval has none; offline
-    HyDE's and rewrite's search of the question, which only wrote their text, is not one)."""
+    """The ranked lists a ready chain fused, from its ``retrieve`` step: one per query and retriever
+    (a hybrid's own inside its one; none for a failed search or offline HyDE/rewrite's question)."""
 
     lists: Sequence[RankedList] = ()
 

@@ -945,3 +945,21 @@ def test_the_score_caption_of_a_strategy_that_fuses_each_question_apart_says_so(
     assert "over the ranked lists of one question" in caption
     flat = " ".join(table_text(sources_table([], fusion=_fusion_shown("rag-fusion"))).split())
     assert "over the ranked lists (one per query and retriever) holding the passage" in flat
+
+
+def test_a_model_server_that_cannot_be_reached_is_named_in_the_error() -> None:
+    """`ask --model m --base-url http://127.0.0.1:9/v1` (or a stale $OPENAI_BASE_URL) ended with
+    "error: OpenAIConnectionError: Connection error." and no word of where it tried."""
+    import httpx
+    import openai
+
+    from rag_fusion_chain.rendering import describe
+
+    request = httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
+    message = describe(openai.APIConnectionError(request=request))
+    assert (
+        message == "APIConnectionError: Connection error. (http://127.0.0.1:9/v1/chat/completions)"
+    )
+    assert (
+        describe(httpx.ConnectError("refused")) == "ConnectError: refused"
+    )  # no request: as before
