@@ -43,7 +43,7 @@ from pydantic import Field, InstanceOf, SkipValidation, StrictBool, validate_cal
 from rag_fusion_chain import prompts, strategies
 from rag_fusion_chain.context import format_answered, format_context
 from rag_fusion_chain.fusion import BaseFusion, reciprocal_rank_fusion
-from rag_fusion_chain.queries import N_SPEC, Step, checked_llm, configured_count, count_setting
+from rag_fusion_chain.queries import N_SPEC, Step, configured_count, count_setting
 from rag_fusion_chain.retrievers.fanout import MultiRetriever, RetrievalResults, in_background
 from rag_fusion_chain.strategies import State, Strategy
 from rag_fusion_chain.validation import MAX_QUERIES, Question, question_of
@@ -405,7 +405,6 @@ def chain_for(
     >>> # chain_for("rag-fusion", [bm25, vectors], llm, return_sources=True).invoke("What is RRF?")
     """
     record = strategies.get(strategy)
-    llm = llm if llm is None else checked_llm(llm)
     if llm is None and (query_prompt, prompt, synthesis_prompt) != (None, None, None):
         raise ValueError(
             "query_prompt, prompt and synthesis_prompt need an llm: the offline chain (llm=None) "

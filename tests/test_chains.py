@@ -685,9 +685,10 @@ def test_bad_options_name_the_parameter(
         chains.decomposition_chain(TopicRetriever(), ScriptedLLM().runnable, **arguments)
 
 
-def test_an_llm_that_is_not_a_runnable_is_refused() -> None:
-    with pytest.raises(TypeError, match="llm must be a chat model or a Runnable"):
-        chains.rag_fusion_chain(TopicRetriever(), "gpt-4o")  # type: ignore[arg-type]
+@pytest.mark.parametrize("strategy", strategies.STRATEGIES)
+def test_an_llm_that_is_not_a_runnable_is_refused(strategy: str) -> None:
+    with pytest.raises(TypeError, match="llm must be a chat model or a Runnable, got str"):
+        chains.chain_for(strategy, TopicRetriever(), "gpt-4o")  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------- without a chat model
