@@ -189,6 +189,14 @@ def _sub_answered(state: State, answers: list[State], texts: list[str] | None = 
     return {**state, "sub_answers": answers, key: format_answered(answers)}
 
 
+def _used_settings(settings: list[str], config: RunnableConfig) -> RunnableConfig:
+    """The call's own ``settings`` (``configurable``, None unset) over the built ones in the
+    run's metadata, so that a trace shows what ran (a per-call config hook of the binding)."""
+    configurable = config.get("configurable") or {}
+    used = {name: configurable[name] for name in settings if configurable.get(name) is not None}
+    return {"metadata": used} if used else {}
+
+
 @dataclass(frozen=True)
 class _Steps:
     """The bodies of one ready chain's steps (sync and async) over its parts: each method is one
@@ -458,10 +466,11 @@ def chain_for(
     shown_mode = {"mode": mode} if record.grouping == "sub-questions" else {}  # offline too
     metadata |= {"top_n": chosen_fusion.top_n, **shown_mode}
     tags = [record.name, "offline"] if llm is None else [record.name]
+    settings = ["k", "top_n", *["n"] * bool(record.default_n)]
     return RunnableBinding(
         bound=RunnableSequence(*steps),
         config={"run_name": record.name, "tags": tags, "metadata": metadata},
-        config_factories=[_SearchGuard.for_call],  # each async call a guard of its own
+        config_factories=[_SearchGuard.for_call, partial(_used_settings, settings)],
         custom_output_type=dict if return_sources else str,
     )
 

@@ -72,7 +72,20 @@ class Step(RunnableLambda):  # type: ignore[type-arg]
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         """One traced run of ``func``, without the signature reading ``RunnableLambda`` does on
         every call (about 0.25 ms a step here; benchmarks/results/latency.md)."""
-        return traced_call(self, self.func, input, config)  # type: ignore[arg-type]
+        return traced_call(self, self.func, self._refuse(input, kwargs), config)  # type: ignore[arg-type]
+
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        return await super().ainvoke(self._refuse(input, kwargs), config)
+
+    def _refuse(self, input: Any, keywords: dict[str, Any]) -> Any:
+        """``input``, or a TypeError for keywords, which ``func`` does not take (as a
+        ``RunnableLambda``'s function without them): per-call settings are configurable."""
+        if keywords:
+            raise TypeError(
+                f"{self.name} takes no keyword arguments, got {', '.join(map(repr, keywords))}; "
+                f"set per-call settings with config={{'configurable': {keywords!r}}}"
+            )
+        return input
 
     @property
     def config_specs(self) -> list[ConfigurableFieldSpec]:

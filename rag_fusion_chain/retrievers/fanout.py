@@ -33,6 +33,7 @@ from pydantic import BeforeValidator, ConfigDict, Field, ValidationInfo
 from rag_fusion_chain.fusion import RankedList
 from rag_fusion_chain.fusion.inputs import is_document_list, validate_weights
 from rag_fusion_chain.fusion.runnables import traced_call
+from rag_fusion_chain.validation import validate_count
 
 DEFAULT_TIMEOUT = 30.0
 """Seconds one retriever call (all its queries) may take by default; None waits without a bound."""
@@ -278,12 +279,21 @@ class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]
         gathered = await gather_with_concurrency(config.get("max_concurrency") or None, *waits)
         return self._collect(queries, gathered)
 
+    def with_k(self, k: int | None = None, **unknown: Any) -> MultiRetriever:
+        """Itself, or with ``k`` for one call (the keyword a ``BaseRetriever``'s ``invoke``
+        takes); TypeError for any other keyword: no retriever would be given it."""
+        if unknown:
+            raise TypeError(f"{self.name} takes only k per call, got {', '.join(unknown)}")
+        return self if k is None else self.model_copy(update={"k": validate_count("k", k)})
+
     def invoke(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> RetrievalResults:
-        return traced_call(self, self._retrieve, input, config)  # type: ignore[no-any-return]
+        used = self.with_k(**kwargs)
+        return traced_call(used, used._retrieve, input, config)  # type: ignore[no-any-return]
 
     async def ainvoke(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> RetrievalResults:
-        return await self._acall_with_config(self._aretrieve, input, config)  # type: ignore[return-value]
+        used = self.with_k(**kwargs)
+        return await used._acall_with_config(used._aretrieve, input, config)  # type: ignore[return-value]
