@@ -14,7 +14,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import repeat
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
@@ -32,8 +32,7 @@ from pydantic import BeforeValidator, ConfigDict, Field, ValidationInfo
 
 from rag_fusion_chain.fusion import RankedList
 from rag_fusion_chain.fusion.inputs import is_document_list, validate_weights
-from rag_fusion_chain.fusion.runnables import traced_call
-from rag_fusion_chain.validation import validate_count
+from rag_fusion_chain.fusion.runnables import CallSettings, traced_call
 
 DEFAULT_TIMEOUT = 30.0
 """Seconds one retriever call (all its queries) may take by default; None waits without a bound."""
@@ -185,7 +184,7 @@ def _holds_a_thread(retriever: Runnable[Any, Any]) -> bool:
     return threaded or not (own or hasattr(retriever, "afunc"))
 
 
-class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]):
+class MultiRetriever(CallSettings, RunnableSerializable[str | list[str], list[list[Document]]]):
     """Queries (a ``str`` or a list) over several retrievers: ranked lists ready for fusion.
 
     The output, a :class:`RetrievalResults`, is query-major then retriever; each
@@ -204,6 +203,7 @@ class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]
     timeout: float | None = Field(DEFAULT_TIMEOUT, gt=0, allow_inf_nan=False, strict=True)
     """Seconds each retriever call may take (None: no bound)."""
     on_error: Literal["warn", "raise"] = "warn"
+    call_settings: ClassVar[tuple[str, ...]] = ("k",)  # as a BaseRetriever's invoke takes it
 
     def __init__(self, retrievers: Any, weights: Sequence[float] | None = None, **fields: Any):
         super().__init__(retrievers=retrievers, weights=weights, **fields)  # type: ignore[call-arg]
@@ -279,21 +279,14 @@ class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]
         gathered = await gather_with_concurrency(config.get("max_concurrency") or None, *waits)
         return self._collect(queries, gathered)
 
-    def with_k(self, k: int | None = None, **unknown: Any) -> MultiRetriever:
-        """Itself, or with ``k`` for one call (the keyword a ``BaseRetriever``'s ``invoke``
-        takes); TypeError for any other keyword: no retriever would be given it."""
-        if unknown:
-            raise TypeError(f"{self.name} takes only k per call, got {', '.join(unknown)}")
-        return self if k is None else self.model_copy(update={"k": validate_count("k", k)})
-
     def invoke(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> RetrievalResults:
-        used = self.with_k(**kwargs)
+        used = self.with_settings(**kwargs)
         return traced_call(used, used._retrieve, input, config)  # type: ignore[no-any-return]
 
     async def ainvoke(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> RetrievalResults:
-        used = self.with_k(**kwargs)
+        used = self.with_settings(**kwargs)
         return await used._acall_with_config(used._aretrieve, input, config)  # type: ignore[return-value]
