@@ -182,8 +182,7 @@ def _sub_answered(state: State, answers: list[State], texts: list[str] | None = 
 
 
 def _used_settings(settings: list[str], config: RunnableConfig) -> RunnableConfig:
-    """The call's own ``settings`` (``configurable``, None unset) over the built ones in the
-    run's metadata, so that a trace shows what ran (a per-call config hook of the binding)."""
+    """The run's metadata with the ``settings`` a call sets (None: unset): a trace shows what ran."""
     configurable = config.get("configurable") or {}
     used = {name: configurable[name] for name in settings if configurable.get(name) is not None}
     return {"metadata": used} if used else {}
@@ -210,7 +209,7 @@ class _Steps:
         return self
 
     def _fan_out(self, config: RunnableConfig) -> MultiRetriever:  # k set per call, or as built
-        return self.fan_out.with_settings(k=configured_count(config, "k", self.fan_out.k))
+        return self.fan_out.with_k(configured_count(config, "k", None))
 
     def generate(self, value: Any, config: RunnableConfig) -> State:
         """``generate_queries``: the query step, the question's search begun beside it and handed
@@ -262,11 +261,8 @@ class _Steps:
         state, first, queries = _unsearched(state)
         if isinstance(first, asyncio.Future) and config.get("max_concurrency") is not None:
             first = await first
-        rest = (
-            self._fan_out(config).ainvoke(queries, config)
-            if queries
-            else asyncio.sleep(0, RetrievalResults())
-        )
+        fan_out = self._fan_out(config)
+        rest = fan_out.ainvoke(queries, config) if queries else asyncio.sleep(0, RetrievalResults())
         begun = first if isinstance(first, asyncio.Future) else asyncio.sleep(0, first)
         return _retrieved(state, *await asyncio.gather(begun, rest))  # both errors read
 

@@ -70,22 +70,9 @@ class Step(RunnableLambda):  # type: ignore[type-arg]
         self.settings, self.InputType = list(settings), input_type
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        """One traced run of ``func``, without the signature reading ``RunnableLambda`` does on
-        every call (about 0.25 ms a step here; benchmarks/results/latency.md)."""
-        return traced_call(self, self.func, self._refuse(input, kwargs), config)  # type: ignore[arg-type]
-
-    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        return await super().ainvoke(self._refuse(input, kwargs), config)
-
-    def _refuse(self, input: Any, keywords: dict[str, Any]) -> Any:
-        """``input``, or a TypeError for keywords, which ``func`` does not take (as a
-        ``RunnableLambda``'s function without them): per-call settings are configurable."""
-        if keywords:
-            raise TypeError(
-                f"{self.name} takes no keyword arguments, got {', '.join(map(repr, keywords))}; "
-                f"set per-call settings with config={{'configurable': {keywords!r}}}"
-            )
-        return input
+        """``RunnableLambda.invoke`` (keywords go to ``func``; a step's takes none) as one traced run,
+        without its signature reading on every call (0.25 ms a step; benchmarks/results/latency.md)."""
+        return traced_call(self, lambda value, at: self.func(value, at, **kwargs), input, config)  # type: ignore[call-arg]
 
     @property
     def config_specs(self) -> list[ConfigurableFieldSpec]:
@@ -168,8 +155,7 @@ def _text(
 
     def finish(question: str, text: str) -> str:
         if single_line:
-            lines = QueryListParser(n=1).parse(text)
-            text = lines[0] if lines else ""
+            text = next(iter(QueryListParser(n=1).parse(text)), "")
         text = within_query_limit(searchable_text(text, single_line=False).strip())
         return text or _fallback(question, "the model returned no usable text", on_failure, up=6)
 

@@ -57,9 +57,8 @@ def read_qrels(path: Path) -> Qrels:
                     qrels.setdefault(row[0], {})[row[1]] = int(float(row[2]))
             except (csv.Error, IndexError, ValueError, OverflowError) as error:
                 got = error if isinstance(error, csv.Error | UnicodeError) else repr(row)
-                where = f"{path}:{number}"
                 raise ValueError(
-                    f"{where}: expected query-id, corpus-id, score; got {got}"
+                    f"{path}:{number}: expected query-id, corpus-id, score; got {got}"
                 ) from error
     return qrels
 

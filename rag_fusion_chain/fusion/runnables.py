@@ -22,27 +22,7 @@ from rag_fusion_chain.fusion.algorithms import Fused
 from rag_fusion_chain.fusion.inputs import FUSION_SCORE_KEY, SCORE_KEY, FusionInput, FusionOutput
 
 
-class CallSettings:
-    """``with_settings`` for a pydantic Runnable whose :attr:`call_settings` fields may be set
-    per call (``invoke(..., **settings)``, ``.bind(**settings)``)."""
-
-    call_settings: ClassVar[tuple[str, ...]]
-
-    def with_settings(self, **settings: Any) -> Any:
-        """This runnable with per-call ``settings`` validated like fields (itself when they change
-        nothing); TypeError names any keyword not in :attr:`call_settings`."""
-        if unknown := settings.keys() - set(self.call_settings):
-            raise TypeError(
-                f"{type(self).__name__} got unexpected keyword argument(s) "
-                f"{', '.join(map(repr, sorted(unknown)))}; settings it takes per call: "
-                f"{', '.join(self.call_settings)}"
-            )
-        if all(getattr(self, name) == value for name, value in settings.items()):
-            return self
-        return type(self)(**{**dict(self), **settings})  # type: ignore[call-overload]
-
-
-class BaseFusion(CallSettings, RunnableSerializable[FusionInput, FusionOutput]):
+class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
     """Shared fields and plumbing of the fusion runnables; subclasses supply ``_scores``."""
 
     name: str | None = "fuse"
@@ -56,6 +36,7 @@ class BaseFusion(CallSettings, RunnableSerializable[FusionInput, FusionOutput]):
 
     sorts_by_score: ClassVar[bool] = True
     call_settings: ClassVar[tuple[str, ...]] = ("top_n", "weights")
+    """Fields that ``invoke(..., **settings)`` and ``.bind(**settings)`` may set per call."""
     field_hints: ClassVar[dict[str, str]] = {}
 
     @model_validator(mode="before")
@@ -71,6 +52,19 @@ class BaseFusion(CallSettings, RunnableSerializable[FusionInput, FusionOutput]):
 
     def _scores(self, ranked_lists: list[Sequence[Document]], weights: list[float]) -> Fused:
         raise NotImplementedError  # each fusion supplies its algorithm
+
+    def with_settings(self, **settings: Any) -> BaseFusion:
+        """This fusion with per-call ``settings`` validated like fields (itself when they change
+        nothing); TypeError names any keyword not in :attr:`call_settings`."""
+        if unknown := settings.keys() - set(self.call_settings):
+            raise TypeError(
+                f"{type(self).__name__} got unexpected keyword argument(s) "
+                f"{', '.join(map(repr, sorted(unknown)))}; settings it takes per call: "
+                f"{', '.join(self.call_settings)}"
+            )
+        if all(getattr(self, name) == value for name, value in settings.items()):
+            return self
+        return type(self)(**{**dict(self), **settings})
 
     def fuse(self, ranked_lists: FusionInput) -> FusionOutput:
         """Fuse without callbacks: the pure path the Runnable methods wrap."""

@@ -14,7 +14,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import repeat
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Literal
 
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
@@ -32,7 +32,7 @@ from pydantic import BeforeValidator, ConfigDict, Field, ValidationInfo
 
 from rag_fusion_chain.fusion import RankedList
 from rag_fusion_chain.fusion.inputs import is_document_list, validate_weights
-from rag_fusion_chain.fusion.runnables import CallSettings, traced_call
+from rag_fusion_chain.fusion.runnables import traced_call
 
 DEFAULT_TIMEOUT = 30.0
 """Seconds one retriever call (all its queries) may take by default; None waits without a bound."""
@@ -184,7 +184,7 @@ def _holds_a_thread(retriever: Runnable[Any, Any]) -> bool:
     return threaded or not (own or hasattr(retriever, "afunc"))
 
 
-class MultiRetriever(CallSettings, RunnableSerializable[str | list[str], list[list[Document]]]):
+class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]):
     """Queries (a ``str`` or a list) over several retrievers: ranked lists ready for fusion.
 
     The output, a :class:`RetrievalResults`, is query-major then retriever; each
@@ -203,7 +203,6 @@ class MultiRetriever(CallSettings, RunnableSerializable[str | list[str], list[li
     timeout: float | None = Field(DEFAULT_TIMEOUT, gt=0, allow_inf_nan=False, strict=True)
     """Seconds each retriever call may take (None: no bound)."""
     on_error: Literal["warn", "raise"] = "warn"
-    call_settings: ClassVar[tuple[str, ...]] = ("k",)  # as a BaseRetriever's invoke takes it
 
     def __init__(self, retrievers: Any, weights: Sequence[float] | None = None, **fields: Any):
         super().__init__(retrievers=retrievers, weights=weights, **fields)  # type: ignore[call-arg]
@@ -279,14 +278,18 @@ class MultiRetriever(CallSettings, RunnableSerializable[str | list[str], list[li
         gathered = await gather_with_concurrency(config.get("max_concurrency") or None, *waits)
         return self._collect(queries, gathered)
 
-    def invoke(
-        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    def with_k(self, k: int | None) -> MultiRetriever:
+        """Itself with ``k`` for one call (``invoke(queries, k=3)``, as a ``BaseRetriever``'s)."""
+        return self if k is None else type(self)(**{**dict(self), "k": k})  # validated
+
+    def invoke(  # type: ignore[override]
+        self, input: Any, config: RunnableConfig | None = None, k: int | None = None
     ) -> RetrievalResults:
-        used = self.with_settings(**kwargs)
+        used = self.with_k(k)  # a keyword it does not take is Python's TypeError
         return traced_call(used, used._retrieve, input, config)  # type: ignore[no-any-return]
 
-    async def ainvoke(
-        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    async def ainvoke(  # type: ignore[override]
+        self, input: Any, config: RunnableConfig | None = None, k: int | None = None
     ) -> RetrievalResults:
-        used = self.with_settings(**kwargs)
+        used = self.with_k(k)
         return await used._acall_with_config(used._aretrieve, input, config)  # type: ignore[return-value]
