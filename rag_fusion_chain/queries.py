@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, Literal
 
 from langchain_core.output_parsers import StrOutputParser
@@ -72,7 +73,7 @@ class Step(RunnableLambda):  # type: ignore[type-arg]
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         """``RunnableLambda.invoke`` (keywords go to ``func``; a step's takes none) as one traced run,
         without its signature reading on every call (0.25 ms a step; benchmarks/results/latency.md)."""
-        return traced_call(self, lambda value, at: self.func(value, at, **kwargs), input, config)  # type: ignore[call-arg]
+        return traced_call(self, partial(self.func, **kwargs), input, config)  # type: ignore[arg-type]
 
     @property
     def config_specs(self) -> list[ConfigurableFieldSpec]:
