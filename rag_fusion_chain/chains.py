@@ -183,9 +183,8 @@ def _sub_answered(state: State, answers: list[State], texts: list[str] | None = 
 
 def _used_settings(settings: list[str], config: RunnableConfig) -> RunnableConfig:
     """The run's metadata with the ``settings`` a call sets (None: unset): a trace shows what ran."""
-    configurable = config.get("configurable") or {}
-    used = {name: configurable[name] for name in settings if configurable.get(name) is not None}
-    return {"metadata": used} if used else {}
+    given = config.get("configurable") or {}
+    return {"metadata": {name: given[name] for name in settings if given.get(name) is not None}}
 
 
 @dataclass(frozen=True)

@@ -98,14 +98,6 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_fresh_pools)
 
 
-def _started(calls: list[Callable[[], Any]], workers: int) -> list[Future[Any]]:
-    """Each call started in the shared threads, at most ``workers`` of them at once."""
-    if workers < len(calls):
-        gate = threading.BoundedSemaphore(workers)
-        calls = [partial(_gated, gate, call) for call in calls]
-    return list(map(_executor.submit, calls))
-
-
 def in_background(call: Callable[..., Any], *args: Any) -> Future[Any]:
     """``call(*args)`` (a fan-out call) started in a shared thread; an idle thread takes it as
     soon as it gets the interpreter, so ``cancel()`` tells whether it had begun."""
@@ -265,7 +257,10 @@ class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]
     def _retrieve(self, value: Any, config: RunnableConfig) -> RetrievalResults:
         queries = _as_queries(value)
         calls = self._calls(queries, config, asynchronous=False)
-        futures = _started(calls, config.get("max_concurrency") or len(calls))
+        if (workers := config.get("max_concurrency") or len(calls)) < len(calls):
+            gate = threading.BoundedSemaphore(workers)  # at most that many at once
+            calls = [partial(_gated, gate, call) for call in calls]
+        futures = list(map(_executor.submit, calls))  # in the shared threads
         return self._collect(queries, [_result(future, self.timeout) for future in futures])
 
     async def _aretrieve(
