@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from functools import partial
-from typing import Annotated, Any, Literal, TypeVar, cast
+from typing import Annotated, Any, Literal, cast
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
@@ -49,7 +49,6 @@ from rag_fusion_chain.strategies import State, Strategy
 from rag_fusion_chain.validation import MAX_QUERIES, Question, question_of
 
 Retrievers = Runnable[Any, Any] | Sequence[Runnable[Any, Any]]  # or a configured MultiRetriever
-Part = TypeVar("Part", MultiRetriever, BaseFusion)
 
 
 K_SPEC = count_setting("k", "Documents each retriever returns per query")
@@ -124,13 +123,6 @@ def _sources(state: State) -> AddableDict:
 # ---- the steps ------------------------------------------------------------------------------------
 
 
-def _configured(part: Part, config: RunnableConfig, setting: str) -> Part:
-    """``part`` (the fan-out or the fusion) with the per-call count ``setting`` when the config
-    sets it (:func:`~rag_fusion_chain.queries.configured_count`), else as built."""
-    value = configured_count(config, setting, None)
-    return part if value is None else part.model_copy(update={setting: value})
-
-
 def _unsearched(state: State) -> tuple[State, Any, list[str]]:
     """(the state without ``first``, ``first``: the question's search begun by the query step
     or None, the queries still to search: all but a begun question, wherever a step put it)."""
@@ -189,6 +181,12 @@ def _sub_answered(state: State, answers: list[State], texts: list[str] | None = 
     return {**state, "sub_answers": answers, key: format_answered(answers)}
 
 
+def _used_settings(settings: list[str], config: RunnableConfig) -> RunnableConfig:
+    """The run's metadata with the ``settings`` a call sets (None: unset): a trace shows what ran."""
+    given = config.get("configurable") or {}
+    return {"metadata": {name: given[name] for name in settings if given.get(name) is not None}}
+
+
 @dataclass(frozen=True)
 class _Steps:
     """The bodies of one ready chain's steps (sync and async) over its parts: each method is one
@@ -209,12 +207,15 @@ class _Steps:
         """Itself: the parts are shared, as a closure's were; a chain's deep copy copies no model."""
         return self
 
+    def _fan_out(self, config: RunnableConfig) -> MultiRetriever:  # k set per call, or as built
+        return self.fan_out.with_k(configured_count(config, "k", None))
+
     def generate(self, value: Any, config: RunnableConfig) -> State:
         """``generate_queries``: the query step, the question's search begun beside it and handed
         on unfinished as ``first`` (``retrieve`` does not wait for it: never a retrieval round
         slower than ``generator | retriever.map()``), or, not begun yet, searched with the queries;
         offline, the question is searched first and the queries drawn from its documents."""
-        question, fan_out = question_of(value), _configured(self.fan_out, config, "k")
+        question, fan_out = question_of(value), self._fan_out(config)
         if self.query_step is None:
             return self._offline(question, fan_out.invoke(question, config), config)
         searching = self.search_question  # then first is a Future of the question's search
@@ -223,7 +224,7 @@ class _Steps:
         return {**state, "first": None if first is None or first.cancel() else _Begun(first)}
 
     async def agenerate(self, value: Any, config: RunnableConfig) -> State:
-        question, fan_out = question_of(value), _configured(self.fan_out, config, "k")
+        question, fan_out = question_of(value), self._fan_out(config)
         if self.query_step is None:
             return self._offline(question, await fan_out.ainvoke(question, config), config)
         searching = self.search_question
@@ -252,23 +253,22 @@ class _Steps:
         state, first, queries = _unsearched(state)
         if isinstance(first, Future) and config.get("max_concurrency") is not None:
             first = first.result()
-        fan_out = _configured(self.fan_out, config, "k")
-        found = fan_out.invoke(queries, config) if queries else RetrievalResults()
+        found = self._fan_out(config).invoke(queries, config) if queries else RetrievalResults()
         return _retrieved(state, first.result() if isinstance(first, Future) else first, found)
 
     async def aretrieve(self, state: State, config: RunnableConfig) -> State:
         state, first, queries = _unsearched(state)
         if isinstance(first, asyncio.Future) and config.get("max_concurrency") is not None:
             first = await first
-        fan_out = _configured(self.fan_out, config, "k")
+        fan_out = self._fan_out(config)
         rest = fan_out.ainvoke(queries, config) if queries else asyncio.sleep(0, RetrievalResults())
         begun = first if isinstance(first, asyncio.Future) else asyncio.sleep(0, first)
         return _retrieved(state, *await asyncio.gather(begun, rest))  # both errors read
 
     def fuse(self, state: State, config: RunnableConfig) -> State:  # CPU only: no async twin
         """``fuse``: each group of lists (:attr:`Strategy.grouping`) by the fusion's pure ``fuse``."""
-        fusion = _configured(self.fusion, config, "top_n")
-        return _fused(self.record, state, fusion.fuse)
+        top_n = configured_count(config, "top_n", self.fusion.top_n)
+        return _fused(self.record, state, self.fusion.with_settings(top_n=top_n).fuse)
 
     def sub_answers(self, state: State, config: RunnableConfig) -> State:
         """``answer_sub_questions``: each sub-question answered from its passages, in turn
@@ -458,10 +458,11 @@ def chain_for(
     shown_mode = {"mode": mode} if record.grouping == "sub-questions" else {}  # offline too
     metadata |= {"top_n": chosen_fusion.top_n, **shown_mode}
     tags = [record.name, "offline"] if llm is None else [record.name]
+    settings = ["k", "top_n", *["n"] * bool(record.default_n)]
     return RunnableBinding(
         bound=RunnableSequence(*steps),
         config={"run_name": record.name, "tags": tags, "metadata": metadata},
-        config_factories=[_SearchGuard.for_call],  # each async call a guard of its own
+        config_factories=[_SearchGuard.for_call, partial(_used_settings, settings)],
         custom_output_type=dict if return_sources else str,
     )
 

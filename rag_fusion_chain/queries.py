@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, Literal
 
 from langchain_core.output_parsers import StrOutputParser
@@ -70,9 +71,9 @@ class Step(RunnableLambda):  # type: ignore[type-arg]
         self.settings, self.InputType = list(settings), input_type
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        """One traced run of ``func``, without the signature reading ``RunnableLambda`` does on
-        every call (about 0.25 ms a step here; benchmarks/results/latency.md)."""
-        return traced_call(self, self.func, input, config)  # type: ignore[arg-type]
+        """``RunnableLambda.invoke`` (keywords go to ``func``; a step's takes none) as one traced run,
+        without its signature reading on every call (0.25 ms a step; benchmarks/results/latency.md)."""
+        return traced_call(self, partial(self.func, **kwargs), input, config)  # type: ignore[arg-type]
 
     @property
     def config_specs(self) -> list[ConfigurableFieldSpec]:
@@ -155,8 +156,7 @@ def _text(
 
     def finish(question: str, text: str) -> str:
         if single_line:
-            lines = QueryListParser(n=1).parse(text)
-            text = lines[0] if lines else ""
+            text = next(iter(QueryListParser(n=1).parse(text)), "")
         text = within_query_limit(searchable_text(text, single_line=False).strip())
         return text or _fallback(question, "the model returned no usable text", on_failure, up=6)
 

@@ -77,11 +77,6 @@ def _flat_answer(state: State) -> str:
     return offline.extractive_answer(state["question"], state["documents"], state["queries"])
 
 
-def _decomposition_answer(state: State) -> str:
-    answered = [*state["sub_documents"], (state["question"], state["documents"])]
-    return offline.decomposition_answer(state["question"], answered)
-
-
 _RECORDS = (
     Strategy(
         "rag-fusion",
@@ -112,7 +107,9 @@ _RECORDS = (
         prompts.RECURSIVE_ANSWER_PROMPT,
         queries.decomposition,
         offline.sub_questions,
-        _decomposition_answer,
+        lambda state: offline.decomposition_answer(
+            state["question"], [*state["sub_documents"], (state["question"], state["documents"])]
+        ),
         grouping="sub-questions",
         default_n=3,
     ),

@@ -421,6 +421,39 @@ def test_top_n_and_k_are_configurable_per_call() -> None:
     assert set(retriever.received_k) == {1}
 
 
+@pytest.mark.parametrize("call", ["invoke", "ainvoke"])
+async def test_the_root_run_metadata_shows_the_settings_the_call_used(call: str) -> None:
+    """The root run's metadata kept the built n, k and top_n when a call changed them."""
+    collector = RunCollector()
+    chain = build("rag-fusion", [vector_retriever()], n=3, k=2, top_n=4, return_sources=True)
+    config: Any = {"callbacks": [collector], "configurable": {"n": 1, "k": 1, "top_n": None}}
+    result = (
+        await getattr(chain, call)(QUESTION, config)
+        if call == "ainvoke"
+        else (chain.invoke(QUESTION, config))
+    )
+    assert (len(result["queries"]), len(result["documents"])) == (2, 2)  # 1 query, 1 doc each
+    hyde = build("hyde", top_n=4)  # writes one query: a configurable n is no setting of it
+    hyde.invoke(QUESTION, {"callbacks": [collector], "configurable": {"n": 7, "top_n": 2}})
+    shown = [
+        {key: root.extra["metadata"][key] for key in ("n", "k", "top_n")}
+        for root in collector.roots
+    ]
+    assert shown == [
+        {"n": 1, "k": 1, "top_n": 4},
+        {"n": 1, "k": None, "top_n": 2},
+    ]  # None: as built
+
+
+@pytest.mark.parametrize("call", ["invoke", "ainvoke", "batch", "abatch"])
+async def test_a_keyword_to_a_ready_chain_is_refused_alike_sync_and_async(call: str) -> None:
+    """``chain.invoke(q, top_n=1)`` was silently ignored; ``ainvoke`` raised a TypeError."""
+    chain = build("rag-fusion", return_sources=True)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'top_n'"):
+        result = getattr(chain, call)(QUESTION if "batch" not in call else [QUESTION], top_n=1)
+        await result if call.startswith("a") else result
+
+
 def test_k_and_top_n_given_at_build_time_reach_the_retriever_and_the_fusion() -> None:
     retriever = TopicRetriever()
     chain = chains.hyde_chain(retriever, ScriptedLLM().runnable, k=4, top_n=3, return_sources=True)

@@ -114,12 +114,17 @@ def test_load_beir_reads_corpus_queries_and_qrels(tiny_beir: Path) -> None:
     assert dataset.qrels == {"q1": {"d1": 1}, "q2": {"d4": 1, "d2": 1}, "q3": {"d3": 1}}
 
 
-@pytest.mark.parametrize("row", ["q1\td1", "q1\td1\tabc", "q1\td1\tnan", "q1\td1\tinf"])
-def test_a_bad_qrels_row_is_named_with_its_file(tiny_beir: Path, row: str) -> None:
-    """A bad score was "could not convert string to float: 'abc'", naming no file."""
+@pytest.mark.parametrize(
+    "row",
+    [b"q1\td1", b"q1\td1\tabc", b"q1\td1\tnan", b"q1\td1\tinf", b"q1\t\xff\t1"]
+    + [b"q1\t" + b"d" * 200_000 + b"\t1", b'q1\t"' + b"d" * 200_000],  # over csv's field limit
+)
+def test_a_bad_qrels_row_is_named_with_its_file_and_line(tiny_beir: Path, row: bytes) -> None:
+    """A bad score was "could not convert string to float: 'abc'", naming no file; a field over
+    csv's 128 KB limit, or not UTF-8, was a bare csv.Error (UnicodeDecodeError)."""
     qrels = tiny_beir / "qrels" / "test.tsv"
-    qrels.write_text(QRELS + row + "\n", encoding="utf-8")
-    with pytest.raises(ValueError, match=r"test\.tsv: expected query-id, corpus-id, score; got"):
+    qrels.write_bytes(QRELS.encode() + row + b"\n" + QRELS.encode())
+    with pytest.raises(ValueError, match=r"test\.tsv:6: expected query-id, corpus-id, score; got"):
         load_beir(tiny_beir)
 
 

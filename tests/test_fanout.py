@@ -250,6 +250,27 @@ def test_k_is_passed_to_retrievers_that_take_it_and_cuts_every_list() -> None:
     assert [len(ranked) for ranked in results] == [3, 3, 3]
 
 
+@pytest.mark.parametrize("call", ["invoke", "ainvoke"])
+async def test_a_per_call_k_works_as_the_k_field_and_another_keyword_is_refused(call: str) -> None:
+    """``invoke(queries, k=1)`` was ignored: every list kept its retriever's length."""
+    plain = RunnableLambda(lambda query: [Document(f"l{i}") for i in range(5)])  # no k keyword
+    fan_out = MultiRetriever([TagRetriever(tag="u", count=6), plain], k=3)
+
+    async def run(**keywords: Any) -> Any:
+        result = getattr(fan_out, call)(["x", "y"], **keywords)
+        return await result if call == "ainvoke" else result
+
+    assert [len(ranked) for ranked in await run(k=1)] == [1, 1, 1, 1]
+    assert [len(ranked) for ranked in await run(k=None)] == [3, 3, 3, 3]  # None: the field's
+    with pytest.raises(ValueError, match="k\n.*greater than 0"):
+        await run(k=0)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'top_n'"):
+        await run(top_n=1)
+    sized = SizedRetriever()
+    MultiRetriever([sized]).invoke("x", k=2)
+    assert sized.received_k == [2]
+
+
 # ---------------------------------------------------------------- errors
 
 

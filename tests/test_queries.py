@@ -215,6 +215,21 @@ def test_n_is_configurable_per_call() -> None:
         generator.invoke("Q?", config={"configurable": {"n": 0}})
 
 
+@pytest.mark.parametrize("call", ["invoke", "ainvoke", "batch", "abatch"])
+def test_a_keyword_is_refused_alike_sync_and_async_pointing_to_configurable(call: str) -> None:
+    """``invoke(q, n=1)`` was silently ignored while ``ainvoke`` raised a TypeError; per-call
+    settings are configurable (``config={"configurable": {"n": 1}}``)."""
+    generator = queries.rag_fusion(model("a\nb\nc\nd"), n=4)
+    question = "Q?" if call in ("invoke", "ainvoke") else ["Q?"]
+
+    def run() -> Any:
+        result = getattr(generator, call)(question, n=1)
+        return asyncio.run(result) if call.startswith("a") else result
+
+    with pytest.raises(TypeError, match="unexpected keyword argument 'n'"):
+        run()
+
+
 def test_every_call_style() -> None:
     generator = queries.rag_fusion(
         GenericFakeChatModel(messages=iter([AIMessage("a\nb")] * 6)), n=2

@@ -50,14 +50,15 @@ def read_qrels(path: Path) -> Qrels:
     """Read a BEIR qrels TSV (``query-id corpus-id score``, header optional) in file order."""
     qrels: Qrels = {}
     with open_regular_file(path) as lines:  # the file checked, by line
-        for row in csv.reader((line.decode("utf-8") for line in lines), delimiter="\t"):
-            if not row or row[0] == "query-id":
-                continue
-            try:  # a short row, a score that is no finite number
-                qrels.setdefault(row[0], {})[row[1]] = int(float(row[2]))
-            except (IndexError, ValueError, OverflowError) as error:
+        for number, line in enumerate(lines, start=1):
+            try:  # not UTF-8, a field over csv's size limit, a short row, a score no finite number
+                row = next(csv.reader([line.decode("utf-8")], delimiter="\t"), [])
+                if row and row[0] != "query-id":
+                    qrels.setdefault(row[0], {})[row[1]] = int(float(row[2]))
+            except (csv.Error, IndexError, ValueError, OverflowError) as error:
+                got = error if isinstance(error, csv.Error | UnicodeError) else repr(row)
                 raise ValueError(
-                    f"{path}: expected query-id, corpus-id, score; got {row!r}"
+                    f"{path}:{number}: expected query-id, corpus-id, score; got {got}"
                 ) from error
     return qrels
 

@@ -98,14 +98,6 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_fresh_pools)
 
 
-def _started(calls: list[Callable[[], Any]], workers: int) -> list[Future[Any]]:
-    """Each call started in the shared threads, at most ``workers`` of them at once."""
-    if workers < len(calls):
-        gate = threading.BoundedSemaphore(workers)
-        calls = [partial(_gated, gate, call) for call in calls]
-    return list(map(_executor.submit, calls))
-
-
 def in_background(call: Callable[..., Any], *args: Any) -> Future[Any]:
     """``call(*args)`` (a fan-out call) started in a shared thread; an idle thread takes it as
     soon as it gets the interpreter, so ``cancel()`` tells whether it had begun."""
@@ -265,7 +257,10 @@ class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]
     def _retrieve(self, value: Any, config: RunnableConfig) -> RetrievalResults:
         queries = _as_queries(value)
         calls = self._calls(queries, config, asynchronous=False)
-        futures = _started(calls, config.get("max_concurrency") or len(calls))
+        if (workers := config.get("max_concurrency") or len(calls)) < len(calls):
+            gate = threading.BoundedSemaphore(workers)  # at most that many at once
+            calls = [partial(_gated, gate, call) for call in calls]
+        futures = list(map(_executor.submit, calls))  # in the shared threads
         return self._collect(queries, [_result(future, self.timeout) for future in futures])
 
     async def _aretrieve(
@@ -278,12 +273,18 @@ class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]
         gathered = await gather_with_concurrency(config.get("max_concurrency") or None, *waits)
         return self._collect(queries, gathered)
 
-    def invoke(
-        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
-    ) -> RetrievalResults:
-        return traced_call(self, self._retrieve, input, config)  # type: ignore[no-any-return]
+    def with_k(self, k: int | None) -> MultiRetriever:
+        """Itself with ``k`` for one call (``invoke(queries, k=3)``, as a ``BaseRetriever``'s)."""
+        return self if k is None else type(self)(**{**dict(self), "k": k})  # validated
 
-    async def ainvoke(
-        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    def invoke(  # type: ignore[override]
+        self, input: Any, config: RunnableConfig | None = None, k: int | None = None
     ) -> RetrievalResults:
-        return await self._acall_with_config(self._aretrieve, input, config)  # type: ignore[return-value]
+        used = self.with_k(k)  # a keyword it does not take is Python's TypeError
+        return traced_call(used, used._retrieve, input, config)  # type: ignore[no-any-return]
+
+    async def ainvoke(  # type: ignore[override]
+        self, input: Any, config: RunnableConfig | None = None, k: int | None = None
+    ) -> RetrievalResults:
+        used = self.with_k(k)
+        return await used._acall_with_config(used._aretrieve, input, config)  # type: ignore[return-value]
