@@ -28,10 +28,14 @@ from rag_fusion_chain.retrievers.columns import (
     stored_documents,
 )
 from rag_fusion_chain.retrievers.signing import (
+    BLOCK_BYTES,
     TRUST_ADVICE,
+    BlockDigests,
+    CheckedBlocks,
     UntrustedIndexError,
     has_digest,
     new_hash,
+    open_regular_file,
     read_whole,
     recorded_digest,
     sign,
@@ -44,7 +48,7 @@ if TYPE_CHECKING:
     from langchain_community.vectorstores import FAISS
 
 MANIFEST_FILE = "manifest.json"
-MAX_MANIFEST_BYTES = 1 << 20
+MAX_MANIFEST_BYTES = 2 << 20  # a digest per block of a 64 GiB index.faiss fits
 FAISS_FORMAT = "rag_fusion_chain.faiss"
 FAISS_FORMAT_VERSION = 2
 INDEX_FILE = "index.faiss"
@@ -71,6 +75,7 @@ def save_faiss(store: FAISS, path: str | Path) -> Path:
         INDEX_FILE: write_new_file(
             directory / INDEX_FILE,
             lambda write: faiss.write_index(store.index, faiss.PyCallbackIOWriter(write)),  # type: ignore[attr-defined]
+            BlockDigests(BLOCK_BYTES),
         ),
         DOCSTORE_FILE: _linked(columns, docstore)
         or write_new_file(docstore, columns_json(columns, docstore)),
@@ -151,13 +156,14 @@ def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False)
     files = files if isinstance(files, dict) else {}  # each hashed as its recorded digest was
     docstore_bytes = read_whole(directory / docstore_name)
     docstore_digest = recorded_digest(new_hash(files.get(docstore_name), docstore_bytes))
-    index_file = io.BytesIO(read_whole(directory / INDEX_FILE))  # its bytes shared, not copied
-    index_digest = recorded_digest(new_hash(files.get(INDEX_FILE), index_file.getvalue()))
     if not trust:
-        _verify_files(directory, files, {INDEX_FILE: index_digest, docstore_name: docstore_digest})
-    try:  # FAISS's C++ reader gets the verified bytes and nothing else
-        index = faiss.read_index(faiss.PyCallbackIOReader(index_file.read))  # type: ignore[attr-defined]
-        index_file.close()  # its bytes freed before the docstore is parsed
+        _verify_files(directory, files, {docstore_name: docstore_digest})
+    index_file = open_regular_file(directory / INDEX_FILE)
+    try:  # FAISS's C++ reader gets only bytes whose digest matched, a block at a time
+        with index_file:
+            recorded = None if trust else files[INDEX_FILE]
+            blocks = CheckedBlocks(index_file, recorded, _changed(directory, INDEX_FILE))
+            index = faiss.read_index(faiss.PyCallbackIOReader(blocks.read, BLOCK_BYTES))  # type: ignore[attr-defined]
         if docstore_name == PICKLE_FILE:
             docstore, index_to_docstore_id = _load_docstore_pickle(
                 docstore_bytes, directory / PICKLE_FILE
@@ -268,19 +274,24 @@ def _read_manifest(directory: Path, *, required: bool) -> dict[str, Any] | None:
 
 
 def _verify_files(directory: Path, files: dict[str, Any], digests: dict[str, str]) -> None:
-    """Raise unless the manifest's ``files`` are exactly those read and every digest matches."""
-    if sorted(files) != sorted(digests):
+    """Raise unless the manifest's ``files`` are exactly ``index.faiss`` (checked as FAISS reads
+    it) and those read, and each of their ``digests`` matches."""
+    if sorted(files) != sorted([INDEX_FILE, *digests]):
         raise UntrustedIndexError(
-            f"{directory / MANIFEST_FILE} must list exactly {sorted(digests)}; "
+            f"{directory / MANIFEST_FILE} must list exactly {sorted([INDEX_FILE, *digests])}; "
             f"it lists {sorted(files)}"
         )
     for name, digest in digests.items():
         if digest != files[name]:
-            raise UntrustedIndexError(
-                f"{directory / name} does not match the digest recorded in {MANIFEST_FILE}: it "
-                f"changed after the index was saved (corrupted or tampered with), so it will not "
-                f"be loaded. {TRUST_ADVICE}"
-            )
+            raise _changed(directory, name)
+
+
+def _changed(directory: Path, name: str) -> UntrustedIndexError:
+    return UntrustedIndexError(
+        f"{directory / name} does not match the digest recorded in {MANIFEST_FILE}: it changed "
+        f"after the index was saved (corrupted or tampered with), so it will not be loaded. "
+        f"{TRUST_ADVICE}"
+    )
 
 
 def warn_on_embedding_change(
