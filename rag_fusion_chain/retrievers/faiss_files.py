@@ -55,6 +55,10 @@ INDEX_FILE = "index.faiss"
 DOCSTORE_FILE = "docstore.json"
 PICKLE_FILE = "index.pkl"
 """Beside ``index.faiss`` in ``FAISS.save_local`` folders (and the kit's before format 2)."""
+_CHANGED = (
+    "{} does not match the digest recorded in manifest.json: it changed after the index was "
+    f"saved (corrupted or tampered with), so it will not be loaded. {TRUST_ADVICE}"
+)
 
 
 def faiss_store_class() -> type[FAISS]:
@@ -157,13 +161,14 @@ def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False)
     docstore_bytes = read_whole(directory / docstore_name)
     docstore_digest = recorded_digest(new_hash(files.get(docstore_name), docstore_bytes))
     if not trust:
-        _verify_files(directory, files, {docstore_name: docstore_digest})
+        _verify_files(directory, files, docstore_name, docstore_digest)
     index_file = open_regular_file(directory / INDEX_FILE)
     try:  # FAISS's C++ reader gets only bytes whose digest matched, a block at a time
         with index_file:
-            recorded = None if trust else files[INDEX_FILE]
-            blocks = CheckedBlocks(index_file, recorded, _changed(directory, INDEX_FILE))
+            refusal = UntrustedIndexError(_CHANGED.format(directory / INDEX_FILE))
+            blocks = index_file if trust else CheckedBlocks(index_file, files[INDEX_FILE], refusal)
             index = faiss.read_index(faiss.PyCallbackIOReader(blocks.read, BLOCK_BYTES))  # type: ignore[attr-defined]
+            del blocks  # the last block freed before the docstore is parsed
         if docstore_name == PICKLE_FILE:
             docstore, index_to_docstore_id = _load_docstore_pickle(
                 docstore_bytes, directory / PICKLE_FILE
@@ -273,25 +278,14 @@ def _read_manifest(directory: Path, *, required: bool) -> dict[str, Any] | None:
     return manifest
 
 
-def _verify_files(directory: Path, files: dict[str, Any], digests: dict[str, str]) -> None:
-    """Raise unless the manifest's ``files`` are exactly ``index.faiss`` (checked as FAISS reads
-    it) and those read, and each of their ``digests`` matches."""
-    if sorted(files) != sorted([INDEX_FILE, *digests]):
-        raise UntrustedIndexError(
-            f"{directory / MANIFEST_FILE} must list exactly {sorted([INDEX_FILE, *digests])}; "
-            f"it lists {sorted(files)}"
-        )
-    for name, digest in digests.items():
-        if digest != files[name]:
-            raise _changed(directory, name)
-
-
-def _changed(directory: Path, name: str) -> UntrustedIndexError:
-    return UntrustedIndexError(
-        f"{directory / name} does not match the digest recorded in {MANIFEST_FILE}: it changed "
-        f"after the index was saved (corrupted or tampered with), so it will not be loaded. "
-        f"{TRUST_ADVICE}"
-    )
+def _verify_files(directory: Path, files: dict[str, Any], docstore: str, digest: str) -> None:
+    """Raise unless the manifest lists exactly ``index.faiss`` (checked as FAISS reads it) and the
+    ``docstore``, and records the docstore's ``digest``."""
+    if sorted(files) != sorted({INDEX_FILE, docstore}):
+        listed = f"must list exactly {sorted({INDEX_FILE, docstore})}; it lists {sorted(files)}"
+        raise UntrustedIndexError(f"{directory / MANIFEST_FILE} {listed}")
+    if files[docstore] != digest:
+        raise UntrustedIndexError(_CHANGED.format(directory / docstore))
 
 
 def warn_on_embedding_change(

@@ -72,18 +72,14 @@ def recorded_digest(hashed: Any, rest: io.BufferedReader | None = None) -> str:
     """The digest as recorded (``blake3:`` and hex, or SHA-256's hex), the ``rest`` of a file in."""
     for block in iter(lambda: rest.read(1 << 20), b"") if rest else ():
         hashed.update(block)
-    prefix = BLAKE3_PREFIX if hashed.name == "blake3" else ""
-    return prefix + hashed.hexdigest()
+    return (BLAKE3_PREFIX if hashed.name == "blake3" else "") + hashed.hexdigest()
 
 
-BLOCK_BYTES = 4 << 20
-"""Blocks of ``index.faiss`` digested apart: one is in memory at a load (at 16 MiB and more, each
-fresh block's pages are faulted in, and hashing then parsing it misses the cache: 1.2-2x the CPU)."""
+BLOCK_BYTES = 4 << 20  # one in memory at a load (16 MiB and more: slower, pages faulted in anew)
 
 
 class BlockDigests:
-    """The size of what is written and the BLAKE3 digest of each ``block_bytes`` of it, in order:
-    recorded in a manifest, they let :class:`CheckedBlocks` verify a file block by block."""
+    """The size of what is written and a BLAKE3 digest of each ``block_bytes`` of it, in order."""
 
     def __init__(self, block_bytes: int) -> None:
         self.block_bytes, self.size, self.hashes = block_bytes, 0, list[Any]()
@@ -103,29 +99,25 @@ class BlockDigests:
 
 
 class CheckedBlocks:
-    """``read`` for FAISS's reader: a file read one block at a time through its open descriptor,
-    each block handed on only once its digest matches the ``recorded`` one (a
-    :class:`BlockDigests` record; one whole-file digest, as older manifests hold; None: trusted,
-    unchecked), else ``refusal`` is raised before any byte of that block is handed on."""
+    """``read`` for FAISS's reader: ``file`` a block at a time, each handed on only once its digest
+    is the ``recorded`` one (a :class:`BlockDigests` record; older manifests: the whole file's)."""
 
     def __init__(self, file: io.BufferedReader, recorded: Any, refusal: Exception) -> None:
         size = os.fstat(file.fileno()).st_size
         if isinstance(recorded, str):  # the whole file one block
             recorded = {"bytes": size, "block_bytes": size, "blocks": [recorded]}
-        if recorded is not None and recorded["bytes"] != size:
+        if recorded["bytes"] != size:
             raise refusal  # truncated or extended
-        self.file, self.refusal, self.block = file, refusal, io.BytesIO()
-        self.block_bytes = recorded["block_bytes"] if recorded else BLOCK_BYTES
-        self.digests = iter(recorded["blocks"]) if recorded else None
+        self.file, self.block_bytes, self.refusal = file, recorded["block_bytes"], refusal
+        self.digests, self.block = iter(recorded["blocks"]), io.BytesIO()
 
     def read(self, count: int) -> bytes:
-        piece = self.block.read(count)  # the whole block as it is, if count covers it
+        piece = self.block.read(count)  # the whole block itself if count covers it
         if not piece:
             block = self.file.read(self.block_bytes)
-            if self.digests is not None:  # a block past the recorded ones: None, refused
-                expected = next(self.digests, None)
-                if (block or expected) and recorded_digest(new_hash(expected, block)) != expected:
-                    raise self.refusal
+            expected = next(self.digests, None)  # past the last block: None, refused
+            if (block or expected) and recorded_digest(new_hash(expected, block)) != expected:
+                raise self.refusal
             self.block = io.BytesIO(block)
             piece = self.block.read(count)
         return piece
@@ -147,14 +139,13 @@ def has_digest(path: str | Path, recorded: str) -> bool:
         return recorded_digest(new_hash(recorded), file) == recorded
 
 
-def write_new_file(
-    path: Path,
-    content: Sequence[bytes] | Callable[[Callable[[bytes], int]], object],
-    digest: Any = None,
-) -> Any:
+FileContent = Sequence[bytes] | Callable[[Callable[[bytes], int]], object]  # pieces, or a writer
+
+
+def write_new_file(path: Path, content: FileContent, digest: Any = None) -> Any:
     """Write ``content`` (pieces, or what it emits) to a new file renamed ``path``; its digest
     (``digest``'s record if given: :class:`BlockDigests`)."""
-    digest = new_hash() if digest is None else digest
+    digest = digest or new_hash()
     temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
     descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
@@ -162,8 +153,7 @@ def write_new_file(
 
             def write(block: bytes) -> int:
                 digest.update(block)
-                handle.write(block)
-                return len(block)
+                return handle.write(block)
 
             if callable(content):
                 content(write)
