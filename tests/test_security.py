@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import blake3
 import pytest
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
@@ -144,12 +145,16 @@ def test_no_byte_of_a_changed_block_of_index_faiss_reaches_faiss_s_reader(
     # parsed before its digest was compared), then read whole into memory first (2x the memory)
     import faiss
 
-    monkeypatch.setattr(faiss_files, "BLOCK_BYTES", BLOCK)
+    monkeypatch.setattr(signing, "BLOCK_BYTES", BLOCK)
     build_faiss(CHUNKS, EMBEDDINGS, path=tmp_path)
     path = tmp_path / "index.faiss"
     saved = path.read_bytes()
     blocks = json.loads((tmp_path / MANIFEST_FILE).read_text())["files"]["index.faiss"]
-    assert blocks["bytes"] == len(saved) and len(blocks["blocks"]) == -(-len(saved) // BLOCK) > 3
+    starts = range(0, len(saved), BLOCK)  # the BLAKE3 of each block, FAISS's writes cut at them
+    assert blocks["blocks"] == [
+        "blake3:" + blake3.blake3(saved[at : at + BLOCK]).hexdigest() for at in starts
+    ]
+    assert blocks["bytes"] == len(saved) and blocks["block_bytes"] == BLOCK and len(starts) > 3
     other = tmp_path / "other"
     build_faiss([Document("Forged.", id="heat")], EMBEDDINGS, path=other)
     after_first = None
@@ -182,7 +187,7 @@ def test_no_byte_of_a_changed_block_of_index_faiss_reaches_faiss_s_reader(
 def test_index_faiss_replaced_while_faiss_reads_it_loads_the_signed_bytes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(faiss_files, "BLOCK_BYTES", BLOCK)
+    monkeypatch.setattr(signing, "BLOCK_BYTES", BLOCK)
     build_faiss(CHUNKS, EMBEDDINGS, path=tmp_path)
     build_faiss([Document("Forged.", id="heat")], EMBEDDINGS, path=tmp_path / "other")
     replace = lambda: os.replace(tmp_path / "other" / "index.faiss", tmp_path / "index.faiss")  # noqa: E731

@@ -19,6 +19,7 @@ from langchain_core.embeddings import Embeddings
 
 from rag_fusion_chain._version import __version__
 from rag_fusion_chain.models import backends_agree, embedding_identity
+from rag_fusion_chain.retrievers import signing
 from rag_fusion_chain.retrievers.columns import (
     DocumentsById,
     StoredDocuments,
@@ -27,21 +28,7 @@ from rag_fusion_chain.retrievers.columns import (
     parse_columns,
     stored_documents,
 )
-from rag_fusion_chain.retrievers.signing import (
-    BLOCK_BYTES,
-    TRUST_ADVICE,
-    BlockDigests,
-    CheckedBlocks,
-    UntrustedIndexError,
-    has_digest,
-    new_hash,
-    open_regular_file,
-    read_whole,
-    recorded_digest,
-    sign,
-    verify_signature,
-    write_new_file,
-)
+from rag_fusion_chain.retrievers.signing import CheckedBlocks, UntrustedIndexError, sign
 from rag_fusion_chain.validation import require_extra
 
 if TYPE_CHECKING:
@@ -57,7 +44,7 @@ PICKLE_FILE = "index.pkl"
 """Beside ``index.faiss`` in ``FAISS.save_local`` folders (and the kit's before format 2)."""
 _CHANGED = (
     "{} does not match the digest recorded in manifest.json: it changed after the index was "
-    f"saved (corrupted or tampered with), so it will not be loaded. {TRUST_ADVICE}"
+    f"saved (corrupted or tampered with), so it will not be loaded. {signing.TRUST_ADVICE}"
 )
 
 
@@ -76,13 +63,13 @@ def save_faiss(store: FAISS, path: str | Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     docstore, columns = directory / DOCSTORE_FILE, _docstore_columns(store)
     files = {
-        INDEX_FILE: write_new_file(
+        INDEX_FILE: signing.write_new_file(
             directory / INDEX_FILE,
             lambda write: faiss.write_index(store.index, faiss.PyCallbackIOWriter(write)),  # type: ignore[attr-defined]
-            BlockDigests(BLOCK_BYTES),
+            signing.BLOCK_BYTES,
         ),
         DOCSTORE_FILE: _linked(columns, docstore)
-        or write_new_file(docstore, columns_json(columns, docstore)),
+        or signing.write_new_file(docstore, columns_json(columns, docstore)),
     }
     manifest = {
         "format": FAISS_FORMAT,
@@ -95,7 +82,9 @@ def save_faiss(store: FAISS, path: str | Path) -> Path:
         "normalize_L2": bool(store._normalize_L2),
         "documents": int(store.index.ntotal),
     }
-    write_new_file(directory / MANIFEST_FILE, [json.dumps(sign(manifest), indent=2).encode()])
+    signing.write_new_file(
+        directory / MANIFEST_FILE, [json.dumps(sign(manifest), indent=2).encode()]
+    )
     return directory
 
 
@@ -135,7 +124,7 @@ def _linked(columns: StoredDocuments, path: Path) -> str | None:
     with contextlib.suppress(OSError):  # no hard links (another file system): it is written
         os.link(source, temporary)
         linked = os.stat(temporary)
-        if [linked.st_ino, linked.st_mtime_ns] == written or has_digest(temporary, digest):
+        if [linked.st_ino, linked.st_mtime_ns] == written or signing.has_digest(temporary, digest):
             temporary.replace(path)
             return digest
     temporary.unlink(missing_ok=True)
@@ -158,16 +147,18 @@ def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False)
     docstore_name = _docstore_name(directory, manifest)
     files = (manifest or {}).get("files")
     files = files if isinstance(files, dict) else {}  # each hashed as its recorded digest was
-    docstore_bytes = read_whole(directory / docstore_name)
-    docstore_digest = recorded_digest(new_hash(files.get(docstore_name), docstore_bytes))
+    docstore_bytes = signing.read_whole(directory / docstore_name)
+    docstore_digest = signing.recorded_digest(
+        signing.new_hash(files.get(docstore_name), docstore_bytes)
+    )
     if not trust:
         _verify_files(directory, files, docstore_name, docstore_digest)
-    index_file = open_regular_file(directory / INDEX_FILE)
+    index_file = signing.open_regular_file(directory / INDEX_FILE)
     try:  # FAISS's C++ reader gets only bytes whose digest matched, a block at a time
         with index_file:
             refusal = UntrustedIndexError(_CHANGED.format(directory / INDEX_FILE))
             blocks = index_file if trust else CheckedBlocks(index_file, files[INDEX_FILE], refusal)
-            index = faiss.read_index(faiss.PyCallbackIOReader(blocks.read, BLOCK_BYTES))  # type: ignore[attr-defined]
+            index = faiss.read_index(faiss.PyCallbackIOReader(blocks.read, signing.BLOCK_BYTES))  # type: ignore[attr-defined]
             del blocks  # the last block freed before the docstore is parsed
         if docstore_name == PICKLE_FILE:
             docstore, index_to_docstore_id = _load_docstore_pickle(
@@ -261,20 +252,20 @@ def _read_manifest(directory: Path, *, required: bool) -> dict[str, Any] | None:
         if required:
             raise UntrustedIndexError(
                 f"{directory} has no {MANIFEST_FILE}, so its files cannot be verified and will not "
-                f"be loaded. Indexes saved by build_faiss/save_faiss have one. {TRUST_ADVICE}"
+                f"be loaded. Indexes saved by build_faiss/save_faiss have one. {signing.TRUST_ADVICE}"
             )
         return None
     try:
-        manifest = json.loads(read_whole(manifest_path, MAX_MANIFEST_BYTES).decode("utf-8"))
+        manifest = json.loads(signing.read_whole(manifest_path, MAX_MANIFEST_BYTES).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
-        message = f"{manifest_path} is not valid JSON: {error}. {TRUST_ADVICE}"
+        message = f"{manifest_path} is not valid JSON: {error}. {signing.TRUST_ADVICE}"
         raise UntrustedIndexError(message) from error
     if not isinstance(manifest, dict) or manifest.get("format") != FAISS_FORMAT:
         raise UntrustedIndexError(
-            f"{manifest_path} is not a {FAISS_FORMAT} manifest. {TRUST_ADVICE}"
+            f"{manifest_path} is not a {FAISS_FORMAT} manifest. {signing.TRUST_ADVICE}"
         )
     if required:
-        verify_signature(manifest, manifest_path)
+        signing.verify_signature(manifest, manifest_path)
     return manifest
 
 

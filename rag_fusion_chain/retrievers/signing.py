@@ -78,29 +78,9 @@ def recorded_digest(hashed: Any, rest: io.BufferedReader | None = None) -> str:
 BLOCK_BYTES = 4 << 20  # one in memory at a load (16 MiB and more: slower, pages faulted in anew)
 
 
-class BlockDigests:
-    """The size of what is written and a BLAKE3 digest of each ``block_bytes`` of it, in order."""
-
-    def __init__(self, block_bytes: int) -> None:
-        self.block_bytes, self.size, self.hashes = block_bytes, 0, list[Any]()
-
-    def update(self, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            if self.size % self.block_bytes == 0:
-                self.hashes.append(new_hash())
-            piece = view[: self.block_bytes - self.size % self.block_bytes]
-            self.hashes[-1].update(piece)
-            self.size, view = self.size + len(piece), view[len(piece) :]
-
-    def record(self) -> dict[str, Any]:
-        blocks = list(map(recorded_digest, self.hashes))
-        return {"bytes": self.size, "block_bytes": self.block_bytes, "blocks": blocks}
-
-
 class CheckedBlocks:
     """``read`` for FAISS's reader: ``file`` a block at a time, each handed on only once its digest
-    is the ``recorded`` one (a :class:`BlockDigests` record; older manifests: the whole file's)."""
+    is the ``recorded`` one (:func:`write_new_file`'s blocks; older manifests: the whole file's)."""
 
     def __init__(self, file: io.BufferedReader, recorded: Any, refusal: Exception) -> None:
         size = os.fstat(file.fileno()).st_size
@@ -142,18 +122,25 @@ def has_digest(path: str | Path, recorded: str) -> bool:
 FileContent = Sequence[bytes] | Callable[[Callable[[bytes], int]], object]  # pieces, or a writer
 
 
-def write_new_file(path: Path, content: FileContent, digest: Any = None) -> Any:
-    """Write ``content`` (pieces, or what it emits) to a new file renamed ``path``; its digest
-    (``digest``'s record if given: :class:`BlockDigests`)."""
-    digest = digest or new_hash()
+def write_new_file(path: Path, content: FileContent, block_bytes: int = 0) -> Any:
+    """Write ``content`` (pieces, or what it emits) to a new file renamed ``path``; its digest, or
+    with ``block_bytes``, its size and the digest of each block in order (:class:`CheckedBlocks`)."""
+    hashes, size = [new_hash()], 0
     temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
     descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(descriptor, "wb") as handle:
 
-            def write(block: bytes) -> int:
-                digest.update(block)
-                return handle.write(block)
+            def write(data: bytes) -> int:
+                nonlocal size
+                view = memoryview(data)
+                while view:  # the piece up to the next block boundary, if any
+                    if block_bytes and size and size % block_bytes == 0:
+                        hashes.append(new_hash())
+                    piece = view[: block_bytes - size % block_bytes] if block_bytes else view
+                    hashes[-1].update(piece)
+                    size, view = size + len(piece), view[len(piece) :]
+                return handle.write(data)
 
             if callable(content):
                 content(write)
@@ -163,7 +150,10 @@ def write_new_file(path: Path, content: FileContent, digest: Any = None) -> Any:
         temporary.replace(path)
     finally:
         temporary.unlink(missing_ok=True)
-    return digest.record() if isinstance(digest, BlockDigests) else recorded_digest(digest)
+    blocks = list(map(recorded_digest, hashes))
+    return (
+        {"bytes": size, "block_bytes": block_bytes, "blocks": blocks} if block_bytes else blocks[0]
+    )
 
 
 def signing_key_file() -> Path:
