@@ -71,16 +71,16 @@ def test_a_docstore_swapped_right_after_the_check_is_never_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     build_faiss(DOCUMENTS, EMBEDDINGS, path=tmp_path)
-    verify_files = faiss_files._verify_files
+    checked_blocks = faiss_files.CheckedBlocks  # index.faiss is read once docstore.json passed
     swaps: list[str] = []
     docstore = tmp_path / "docstore.json"
 
-    def verify_then_swap(*args: Any) -> None:
-        verify_files(*args)  # passes: the files on disk are the ones the manifest signs
+    def swap_then_read_the_index(*args: Any) -> Any:
         docstore.write_text(docstore.read_text().replace("Solar panels", "Forged panels"))
         swaps.append(docstore.name)
+        return checked_blocks(*args)
 
-    monkeypatch.setattr(faiss_files, "_verify_files", verify_then_swap)
+    monkeypatch.setattr(faiss_files, "CheckedBlocks", swap_then_read_the_index)
     store = load_faiss(tmp_path, EMBEDDINGS)
     assert swaps == ["docstore.json"], "the swap did not happen between check and load"
     assert stored_texts(store) == sorted(document.page_content for document in DOCUMENTS)

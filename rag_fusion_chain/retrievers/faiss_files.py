@@ -151,8 +151,11 @@ def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False)
     docstore_digest = signing.recorded_digest(
         signing.new_hash(files.get(docstore_name), docstore_bytes)
     )
-    if not trust:
-        _verify_files(directory, files, docstore_name, docstore_digest)
+    listed, expected = sorted(files), sorted({INDEX_FILE, docstore_name})
+    if not trust and listed != expected:
+        raise UntrustedIndexError(f"{directory / MANIFEST_FILE} must list {expected}, not {listed}")
+    if not trust and files[docstore_name] != docstore_digest:
+        raise UntrustedIndexError(_CHANGED.format(directory / docstore_name))
     index_file = signing.open_regular_file(directory / INDEX_FILE)
     try:  # FAISS's C++ reader gets only bytes whose digest matched, a block at a time
         with index_file:
@@ -267,16 +270,6 @@ def _read_manifest(directory: Path, *, required: bool) -> dict[str, Any] | None:
     if required:
         signing.verify_signature(manifest, manifest_path)
     return manifest
-
-
-def _verify_files(directory: Path, files: dict[str, Any], docstore: str, digest: str) -> None:
-    """Raise unless the manifest lists exactly ``index.faiss`` (checked as FAISS reads it) and the
-    ``docstore``, and records the docstore's ``digest``."""
-    if sorted(files) != sorted({INDEX_FILE, docstore}):
-        listed = f"must list exactly {sorted({INDEX_FILE, docstore})}; it lists {sorted(files)}"
-        raise UntrustedIndexError(f"{directory / MANIFEST_FILE} {listed}")
-    if files[docstore] != digest:
-        raise UntrustedIndexError(_CHANGED.format(directory / docstore))
 
 
 def warn_on_embedding_change(
