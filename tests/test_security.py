@@ -23,7 +23,7 @@ import pytest
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
 
-from rag_fusion_chain.retrievers import faiss_files, signing
+from rag_fusion_chain.retrievers import signing
 from rag_fusion_chain.retrievers.faiss_files import MANIFEST_FILE
 from rag_fusion_chain.retrievers.signing import UntrustedIndexError, signature_of, signing_key
 from rag_fusion_chain.retrievers.stores import build_faiss, load_faiss
@@ -71,7 +71,7 @@ def test_a_docstore_swapped_right_after_the_check_is_never_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     build_faiss(DOCUMENTS, EMBEDDINGS, path=tmp_path)
-    checked_blocks = faiss_files.CheckedBlocks  # index.faiss is read once docstore.json passed
+    checked_blocks = signing.CheckedBlocks  # index.faiss is read once docstore.json passed
     swaps: list[str] = []
     docstore = tmp_path / "docstore.json"
 
@@ -80,7 +80,7 @@ def test_a_docstore_swapped_right_after_the_check_is_never_read(
         swaps.append(docstore.name)
         return checked_blocks(*args)
 
-    monkeypatch.setattr(faiss_files, "CheckedBlocks", swap_then_read_the_index)
+    monkeypatch.setattr(signing, "CheckedBlocks", swap_then_read_the_index)
     store = load_faiss(tmp_path, EMBEDDINGS)
     assert swaps == ["docstore.json"], "the swap did not happen between check and load"
     assert stored_texts(store) == sorted(document.page_content for document in DOCUMENTS)

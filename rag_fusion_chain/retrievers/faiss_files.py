@@ -28,7 +28,7 @@ from rag_fusion_chain.retrievers.columns import (
     parse_columns,
     stored_documents,
 )
-from rag_fusion_chain.retrievers.signing import CheckedBlocks, UntrustedIndexError, sign
+from rag_fusion_chain.retrievers.signing import UntrustedIndexError, new_hash, sign, write_new_file
 from rag_fusion_chain.validation import require_extra
 
 if TYPE_CHECKING:
@@ -63,13 +63,13 @@ def save_faiss(store: FAISS, path: str | Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     docstore, columns = directory / DOCSTORE_FILE, _docstore_columns(store)
     files = {
-        INDEX_FILE: signing.write_new_file(
+        INDEX_FILE: write_new_file(
             directory / INDEX_FILE,
             lambda write: faiss.write_index(store.index, faiss.PyCallbackIOWriter(write)),  # type: ignore[attr-defined]
             signing.BLOCK_BYTES,
         ),
         DOCSTORE_FILE: _linked(columns, docstore)
-        or signing.write_new_file(docstore, columns_json(columns, docstore)),
+        or write_new_file(docstore, columns_json(columns, docstore)),
     }
     manifest = {
         "format": FAISS_FORMAT,
@@ -82,9 +82,7 @@ def save_faiss(store: FAISS, path: str | Path) -> Path:
         "normalize_L2": bool(store._normalize_L2),
         "documents": int(store.index.ntotal),
     }
-    signing.write_new_file(
-        directory / MANIFEST_FILE, [json.dumps(sign(manifest), indent=2).encode()]
-    )
+    write_new_file(directory / MANIFEST_FILE, [json.dumps(sign(manifest), indent=2).encode()])
     return directory
 
 
@@ -148,19 +146,17 @@ def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False)
     files = (manifest or {}).get("files")
     files = files if isinstance(files, dict) else {}  # each hashed as its recorded digest was
     docstore_bytes = signing.read_whole(directory / docstore_name)
-    docstore_digest = signing.recorded_digest(
-        signing.new_hash(files.get(docstore_name), docstore_bytes)
-    )
+    docstore_digest = signing.recorded_digest(new_hash(files.get(docstore_name), docstore_bytes))
     listed, expected = sorted(files), sorted({INDEX_FILE, docstore_name})
     if not trust and listed != expected:
         raise UntrustedIndexError(f"{directory / MANIFEST_FILE} must list {expected}, not {listed}")
     if not trust and files[docstore_name] != docstore_digest:
         raise UntrustedIndexError(_CHANGED.format(directory / docstore_name))
-    index_file = signing.open_regular_file(directory / INDEX_FILE)
+    file = signing.open_regular_file(directory / INDEX_FILE)
     try:  # FAISS's C++ reader gets only bytes whose digest matched, a block at a time
-        with index_file:
+        with file:
             refusal = UntrustedIndexError(_CHANGED.format(directory / INDEX_FILE))
-            blocks = index_file if trust else CheckedBlocks(index_file, files[INDEX_FILE], refusal)
+            blocks = file if trust else signing.CheckedBlocks(file, files[INDEX_FILE], refusal)
             index = faiss.read_index(faiss.PyCallbackIOReader(blocks.read, signing.BLOCK_BYTES))  # type: ignore[attr-defined]
             del blocks  # the last block freed before the docstore is parsed
         if docstore_name == PICKLE_FILE:
