@@ -160,15 +160,13 @@ def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False)
             index = faiss.read_index(faiss.PyCallbackIOReader(blocks.read, signing.BLOCK_BYTES))  # type: ignore[attr-defined]
             del blocks  # the last block freed before the docstore is parsed
         if docstore_name == PICKLE_FILE:
-            docstore, index_to_docstore_id = _load_docstore_pickle(
-                docstore_bytes, directory / PICKLE_FILE
-            )
+            docstore, index_ids = _load_docstore_pickle(docstore_bytes, directory / PICKLE_FILE)
         else:
             columns = parse_columns(docstore_bytes)
             stored = stored_documents(columns, directory / DOCSTORE_FILE, int(index.ntotal))
             stored.file = directory / DOCSTORE_FILE, docstore_digest
             docstore = ColumnDocstore(DocumentsById(stored))  # type: ignore[arg-type]
-            index_to_docstore_id = dict(enumerate(stored.ids))
+            index_ids = dict(enumerate(stored.ids))
     except UntrustedIndexError:
         raise
     except Exception as error:  # noqa: BLE001 - re-raised: a corrupt file, named
@@ -180,7 +178,7 @@ def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False)
     if manifest is not None:  # else LangChain's defaults
         settings["distance_strategy"] = DistanceStrategy(manifest["distance_strategy"])
         settings["normalize_L2"] = bool(manifest["normalize_L2"])
-    store = FAISS(embeddings, index, docstore, index_to_docstore_id, **settings)
+    store = FAISS(embeddings, index, docstore, index_ids, **settings)
     warn_on_embedding_change(manifest, embeddings, directory)
     return store
 

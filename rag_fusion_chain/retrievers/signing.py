@@ -92,15 +92,13 @@ class CheckedBlocks:
         self.digests, self.block = iter(recorded["blocks"]), io.BytesIO()
 
     def read(self, count: int) -> bytes:
-        piece = self.block.read(count)  # the whole block itself if count covers it
-        if not piece:
-            block = self.file.read(self.block_bytes)
-            expected = next(self.digests, None)  # past the last block: None, refused
-            if (block or expected) and recorded_digest(new_hash(expected, block)) != expected:
-                raise self.refusal
-            self.block = io.BytesIO(block)
-            piece = self.block.read(count)
-        return piece
+        if piece := self.block.read(count):  # the whole block itself if count covers it
+            return piece
+        block, expected = self.file.read(self.block_bytes), next(self.digests, None)
+        if (block or expected) and recorded_digest(new_hash(expected, block)) != expected:
+            raise self.refusal  # a changed block, or bytes past the last one (expected None)
+        self.block = io.BytesIO(block)
+        return self.block.read(count)
 
 
 def read_whole(path: str | Path, max_bytes: int = MAX_INDEX_FILE_BYTES) -> bytes:
