@@ -40,8 +40,7 @@ FAISS_FORMAT = "rag_fusion_chain.faiss"
 FAISS_FORMAT_VERSION = 2
 INDEX_FILE = "index.faiss"
 DOCSTORE_FILE = "docstore.json"
-PICKLE_FILE = "index.pkl"
-"""Beside ``index.faiss`` in ``FAISS.save_local`` folders (and the kit's before format 2)."""
+PICKLE_FILE = "index.pkl"  # beside index.faiss in FAISS.save_local folders (kit's before format 2)
 _CHANGED = (
     "{} does not match the digest recorded in manifest.json: it changed after the index was "
     f"saved (corrupted or tampered with), so it will not be loaded. {signing.TRUST_ADVICE}"
@@ -102,9 +101,7 @@ def _docstore_columns(store: FAISS) -> StoredDocuments:
     lookup = by_id.get if isinstance(by_id, Mapping) else store.docstore.search
     documents: list[Any] = list(map(lookup, ids))
     if not set(map(type, documents)) <= {Document}:  # one C loop; subclasses checked one by one
-        missing = [
-            i for i, found in zip(ids, documents, strict=True) if not isinstance(found, Document)
-        ]
+        missing = [ids[at] for at, found in enumerate(documents) if not isinstance(found, Document)]
         if missing:
             raise ValueError(f"FAISS docstore has no documents for ids {missing[:5]}")
     _, texts, metadatas = document_columns(documents)
@@ -190,7 +187,7 @@ def _docstore_name(directory: Path, manifest: dict[str, Any] | None) -> str:
     return DOCSTORE_FILE if manifest.get("format_version") == FAISS_FORMAT_VERSION else PICKLE_FILE
 
 
-ALLOWED_GLOBALS: Final = frozenset(
+ALLOWED_GLOBALS: Final = frozenset(  # (module, name) of each class a FAISS docstore pickle may name
     {
         ("langchain_community.docstore.in_memory", "InMemoryDocstore"),
         ("langchain_core.documents.base", "Document"),
@@ -200,7 +197,6 @@ ALLOWED_GLOBALS: Final = frozenset(
         *(("datetime", name) for name in ("date", "datetime", "time", "timedelta", "timezone")),
     }
 )
-"""``(module, name)`` of every class a FAISS docstore pickle may name."""
 
 
 class _DocstoreUnpickler(pickle.Unpickler):
@@ -258,9 +254,8 @@ def _read_manifest(directory: Path, *, required: bool) -> dict[str, Any] | None:
         message = f"{manifest_path} is not valid JSON: {error}. {signing.TRUST_ADVICE}"
         raise UntrustedIndexError(message) from error
     if not isinstance(manifest, dict) or manifest.get("format") != FAISS_FORMAT:
-        raise UntrustedIndexError(
-            f"{manifest_path} is not a {FAISS_FORMAT} manifest. {signing.TRUST_ADVICE}"
-        )
+        message = f"{manifest_path} is not a {FAISS_FORMAT} manifest. {signing.TRUST_ADVICE}"
+        raise UntrustedIndexError(message)
     if required:
         signing.verify_signature(manifest, manifest_path)
     return manifest

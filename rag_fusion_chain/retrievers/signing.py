@@ -22,9 +22,7 @@ import blake3
 SIGNING_KEY_ENV = "RAG_FUSION_INDEX_KEY_FILE"
 SIGNATURE_FIELD = "signature"
 SIGNATURE_PREFIX = "hmac-sha256:"
-BLAKE3_PREFIX = "blake3:"
-"""Marks the BLAKE3 digests the kit records (3.5x SHA-256's speed here); a bare hex digest, as in
-every manifest written before, is a SHA-256."""
+BLAKE3_PREFIX = "blake3:"  # marks BLAKE3 digests (3.5x SHA-256's speed); bare hex (older): SHA-256
 TRUST_ADVICE = (
     "Rebuild the index on this machine, or pass trust=True (rag-fusion: --trust-index) if you "
     "trust its origin."
@@ -35,8 +33,9 @@ class UntrustedIndexError(ValueError):
     """A saved index cannot be verified (unsigned, signed with another key, or changed)."""
 
 
-MAX_INDEX_FILE_BYTES = 64 << 30
-"""The largest index file the kit opens (about 40M 384-dimensional float32 vectors)."""
+MAX_INDEX_FILE_BYTES = 64 << 30  # the largest index file opened (about 40M 384-dimensional vectors)
+BLOCK_BYTES = 4 << 20  # index.faiss digested per block: one in memory at a load (16 MiB: slower)
+FileContent = Sequence[bytes] | Callable[[Callable[[bytes], int]], object]  # pieces, or a writer
 
 
 def open_regular_file(path: str | Path, max_bytes: int = MAX_INDEX_FILE_BYTES) -> io.BufferedReader:
@@ -75,9 +74,6 @@ def recorded_digest(hashed: Any, rest: io.BufferedReader | None = None) -> str:
     return (BLAKE3_PREFIX if hashed.name == "blake3" else "") + hashed.hexdigest()
 
 
-BLOCK_BYTES = 4 << 20  # one in memory at a load (16 MiB and more: slower, pages faulted in anew)
-
-
 class CheckedBlocks:
     """``read`` for FAISS's reader: ``file`` a block at a time, each handed on only once its digest
     is the ``recorded`` one (:func:`write_new_file`'s blocks; older manifests: the whole file's)."""
@@ -102,22 +98,15 @@ class CheckedBlocks:
 
 
 def read_whole(path: str | Path, max_bytes: int = MAX_INDEX_FILE_BYTES) -> bytes:
-    """A regular file's bytes, read once (hash and parse these very bytes)."""
+    """A regular file's bytes (as many as it held when opened), read once: hash and parse these."""
     with open_regular_file(path, max_bytes) as file:
-        size = os.fstat(file.fileno()).st_size
-        data = file.read(size + 1)
-    if len(data) > size:
-        raise ValueError(f"{path} grew while it was read; not loaded")
-    return data
+        return file.read(os.fstat(file.fileno()).st_size)
 
 
 def has_digest(path: str | Path, recorded: str) -> bool:
     """Whether the regular file at ``path`` holds the bytes the ``recorded`` digest was made of."""
     with open_regular_file(path) as file:  # read in blocks
         return recorded_digest(new_hash(recorded), file) == recorded
-
-
-FileContent = Sequence[bytes] | Callable[[Callable[[bytes], int]], object]  # pieces, or a writer
 
 
 def write_new_file(path: Path, content: FileContent, block_bytes: int = 0) -> Any:
@@ -149,16 +138,14 @@ def write_new_file(path: Path, content: FileContent, block_bytes: int = 0) -> An
     finally:
         temporary.unlink(missing_ok=True)
     blocks = list(map(recorded_digest, hashes))
-    return (
-        {"bytes": size, "block_bytes": block_bytes, "blocks": blocks} if block_bytes else blocks[0]
-    )
+    record = {"bytes": size, "block_bytes": block_bytes, "blocks": blocks}
+    return record if block_bytes else blocks[0]
 
 
 def signing_key_file() -> Path:
     """``$RAG_FUSION_INDEX_KEY_FILE``, else ``rag-fusion-chain/index-signing.key`` under
     ``$XDG_CONFIG_HOME`` or ``~/.config``."""
-    configured = os.environ.get(SIGNING_KEY_ENV)
-    if configured:
+    if configured := os.environ.get(SIGNING_KEY_ENV):
         return Path(configured).expanduser()
     config = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
     return Path(config) / "rag-fusion-chain" / "index-signing.key"
@@ -178,10 +165,9 @@ def _read_signing_key(path: Path) -> bytes:
         if mode & (stat.S_IRWXG | stat.S_IRWXO):
             _warn_others_can_read(path, mode)
         raw = handle.read(1024)
-    try:
+    key = b""
+    with contextlib.suppress(ValueError):  # UnicodeDecodeError is one
         key = bytes.fromhex(raw.decode("ascii").strip())
-    except (UnicodeDecodeError, ValueError):
-        key = b""
     if len(key) < 32:
         raise ValueError(
             f"{path} is not an index signing key (64 hex digits); remove it to have a new one "
