@@ -292,7 +292,7 @@ class _Steps:
             answers.append({**item, "answer": await sub_answer.ainvoke(values, config)})
         return _sub_answered(state, answers)
 
-    def answer(self, state: State, config: RunnableConfig) -> Any:
+    def answer(self, state: dict, config: RunnableConfig) -> Any:  # dict: LangChain's schema
         """``answer``: the answer's tokens, streamed; with sources, the sources chunk first."""
         if self.return_sources:
             yield _sources(state)
@@ -405,8 +405,6 @@ def chain_for(
     >>> # chain_for("rag-fusion", [bm25, vectors], llm, return_sources=True).invoke("What is RRF?")
     """
     record = strategies.get(strategy)
-    if llm is not None and not isinstance(llm, Runnable):
-        raise TypeError(f"llm must be a chat model or a Runnable, got {type(llm).__name__}")
     if llm is None and (query_prompt, prompt, synthesis_prompt) != (None, None, None):
         raise ValueError(
             "query_prompt, prompt and synthesis_prompt need an llm: the offline chain (llm=None) "
@@ -446,25 +444,24 @@ def chain_for(
         in_turn=mode == "recursive",
         return_sources=return_sources,
     )
-    offline, counted = llm is None, record.default_n is not None
-    steps = [
-        Step("generate_queries", parts.generate, parts.agenerate, [N_SPEC] if counted else []),
-        Step("retrieve", parts.retrieve, parts.aretrieve, [K_SPEC]),
+    declared = query_step.config_specs if query_step else [N_SPEC] * bool(record.default_n)
+    steps = [  # each declares its settings and its parts' (a model's alternatives): LangServe's
+        Step("generate_queries", parts.generate, parts.agenerate, declared, Question),
+        Step("retrieve", parts.retrieve, parts.aretrieve, [K_SPEC, *fan_out.config_specs]),
         Step("fuse", parts.fuse, settings=[TOP_N_SPEC]),
         Step("format_context", _formatted),
         RunnableLambda(parts.answer, afunc=parts.aanswer, name="answer"),  # a generator: streamed
     ]
     if sub_answer is not None:  # decomposition: each sub-question answered before the question
         steps.insert(4, Step("answer_sub_questions", parts.sub_answers, parts.asub_answers))
-    metadata = {"strategy": record.name, "n": count, "k": k, "offline": offline}
+    metadata = {"strategy": record.name, "n": count, "k": k, "offline": llm is None}
     shown_mode = {"mode": mode} if record.grouping == "sub-questions" else {}  # offline too
     metadata |= {"top_n": chosen_fusion.top_n, **shown_mode}
-    tags = [record.name, "offline"] if offline else [record.name]
+    tags = [record.name, "offline"] if llm is None else [record.name]
     return RunnableBinding(
         bound=RunnableSequence(*steps),
         config={"run_name": record.name, "tags": tags, "metadata": metadata},
         config_factories=[_SearchGuard.for_call],  # each async call a guard of its own
-        custom_input_type=Question,  # a str or {"question": str}: chain.as_tool(...) works
         custom_output_type=dict if return_sources else str,
     )
 

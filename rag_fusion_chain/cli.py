@@ -79,8 +79,10 @@ def _note_offline(llm: Any) -> None:
 
 
 def _fusion_shown(strategy: str) -> str:
-    """How the strategy's fused score reads: a count of lists (unique union) or an RRF score."""
-    return "union" if isinstance(strategies.get(strategy).default_fusion, UniqueUnion) else "rrf"
+    """How the strategy's fused score reads: lists counted (union), RRF, or one question's RRF."""
+    record = strategies.get(strategy)
+    union = isinstance(record.default_fusion, UniqueUnion)
+    return "union" if union else "rrf" if record.grouping == "flat" else "grouped"
 
 
 _EMBEDDINGS = "minilm, minilm-torch, minilm-openvino, minilm-f32, minilm-bf16, openai:<model>, sentence-transformers:<dir>, modelscope:<dir>"
@@ -185,8 +187,9 @@ def index(
                 "deny_private": deny_private,
             },
         )
+        read = f"{settings['files']} source{'s' * (settings['files'] != 1)}"  # files or URLs
         say(
-            f"Indexed {settings['files']} files as {settings['documents']} documents, "
+            f"Indexed {read} as {settings['documents']} documents, "
             f"{settings['chunks']} chunks ({settings['store']}, embeddings "
             f"{settings['embedding']}) in {out}; embedded {settings['embedded_chunks']} chunks"
             + (f", dropped {settings['dropped_sources']} sources" if update else "")
@@ -229,8 +232,8 @@ def search(
             )
         fusion = _fusion_shown(strategy)
         if answer and not json_output:
-            return render_answer(chain, question, retrievers, fusion=fusion, verbose=verbose)
-        retrieved = RetrievedLists(retrievers)
+            return render_answer(chain, question, fusion=fusion, verbose=verbose)
+        retrieved = RetrievedLists()
         result = chain.invoke({"question": question}, {"callbacks": [retrieved]})
         if json_output:
             print(json_text(json_record(result, question, strategy, retrieved.lists)))
@@ -279,7 +282,7 @@ def demo(
         output.print(Text("Question: ", style="bold") + Text(question), soft_wrap=True)
         retrievers = opened.retrievers(hybrid=True, k=DEFAULT_K)
         chain = chains.chain_for(strategy, retrievers, None, return_sources=True)
-        render_answer(chain, question, retrievers, fusion=_fusion_shown(strategy))
+        render_answer(chain, question, fusion=_fusion_shown(strategy))
 
 
 @app.command()

@@ -29,7 +29,7 @@ from rag_fusion_chain.query_parsing import (
     searchable_text,
     within_query_limit,
 )
-from rag_fusion_chain.validation import MAX_QUERIES, question_of, validate_count
+from rag_fusion_chain.validation import MAX_QUERIES, Question, question_of, validate_count
 
 OnFailure = Literal["warn", "raise"]
 
@@ -56,15 +56,18 @@ class Step(RunnableLambda):  # type: ignore[type-arg]
     trace, declaring the per-call settings it reads for ``config_schema()``; ``func`` takes (input,
     config). ``RunnablePassthrough.assign`` would add its parallel map and two runs a step."""
 
+    InputType: Any = dict  # what it takes, for its schema (LangServe, as_tool): set per step
+
     def __init__(
         self,
         name: str,
         func: Callable[[Any, RunnableConfig], Any],
         afunc: Callable[[Any, RunnableConfig], Any] | None = None,
         settings: Sequence[ConfigurableFieldSpec] = (),
+        input_type: Any = dict,  # a ready chain's state
     ) -> None:
         super().__init__(func, afunc=afunc, name=name)
-        self.settings = list(settings)
+        self.settings, self.InputType = list(settings), input_type
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         """One traced run of ``func``, without the signature reading ``RunnableLambda`` does on
@@ -104,6 +107,14 @@ def _queries(
     return list(unique.values())[0 if include_original else 1 :]
 
 
+def checked_llm(llm: Any) -> Runnable[Any, Any]:
+    """``llm`` if it is a chat model or another Runnable, else a TypeError naming what came."""
+    if not isinstance(llm, Runnable):
+        hint = " (no model: see rag_fusion_chain.offline)" if llm is None else ""
+        raise TypeError(f"llm must be a chat model or a Runnable, got {type(llm).__name__}{hint}")
+    return llm
+
+
 def _query_list(
     llm: Runnable[Any, Any],
     prompt: BasePromptTemplate,
@@ -113,6 +124,7 @@ def _query_list(
 ) -> Runnable[Any, list[str]]:
     """``prompt | llm | QueryListParser`` for ``n`` queries (``n`` configurable per call)."""
     validate_count("n", n, MAX_QUERIES)  # prompts ignore the values they do not use (n)
+    checked_llm(llm)
 
     def generate(value: Any, config: RunnableConfig) -> list[str]:
         question, count = question_of(value), configured_count(config, "n", n, MAX_QUERIES)
@@ -132,21 +144,21 @@ def _query_list(
             return [_fallback(question, error, on_failure)]
         return _queries(question, generated, include_original, on_failure)
 
-    return Step("generate_queries", generate, agenerate, [N_SPEC])
+    return Step("generate_queries", generate, agenerate, [N_SPEC], Question)
 
 
 def _text(
     llm: Runnable[Any, Any], prompt: BasePromptTemplate, single_line: bool, on_failure: OnFailure
 ) -> Runnable[Any, str]:
     """``prompt | llm | StrOutputParser`` for one text; the question when nothing usable comes."""
-    model = prompt | llm | StrOutputParser()
+    model = prompt | checked_llm(llm) | StrOutputParser()
 
     def finish(question: str, text: str) -> str:
         if single_line:
             lines = QueryListParser(n=1).parse(text)
             text = lines[0] if lines else ""
         text = within_query_limit(searchable_text(text, single_line=False).strip())
-        return text or _fallback(question, "the model returned no usable text", on_failure)
+        return text or _fallback(question, "the model returned no usable text", on_failure, up=6)
 
     def generate(value: Any, config: RunnableConfig) -> str:
         question = question_of(value)
@@ -162,7 +174,7 @@ def _text(
         except Exception as error:
             return _fallback(question, error, on_failure)
 
-    return RunnableLambda(generate, afunc=agenerate, name="generate_text")
+    return Step("generate_text", generate, agenerate, input_type=Question)
 
 
 def multi_query(

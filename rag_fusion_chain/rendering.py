@@ -9,13 +9,12 @@ import json
 import os
 import re
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import PurePath
 from typing import Any, Literal
 
 import typer
 from langchain_core.documents import Document
-from langchain_core.runnables import Runnable
 from langchain_core.tracers.base import BaseTracer
 from langchain_core.tracers.schemas import Run
 from pydantic import ValidationError
@@ -65,6 +64,8 @@ def describe(error: BaseException) -> str:
         if message.startswith(parameter):
             message = flag + message.removeprefix(parameter)
     message = message or type(error).__name__
+    url = getattr(getattr(error, "__dict__", {}).get("request"), "url", None)  # OpenAI's: where
+    message += f" ({url})" if url is not None and str(url) not in message else ""
     usual = (OSError, ValueError, TypeError, ImportError, KeyError, ConnectionError, TimeoutError)
     return message if isinstance(error, usual) else f"{type(error).__name__}: {message}"
 
@@ -129,33 +130,17 @@ def json_text(record: Any) -> str:
 
 
 class RetrievedLists(BaseTracer):
-    """The ranked lists a chain fused: the runs of its ``retrievers`` (by name; None: any) inside no
-    other such run (a hybrid's lists are fused into its own), each once, failed ones excluded."""
+    """The ranked lists a ready chain fused, from its ``retrieve`` step: one per query and retriever
+    (a hybrid's own inside its one; none for a failed search or offline HyDE/rewrite's question)."""
 
-    def __init__(self, retrievers: Iterable[Runnable[Any, Any]] | None = None) -> None:
-        super().__init__()
-        self._sources = None if retrievers is None else {each.get_name() for each in retrievers}
-        self._found: dict[tuple[Any, ...], tuple[Any, RankedList]] = {}
-
-    @property
-    def lists(self) -> list[RankedList]:  # in the order their runs started
-        return [ranked for _, ranked in sorted(self._found.values(), key=lambda found: found[0])]
+    lists: Sequence[RankedList] = ()
 
     def _persist_run(self, run: Run) -> None:
         """Nothing to keep but the lists."""
 
-    def _counted(self, run: Run) -> bool:
-        return run.run_type == "retriever" and (self._sources is None or run.name in self._sources)
-
-    def _on_retriever_end(self, run: Run) -> None:
-        parent = self.run_map.get(str(run.parent_run_id))
-        while parent is not None and not self._counted(parent):
-            parent = self.run_map.get(str(parent.parent_run_id))
-        if parent is None and self._counted(run):
-            documents = (run.outputs or {}).get("documents", [])
-            ranked = RankedList(documents, query=run.inputs["query"], source=run.name)
-            key = (ranked.query, ranked.source, *map(document_id, ranked))
-            self._found.setdefault(key, (run.start_time, ranked))
+    def _on_chain_end(self, run: Run) -> None:
+        if run.name == "retrieve" and isinstance((run.outputs or {}).get("retrieved"), list):
+            self.lists = run.outputs["retrieved"]  # type: ignore[index]
 
 
 def _hits(document: Document, lists: Sequence[RankedList]) -> list[dict[str, Any]]:
@@ -241,12 +226,13 @@ def sources_table(
     verbose: bool = False,
 ) -> Table:
     """The fused documents as the answer cites them, score explained; ``verbose`` adds where found."""
-    union, count = fusion == "union", len(lists)
-    lists_named = f"the {count} ranked lists" if count else "the ranked lists"
+    union, count = fusion == "union", len(lists)  # fusion: rrf, union, or grouped (RRF apart)
+    lists_named = f"the {count} ranked list{'s' * (count != 1)}" if count else "the ranked lists"
     lists_named += " (one per query and retriever)"
     found_in = f"found in: how many of {lists_named} returned the passage"
     rrf = f"RRF: reciprocal rank fusion, the sum of 1/({RRF_K} + rank) over {lists_named} holding the passage; rows in fused order"
-    caption = found_in if union else rrf
+    grouped = f"RRF: reciprocal rank fusion, the sum of 1/({RRF_K} + rank) over the ranked lists of one question holding the passage (each question's lists fused apart; rows by question, each in fused order)"
+    caption = {"union": found_in, "rrf": rrf}.get(fusion, grouped)
     table = Table(
         title="Fused sources", caption=caption, title_justify="left", caption_justify="left"
     )
@@ -281,18 +267,11 @@ def print_sources(
     output.print(sources_table(fused, lists=lists, queries=queries, fusion=fusion, verbose=verbose))
 
 
-def render_answer(
-    chain: Any,
-    question: str,
-    retrievers: Iterable[Runnable[Any, Any]] | None = None,
-    *,
-    fusion: str = "rrf",
-    verbose: bool = False,
-) -> None:
+def render_answer(chain: Any, question: str, *, fusion: str = "rrf", verbose: bool = False) -> None:
     """Stream a ``return_sources=True`` chain: the sources once the answer, the queries and the
     documents have all arrived (the chunks come in any order), then the answer as it comes."""
     result: dict[str, Any] = {"queries": [], "failures": [], "documents": None}
-    retrieved, held = RetrievedLists(retrievers), ""
+    retrieved, held = RetrievedLists(), ""
     chunks = iter(chain.stream({"question": question}, {"callbacks": [retrieved]}))
     for chunk in chunks:
         result["queries"] += chunk.get("queries", [])

@@ -167,11 +167,7 @@ def _in_memory(settings: dict[str, Any], store: Any, documents: list[Document]) 
 def chroma_server_index(url: str, collection: str, embedding: str | None) -> OpenedIndex:
     """A Chroma server's collection, with BM25 over its documents read in pages; ``embedding``
     must be what built the collection."""
-    chromadb = require_extra("chromadb", "chroma")
-    host, port, https = _chroma_address(url)
-    client = chromadb.HttpClient(
-        host=host, port=port, ssl=https, settings=chromadb.config.Settings()
-    )
+    client = stores.chroma_http_client(*_chroma_address(url))
     # chromadb's HTTP session waits forever; bound every request (private attribute, guarded).
     session = getattr(getattr(client, "_server", None), "_session", None)
     if session is not None:

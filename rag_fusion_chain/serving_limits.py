@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from collections.abc import Iterable
@@ -24,6 +25,8 @@ DEFAULT_MAX_BATCH = 32
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 MAX_JSON_DEPTH = 64
 """How deep a request body's JSON may nest (a LangServe request needs about 6)."""
+MAX_READ_SECONDS = 30.0
+"""How long a request may take to arrive: a client that stops sending is answered 408."""
 
 
 def _host_name(host: str) -> str:
@@ -63,8 +66,10 @@ class RequestLimits:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         try:
-            body = await self._checked(Request(scope, receive))
-        except HTTPException as refusal:
+            body = await asyncio.wait_for(self._checked(Request(scope, receive)), MAX_READ_SECONDS)
+        except (HTTPException, asyncio.TimeoutError) as error:
+            late = HTTPException(408, f"the request did not arrive within {MAX_READ_SECONDS:g} s")
+            refusal = error if isinstance(error, HTTPException) else late
             response = JSONResponse({"detail": refusal.detail}, refusal.status_code)
             response.headers["connection"] = "close"
             return await response(scope, receive, send)

@@ -348,6 +348,41 @@ def test_schemas_and_configurable_fields_are_published(name: str, return_sources
     assert chain.output_schema.model_json_schema()
 
 
+@pytest.mark.parametrize("name", BUILDERS)
+def test_each_step_taken_apart_publishes_its_schemas(name: str) -> None:
+    """lcuser31: taken apart (README: ``chain.bound.steps``), every step after the first raised
+    PydanticUserError "`retrieve_input` is not fully defined; you should define `State`" for
+    its input schema, and so did ``RunnableSequence(*chain.bound.steps[1:])``."""
+    first, *rest = build(name).bound.steps
+    assert first.get_input_jsonschema()["required"] == ["question"]
+    for step in [*rest, RunnableSequence(*rest)]:
+        assert step.get_input_jsonschema()["type"] == "object"  # the state: keys by strategy
+        assert "required" not in step.get_input_jsonschema()
+        assert step.get_output_jsonschema()
+
+
+def test_the_configurable_fields_of_the_users_parts_are_published_too() -> None:
+    """lcuser31: a model's ``configurable_alternatives`` and a retriever's ``configurable_fields``
+    were honoured per call but missing from ``config_schema()`` (the chain's, the fan-out's,
+    FusionRetriever's), so LangServe dropped them: the served chain answered with the default
+    model where ``prompt | llm | parser`` switched (EnsembleRetriever publishes its retrievers')."""
+    from langchain_core.runnables import ConfigurableField
+
+    llm = FakeListChatModel(responses=["alpha"]).configurable_alternatives(
+        ConfigurableField(id="model"), default_key="a", b=FakeListChatModel(responses=["beta"])
+    )
+    retriever = TopicRetriever().configurable_fields(count=ConfigurableField(id="topic_count"))
+    for part in (
+        chains.rag_fusion_chain([retriever], llm),
+        chains.retrieval_chain("hyde", [retriever], llm),
+        FusionRetriever.from_llm([retriever], llm),
+    ):
+        assert {"model", "topic_count"} <= {spec.id for spec in part.config_specs}
+    assert {spec.id for spec in MultiRetriever([retriever]).config_specs} == {"topic_count"}
+    offline = chains.rag_fusion_chain([retriever], None).config_schema().model_json_schema()
+    assert {"n", "k", "top_n", "topic_count"} == set(offline["$defs"]["Configurable"]["properties"])
+
+
 @pytest.mark.parametrize("offline", [False, True])
 async def test_a_ready_chain_declares_its_types_and_serves_as_a_tool(offline: bool) -> None:
     """A question in (str or {"question": str}), the answer out, or with sources a dict: was Any
@@ -650,9 +685,10 @@ def test_bad_options_name_the_parameter(
         chains.decomposition_chain(TopicRetriever(), ScriptedLLM().runnable, **arguments)
 
 
-def test_an_llm_that_is_not_a_runnable_is_refused() -> None:
-    with pytest.raises(TypeError, match="llm must be a chat model or a Runnable"):
-        chains.rag_fusion_chain(TopicRetriever(), "gpt-4o")  # type: ignore[arg-type]
+@pytest.mark.parametrize("strategy", strategies.STRATEGIES)
+def test_an_llm_that_is_not_a_runnable_is_refused(strategy: str) -> None:
+    with pytest.raises(TypeError, match="llm must be a chat model or a Runnable, got str"):
+        chains.chain_for(strategy, TopicRetriever(), "gpt-4o")  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------- without a chat model

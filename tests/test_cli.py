@@ -846,7 +846,7 @@ def test_the_lists_counted_are_the_ones_fused_not_the_hybrids_inner_lists() -> N
     hybrid = hybrid_retriever(bm25, vectors.as_retriever(), k=3)
     retrievers = [hybrid, bm25]  # BM25 alone and inside the hybrid
     chain = chains.chain_for("multi-query", retrievers, None, n=2, return_sources=True)
-    collected = RetrievedLists(retrievers)
+    collected = RetrievedLists()
     result = chain.invoke("how do heat pumps work", {"callbacks": [collected]})
     assert len(collected.lists) == 2 * len(result["queries"])
     assert sorted((ranked.query, ranked.source) for ranked in collected.lists) == sorted(
@@ -861,12 +861,13 @@ def test_the_lists_counted_are_the_ones_fused_not_the_hybrids_inner_lists() -> N
 
 
 def test_retrieved_lists_skip_a_failed_retrieval() -> None:
-    """A retriever that fails gives no list: the count is the lists that were fused; a wrapper
-    around the chain's retriever does not hide its lists."""
+    """A retriever that fails gives no list: the count is the lists that were fused."""
     from langchain_core.callbacks import CallbackManagerForRetrieverRun
     from langchain_core.documents import Document
+    from langchain_core.language_models.fake_chat_models import FakeListChatModel
     from langchain_core.retrievers import BaseRetriever
 
+    from rag_fusion_chain import chains
     from rag_fusion_chain.rendering import RetrievedLists
 
     class Flaky(BaseRetriever):
@@ -877,23 +878,13 @@ def test_retrieved_lists_skip_a_failed_retrieval() -> None:
                 raise ConnectionError("down")
             return [Document(query)]
 
-    class TimeBound(BaseRetriever):  # a wrapper of another name, as a fan-out may add
-        inner: BaseRetriever
-
-        def _get_relevant_documents(
-            self, query: str, *, run_manager: CallbackManagerForRetrieverRun
-        ) -> list[Document]:
-            return self.inner.invoke(query, {"callbacks": run_manager.get_child()})
-
-    retriever = Flaky()
-    for searched in (retriever, TimeBound(inner=retriever)):
-        collected = RetrievedLists([retriever])
-        results = searched.batch(
-            ["one", "fail", "two"], {"callbacks": [collected]}, return_exceptions=True
-        )
-        assert isinstance(results[1], ConnectionError)
-        assert sorted(ranked.query for ranked in collected.lists) == ["one", "two"]
-        assert {ranked.source for ranked in collected.lists} == {"Flaky"}
+    llm = FakeListChatModel(responses=["1. one\n2. fail\n3. two"])
+    chain = chains.retrieval_chain("rag-fusion", [Flaky()], llm, n=3, include_original=False)
+    collected = RetrievedLists()
+    with pytest.warns(UserWarning, match="down"):
+        chain.invoke("question", {"callbacks": [collected]})
+    assert sorted(ranked.query for ranked in collected.lists) == ["one", "two"]
+    assert {ranked.source for ranked in collected.lists} == {"Flaky"}
 
 
 def test_ctrl_c_ends_with_one_line_and_exit_status_130(
@@ -910,3 +901,65 @@ def test_ctrl_c_ends_with_one_line_and_exit_status_130(
     assert result.exit_code == 130
     assert result.stderr.strip() == "interrupted: stopped by Ctrl-C"
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("strategy", ["hyde", "rewrite"])
+def test_the_lists_counted_offline_are_the_searched_texts_not_the_question_it_drew_them_from(
+    strategy: str,
+) -> None:
+    """Offline HyDE and rewrite search the question only to write their text, and fuse the text's
+    list alone; `rag-fusion retrieve -s rewrite` said "over the 2 ranked lists" for its one query,
+    and `-v` / `--json` showed the question's unfused list as hits ("q?")."""
+    from langchain_core.documents import Document
+
+    from rag_fusion_chain import chains
+    from rag_fusion_chain.rendering import RetrievedLists, sources_table
+    from rag_fusion_chain.retrievers import BM25Retriever
+
+    texts = ["Heat pumps move heat in winter.", "Gas boilers burn gas.", "Winter air is cold."]
+    bm25 = BM25Retriever.from_documents([Document(text) for text in texts])
+    chain = chains.chain_for(strategy, [bm25], None, return_sources=True)
+    collected = RetrievedLists()
+    result = chain.invoke("heat pumps in winter", {"callbacks": [collected]})
+    searched = [ranked.query for ranked in collected.lists]
+    assert searched == result["queries"] and "heat pumps in winter" not in searched
+    caption = " ".join(
+        table_text(sources_table(result["documents"], lists=collected.lists)).split()
+    )
+    assert "over the 1 ranked list (one per query" in caption  # was "the 1 ranked lists"
+
+
+@pytest.mark.parametrize("strategy", ["decomposition", "step-back"])
+def test_the_score_caption_of_a_strategy_that_fuses_each_question_apart_says_so(
+    strategy: str,
+) -> None:
+    """Decomposition and step-back fuse each question's lists apart, so a passage found for two of
+    them shows one question's RRF; the caption said "the sum ... over the 3 ranked lists ...
+    holding the passage", which its `-v` hits contradicted (two hits, the score of one)."""
+    from rag_fusion_chain.cli import _fusion_shown
+    from rag_fusion_chain.rendering import sources_table
+
+    table = sources_table([], lists=[], fusion=_fusion_shown(strategy))
+    caption = " ".join(table_text(table).split())
+    assert "each question's lists fused apart" in caption
+    assert "over the ranked lists of one question" in caption
+    flat = " ".join(table_text(sources_table([], fusion=_fusion_shown("rag-fusion"))).split())
+    assert "over the ranked lists (one per query and retriever) holding the passage" in flat
+
+
+def test_a_model_server_that_cannot_be_reached_is_named_in_the_error() -> None:
+    """`ask --model m --base-url http://127.0.0.1:9/v1` (or a stale $OPENAI_BASE_URL) ended with
+    "error: OpenAIConnectionError: Connection error." and no word of where it tried."""
+    import httpx
+    import openai
+
+    from rag_fusion_chain.rendering import describe
+
+    request = httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
+    message = describe(openai.APIConnectionError(request=request))
+    assert (
+        message == "APIConnectionError: Connection error. (http://127.0.0.1:9/v1/chat/completions)"
+    )
+    assert (
+        describe(httpx.ConnectError("refused")) == "ConnectError: refused"
+    )  # no request: as before

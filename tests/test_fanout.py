@@ -769,3 +769,21 @@ def test_a_forked_process_gets_retrieval_threads_of_its_own() -> None:
         os._exit(0 if answered else 1)
     _, status = os.waitpid(child, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_run_name_given_to_the_fan_out_names_its_run_not_its_retrievers_runs() -> None:
+    """lcuser31: with no handler in the call's config, ``run_name`` reached the retrievers, so a
+    retriever with callbacks of its own recorded its run as "search", as LangChain never does."""
+    collector = RunCollector()
+    watched = TagRetriever(tag="a").with_config(callbacks=[collector])
+    MultiRetriever([watched]).invoke(["x"], {"run_name": "search"})
+    assert [run.name for run in collector.roots] == ["TagRetriever"]
+
+
+@pytest.mark.parametrize("strategy", ["hyde", "rewrite"])
+def test_from_llm_refuses_n_for_a_strategy_that_writes_one_query(strategy: str) -> None:
+    """lcuser31: ``n=2`` with hyde was "TypeError: hyde() takes 1 positional argument but 2 were
+    given", which names no n; now the query step refuses the keyword n by name."""
+    llm = FakeListChatModel(responses=["b"])
+    with pytest.raises(TypeError, match=f"{strategy}\\(\\) got an unexpected keyword argument 'n'"):
+        FusionRetriever.from_llm([TagRetriever(tag="a")], llm, strategy=strategy, n=2)

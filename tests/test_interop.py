@@ -274,3 +274,17 @@ def test_every_ready_chain_over_community_retrievers_quotes_each_passage_once(
     quoted = result["documents"]
     assert quoted, "the chain should find passages"
     assert len(set(texts(quoted))) == len(quoted)
+
+
+def test_a_per_call_k_reaches_every_community_retriever(
+    community_retrievers: dict[str, BaseRetriever],
+) -> None:
+    """README: k is the documents each of your retrievers returns per query. LangChain's BM25
+    takes no ``k`` keyword (BaseRetriever drops it), so a chain's per-call k above its own ``k``
+    field was silently ignored there (lcuser31)."""
+    from rag_fusion_chain import chains
+
+    chain = chains.retrieval_chain("rag-fusion", list(community_retrievers.values()), None)
+    state = chain.invoke(QUESTIONS[0], {"configurable": {"k": K + 2}})
+    assert {len(ranked) for ranked in state["retrieved"]} == {K + 2}
+    assert community_retrievers["bm25"].k == K  # the user's retriever is not changed

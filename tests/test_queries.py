@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import warnings
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -247,3 +248,26 @@ def test_step_back_prompt_is_few_shot() -> None:
     messages = prompts.STEP_BACK_PROMPT.format_messages(question="Q?")
     assert len(messages) >= 2 + 2 * 2  # system, at least two examples, the question
     assert messages[-1].content == "Q?"
+
+
+@pytest.mark.parametrize("factory", [queries.rag_fusion, queries.multi_query, queries.hyde])
+def test_a_query_step_declares_the_question_it_takes_so_it_becomes_a_tool(factory: Any) -> None:
+    """lcuser31: the query steps' input schema was untyped (``Any``), so LangServe showed no
+    question field and ``as_tool`` raised "Tool input must be str or dict" where ``prompt | llm |
+    parser`` becomes a tool; the steps take what the ready chains take."""
+    step = factory(model("alpha\nbeta"))
+    assert step.get_input_jsonschema()["required"] == ["question"]
+    tool = step.as_tool(name="search_queries", description="Queries for a question")
+    assert tool.invoke({"question": "Q?"}) in (["alpha", "beta"], "alpha\nbeta")
+
+
+@pytest.mark.parametrize("name", ["multi_query", "rag_fusion", "decomposition", "step_back"])
+@pytest.mark.parametrize("llm", [None, "gpt-4o-mini"])
+def test_a_query_step_without_a_chat_model_is_refused_when_built(name: str, llm: object) -> None:
+    """``queries.rag_fusion(models.chat_model())`` with no model configured (None) was built, and
+    the first invoke failed in LangChain's words: "Expected a Runnable, callable or dict.Instead
+    got an unsupported type: <class 'NoneType'>"; now it is refused at once, naming ``llm``."""
+    with pytest.raises(
+        TypeError, match=r"llm must be a chat model or a Runnable, got (NoneType|str)"
+    ):
+        getattr(queries, name)(llm)

@@ -476,6 +476,37 @@ def test_only_json_bodies_are_read_and_deep_nesting_is_a_400(client: Any) -> Non
     assert response.status_code == 200, response.text
 
 
+def test_a_request_whose_body_stops_arriving_is_answered_408(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A client that sent half its body and then nothing held its request (and a worker's
+    connection) forever: uvicorn sets no time limit on reading a body."""
+    import asyncio
+
+    from rag_fusion_chain import serving_limits
+
+    monkeypatch.setattr(serving_limits, "MAX_READ_SECONDS", 0.2)
+    reached, sent, parts = [], [], [{"type": "http.request", "body": b'{"in', "more_body": True}]
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        reached.append(scope)
+
+    async def receive() -> Any:
+        return parts.pop() if parts else await asyncio.sleep(3600)  # the rest never comes
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    headers = [(b"host", b"127.0.0.1"), (b"content-type", b"application/json")]
+    scope = {"type": "http", "method": "POST", "path": "/rag-fusion/invoke", "headers": headers}
+    scope |= {"query_string": b"", "scheme": "http", "server": ("127.0.0.1", 8000)}
+    limits = serving_limits.RequestLimits(app)
+    asyncio.run(asyncio.wait_for(limits(scope, receive, send), 10))
+
+    assert sent[0]["status"] == 408 and not reached and not parts
+    assert json.loads(sent[1]["body"]) == {"detail": "the request did not arrive within 0.2 s"}
+
+
 # ============================================================================================
 # Prompt escaping (rag_fusion_chain.context)
 # ============================================================================================

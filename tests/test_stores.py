@@ -288,6 +288,27 @@ def test_an_index_saved_before_blake3_loads_and_saves_on(
     ]
 
 
+def test_a_folder_without_a_faiss_index_is_not_called_unverified(
+    tmp_path: Path, embeddings: CountingEmbeddings
+) -> None:
+    """``load_faiss`` over the directory ``rag-fusion index`` wrote (or any folder without
+    ``index.faiss``) said it had no manifest and advised ``trust=True``, which then failed on a
+    missing docstore (``BM25Retriever.load``: "index file missing: .versions is a directory"):
+    each says there is no such store there and where index directories open."""
+    from rag_fusion_chain.retrievers import BM25Retriever, build_index
+
+    (tmp_path / "notes.md").write_text("Heat pumps move heat from outside air.", "utf-8")
+    build_index([str(tmp_path / "notes.md")], tmp_path / "index", embedding=embeddings)
+    for folder in (tmp_path / "index", tmp_path):
+        for trust in (False, True):
+            with pytest.raises(
+                FileNotFoundError, match=r"no FAISS index \(index.faiss\) in .*open_index"
+            ):
+                load_faiss(folder, embeddings, trust=trust)
+        with pytest.raises(FileNotFoundError, match=r"no BM25 retriever.json in .*open_index"):
+            BM25Retriever.load(folder)  # said "index file missing: .../.versions is a directory"
+
+
 def test_missing_manifest_is_refused_unless_trusted(
     tmp_path: Path, embeddings: CountingEmbeddings
 ) -> None:
@@ -772,6 +793,17 @@ def test_chroma_load_errors(tmp_path: Path, embeddings: CountingEmbeddings) -> N
             persist_directory=tmp_path,
             collection_name="energy",
         )
+
+
+def test_a_chroma_server_that_does_not_answer_is_named(embeddings: CountingEmbeddings) -> None:
+    """Chroma's "Could not connect to a Chroma server. Are you sure it is running?" did not say
+    where it looked (RAG_FUSION_CHROMA_URL set in another shell, a mistyped port)."""
+    pytest.importorskip("chromadb")
+    from tests.fixtures_chroma import _free_port
+
+    port = _free_port()  # nothing listens there
+    with pytest.raises(ValueError, match=rf"Could not connect .* \(at 127\.0\.0\.1:{port}"):
+        load_chroma(embeddings, host="127.0.0.1", port=port)
 
 
 def test_chroma_server_roundtrip(chroma_server: Any, embeddings: CountingEmbeddings) -> None:

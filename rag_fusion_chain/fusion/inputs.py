@@ -33,9 +33,7 @@ class RankedList(list):  # type: ignore[type-arg]
         source: str | None = None,
     ) -> None:
         super().__init__(documents)
-        self.weight = weight
-        self.query = query
-        self.source = source
+        self.weight, self.query, self.source = weight, query, source
 
     def __repr__(self) -> str:
         return f"RankedList({list.__repr__(self)}, weight={self.weight!r}, source={self.source!r})"

@@ -79,10 +79,8 @@ class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
         self, input: FusionInput, config: RunnableConfig | None = None, **kwargs: Any
     ) -> FusionOutput:
         """Fuse, reported as one run to the callbacks (async: in an executor, by default)."""
-        fusion = self.with_settings(**kwargs) if kwargs else self
-        return traced_call(
-            fusion, lambda lists, _: fusion.fuse(lists), input, config, children=False
-        )  # type: ignore[no-any-return]
+        used = self.with_settings(**kwargs) if kwargs else self
+        return traced_call(used, lambda lists, _: used.fuse(lists), input, config, children=False)
 
 
 def refuse_unknown_fields(model: type[BaseModel], values: Any, hints: dict[str, str]) -> Any:
@@ -110,24 +108,22 @@ def traced_call(
     the run when no handler (config, context, tracing env) would see it; ``children=False`` (a
     body that starts no runs) skips the child config."""
     config = ensure_config(config)
-    run_id = config.pop("run_id", None)  # this run's own: never handed to the body's runs
+    run_id, name = config.pop("run_id", None), config.pop("run_name", None)  # never the body's
     callbacks = get_callback_manager_for_config(config)
     if not callbacks.handlers:
         return body(input, config)
-    run_manager = callbacks.on_chain_start(
-        None, input, name=config.get("run_name") or runnable.get_name(), run_id=run_id
-    )
+    run = callbacks.on_chain_start(None, input, name=name or runnable.get_name(), run_id=run_id)
     try:
         if children:
-            child = patch_config(config, callbacks=run_manager.get_child())
+            child = patch_config(config, callbacks=run.get_child())
             with set_config_context(child) as context:  # bound runnables merge this config
                 output = context.run(body, input, child)
         else:
             output = body(input, config)
     except BaseException as error:
-        run_manager.on_chain_error(error)
+        run.on_chain_error(error)
         raise
-    run_manager.on_chain_end(output)
+    run.on_chain_end(output)
     return output
 
 

@@ -22,6 +22,7 @@ from typing import Any, Literal
 from langchain_core.documents import Document
 from pydantic import Field, field_validator, model_validator
 
+from rag_fusion_chain.retrievers import signing
 from rag_fusion_chain.retrievers.base import BatchedRetriever, scored_copy, with_identity
 from rag_fusion_chain.retrievers.columns import (
     StoredDocuments,
@@ -282,8 +283,8 @@ class BM25Retriever(BatchedRetriever):
         """A retriever :meth:`save` wrote (no pickle; ``kwargs`` override fields, e.g. ``k``);
         ``same_as``: an index's FAISS docstore columns, taken if ``documents.json`` has its bytes."""
         path = Path(directory)
-        if not path.is_dir():
-            raise FileNotFoundError(f"BM25 index directory not found: {path}")
+        if not (path / SETTINGS_FILE).exists():
+            raise FileNotFoundError(f"no BM25 {SETTINGS_FILE} in {path} ({signing.STORE_HINT})")
         settings = _read_json(path / SETTINGS_FILE)
         if not isinstance(settings, dict) or settings.get("format") != BM25_FORMAT:
             raise ValueError(f"{path / SETTINGS_FILE} is not a BM25Retriever settings file")

@@ -136,8 +136,10 @@ def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False)
     from rag_fusion_chain.retrievers.docstore import ColumnDocstore
 
     directory = Path(path)
-    if not directory.is_dir():
-        raise FileNotFoundError(f"FAISS index directory not found: {directory}")
+    if not (directory / INDEX_FILE).exists():  # an index directory keeps its stores deeper
+        raise FileNotFoundError(
+            f"no FAISS index ({INDEX_FILE}) in {directory} ({signing.STORE_HINT})"
+        )
     manifest = _read_manifest(directory, required=not trust)
     docstore_name = _docstore_name(directory, manifest)
     files = (manifest or {}).get("files")

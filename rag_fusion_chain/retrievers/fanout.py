@@ -19,13 +19,14 @@ from typing import Annotated, Any, Literal
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import (
+    ConfigurableFieldSpec,
     Runnable,
     RunnableBinding,
     RunnableConfig,
     RunnableSerializable,
 )
 from langchain_core.runnables.config import ContextThreadPoolExecutor, patch_config
-from langchain_core.runnables.utils import gather_with_concurrency
+from langchain_core.runnables.utils import gather_with_concurrency, get_unique_config_specs
 from langchain_core.vectorstores import VectorStoreRetriever
 from pydantic import BeforeValidator, ConfigDict, Field, ValidationInfo
 
@@ -61,8 +62,7 @@ class RetrievalResults(list):  # type: ignore[type-arg]
         queries: Sequence[str] = (),
     ) -> None:
         super().__init__(ranked_lists)
-        self.failures = list(failures)
-        self.queries = list(queries)
+        self.failures, self.queries = list(failures), list(queries)
 
     def __add__(self, other: Any) -> RetrievalResults:  # type: ignore[override]
         return RetrievalResults(
@@ -207,6 +207,10 @@ class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]
     def __init__(self, retrievers: Any, weights: Sequence[float] | None = None, **fields: Any):
         super().__init__(retrievers=retrievers, weights=weights, **fields)  # type: ignore[call-arg]
 
+    @property
+    def config_specs(self) -> list[ConfigurableFieldSpec]:  # its retrievers', for LangServe
+        return get_unique_config_specs(s for each in self.retrievers for s in each.config_specs)
+
     def _calls(self, queries: list[str], config: RunnableConfig, asynchronous: bool) -> list[Any]:
         """One ``batch`` (or ``abatch``) call per retriever with all the queries, given the
         retrievers' share of ``max_concurrency`` so that their calls together stay within it."""
@@ -214,10 +218,12 @@ class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]
         if limit is not None:
             config = patch_config(config, max_concurrency=max(1, limit // len(self.retrievers)))
         calls = []
-        for retriever in self.retrievers:  # a BaseRetriever hands k on to those that declare it
-            takes_k = self.k is not None and isinstance(_unbound(retriever), BaseRetriever)
+        for each in self.retrievers:  # k goes to a BaseRetriever as a keyword, else to its k field
+            takes_k = self.k is not None and isinstance(_unbound(each), BaseRetriever)
+            if takes_k and isinstance(each, BaseRetriever) and "k" in type(each).model_fields:
+                each = each if each._expects_other_args else each.model_copy(update={"k": self.k})
             keywords = {"k": self.k} if takes_k else {}  # another Runnable may not take it at all
-            call = retriever.abatch if asynchronous else retriever.batch
+            call = each.abatch if asynchronous else each.batch
             calls.append(partial(call, queries, config, return_exceptions=True, **keywords))
         return calls
 

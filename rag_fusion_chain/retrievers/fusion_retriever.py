@@ -90,7 +90,7 @@ class FusionRetriever(BaseRetriever):
         if strategy not in _FUSED_FLAT:
             raise ValueError(f"strategy must be one of {', '.join(_FUSED_FLAT)}; got {strategy!r}")
         factory = getattr(queries, strategy.replace("-", "_"))
-        generator = factory(llm) if n is None else factory(llm, n)
+        generator = factory(llm) if n is None else factory(llm, n=n)  # hyde(): no n, a TypeError
         if include_original:
             both = RunnableParallel(question=RunnablePassthrough(), queries=generator)
             generator = (both | _question_first).with_config(run_name="generate_queries")
@@ -98,12 +98,10 @@ class FusionRetriever(BaseRetriever):
 
     @property
     def config_specs(self) -> list[ConfigurableFieldSpec]:
-        """``k``, plus what the query generator makes configurable."""
-        own = ConfigurableFieldSpec(
-            id="k", annotation=int, name="k", default=self.k, description="Fused documents returned"
-        )
+        """``k``, plus what its query generator and retrievers make configurable."""
+        own = queries.count_setting("k", "Fused documents returned")._replace(default=self.k)
         generated = self.query_generator.config_specs if self.query_generator else []
-        return get_unique_config_specs([*super().config_specs, own, *generated])
+        return get_unique_config_specs([own, *generated, *self.retrievers.config_specs])
 
     def invoke(
         self, input: QuestionInput, config: RunnableConfig | None = None, **kwargs: Any

@@ -27,6 +27,8 @@ TRUST_ADVICE = (
     "Rebuild the index on this machine, or pass trust=True (rag-fusion: --trust-index) if you "
     "trust its origin."
 )
+STORE_HINT = "an index directory of `rag-fusion index` or build_index opens with open_index()"
+"""Said when a store's loader is given a folder without that store (an index directory, say)."""
 
 
 class UntrustedIndexError(ValueError):

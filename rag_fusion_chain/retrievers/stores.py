@@ -160,6 +160,15 @@ def empty_faiss_index(index: str, dimension: int, name: str = "index") -> Any:
         ) from error
 
 
+def chroma_http_client(host: str, port: int, ssl: bool = False) -> Any:
+    """A client of the Chroma server at ``host:port``: a ValueError naming it if none answers."""
+    chromadb, _ = _chroma_modules()
+    try:
+        return chromadb.HttpClient(host, port, ssl, settings=chromadb.config.Settings())
+    except ValueError as error:  # "Could not connect to a Chroma server": say where it looked
+        raise ValueError(f"{error} (at {host}:{port})") from error
+
+
 def _chroma_client(
     persist_directory: str | Path | None, client: Any, host: str | None, port: int | None
 ) -> Any:
@@ -176,7 +185,7 @@ def _chroma_client(
     # one process or directory, so the kit's and a user's own ``Chroma(...)`` must agree.
     settings = chromadb.config.Settings()
     if host is not None:
-        return chromadb.HttpClient(host=host, port=port or 8000, settings=settings)
+        return chroma_http_client(host, port or 8000)
     if persist_directory is None:
         return chromadb.EphemeralClient(settings=settings)
     return chromadb.PersistentClient(path=str(persist_directory), settings=settings)
