@@ -18,11 +18,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import blake3
 import pytest
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
 
-from rag_fusion_chain.retrievers import faiss_files, signing
+from rag_fusion_chain.retrievers import signing
 from rag_fusion_chain.retrievers.faiss_files import MANIFEST_FILE
 from rag_fusion_chain.retrievers.signing import UntrustedIndexError, signature_of, signing_key
 from rag_fusion_chain.retrievers.stores import build_faiss, load_faiss
@@ -70,16 +71,16 @@ def test_a_docstore_swapped_right_after_the_check_is_never_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     build_faiss(DOCUMENTS, EMBEDDINGS, path=tmp_path)
-    verify_files = faiss_files._verify_files
+    checked_blocks = signing.CheckedBlocks  # index.faiss is read once docstore.json passed
     swaps: list[str] = []
     docstore = tmp_path / "docstore.json"
 
-    def verify_then_swap(*args: Any) -> None:
-        verify_files(*args)  # passes: the files on disk are the ones the manifest signs
+    def swap_then_read_the_index(*args: Any) -> Any:
         docstore.write_text(docstore.read_text().replace("Solar panels", "Forged panels"))
         swaps.append(docstore.name)
+        return checked_blocks(*args)
 
-    monkeypatch.setattr(faiss_files, "_verify_files", verify_then_swap)
+    monkeypatch.setattr(signing, "CheckedBlocks", swap_then_read_the_index)
     store = load_faiss(tmp_path, EMBEDDINGS)
     assert swaps == ["docstore.json"], "the swap did not happen between check and load"
     assert stored_texts(store) == sorted(document.page_content for document in DOCUMENTS)
@@ -88,23 +89,113 @@ def test_a_docstore_swapped_right_after_the_check_is_never_read(
         load_faiss(tmp_path, EMBEDDINGS)  # the swapped file, read now, fails the check
 
 
-def test_a_changed_index_faiss_never_reaches_faiss_s_reader(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # index.faiss was streamed into FAISS's C++ reader while it was hashed: a crafted file was
-    # parsed before its digest was compared with the manifest's
+BLOCK = 16384
+"""Bytes per digested block of ``index.faiss`` in these tests (the kit's: 4 MiB): above the
+8 KiB a buffered file reads ahead, so that a block rewritten while FAISS reads is read as changed."""
+CHUNKS = [Document(f"Chunk {number}.", id=str(number)) for number in range(1000)]
+"""Enough chunks (16-dimensional vectors) for an ``index.faiss`` of several blocks."""
+
+
+def count_what_faiss_reads(monkeypatch: pytest.MonkeyPatch, after_first: Any = None) -> list[int]:
+    """The size of each piece the kit's read callback hands FAISS's C++ reader (``after_first``
+    runs once, when the first piece is handed over)."""
     import faiss
 
-    build_faiss(DOCUMENTS, EMBEDDINGS, path=tmp_path)
+    delivered: list[int] = []
+    pending = [after_first] if after_first else []
+    reader = faiss.PyCallbackIOReader
+
+    def counting_reader(read: Any, *args: Any) -> Any:
+        def counted(count: int) -> bytes:
+            piece = read(count)
+            delivered.append(len(piece))
+            if pending:
+                pending.pop()()
+            return piece
+
+        return reader(counted, *args)
+
+    monkeypatch.setattr(faiss, "PyCallbackIOReader", counting_reader)
+    return delivered
+
+
+def flip_byte(path: Path, offset: int) -> None:
+    with path.open("r+b") as file:  # in place: the inode the kit has open
+        file.seek(offset)
+        byte = file.read(1)[0]
+        file.seek(offset)
+        file.write(bytes([byte ^ 1]))
+
+
+@pytest.mark.parametrize(
+    ("damage", "first_bad_block"),
+    [
+        ("a block changed", 2),
+        ("truncated", 0),  # a size other than the recorded one: refused before any read
+        ("extended", 0),
+        ("two blocks swapped", 1),
+        ("a block rewritten in place while FAISS reads", 2),
+        ("another index's file", 0),
+    ],
+)
+def test_no_byte_of_a_changed_block_of_index_faiss_reaches_faiss_s_reader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: str, first_bad_block: int
+) -> None:
+    # index.faiss was streamed into FAISS's C++ reader while it was hashed (a crafted file was
+    # parsed before its digest was compared), then read whole into memory first (2x the memory)
+    import faiss
+
+    monkeypatch.setattr(signing, "BLOCK_BYTES", BLOCK)
+    build_faiss(CHUNKS, EMBEDDINGS, path=tmp_path)
+    path = tmp_path / "index.faiss"
+    saved = path.read_bytes()
+    blocks = json.loads((tmp_path / MANIFEST_FILE).read_text())["files"]["index.faiss"]
+    starts = range(0, len(saved), BLOCK)  # the BLAKE3 of each block, FAISS's writes cut at them
+    assert blocks["blocks"] == [
+        "blake3:" + blake3.blake3(saved[at : at + BLOCK]).hexdigest() for at in starts
+    ]
+    assert blocks["bytes"] == len(saved) and blocks["block_bytes"] == BLOCK and len(starts) > 3
     other = tmp_path / "other"
     build_faiss([Document("Forged.", id="heat")], EMBEDDINGS, path=other)
-    (tmp_path / "index.faiss").write_bytes((other / "index.faiss").read_bytes())
-    read_index, parsed = faiss.read_index, []
-    monkeypatch.setattr(faiss, "read_index", lambda *args: parsed.append(args) or read_index(*args))
-    with pytest.raises(UntrustedIndexError, match="index.faiss does not match"):
+    after_first = None
+    if damage == "a block changed":
+        flip_byte(path, 2 * BLOCK + 5)
+    elif damage in ("truncated", "extended"):
+        path.write_bytes(saved[:-1] if damage == "truncated" else saved + b"\0")
+    elif damage == "two blocks swapped":
+        path.write_bytes(
+            saved[:BLOCK]
+            + saved[2 * BLOCK : 3 * BLOCK]
+            + saved[BLOCK : 2 * BLOCK]
+            + saved[3 * BLOCK :]
+        )
+    elif damage == "another index's file":
+        path.write_bytes((other / "index.faiss").read_bytes())
+    else:
+        after_first = lambda: flip_byte(path, 2 * BLOCK + 5)  # noqa: E731
+    delivered = count_what_faiss_reads(monkeypatch, after_first)
+    with pytest.raises(UntrustedIndexError, match="index.faiss does not match the digest"):
         load_faiss(tmp_path, EMBEDDINGS)
-    assert parsed == []
-    assert load_faiss(other, EMBEDDINGS).index.ntotal == 1 and len(parsed) == 1  # still read
+    assert sum(delivered) <= first_bad_block * BLOCK
+    path.write_bytes(saved)
+    delivered.clear()
+    loaded = load_faiss(tmp_path, EMBEDDINGS)
+    assert sum(delivered) == len(saved)  # every verified byte, each once
+    assert faiss.serialize_index(loaded.index).tobytes() == saved  # the round trip
+
+
+def test_index_faiss_replaced_while_faiss_reads_it_loads_the_signed_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(signing, "BLOCK_BYTES", BLOCK)
+    build_faiss(CHUNKS, EMBEDDINGS, path=tmp_path)
+    build_faiss([Document("Forged.", id="heat")], EMBEDDINGS, path=tmp_path / "other")
+    replace = lambda: os.replace(tmp_path / "other" / "index.faiss", tmp_path / "index.faiss")  # noqa: E731
+    delivered = count_what_faiss_reads(monkeypatch, replace)
+    assert load_faiss(tmp_path, EMBEDDINGS).index.ntotal == len(CHUNKS)  # the open file's
+    assert len(delivered) > 1 and not (tmp_path / "other" / "index.faiss").exists()
+    with pytest.raises(UntrustedIndexError, match="index.faiss does not match"):
+        load_faiss(tmp_path, EMBEDDINGS)  # the replacement, read now
 
 
 def test_the_kit_writes_no_pickle_and_imports_langchain_folders_with_trust(

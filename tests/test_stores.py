@@ -185,8 +185,9 @@ def test_faiss_roundtrip_with_manifest(tmp_path: Path, embeddings: CountingEmbed
     manifest = json.loads((tmp_path / "index" / MANIFEST_FILE).read_text())
     assert set(manifest["files"]) == {"index.faiss", "docstore.json"}
     assert manifest["index"] == "IndexFlat" and manifest["format_version"] == 2
-    for name, digest in manifest["files"].items():  # BLAKE3 of the bytes written, named so
-        assert digest == blake3_digest(tmp_path / "index" / name)
+    files = manifest["files"]  # BLAKE3 of the bytes written (index.faiss: of each 4 MiB), named so
+    assert files["docstore.json"] == blake3_digest(tmp_path / "index" / "docstore.json")
+    assert files["index.faiss"] == block_digests(tmp_path / "index" / "index.faiss", 4 << 20)
     assert manifest["kit_version"] and manifest["documents"] == len(DOCUMENTS)
     assert manifest["embedding"].endswith("DeterministicFakeEmbedding(size=32)")
 
@@ -207,11 +208,22 @@ def blake3_digest(path: Path) -> str:
     return "blake3:" + blake3.blake3(path.read_bytes()).hexdigest()
 
 
-def record_sha256(directory: Path) -> dict[str, str]:
-    """Sign the manifest as the kit wrote it before BLAKE3: the files' SHA-256 in bare hex."""
+def block_digests(path: Path, block_bytes: int) -> dict[str, Any]:
+    """The manifest's record of ``index.faiss``: its size and each block's BLAKE3, in order."""
+    data = path.read_bytes()
+    blocks = [data[start : start + block_bytes] for start in range(0, len(data), block_bytes)]
+    digests = ["blake3:" + blake3.blake3(block).hexdigest() for block in blocks]
+    return {"bytes": len(data), "block_bytes": block_bytes, "blocks": digests}
+
+
+def record_whole_file_digests(directory: Path, algorithm: str) -> dict[str, str]:
+    """Sign the manifest as earlier kits wrote it: a digest of each whole file (SHA-256 in bare
+    hex before BLAKE3, then ``blake3:``)."""
     manifest = json.loads((directory / MANIFEST_FILE).read_text())
     files = {
-        name: hashlib.sha256((directory / name).read_bytes()).hexdigest()
+        name: blake3_digest(directory / name)
+        if algorithm == "blake3"
+        else hashlib.sha256((directory / name).read_bytes()).hexdigest()
         for name in manifest["files"]
     }
     (directory / MANIFEST_FILE).write_text(json.dumps(sign({**manifest, "files": files})))
@@ -226,15 +238,17 @@ def test_tampered_docstore_is_refused(tmp_path: Path, embeddings: CountingEmbedd
     assert issubclass(UntrustedIndexError, ValueError)
 
 
-@pytest.mark.parametrize("digests", ["blake3", "sha256"])
+@pytest.mark.parametrize("digests", ["blake3 blocks", "blake3", "sha256"])
 @pytest.mark.parametrize("name", ["index.faiss", "docstore.json"])
 def test_a_changed_bit_is_refused_under_either_digest(
     tmp_path: Path, embeddings: CountingEmbeddings, digests: str, name: str
 ) -> None:
-    """New indexes record BLAKE3; the kit's earlier ones (SHA-256) still load, verified."""
+    """New indexes record BLAKE3 (of each block of index.faiss); the kit's earlier ones (a
+    whole-file BLAKE3, or SHA-256 before) still load, verified."""
     store = build_faiss(DOCUMENTS, embeddings, path=tmp_path)
-    if digests == "sha256":
-        assert all(len(digest) == 64 for digest in record_sha256(tmp_path).values())
+    if digests != "blake3 blocks":
+        files = record_whole_file_digests(tmp_path, digests).values()
+        assert all(len(digest.removeprefix("blake3:")) == 64 for digest in files)
     loaded = load_faiss(tmp_path, embeddings)
     assert VectorRetriever(vectorstore=loaded).batch(QUERIES) == (
         VectorRetriever(vectorstore=store).batch(QUERIES)
@@ -251,7 +265,7 @@ def test_a_digest_is_checked_with_the_algorithm_it_names(
     tmp_path: Path, embeddings: CountingEmbeddings
 ) -> None:
     build_faiss(DOCUMENTS, embeddings, path=tmp_path)
-    files = record_sha256(tmp_path)
+    files = record_whole_file_digests(tmp_path, "sha256")
     manifest = json.loads((tmp_path / MANIFEST_FILE).read_text())
     manifest["files"]["index.faiss"] = "blake3:" + files["index.faiss"]  # SHA-256 hex, named BLAKE3
     (tmp_path / MANIFEST_FILE).write_text(json.dumps(sign(manifest)))
@@ -263,10 +277,10 @@ def test_an_index_saved_before_blake3_loads_and_saves_on(
     tmp_path: Path, embeddings: CountingEmbeddings
 ) -> None:
     build_faiss(DOCUMENTS, embeddings, path=tmp_path / "old")
-    old = record_sha256(tmp_path / "old")
+    old = record_whole_file_digests(tmp_path / "old", "sha256")
     save_faiss(load_faiss(tmp_path / "old", embeddings), tmp_path / "new")
     files = json.loads((tmp_path / "new" / MANIFEST_FILE).read_text())["files"]
-    assert files["index.faiss"] == blake3_digest(tmp_path / "new" / "index.faiss")
+    assert files["index.faiss"] == block_digests(tmp_path / "new" / "index.faiss", 4 << 20)
     assert files["docstore.json"] == old["docstore.json"]  # a link to the same bytes, as recorded
     reloaded = load_faiss(tmp_path / "new", embeddings)
     assert [document.id for document in reloaded.docstore._dict.values()] == [
@@ -340,7 +354,9 @@ def test_manifest_listing_other_files_is_refused(
         load_faiss(tmp_path, embeddings)
     signed = {**manifest, "signature": signature_of(manifest, signing_key())}
     (tmp_path / MANIFEST_FILE).write_text(json.dumps(signed))  # as if the kit had written it
-    with pytest.raises(UntrustedIndexError, match="must list exactly"):
+    with pytest.raises(
+        UntrustedIndexError, match=r"must list \[.docstore.json., .index.faiss.\], not"
+    ):
         load_faiss(tmp_path, embeddings)
 
 

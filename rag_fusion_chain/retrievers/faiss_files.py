@@ -19,6 +19,7 @@ from langchain_core.embeddings import Embeddings
 
 from rag_fusion_chain._version import __version__
 from rag_fusion_chain.models import backends_agree, embedding_identity
+from rag_fusion_chain.retrievers import signing
 from rag_fusion_chain.retrievers.columns import (
     DocumentsById,
     StoredDocuments,
@@ -27,31 +28,23 @@ from rag_fusion_chain.retrievers.columns import (
     parse_columns,
     stored_documents,
 )
-from rag_fusion_chain.retrievers.signing import (
-    STORE_HINT,
-    TRUST_ADVICE,
-    UntrustedIndexError,
-    has_digest,
-    new_hash,
-    read_whole,
-    recorded_digest,
-    sign,
-    verify_signature,
-    write_new_file,
-)
+from rag_fusion_chain.retrievers.signing import UntrustedIndexError, new_hash, sign, write_new_file
 from rag_fusion_chain.validation import require_extra
 
 if TYPE_CHECKING:
     from langchain_community.vectorstores import FAISS
 
 MANIFEST_FILE = "manifest.json"
-MAX_MANIFEST_BYTES = 1 << 20
+MAX_MANIFEST_BYTES = 2 << 20  # a digest per block of a 64 GiB index.faiss fits
 FAISS_FORMAT = "rag_fusion_chain.faiss"
 FAISS_FORMAT_VERSION = 2
 INDEX_FILE = "index.faiss"
 DOCSTORE_FILE = "docstore.json"
-PICKLE_FILE = "index.pkl"
-"""Beside ``index.faiss`` in ``FAISS.save_local`` folders (and the kit's before format 2)."""
+PICKLE_FILE = "index.pkl"  # beside index.faiss in FAISS.save_local folders (kit's before format 2)
+_CHANGED = (
+    "{} does not match the digest recorded in manifest.json: it changed after the index was "
+    f"saved (corrupted or tampered with), so it will not be loaded. {signing.TRUST_ADVICE}"
+)
 
 
 def faiss_store_class() -> type[FAISS]:
@@ -72,6 +65,7 @@ def save_faiss(store: FAISS, path: str | Path) -> Path:
         INDEX_FILE: write_new_file(
             directory / INDEX_FILE,
             lambda write: faiss.write_index(store.index, faiss.PyCallbackIOWriter(write)),  # type: ignore[attr-defined]
+            signing.BLOCK_BYTES,
         ),
         DOCSTORE_FILE: _linked(columns, docstore)
         or write_new_file(docstore, columns_json(columns, docstore)),
@@ -107,9 +101,7 @@ def _docstore_columns(store: FAISS) -> StoredDocuments:
     lookup = by_id.get if isinstance(by_id, Mapping) else store.docstore.search
     documents: list[Any] = list(map(lookup, ids))
     if not set(map(type, documents)) <= {Document}:  # one C loop; subclasses checked one by one
-        missing = [
-            i for i, found in zip(ids, documents, strict=True) if not isinstance(found, Document)
-        ]
+        missing = [ids[at] for at, found in enumerate(documents) if not isinstance(found, Document)]
         if missing:
             raise ValueError(f"FAISS docstore has no documents for ids {missing[:5]}")
     _, texts, metadatas = document_columns(documents)
@@ -127,7 +119,7 @@ def _linked(columns: StoredDocuments, path: Path) -> str | None:
     with contextlib.suppress(OSError):  # no hard links (another file system): it is written
         os.link(source, temporary)
         linked = os.stat(temporary)
-        if [linked.st_ino, linked.st_mtime_ns] == written or has_digest(temporary, digest):
+        if [linked.st_ino, linked.st_mtime_ns] == written or signing.has_digest(temporary, digest):
             temporary.replace(path)
             return digest
     temporary.unlink(missing_ok=True)
@@ -145,30 +137,35 @@ def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False)
 
     directory = Path(path)
     if not (directory / INDEX_FILE).exists():  # an index directory keeps its stores deeper
-        raise FileNotFoundError(f"no FAISS index ({INDEX_FILE}) in {directory} ({STORE_HINT})")
+        raise FileNotFoundError(
+            f"no FAISS index ({INDEX_FILE}) in {directory} ({signing.STORE_HINT})"
+        )
     manifest = _read_manifest(directory, required=not trust)
     docstore_name = _docstore_name(directory, manifest)
     files = (manifest or {}).get("files")
     files = files if isinstance(files, dict) else {}  # each hashed as its recorded digest was
-    docstore_bytes = read_whole(directory / docstore_name)
-    docstore_digest = recorded_digest(new_hash(files.get(docstore_name), docstore_bytes))
-    index_file = io.BytesIO(read_whole(directory / INDEX_FILE))  # its bytes shared, not copied
-    index_digest = recorded_digest(new_hash(files.get(INDEX_FILE), index_file.getvalue()))
-    if not trust:
-        _verify_files(directory, files, {INDEX_FILE: index_digest, docstore_name: docstore_digest})
-    try:  # FAISS's C++ reader gets the verified bytes and nothing else
-        index = faiss.read_index(faiss.PyCallbackIOReader(index_file.read))  # type: ignore[attr-defined]
-        index_file.close()  # its bytes freed before the docstore is parsed
+    docstore_bytes = signing.read_whole(directory / docstore_name)
+    docstore_digest = signing.recorded_digest(new_hash(files.get(docstore_name), docstore_bytes))
+    listed, expected = sorted(files), sorted({INDEX_FILE, docstore_name})
+    if not trust and listed != expected:
+        raise UntrustedIndexError(f"{directory / MANIFEST_FILE} must list {expected}, not {listed}")
+    if not trust and files[docstore_name] != docstore_digest:
+        raise UntrustedIndexError(_CHANGED.format(directory / docstore_name))
+    file = signing.open_regular_file(directory / INDEX_FILE)
+    try:  # FAISS's C++ reader gets only bytes whose digest matched, a block at a time
+        with file:
+            refusal = UntrustedIndexError(_CHANGED.format(directory / INDEX_FILE))
+            blocks = file if trust else signing.CheckedBlocks(file, files[INDEX_FILE], refusal)
+            index = faiss.read_index(faiss.PyCallbackIOReader(blocks.read, signing.BLOCK_BYTES))  # type: ignore[attr-defined]
+            del blocks  # the last block freed before the docstore is parsed
         if docstore_name == PICKLE_FILE:
-            docstore, index_to_docstore_id = _load_docstore_pickle(
-                docstore_bytes, directory / PICKLE_FILE
-            )
+            docstore, index_ids = _load_docstore_pickle(docstore_bytes, directory / PICKLE_FILE)
         else:
             columns = parse_columns(docstore_bytes)
             stored = stored_documents(columns, directory / DOCSTORE_FILE, int(index.ntotal))
             stored.file = directory / DOCSTORE_FILE, docstore_digest
             docstore = ColumnDocstore(DocumentsById(stored))  # type: ignore[arg-type]
-            index_to_docstore_id = dict(enumerate(stored.ids))
+            index_ids = dict(enumerate(stored.ids))
     except UntrustedIndexError:
         raise
     except Exception as error:  # noqa: BLE001 - re-raised: a corrupt file, named
@@ -180,7 +177,7 @@ def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False)
     if manifest is not None:  # else LangChain's defaults
         settings["distance_strategy"] = DistanceStrategy(manifest["distance_strategy"])
         settings["normalize_L2"] = bool(manifest["normalize_L2"])
-    store = FAISS(embeddings, index, docstore, index_to_docstore_id, **settings)
+    store = FAISS(embeddings, index, docstore, index_ids, **settings)
     warn_on_embedding_change(manifest, embeddings, directory)
     return store
 
@@ -192,7 +189,7 @@ def _docstore_name(directory: Path, manifest: dict[str, Any] | None) -> str:
     return DOCSTORE_FILE if manifest.get("format_version") == FAISS_FORMAT_VERSION else PICKLE_FILE
 
 
-ALLOWED_GLOBALS: Final = frozenset(
+ALLOWED_GLOBALS: Final = frozenset(  # (module, name) of each class a FAISS docstore pickle may name
     {
         ("langchain_community.docstore.in_memory", "InMemoryDocstore"),
         ("langchain_core.documents.base", "Document"),
@@ -202,7 +199,6 @@ ALLOWED_GLOBALS: Final = frozenset(
         *(("datetime", name) for name in ("date", "datetime", "time", "timedelta", "timezone")),
     }
 )
-"""``(module, name)`` of every class a FAISS docstore pickle may name."""
 
 
 class _DocstoreUnpickler(pickle.Unpickler):
@@ -251,37 +247,20 @@ def _read_manifest(directory: Path, *, required: bool) -> dict[str, Any] | None:
         if required:
             raise UntrustedIndexError(
                 f"{directory} has no {MANIFEST_FILE}, so its files cannot be verified and will not "
-                f"be loaded. Indexes saved by build_faiss/save_faiss have one. {TRUST_ADVICE}"
+                f"be loaded. Indexes saved by build_faiss/save_faiss have one. {signing.TRUST_ADVICE}"
             )
         return None
     try:
-        manifest = json.loads(read_whole(manifest_path, MAX_MANIFEST_BYTES).decode("utf-8"))
+        manifest = json.loads(signing.read_whole(manifest_path, MAX_MANIFEST_BYTES).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
-        message = f"{manifest_path} is not valid JSON: {error}. {TRUST_ADVICE}"
+        message = f"{manifest_path} is not valid JSON: {error}. {signing.TRUST_ADVICE}"
         raise UntrustedIndexError(message) from error
     if not isinstance(manifest, dict) or manifest.get("format") != FAISS_FORMAT:
-        raise UntrustedIndexError(
-            f"{manifest_path} is not a {FAISS_FORMAT} manifest. {TRUST_ADVICE}"
-        )
+        message = f"{manifest_path} is not a {FAISS_FORMAT} manifest. {signing.TRUST_ADVICE}"
+        raise UntrustedIndexError(message)
     if required:
-        verify_signature(manifest, manifest_path)
+        signing.verify_signature(manifest, manifest_path)
     return manifest
-
-
-def _verify_files(directory: Path, files: dict[str, Any], digests: dict[str, str]) -> None:
-    """Raise unless the manifest's ``files`` are exactly those read and every digest matches."""
-    if sorted(files) != sorted(digests):
-        raise UntrustedIndexError(
-            f"{directory / MANIFEST_FILE} must list exactly {sorted(digests)}; "
-            f"it lists {sorted(files)}"
-        )
-    for name, digest in digests.items():
-        if digest != files[name]:
-            raise UntrustedIndexError(
-                f"{directory / name} does not match the digest recorded in {MANIFEST_FILE}: it "
-                f"changed after the index was saved (corrupted or tampered with), so it will not "
-                f"be loaded. {TRUST_ADVICE}"
-            )
 
 
 def warn_on_embedding_change(

@@ -77,8 +77,7 @@ class _ProgressEmbeddings(Embeddings):
     """Embeds in batches of similar lengths (vectors back in input order), reporting each batch."""
 
     def __init__(self, embeddings: Embeddings, on_batch: Callable[[int], None]) -> None:
-        self.embeddings = embeddings
-        self.on_batch = on_batch
+        self.embeddings, self.on_batch = embeddings, on_batch
         self.model_identity = models.embedding_identity(embeddings)
 
     def embed_documents_array(self, texts: Sequence[str]) -> Any:

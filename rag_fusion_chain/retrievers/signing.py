@@ -22,9 +22,7 @@ import blake3
 SIGNING_KEY_ENV = "RAG_FUSION_INDEX_KEY_FILE"
 SIGNATURE_FIELD = "signature"
 SIGNATURE_PREFIX = "hmac-sha256:"
-BLAKE3_PREFIX = "blake3:"
-"""Marks the BLAKE3 digests the kit records (3.5x SHA-256's speed here); a bare hex digest, as in
-every manifest written before, is a SHA-256."""
+BLAKE3_PREFIX = "blake3:"  # marks BLAKE3 digests (3.5x SHA-256's speed); bare hex (older): SHA-256
 TRUST_ADVICE = (
     "Rebuild the index on this machine, or pass trust=True (rag-fusion: --trust-index) if you "
     "trust its origin."
@@ -37,8 +35,9 @@ class UntrustedIndexError(ValueError):
     """A saved index cannot be verified (unsigned, signed with another key, or changed)."""
 
 
-MAX_INDEX_FILE_BYTES = 64 << 30
-"""The largest index file the kit opens (about 40M 384-dimensional float32 vectors)."""
+MAX_INDEX_FILE_BYTES = 64 << 30  # the largest index file opened (about 40M 384-dimensional vectors)
+BLOCK_BYTES = 4 << 20  # index.faiss digested per block: one in memory at a load (16 MiB: slower)
+FileContent = Sequence[bytes] | Callable[[Callable[[bytes], int]], object]  # pieces, or a writer
 
 
 def open_regular_file(path: str | Path, max_bytes: int = MAX_INDEX_FILE_BYTES) -> io.BufferedReader:
@@ -74,18 +73,36 @@ def recorded_digest(hashed: Any, rest: io.BufferedReader | None = None) -> str:
     """The digest as recorded (``blake3:`` and hex, or SHA-256's hex), the ``rest`` of a file in."""
     for block in iter(lambda: rest.read(1 << 20), b"") if rest else ():
         hashed.update(block)
-    prefix = BLAKE3_PREFIX if hashed.name == "blake3" else ""
-    return prefix + hashed.hexdigest()
+    return (BLAKE3_PREFIX if hashed.name == "blake3" else "") + hashed.hexdigest()
+
+
+class CheckedBlocks:
+    """``read`` for FAISS's reader: ``file`` a block at a time, each handed on only once its digest
+    is the ``recorded`` one (:func:`write_new_file`'s blocks; older manifests: the whole file's)."""
+
+    def __init__(self, file: io.BufferedReader, recorded: Any, refusal: Exception) -> None:
+        size = os.fstat(file.fileno()).st_size
+        if isinstance(recorded, str):  # the whole file one block
+            recorded = {"bytes": size, "block_bytes": size, "blocks": [recorded]}
+        if recorded["bytes"] != size:
+            raise refusal  # truncated or extended
+        self.file, self.block_bytes, self.refusal = file, recorded["block_bytes"], refusal
+        self.digests, self.block = iter(recorded["blocks"]), io.BytesIO()
+
+    def read(self, count: int) -> bytes:
+        if piece := self.block.read(count):  # the whole block itself if count covers it
+            return piece
+        block, expected = self.file.read(self.block_bytes), next(self.digests, None)
+        if (block or expected) and recorded_digest(new_hash(expected, block)) != expected:
+            raise self.refusal  # a changed block, or bytes past the last one (expected None)
+        self.block = io.BytesIO(block)
+        return self.block.read(count)
 
 
 def read_whole(path: str | Path, max_bytes: int = MAX_INDEX_FILE_BYTES) -> bytes:
-    """A regular file's bytes, read once (hash and parse these very bytes)."""
+    """A regular file's bytes (as many as it held when opened), read once: hash and parse these."""
     with open_regular_file(path, max_bytes) as file:
-        size = os.fstat(file.fileno()).st_size
-        data = file.read(size + 1)
-    if len(data) > size:
-        raise ValueError(f"{path} grew while it was read; not loaded")
-    return data
+        return file.read(os.fstat(file.fileno()).st_size)
 
 
 def has_digest(path: str | Path, recorded: str) -> bool:
@@ -94,20 +111,25 @@ def has_digest(path: str | Path, recorded: str) -> bool:
         return recorded_digest(new_hash(recorded), file) == recorded
 
 
-def write_new_file(
-    path: Path, content: Sequence[bytes] | Callable[[Callable[[bytes], int]], object]
-) -> str:
-    """Write ``content`` (pieces, or what it emits) to a new file renamed ``path``; its digest."""
-    digest = new_hash()
+def write_new_file(path: Path, content: FileContent, block_bytes: int = 0) -> Any:
+    """Write ``content`` (pieces, or what it emits) to a new file renamed ``path``; its digest, or
+    with ``block_bytes``, its size and the digest of each block in order (:class:`CheckedBlocks`)."""
+    hashes, size = [new_hash()], 0
     temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
     descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(descriptor, "wb") as handle:
 
-            def write(block: bytes) -> int:
-                digest.update(block)
-                handle.write(block)
-                return len(block)
+            def write(data: bytes) -> int:
+                nonlocal size
+                view = memoryview(data)
+                while view:  # the piece up to the next block boundary, if any
+                    if block_bytes and size and size % block_bytes == 0:
+                        hashes.append(new_hash())
+                    piece = view[: block_bytes - size % block_bytes] if block_bytes else view
+                    hashes[-1].update(piece)
+                    size, view = size + len(piece), view[len(piece) :]
+                return handle.write(data)
 
             if callable(content):
                 content(write)
@@ -117,14 +139,15 @@ def write_new_file(
         temporary.replace(path)
     finally:
         temporary.unlink(missing_ok=True)
-    return recorded_digest(digest)
+    blocks = list(map(recorded_digest, hashes))
+    record = {"bytes": size, "block_bytes": block_bytes, "blocks": blocks}
+    return record if block_bytes else blocks[0]
 
 
 def signing_key_file() -> Path:
     """``$RAG_FUSION_INDEX_KEY_FILE``, else ``rag-fusion-chain/index-signing.key`` under
     ``$XDG_CONFIG_HOME`` or ``~/.config``."""
-    configured = os.environ.get(SIGNING_KEY_ENV)
-    if configured:
+    if configured := os.environ.get(SIGNING_KEY_ENV):
         return Path(configured).expanduser()
     config = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
     return Path(config) / "rag-fusion-chain" / "index-signing.key"
@@ -144,10 +167,9 @@ def _read_signing_key(path: Path) -> bytes:
         if mode & (stat.S_IRWXG | stat.S_IRWXO):
             _warn_others_can_read(path, mode)
         raw = handle.read(1024)
-    try:
+    key = b""
+    with contextlib.suppress(ValueError):  # UnicodeDecodeError is one
         key = bytes.fromhex(raw.decode("ascii").strip())
-    except (UnicodeDecodeError, ValueError):
-        key = b""
     if len(key) < 32:
         raise ValueError(
             f"{path} is not an index signing key (64 hex digits); remove it to have a new one "
