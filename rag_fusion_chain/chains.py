@@ -151,10 +151,6 @@ class _SearchGuard(BaseCallbackHandler):
     run_id: UUID | None = None  # the call's run: the first to start
     search: Any = None
 
-    @staticmethod
-    def for_call(config: RunnableConfig) -> RunnableConfig:  # a sync call hands on no Task
-        return {"callbacks": [_SearchGuard()]} if asyncio._get_running_loop() else {}
-
     def on_chain_start(self, serialized: Any, inputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
         self.run_id = self.run_id or run_id
 
@@ -181,10 +177,13 @@ def _sub_answered(state: State, answers: list[State], texts: list[str] | None = 
     return {**state, "sub_answers": answers, key: format_answered(answers)}
 
 
-def _used_settings(settings: list[str], config: RunnableConfig) -> RunnableConfig:
-    """The run's metadata with the ``settings`` a call sets (None: unset): a trace shows what ran."""
+def _call_config(settings: list[str], config: RunnableConfig) -> RunnableConfig:
+    """One call's: the run's metadata with the ``settings`` it sets (None: unset), so that a trace
+    shows what ran, and in an event loop a :class:`_SearchGuard` (a sync call hands on no Task)."""
     given = config.get("configurable") or {}
-    return {"metadata": {name: given[name] for name in settings if given.get(name) is not None}}
+    guards = [_SearchGuard()] if asyncio._get_running_loop() else []
+    used = {name: given[name] for name in settings if given.get(name) is not None}
+    return {"metadata": used, "callbacks": guards}
 
 
 @dataclass(frozen=True)
@@ -267,8 +266,8 @@ class _Steps:
 
     def fuse(self, state: State, config: RunnableConfig) -> State:  # CPU only: no async twin
         """``fuse``: each group of lists (:attr:`Strategy.grouping`) by the fusion's pure ``fuse``."""
-        top_n = configured_count(config, "top_n", self.fusion.top_n)
-        return _fused(self.record, state, self.fusion.with_settings(top_n=top_n).fuse)
+        top_n = configured_count(config, "top_n", None)  # None: the fusion's own
+        return _fused(self.record, state, partial(self.fusion.fuse, top_n=top_n))
 
     def sub_answers(self, state: State, config: RunnableConfig) -> State:
         """``answer_sub_questions``: each sub-question answered from its passages, in turn
@@ -444,10 +443,10 @@ def chain_for(
         in_turn=mode == "recursive",
         return_sources=return_sources,
     )
-    declared = query_step.config_specs if query_step else [N_SPEC] * bool(record.default_n)
+    counted = [N_SPEC] * bool(record.default_n)  # the query step declares it too, if any
     steps = [  # each declares its settings and its parts' (a model's alternatives): LangServe's
-        Step("generate_queries", parts.generate, parts.agenerate, declared, Question),
-        Step("retrieve", parts.retrieve, parts.aretrieve, [K_SPEC, *fan_out.config_specs]),
+        Step("generate_queries", parts.generate, parts.agenerate, counted, Question, [query_step]),
+        Step("retrieve", parts.retrieve, parts.aretrieve, [K_SPEC], parts=[fan_out]),
         Step("fuse", parts.fuse, settings=[TOP_N_SPEC]),
         Step("format_context", _formatted),
         RunnableLambda(parts.answer, afunc=parts.aanswer, name="answer"),  # a generator: streamed
@@ -462,7 +461,7 @@ def chain_for(
     return RunnableBinding(
         bound=RunnableSequence(*steps),
         config={"run_name": record.name, "tags": tags, "metadata": metadata},
-        config_factories=[_SearchGuard.for_call, partial(_used_settings, settings)],
+        config_factories=[partial(_call_config, settings)],
         custom_output_type=dict if return_sources else str,
     )
 
