@@ -206,28 +206,26 @@ class _Steps:
         """Itself: the parts are shared, as a closure's were; a chain's deep copy copies no model."""
         return self
 
-    def _fan_out(self, config: RunnableConfig) -> MultiRetriever:  # k set per call, or as built
-        return self.fan_out.with_k(configured_count(config, "k", None))
-
     def generate(self, value: Any, config: RunnableConfig) -> State:
         """``generate_queries``: the query step, the question's search begun beside it and handed
         on unfinished as ``first`` (``retrieve`` does not wait for it: never a retrieval round
         slower than ``generator | retriever.map()``), or, not begun yet, searched with the queries;
         offline, the question is searched first and the queries drawn from its documents."""
-        question, fan_out = question_of(value), self._fan_out(config)
+        question, k = question_of(value), configured_count(config, "k", None)  # None: as built
         if self.query_step is None:
-            return self._offline(question, fan_out.invoke(question, config), config)
+            return self._offline(question, self.fan_out.invoke(question, config, k), config)
         searching = self.search_question  # then first is a Future of the question's search
-        first = in_background(fan_out.invoke, question, config) if searching else None
+        first = in_background(self.fan_out.invoke, question, config, k) if searching else None
         state = _queried(self.record, question, self.query_step.invoke(question, config), searching)
         return {**state, "first": None if first is None or first.cancel() else _Begun(first)}
 
     async def agenerate(self, value: Any, config: RunnableConfig) -> State:
-        question, fan_out = question_of(value), self._fan_out(config)
+        question, k = question_of(value), configured_count(config, "k", None)
+        fan_out = partial(self.fan_out.ainvoke, config=config, k=k)
         if self.query_step is None:
-            return self._offline(question, await fan_out.ainvoke(question, config), config)
+            return self._offline(question, await fan_out(question), config)
         searching = self.search_question
-        first = asyncio.ensure_future(fan_out.ainvoke(question, config)) if searching else None
+        first = asyncio.ensure_future(fan_out(question)) if searching else None
         try:
             generated = await self.query_step.ainvoke(question, config)
         except BaseException:  # cancelled (a timeout, a client gone): the search ends too
@@ -252,15 +250,16 @@ class _Steps:
         state, first, queries = _unsearched(state)
         if isinstance(first, Future) and config.get("max_concurrency") is not None:
             first = first.result()
-        found = self._fan_out(config).invoke(queries, config) if queries else RetrievalResults()
+        k = configured_count(config, "k", None)
+        found = self.fan_out.invoke(queries, config, k) if queries else RetrievalResults()
         return _retrieved(state, first.result() if isinstance(first, Future) else first, found)
 
     async def aretrieve(self, state: State, config: RunnableConfig) -> State:
         state, first, queries = _unsearched(state)
         if isinstance(first, asyncio.Future) and config.get("max_concurrency") is not None:
             first = await first
-        fan_out = self._fan_out(config)
-        rest = fan_out.ainvoke(queries, config) if queries else asyncio.sleep(0, RetrievalResults())
+        k, nothing = configured_count(config, "k", None), RetrievalResults()
+        rest = self.fan_out.ainvoke(queries, config, k) if queries else asyncio.sleep(0, nothing)
         begun = first if isinstance(first, asyncio.Future) else asyncio.sleep(0, first)
         return _retrieved(state, *await asyncio.gather(begun, rest))  # both errors read
 
