@@ -196,10 +196,9 @@ class _Steps:
     fan_out: MultiRetriever
     fusion: BaseFusion
     answer_step: Runnable[State, str]
-    sub_answer: Runnable[Any, str] | None
+    sub_answer: Runnable[Any, str] | None  # decomposition: the answer step itself if in turn
     search_question: bool
     count: int
-    in_turn: bool
     return_sources: bool
 
     def __deepcopy__(self, memo: dict[int, Any]) -> _Steps:
@@ -272,7 +271,7 @@ class _Steps:
         """``answer_sub_questions``: each sub-question answered from its passages, in turn
         (seeing the earlier answers) or all at once (then synthesised by the answer step)."""
         items, sub_answer = state["sub_contexts"], cast(Runnable[Any, str], self.sub_answer)
-        if not self.in_turn:
+        if sub_answer is not self.answer_step:  # in turn: the answer step answers each (recursive)
             return _sub_answered(state, items, sub_answer.batch(items, config))
         answers: list[State] = []
         for item in items:
@@ -282,7 +281,7 @@ class _Steps:
 
     async def asub_answers(self, state: State, config: RunnableConfig) -> State:
         items, sub_answer = state["sub_contexts"], cast(Runnable[Any, str], self.sub_answer)
-        if not self.in_turn:
+        if sub_answer is not self.answer_step:
             return _sub_answered(state, items, await sub_answer.abatch(items, config))
         answers: list[State] = []
         for item in items:
@@ -326,14 +325,6 @@ def _checked_prompt(
     if unknown:
         raise ValueError(f"{name} asks for {sorted(unknown)}; the chain gives {sorted(available)}")
     return chosen
-
-
-def _checked_fusion(fusion: Any, record: Strategy, top_n: int | None) -> BaseFusion:
-    chosen = record.default_fusion if fusion is None else fusion
-    if chosen.with_scores:
-        raise ValueError("fusion must return Documents: use with_scores=False")
-    kept = top_n or chosen.top_n or record.default_top_n
-    return chosen.model_copy(update={"name": "fusion", "top_n": kept})  # checked: no re-validation
 
 
 def _answers(
@@ -428,7 +419,11 @@ def chain_for(
         query_step.name = "queries"  # made for this chain: named, not wrapped in a binding
     multi = retrievers if isinstance(retrievers, MultiRetriever) else MultiRetriever(retrievers)
     fan_out = multi.model_copy(update={"name": "fan_out", "k": k or multi.k})  # None: its own
-    chosen_fusion = _checked_fusion(fusion, record, top_n)
+    chosen_fusion = record.default_fusion if fusion is None else fusion
+    if chosen_fusion.with_scores:
+        raise ValueError("fusion must return Documents: use with_scores=False")
+    kept = top_n or chosen_fusion.top_n or record.default_top_n
+    chosen_fusion = chosen_fusion.model_copy(update={"name": "fusion", "top_n": kept})  # checked
     answer, sub_answer = _answers(record, llm, mode, prompt, synthesis_prompt)
     parts = _Steps(
         record,
@@ -439,7 +434,6 @@ def chain_for(
         sub_answer,
         search_question=search_question,
         count=count,
-        in_turn=mode == "recursive",
         return_sources=return_sources,
     )
     counted = [N_SPEC] * bool(record.default_n)  # the query step declares it too, if any
