@@ -327,30 +327,41 @@ def _checked_prompt(
     return chosen
 
 
-def _answers(
+def _model_steps(
     record: Strategy,
     llm: Runnable[Any, Any] | None,
+    count: int,
     mode: str,
+    query_prompt: BasePromptTemplate | None,
     prompt: BasePromptTemplate | None,
     synthesis_prompt: BasePromptTemplate | None,
-) -> tuple[Runnable[Any, str], Runnable[Any, str] | None]:
-    """(the answer step's runnable, the sub-question answer or None)."""
+) -> tuple[Runnable[Any, Any] | None, Runnable[Any, str], Runnable[Any, str] | None]:
+    """(the query step, None offline; the answer step's runnable; the sub-question answer or
+    None): the steps the model (or offline, the extractive answer) takes part in."""
     if llm is None:
-        return _offline_lines(record), None
+        if (query_prompt, prompt, synthesis_prompt) != (None, None, None):
+            raise ValueError(
+                "query_prompt, prompt and synthesis_prompt need an llm: the offline chain "
+                "(llm=None) uses no prompt"
+            )
+        return None, _offline_lines(record), None
+    chosen = _checked_prompt("query_prompt", query_prompt, record.query_prompt, {"question", "n"})
+    query_step = record.model_queries(llm, count, prompt=chosen)
+    query_step.name = "queries"  # made for this chain: named, not wrapped in a binding
     provided = {"question", "context", "step_back_context", "step_back_question"}
     if record.grouping != "sub-questions":
         chosen = _checked_prompt("prompt", prompt, record.answer_prompt, provided)
-        return chosen | llm | StrOutputParser(), None
+        return query_step, chosen | llm | StrOutputParser(), None
     if mode == "recursive":
         in_turn = {"question", "context", "previous_answers"}
         chosen = _checked_prompt("prompt", prompt, record.answer_prompt, in_turn)
         answer = chosen | llm | StrOutputParser()
-        return answer, answer
+        return query_step, answer, answer
     sub = _checked_prompt("prompt", prompt, prompts.ANSWER_PROMPT, {"question", "context"})
     synthesis = _checked_prompt(
         "synthesis_prompt", synthesis_prompt, prompts.SYNTHESIS_PROMPT, {"question", "context"}
     )
-    return synthesis | llm | StrOutputParser(), sub | llm | StrOutputParser()
+    return query_step, synthesis | llm | StrOutputParser(), sub | llm | StrOutputParser()
 
 
 def _split(chain: Runnable[Any, Any], after: str) -> tuple[list[Any], list[Any], RunnableBinding]:
@@ -394,11 +405,6 @@ def chain_for(
     >>> # chain_for("rag-fusion", [bm25, vectors], llm, return_sources=True).invoke("What is RRF?")
     """
     record = strategies.get(strategy)
-    if llm is None and (query_prompt, prompt, synthesis_prompt) != (None, None, None):
-        raise ValueError(
-            "query_prompt, prompt and synthesis_prompt need an llm: the offline chain (llm=None) "
-            "uses no prompt"
-        )
     if mode is not None and record.grouping != "sub-questions":
         raise ValueError(f"mode applies to decomposition, not {record.name}")
     mode = mode or "recursive"
@@ -410,13 +416,6 @@ def chain_for(
     search_question = record.searches_question if include_original is None else include_original
     if record.grouping == "sub-questions":
         search_question = mode == "recursive"
-    query_step = None
-    if llm is not None:
-        chosen = _checked_prompt(
-            "query_prompt", query_prompt, record.query_prompt, {"question", "n"}
-        )
-        query_step = record.model_queries(llm, count, prompt=chosen)
-        query_step.name = "queries"  # made for this chain: named, not wrapped in a binding
     multi = retrievers if isinstance(retrievers, MultiRetriever) else MultiRetriever(retrievers)
     fan_out = multi.model_copy(update={"name": "fan_out", "k": k or multi.k})  # None: its own
     chosen_fusion = record.default_fusion if fusion is None else fusion
@@ -424,7 +423,9 @@ def chain_for(
         raise ValueError("fusion must return Documents: use with_scores=False")
     kept = top_n or chosen_fusion.top_n or record.default_top_n
     chosen_fusion = chosen_fusion.model_copy(update={"name": "fusion", "top_n": kept})  # checked
-    answer, sub_answer = _answers(record, llm, mode, prompt, synthesis_prompt)
+    query_step, answer, sub_answer = _model_steps(
+        record, llm, count, mode, query_prompt, prompt, synthesis_prompt
+    )
     parts = _Steps(
         record,
         query_step,
