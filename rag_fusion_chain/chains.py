@@ -37,7 +37,7 @@ from langchain_core.runnables import (
     RunnableLambda,
     RunnableSequence,
 )
-from langchain_core.runnables.utils import AddableDict
+from langchain_core.runnables.utils import AddableDict, ConfigurableFieldSpec
 from pydantic import Field, InstanceOf, SkipValidation, StrictBool, validate_call
 
 from rag_fusion_chain import prompts, strategies
@@ -177,12 +177,12 @@ def _sub_answered(state: State, answers: list[State], texts: list[str] | None = 
     return {**state, "sub_answers": answers, key: format_answered(answers)}
 
 
-def _call_config(settings: list[str], config: RunnableConfig) -> RunnableConfig:
+def _call_config(settings: list[ConfigurableFieldSpec], config: RunnableConfig) -> RunnableConfig:
     """One call's: the run's metadata with the ``settings`` it sets (None: unset), so that a trace
     shows what ran, and in an event loop a :class:`_SearchGuard` (a sync call hands on no Task)."""
     given = config.get("configurable") or {}
     guards = [_SearchGuard()] if asyncio._get_running_loop() else []
-    used = {name: given[name] for name in settings if given.get(name) is not None}
+    used = {spec.id: given[spec.id] for spec in settings if given.get(spec.id) is not None}
     return {"metadata": used, "callbacks": guards}
 
 
@@ -451,11 +451,10 @@ def chain_for(
     shown_mode = {"mode": mode} if record.grouping == "sub-questions" else {}  # offline too
     metadata |= {"top_n": chosen_fusion.top_n, **shown_mode}
     tags = [record.name, "offline"] if llm is None else [record.name]
-    settings = ["k", "top_n", *["n"] * bool(record.default_n)]
     return RunnableBinding(
         bound=RunnableSequence(*steps),
         config={"run_name": record.name, "tags": tags, "metadata": metadata},
-        config_factories=[partial(_call_config, settings)],
+        config_factories=[partial(_call_config, [K_SPEC, TOP_N_SPEC, *counted])],
         custom_output_type=dict if return_sources else str,
     )
 
