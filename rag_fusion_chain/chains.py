@@ -67,10 +67,8 @@ def _unique(documents: Sequence[Document], skip: Sequence[Document] = ()) -> lis
 
 
 def _queried(record: Strategy, question: str, generated: list[str], search_question: bool) -> State:
-    """The state after the query step: ``queries`` as users see them, ``searched`` in order."""
-    if record.grouping == "step-back":
-        queries = [question, *[text for text in generated if text != question][:1]]
-        return {"question": question, "queries": queries, "searched": queries}
+    """The state after the query step: ``queries`` as users see them, ``searched`` in order (a
+    step-back question after the question, unless the model repeated it)."""
     searched = list(dict.fromkeys([question, *generated] if search_question else generated))
     shown = generated if record.grouping == "sub-questions" else searched
     return {"question": question, "queries": shown, "searched": searched}
