@@ -179,7 +179,7 @@ def _call_config(settings: list[ConfigurableFieldSpec], config: RunnableConfig) 
     """One call's: the run's metadata with the ``settings`` it sets (None: unset), so that a trace
     shows what ran, and in an event loop a :class:`_SearchGuard` (a sync call hands on no Task)."""
     given = config.get("configurable") or {}
-    guards = [_SearchGuard()] if asyncio._get_running_loop() else []
+    guards: list[BaseCallbackHandler] = [_SearchGuard()] if asyncio._get_running_loop() else []
     used = {spec.id: given[spec.id] for spec in settings if given.get(spec.id) is not None}
     return {"metadata": used, "callbacks": guards}
 
