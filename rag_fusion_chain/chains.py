@@ -92,8 +92,13 @@ def _fused(record: Strategy, state: State, fuse: Callable[[list[Any]], list[Any]
     return {**state, "sub_documents": answered, "documents": fused[-1] if searched_question else []}
 
 
-def _formatted(state: State, config: RunnableConfig) -> State:
-    result = {**state, "context": format_context(state["documents"])}
+def _formatted(state: State, config: RunnableConfig) -> State:  # a flat strategy's
+    return {**state, "context": format_context(state["documents"])}
+
+
+def _formatted_apart(state: State, config: RunnableConfig) -> State:
+    """Also the step-back passages (numbered on) or each sub-question's context."""
+    result = _formatted(state, config)
     if "step_back_documents" in state:
         start = len(state["documents"]) + 1
         result["step_back_context"] = format_context(state["step_back_documents"], start=start)
@@ -440,7 +445,7 @@ def chain_for(
         Step("generate_queries", parts.generate, parts.agenerate, counted, Question, [query_step]),
         Step("retrieve", parts.retrieve, parts.aretrieve, [K_SPEC], parts=[fan_out]),
         Step("fuse", parts.fuse, settings=[TOP_N_SPEC]),
-        Step("format_context", _formatted),
+        Step("format_context", _formatted if record.grouping == "flat" else _formatted_apart),
         RunnableLambda(parts.answer, afunc=parts.aanswer, name="answer"),  # a generator: streamed
     ]
     if sub_answer is not None:  # decomposition: each sub-question answered before the question
