@@ -268,7 +268,8 @@ class _Steps:
     def fuse(self, state: State, config: RunnableConfig) -> State:  # CPU only: no async twin
         """``fuse``: each group of lists (:attr:`Strategy.grouping`) by the fusion's pure ``fuse``."""
         top_n = configured_count(config, "top_n", None)  # None: the fusion's own
-        return _fused(self.record, state, partial(self.fusion.fuse, top_n=top_n))
+        fusion = self.fusion if top_n is None else self.fusion.with_settings(top_n=top_n)
+        return _fused(self.record, state, fusion.fuse)
 
     def sub_answers(self, state: State, config: RunnableConfig) -> State:
         """``answer_sub_questions``: each sub-question answered from its passages, in turn

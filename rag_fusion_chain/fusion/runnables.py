@@ -66,14 +66,13 @@ class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
             return self
         return type(self)(**{**dict(self), **settings})
 
-    def fuse(self, ranked_lists: FusionInput, top_n: int | None = None) -> FusionOutput:
-        """Fuse without callbacks: the pure path the Runnable methods wrap; ``top_n`` (checked by
-        the caller) keeps that many for this call instead of the fusion's own."""
+    def fuse(self, ranked_lists: FusionInput) -> FusionOutput:
+        """Fuse without callbacks: the pure path the Runnable methods wrap."""
         scores, documents = self._scores(*inputs.flatten(ranked_lists, self.weights))
         order: Sequence[int] = range(len(scores))
         if self.sorts_by_score:  # stable: ties stay in first-seen order
             order = sorted(order, key=scores.__getitem__, reverse=True)
-        fused = algorithms.scored_copies(documents, scores, order[: top_n or self.top_n])
+        fused = algorithms.scored_copies(documents, scores, order[: self.top_n])
         return [(d, d.metadata[FUSION_SCORE_KEY]) for d in fused] if self.with_scores else fused
 
     def invoke(
