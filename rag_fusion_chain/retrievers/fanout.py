@@ -281,11 +281,11 @@ class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]
     def invoke(  # type: ignore[override]
         self, input: Any, config: RunnableConfig | None = None, k: int | None = None
     ) -> RetrievalResults:
-        used = self.with_k(k)  # a keyword it does not take is Python's TypeError
+        used = self if k is None else self.with_k(k)  # a keyword it does not take: TypeError
         return traced_call(used, used._retrieve, input, config)  # type: ignore[no-any-return]
 
     async def ainvoke(  # type: ignore[override]
         self, input: Any, config: RunnableConfig | None = None, k: int | None = None
     ) -> RetrievalResults:
-        used = self.with_k(k)
+        used = self if k is None else self.with_k(k)
         return await used._acall_with_config(used._aretrieve, input, config)  # type: ignore[return-value]
