@@ -37,7 +37,7 @@ from langchain_core.runnables import (
     RunnableLambda,
     RunnableSequence,
 )
-from langchain_core.runnables.utils import AddableDict
+from langchain_core.runnables.utils import AddableDict, ConfigurableFieldSpec
 from pydantic import Field, InstanceOf, SkipValidation, StrictBool, validate_call
 
 from rag_fusion_chain import prompts, strategies
@@ -67,10 +67,8 @@ def _unique(documents: Sequence[Document], skip: Sequence[Document] = ()) -> lis
 
 
 def _queried(record: Strategy, question: str, generated: list[str], search_question: bool) -> State:
-    """The state after the query step: ``queries`` as users see them, ``searched`` in order."""
-    if record.grouping == "step-back":
-        queries = [question, *[text for text in generated if text != question][:1]]
-        return {"question": question, "queries": queries, "searched": queries}
+    """The state after the query step: ``queries`` as users see them, ``searched`` in order (a
+    step-back question after the question, unless the model repeated it)."""
     searched = list(dict.fromkeys([question, *generated] if search_question else generated))
     shown = generated if record.grouping == "sub-questions" else searched
     return {"question": question, "queries": shown, "searched": searched}
@@ -94,8 +92,13 @@ def _fused(record: Strategy, state: State, fuse: Callable[[list[Any]], list[Any]
     return {**state, "sub_documents": answered, "documents": fused[-1] if searched_question else []}
 
 
-def _formatted(state: State, config: RunnableConfig) -> State:
-    result = {**state, "context": format_context(state["documents"])}
+def _formatted(state: State, config: RunnableConfig) -> State:  # a flat strategy's
+    return {**state, "context": format_context(state["documents"])}
+
+
+def _formatted_apart(state: State, config: RunnableConfig) -> State:
+    """Also the step-back passages (numbered on) or each sub-question's context."""
+    result = _formatted(state, config)
     if "step_back_documents" in state:
         start = len(state["documents"]) + 1
         result["step_back_context"] = format_context(state["step_back_documents"], start=start)
@@ -151,10 +154,6 @@ class _SearchGuard(BaseCallbackHandler):
     run_id: UUID | None = None  # the call's run: the first to start
     search: Any = None
 
-    @staticmethod
-    def for_call(config: RunnableConfig) -> RunnableConfig:  # a sync call hands on no Task
-        return {"callbacks": [_SearchGuard()]} if asyncio._get_running_loop() else {}
-
     def on_chain_start(self, serialized: Any, inputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
         self.run_id = self.run_id or run_id
 
@@ -181,10 +180,13 @@ def _sub_answered(state: State, answers: list[State], texts: list[str] | None = 
     return {**state, "sub_answers": answers, key: format_answered(answers)}
 
 
-def _used_settings(settings: list[str], config: RunnableConfig) -> RunnableConfig:
-    """The run's metadata with the ``settings`` a call sets (None: unset): a trace shows what ran."""
+def _call_config(settings: list[ConfigurableFieldSpec], config: RunnableConfig) -> RunnableConfig:
+    """One call's: the run's metadata with the ``settings`` it sets (None: unset), so that a trace
+    shows what ran, and in an event loop a :class:`_SearchGuard` (a sync call hands on no Task)."""
     given = config.get("configurable") or {}
-    return {"metadata": {name: given[name] for name in settings if given.get(name) is not None}}
+    guards: list[BaseCallbackHandler] = [_SearchGuard()] if asyncio._get_running_loop() else []
+    used = {spec.id: given[spec.id] for spec in settings if given.get(spec.id) is not None}
+    return {"metadata": used, "callbacks": guards}
 
 
 @dataclass(frozen=True)
@@ -197,38 +199,35 @@ class _Steps:
     fan_out: MultiRetriever
     fusion: BaseFusion
     answer_step: Runnable[State, str]
-    sub_answer: Runnable[Any, str] | None
+    sub_answer: Runnable[Any, str] | None  # decomposition: the answer step itself if in turn
     search_question: bool
     count: int
-    in_turn: bool
     return_sources: bool
 
     def __deepcopy__(self, memo: dict[int, Any]) -> _Steps:
         """Itself: the parts are shared, as a closure's were; a chain's deep copy copies no model."""
         return self
 
-    def _fan_out(self, config: RunnableConfig) -> MultiRetriever:  # k set per call, or as built
-        return self.fan_out.with_k(configured_count(config, "k", None))
-
     def generate(self, value: Any, config: RunnableConfig) -> State:
         """``generate_queries``: the query step, the question's search begun beside it and handed
         on unfinished as ``first`` (``retrieve`` does not wait for it: never a retrieval round
         slower than ``generator | retriever.map()``), or, not begun yet, searched with the queries;
         offline, the question is searched first and the queries drawn from its documents."""
-        question, fan_out = question_of(value), self._fan_out(config)
+        question, k = question_of(value), configured_count(config, "k", None)  # None: as built
         if self.query_step is None:
-            return self._offline(question, fan_out.invoke(question, config), config)
+            return self._offline(question, self.fan_out.invoke(question, config, k), config)
         searching = self.search_question  # then first is a Future of the question's search
-        first = in_background(fan_out.invoke, question, config) if searching else None
+        first = in_background(self.fan_out.invoke, question, config, k) if searching else None
         state = _queried(self.record, question, self.query_step.invoke(question, config), searching)
         return {**state, "first": None if first is None or first.cancel() else _Begun(first)}
 
     async def agenerate(self, value: Any, config: RunnableConfig) -> State:
-        question, fan_out = question_of(value), self._fan_out(config)
+        question, k = question_of(value), configured_count(config, "k", None)
+        fan_out = partial(self.fan_out.ainvoke, config=config, k=k)
         if self.query_step is None:
-            return self._offline(question, await fan_out.ainvoke(question, config), config)
+            return self._offline(question, await fan_out(question), config)
         searching = self.search_question
-        first = asyncio.ensure_future(fan_out.ainvoke(question, config)) if searching else None
+        first = asyncio.ensure_future(fan_out(question)) if searching else None
         try:
             generated = await self.query_step.ainvoke(question, config)
         except BaseException:  # cancelled (a timeout, a client gone): the search ends too
@@ -253,28 +252,30 @@ class _Steps:
         state, first, queries = _unsearched(state)
         if isinstance(first, Future) and config.get("max_concurrency") is not None:
             first = first.result()
-        found = self._fan_out(config).invoke(queries, config) if queries else RetrievalResults()
+        k = configured_count(config, "k", None)
+        found = self.fan_out.invoke(queries, config, k) if queries else RetrievalResults()
         return _retrieved(state, first.result() if isinstance(first, Future) else first, found)
 
     async def aretrieve(self, state: State, config: RunnableConfig) -> State:
         state, first, queries = _unsearched(state)
         if isinstance(first, asyncio.Future) and config.get("max_concurrency") is not None:
             first = await first
-        fan_out = self._fan_out(config)
-        rest = fan_out.ainvoke(queries, config) if queries else asyncio.sleep(0, RetrievalResults())
+        k, nothing = configured_count(config, "k", None), RetrievalResults()
+        rest = self.fan_out.ainvoke(queries, config, k) if queries else asyncio.sleep(0, nothing)
         begun = first if isinstance(first, asyncio.Future) else asyncio.sleep(0, first)
         return _retrieved(state, *await asyncio.gather(begun, rest))  # both errors read
 
     def fuse(self, state: State, config: RunnableConfig) -> State:  # CPU only: no async twin
         """``fuse``: each group of lists (:attr:`Strategy.grouping`) by the fusion's pure ``fuse``."""
-        top_n = configured_count(config, "top_n", self.fusion.top_n)
-        return _fused(self.record, state, self.fusion.with_settings(top_n=top_n).fuse)
+        top_n = configured_count(config, "top_n", None)  # None: the fusion's own
+        fusion = self.fusion if top_n is None else self.fusion.with_settings(top_n=top_n)
+        return _fused(self.record, state, fusion.fuse)
 
     def sub_answers(self, state: State, config: RunnableConfig) -> State:
         """``answer_sub_questions``: each sub-question answered from its passages, in turn
         (seeing the earlier answers) or all at once (then synthesised by the answer step)."""
         items, sub_answer = state["sub_contexts"], cast(Runnable[Any, str], self.sub_answer)
-        if not self.in_turn:
+        if sub_answer is not self.answer_step:  # in turn: the answer step answers each (recursive)
             return _sub_answered(state, items, sub_answer.batch(items, config))
         answers: list[State] = []
         for item in items:
@@ -284,7 +285,7 @@ class _Steps:
 
     async def asub_answers(self, state: State, config: RunnableConfig) -> State:
         items, sub_answer = state["sub_contexts"], cast(Runnable[Any, str], self.sub_answer)
-        if not self.in_turn:
+        if sub_answer is not self.answer_step:
             return _sub_answered(state, items, await sub_answer.abatch(items, config))
         answers: list[State] = []
         for item in items:
@@ -330,38 +331,41 @@ def _checked_prompt(
     return chosen
 
 
-def _checked_fusion(fusion: Any, record: Strategy, top_n: int | None) -> BaseFusion:
-    chosen = record.default_fusion if fusion is None else fusion
-    if chosen.with_scores:
-        raise ValueError("fusion must return Documents: use with_scores=False")
-    kept = top_n or chosen.top_n or record.default_top_n
-    return chosen.model_copy(update={"name": "fusion", "top_n": kept})  # checked: no re-validation
-
-
-def _answers(
+def _model_steps(
     record: Strategy,
     llm: Runnable[Any, Any] | None,
+    count: int,
     mode: str,
+    query_prompt: BasePromptTemplate | None,
     prompt: BasePromptTemplate | None,
     synthesis_prompt: BasePromptTemplate | None,
-) -> tuple[Runnable[Any, str], Runnable[Any, str] | None]:
-    """(the answer step's runnable, the sub-question answer or None)."""
+) -> tuple[Runnable[Any, Any] | None, Runnable[Any, str], Runnable[Any, str] | None]:
+    """(the query step, None offline; the answer step's runnable; the sub-question answer or
+    None): the steps the model (or offline, the extractive answer) takes part in."""
     if llm is None:
-        return _offline_lines(record), None
+        if (query_prompt, prompt, synthesis_prompt) != (None, None, None):
+            raise ValueError(
+                "query_prompt, prompt and synthesis_prompt need an llm: the offline chain "
+                "(llm=None) uses no prompt"
+            )
+        return None, _offline_lines(record), None
+    chosen = _checked_prompt("query_prompt", query_prompt, record.query_prompt, {"question", "n"})
+    query_step = record.model_queries(llm, count, prompt=chosen)
+    query_step.name = "queries"  # made for this chain: named, not wrapped in a binding
     provided = {"question", "context", "step_back_context", "step_back_question"}
     if record.grouping != "sub-questions":
         chosen = _checked_prompt("prompt", prompt, record.answer_prompt, provided)
-        return chosen | llm | StrOutputParser(), None
+        return query_step, chosen | llm | StrOutputParser(), None
     if mode == "recursive":
         in_turn = {"question", "context", "previous_answers"}
         chosen = _checked_prompt("prompt", prompt, record.answer_prompt, in_turn)
         answer = chosen | llm | StrOutputParser()
-        return answer, answer
+        return query_step, answer, answer
     sub = _checked_prompt("prompt", prompt, prompts.ANSWER_PROMPT, {"question", "context"})
     synthesis = _checked_prompt(
         "synthesis_prompt", synthesis_prompt, prompts.SYNTHESIS_PROMPT, {"question", "context"}
     )
-    return synthesis | llm | StrOutputParser(), sub | llm | StrOutputParser()
+    return query_step, synthesis | llm | StrOutputParser(), sub | llm | StrOutputParser()
 
 
 def _split(chain: Runnable[Any, Any], after: str) -> tuple[list[Any], list[Any], RunnableBinding]:
@@ -405,11 +409,6 @@ def chain_for(
     >>> # chain_for("rag-fusion", [bm25, vectors], llm, return_sources=True).invoke("What is RRF?")
     """
     record = strategies.get(strategy)
-    if llm is None and (query_prompt, prompt, synthesis_prompt) != (None, None, None):
-        raise ValueError(
-            "query_prompt, prompt and synthesis_prompt need an llm: the offline chain (llm=None) "
-            "uses no prompt"
-        )
     if mode is not None and record.grouping != "sub-questions":
         raise ValueError(f"mode applies to decomposition, not {record.name}")
     mode = mode or "recursive"
@@ -421,17 +420,16 @@ def chain_for(
     search_question = record.searches_question if include_original is None else include_original
     if record.grouping == "sub-questions":
         search_question = mode == "recursive"
-    query_step = None
-    if llm is not None:
-        chosen = _checked_prompt(
-            "query_prompt", query_prompt, record.query_prompt, {"question", "n"}
-        )
-        query_step = record.model_queries(llm, count, prompt=chosen)
-        query_step.name = "queries"  # made for this chain: named, not wrapped in a binding
     multi = retrievers if isinstance(retrievers, MultiRetriever) else MultiRetriever(retrievers)
     fan_out = multi.model_copy(update={"name": "fan_out", "k": k or multi.k})  # None: its own
-    chosen_fusion = _checked_fusion(fusion, record, top_n)
-    answer, sub_answer = _answers(record, llm, mode, prompt, synthesis_prompt)
+    chosen_fusion = record.default_fusion if fusion is None else fusion
+    if chosen_fusion.with_scores:
+        raise ValueError("fusion must return Documents: use with_scores=False")
+    kept = top_n or chosen_fusion.top_n or record.default_top_n
+    chosen_fusion = chosen_fusion.model_copy(update={"name": "fusion", "top_n": kept})  # checked
+    query_step, answer, sub_answer = _model_steps(
+        record, llm, count, mode, query_prompt, prompt, synthesis_prompt
+    )
     parts = _Steps(
         record,
         query_step,
@@ -441,15 +439,14 @@ def chain_for(
         sub_answer,
         search_question=search_question,
         count=count,
-        in_turn=mode == "recursive",
         return_sources=return_sources,
     )
-    declared = query_step.config_specs if query_step else [N_SPEC] * bool(record.default_n)
+    counted = [N_SPEC] * bool(record.default_n)  # the query step declares it too, if any
     steps = [  # each declares its settings and its parts' (a model's alternatives): LangServe's
-        Step("generate_queries", parts.generate, parts.agenerate, declared, Question),
-        Step("retrieve", parts.retrieve, parts.aretrieve, [K_SPEC, *fan_out.config_specs]),
+        Step("generate_queries", parts.generate, parts.agenerate, counted, Question, [query_step]),
+        Step("retrieve", parts.retrieve, parts.aretrieve, [K_SPEC], parts=[fan_out]),
         Step("fuse", parts.fuse, settings=[TOP_N_SPEC]),
-        Step("format_context", _formatted),
+        Step("format_context", _formatted if record.grouping == "flat" else _formatted_apart),
         RunnableLambda(parts.answer, afunc=parts.aanswer, name="answer"),  # a generator: streamed
     ]
     if sub_answer is not None:  # decomposition: each sub-question answered before the question
@@ -458,11 +455,10 @@ def chain_for(
     shown_mode = {"mode": mode} if record.grouping == "sub-questions" else {}  # offline too
     metadata |= {"top_n": chosen_fusion.top_n, **shown_mode}
     tags = [record.name, "offline"] if llm is None else [record.name]
-    settings = ["k", "top_n", *["n"] * bool(record.default_n)]
     return RunnableBinding(
         bound=RunnableSequence(*steps),
         config={"run_name": record.name, "tags": tags, "metadata": metadata},
-        config_factories=[_SearchGuard.for_call, partial(_used_settings, settings)],
+        config_factories=[partial(_call_config, [K_SPEC, TOP_N_SPEC, *counted])],
         custom_output_type=dict if return_sources else str,
     )
 

@@ -54,8 +54,9 @@ N_SPEC = count_setting("n", "Queries generated")
 
 class Step(RunnableLambda):  # type: ignore[type-arg]
     """A named step (a query step, a ready chain's): one node in ``get_graph()``, one run in a
-    trace, declaring the per-call settings it reads for ``config_schema()``; ``func`` takes (input,
-    config). ``RunnablePassthrough.assign`` would add its parallel map and two runs a step."""
+    trace, declaring for ``config_schema()`` the per-call settings it reads and its ``parts``'
+    (read only when asked: a call needs none); ``func`` takes (input, config).
+    ``RunnablePassthrough.assign`` would add its parallel map and two runs a step."""
 
     InputType: Any = dict  # what it takes, for its schema (LangServe, as_tool): set per step
 
@@ -66,9 +67,10 @@ class Step(RunnableLambda):  # type: ignore[type-arg]
         afunc: Callable[[Any, RunnableConfig], Any] | None = None,
         settings: Sequence[ConfigurableFieldSpec] = (),
         input_type: Any = dict,  # a ready chain's state
+        parts: Sequence[Runnable[Any, Any] | None] = (),  # None: no part
     ) -> None:
         super().__init__(func, afunc=afunc, name=name)
-        self.settings, self.InputType = list(settings), input_type
+        self.settings, self.InputType, self.parts = list(settings), input_type, list(parts)
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         """``RunnableLambda.invoke`` (keywords go to ``func``; a step's takes none) as one traced run,
@@ -77,7 +79,8 @@ class Step(RunnableLambda):  # type: ignore[type-arg]
 
     @property
     def config_specs(self) -> list[ConfigurableFieldSpec]:
-        return get_unique_config_specs([*super().config_specs, *self.settings])
+        of_parts = [spec for part in self.parts if part for spec in part.config_specs]
+        return get_unique_config_specs([*super().config_specs, *self.settings, *of_parts])
 
     def get_graph(self, config: RunnableConfig | None = None) -> Any:
         return Runnable.get_graph(self, config)

@@ -486,6 +486,22 @@ def test_fusion_can_be_replaced() -> None:
     assert scores == [1.0] * 5  # union votes, not reciprocal ranks
 
 
+class CountingFusion(ReciprocalRankFusion):
+    """A user's fusion overriding the pure ``fuse(ranked_lists)`` with its one-argument signature."""
+
+    def fuse(self, ranked_lists: Any) -> Any:
+        fused = super().fuse(ranked_lists)
+        return [*fused[:1], *fused[1:]]  # its own step, then the kept documents as they are
+
+
+def test_a_fusion_overriding_fuse_serves_a_ready_chain_with_and_without_a_per_call_top_n() -> None:
+    llm, retriever = ScriptedLLM().runnable, TopicRetriever(count=3)
+    retrieval = chains.retrieval_chain("rag-fusion", [retriever], llm, fusion=CountingFusion())
+    assert len(retrieval.invoke(QUESTION)["documents"]) == 5  # the strategy's default top_n
+    per_call = retrieval.invoke(QUESTION, {"configurable": {"top_n": 2}})
+    assert len(per_call["documents"]) == 2
+
+
 def test_a_fusion_retriever_drops_in_as_the_chains_retriever() -> None:
     inner = TopicRetriever(count=4)
     retriever = FusionRetriever(retrievers=[inner], k=5)

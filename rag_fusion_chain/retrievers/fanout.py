@@ -210,11 +210,12 @@ class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]
         if limit is not None:
             config = patch_config(config, max_concurrency=max(1, limit // len(self.retrievers)))
         calls = []
-        for each in self.retrievers:  # k goes to a BaseRetriever as a keyword, else to its k field
-            takes_k = self.k is not None and isinstance(_unbound(each), BaseRetriever)
-            if takes_k and isinstance(each, BaseRetriever) and "k" in type(each).model_fields:
-                each = each if each._expects_other_args else each.model_copy(update={"k": self.k})
-            keywords = {"k": self.k} if takes_k else {}  # another Runnable may not take it at all
+        for each in self.retrievers:
+            keywords: dict[str, int] = {}  # k: to a BaseRetriever (a Runnable may not take it)
+            if self.k is not None and isinstance(_unbound(each), BaseRetriever):
+                keywords = {"k": self.k}  # as a keyword, and as its k field if it reads no keywords
+                if isinstance(each, BaseRetriever) and "k" in type(each).model_fields:
+                    each = each if each._expects_other_args else each.model_copy(update=keywords)
             call = each.abatch if asynchronous else each.batch
             calls.append(partial(call, queries, config, return_exceptions=True, **keywords))
         return calls
@@ -280,11 +281,11 @@ class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]
     def invoke(  # type: ignore[override]
         self, input: Any, config: RunnableConfig | None = None, k: int | None = None
     ) -> RetrievalResults:
-        used = self.with_k(k)  # a keyword it does not take is Python's TypeError
+        used = self if k is None else self.with_k(k)  # a keyword it does not take: TypeError
         return traced_call(used, used._retrieve, input, config)  # type: ignore[no-any-return]
 
     async def ainvoke(  # type: ignore[override]
         self, input: Any, config: RunnableConfig | None = None, k: int | None = None
     ) -> RetrievalResults:
-        used = self.with_k(k)
+        used = self if k is None else self.with_k(k)
         return await used._acall_with_config(used._aretrieve, input, config)  # type: ignore[return-value]
