@@ -28,7 +28,7 @@ from pydantic_core import core_schema
 from rag_fusion_chain import chains, data, ingest, models, strategies, validation
 from rag_fusion_chain.chains import K_SPEC, N_SPEC, TOP_N_SPEC
 from rag_fusion_chain.data import vectors
-from rag_fusion_chain.retrievers import index_directory, stores
+from rag_fusion_chain.retrievers import index_directory, signing, stores
 from rag_fusion_chain.retrievers.bm25 import BM25Retriever
 from rag_fusion_chain.retrievers.index_directory import OpenedIndex
 from rag_fusion_chain.validation import KIT_CACHE, Question, QuestionInput, require_extra
@@ -86,6 +86,17 @@ class IndexSource:
             chroma_url=chroma_url or None,
             chroma_collection=collection or DEFAULT_COLLECTION,
         )
+
+    def checked(self) -> IndexSource:
+        """Itself, once its index directory (if any) is found to hold an index signed here, as
+        :func:`open_source` needs: read at once, so that a wrong path stops a server starting."""
+        if self.index is not None:
+            try:
+                settings = index_directory.read_settings(self.index)
+                signing.verify_signature(settings, self.index / index_directory.INDEX_FILE)
+            except (OSError, ValueError) as error:
+                raise ValueError(f"{INDEX_ENV}={self.index} cannot be served: {error}") from error
+        return self
 
     def describe(self) -> str:
         """Where this source is, in words (a URL without its user info)."""
@@ -240,11 +251,12 @@ def per_call_settings(strategy: str) -> list[ConfigurableFieldSpec]:
 
 
 class ServedChain(RunnableSerializable[QuestionInput, Any]):
-    """A strategy's chain over :meth:`IndexSource.from_environment`, built on first use; it adds
+    """A strategy's chain over ``source`` (default: the sample), built on first use; it adds
     no run to a trace (calls pass the caller's config on; LangServe's None is an unset setting)."""
 
     strategy: str
     return_sources: bool = False
+    source: IndexSource = IndexSource()
     _chain: Runnable[QuestionInput, Any] | None = PrivateAttr(default=None)
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
@@ -256,7 +268,7 @@ class ServedChain(RunnableSerializable[QuestionInput, Any]):
         """The built chain (opening the index the first time)."""
         with self._lock:
             if self._chain is None:
-                opened = open_source(IndexSource.from_environment())  # RAG_FUSION_EMBEDDING
+                opened = open_source(self.source)  # embeddings: RAG_FUSION_EMBEDDING
                 self._chain = chains.chain_for(
                     self.strategy,
                     [opened.bm25, opened.vectors],
@@ -296,11 +308,13 @@ def build_chain(
     chain: Runnable[QuestionInput, Any] | None = None,
 ) -> Runnable[QuestionInput, Any]:
     """The served chain of ``strategy``: ``{"question": str}`` or the question in, the answer (or
-    ``{"answer", "queries", "documents", "failures"}``) out; ``chain``: one built already."""
+    ``{"answer", "queries", "documents", "failures"}``) out; ``chain``: one built already, else one
+    over the environment's source, checked now (a template's import: the server's start-up)."""
     strategies.get(strategy)  # a ValueError naming the strategies for an unknown one
+    source = IndexSource.from_environment().checked() if chain is None else IndexSource()
     # The name titles the schemas (LangServe keys its models by them); runs keep the strategy's.
     name = f"{strategy}-sources" if return_sources else strategy
-    served = ServedChain(strategy=strategy, return_sources=return_sources, name=name)
+    served = ServedChain(strategy=strategy, return_sources=return_sources, source=source, name=name)
     served._chain = chain
     input_type: Any = Union[Question, validation.QuestionText]  # noqa: UP007 (a runtime type for pydantic)
     return served.with_types(input_type=input_type, output_type=dict if return_sources else str)
