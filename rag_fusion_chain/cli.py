@@ -37,7 +37,7 @@ from rag_fusion_chain.retrievers.index_directory import (
     open_index,
 )
 from rag_fusion_chain.retrievers.signing import UntrustedIndexError
-from rag_fusion_chain.validation import KIT_CACHE, question_of, require_extra
+from rag_fusion_chain.validation import KIT_CACHE, counted, question_of, require_extra
 
 DEFAULT_K = 10  # documents per retriever call
 DEMO_CHUNK_SIZE = 1500
@@ -187,12 +187,13 @@ def index(
                 "deny_private": deny_private,
             },
         )
-        read = f"{settings['files']} source{'s' * (settings['files'] != 1)}"  # files or URLs
+        read = counted(settings["files"], "source")  # files or URLs
         say(
-            f"Indexed {read} as {settings['documents']} documents, "
-            f"{settings['chunks']} chunks ({settings['store']}, embeddings "
-            f"{settings['embedding']}) in {out}; embedded {settings['embedded_chunks']} chunks"
-            + (f", dropped {settings['dropped_sources']} sources" if update else "")
+            f"Indexed {read} as {counted(settings['documents'], 'document')}, "
+            f"{counted(settings['chunks'], 'chunk')} ({settings['store']}, embeddings "
+            f"{settings['embedding']}) in {out}; embedded "
+            f"{counted(settings['embedded_chunks'], 'chunk')}"
+            + (f", dropped {counted(settings['dropped_sources'], 'source')}" if update else "")
         )
         if settings["skipped"]:
             skipped = [ingest.Skipped(**entry) for entry in settings["skipped"]]

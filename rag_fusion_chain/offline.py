@@ -14,7 +14,7 @@ import sentencex
 from langchain_core.documents import Document
 
 from rag_fusion_chain.retrievers.bm25 import tokenize
-from rag_fusion_chain.validation import MAX_QUERIES, question_of, validate_count
+from rag_fusion_chain.validation import MAX_QUERIES, counted, question_of, validate_count
 
 OFFLINE_LABEL = "[offline extractive answer]"
 """How every offline answer starts, so nobody mistakes it for a generated one."""
@@ -307,7 +307,7 @@ def _answer(
     if quotes:
         head = OFFLINE_NOTE
     elif documents:
-        head = f"None of the {len(documents)} retrieved passages has a whole sentence that shares a term with the question."
+        head = f"No whole sentence of the {counted(len(documents), 'retrieved passage')} shares a term with the question."
     else:
         head = "No passages were retrieved, so there is nothing to quote."
     return [f"{OFFLINE_LABEL} {head}", *shown, *quotes]

@@ -224,7 +224,7 @@ def open_source(
     seconds, store = time.perf_counter() - started, opened.settings.get("store")
     count = len(opened.bm25.documents)
     logger.info(
-        f"rag-fusion-chain: {source.describe()} ready ({count} documents, {store}) in {seconds:.1f} s"
+        f"rag-fusion-chain: {source.describe()} ready ({validation.counted(count, 'document')}, {store}) in {seconds:.1f} s"
     )
     return opened
 

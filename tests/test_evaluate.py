@@ -170,7 +170,7 @@ def test_load_beir_names_judged_queries_without_text_and_warns_of_absent_documen
     queries = tiny_beir / "queries.jsonl"
     text = queries.read_text("utf-8")
     queries.write_text(text.replace("heat pumps for houses", " "), "utf-8")
-    with pytest.raises(ValueError, match=r"judges 1 queries .* without text .*\['q3'\]"):
+    with pytest.raises(ValueError, match=r"judges 1 query absent .* without text .*\['q3'\]"):
         load_beir(tiny_beir)
     queries.write_text(text, "utf-8")
     qrels = tiny_beir / "qrels" / "test.tsv"
@@ -379,6 +379,7 @@ def test_results_json_records_the_data_settings_and_p_values(tmp_path: Path) -> 
 
 def test_title_names_the_queries_limit() -> None:
     assert Summary("tiny", {}, query_count=3).title == "tiny (test, 3 queries)"
+    assert Summary("tiny", {}, query_count=1).title == "tiny (test, 1 query)"  # not "1 queries"
     limited = Summary("tiny", {}, split="dev", query_count=2, queries_limit=2)
     assert limited.title == "tiny (dev, 2 queries, --queries-limit 2)"
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rag_fusion_chain.evaluate.metrics import Comparison, eval_library
+from rag_fusion_chain.validation import counted
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ class Summary:
     def title(self) -> str:
         """``dataset (split, N queries)``, naming ``--queries-limit`` when the queries were cut."""
         parts = [self.split]
-        parts += [] if self.query_count is None else [f"{self.query_count} queries"]
+        parts += [] if self.query_count is None else [counted(self.query_count, "query", "queries")]
         parts += [] if self.queries_limit is None else [f"--queries-limit {self.queries_limit}"]
         return f"{self.dataset} ({', '.join(parts)})"
 
