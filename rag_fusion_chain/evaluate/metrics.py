@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 import statistics
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,8 @@ def eval_library(module: str) -> Any:
     set ``IR_DATASETS_HOME`` / ``MPLCONFIGDIR``: nothing new in ``~/.config`` or ``~``."""
     os.environ.setdefault("IR_DATASETS_HOME", str(KIT_CACHE / "ir_datasets"))
     os.environ.setdefault("MPLCONFIGDIR", str(KIT_CACHE / "matplotlib"))
+    # ranx's prange loops index with uint64: numba flags that harmless cast as it compiles them
+    warnings.filterwarnings("ignore", "unsafe cast from uint64", module=r".*[\\/]ranx[\\/]")
     return require_extra(module, "eval")
 
 
