@@ -153,8 +153,7 @@ def index(
     strict: Annotated[bool, typer.Option(help=_HELP["strict"])] = False,
     follow_symlinks: Annotated[bool, typer.Option(help=_HELP["follow_symlinks"])] = False,
     max_file_size: Annotated[
-        float,
-        typer.Option(min=0.001, help="Skip files larger than this, in megabytes."),
+        float, typer.Option(min=0.001, help="Skip files larger than this, in megabytes.")
     ] = ingest.DEFAULT_MAX_FILE_SIZE / 1_000_000,
     deny_private: Annotated[
         bool | None, typer.Option("--deny-private/--allow-private", help=_HELP["deny_private"])

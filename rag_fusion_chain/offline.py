@@ -239,11 +239,7 @@ def _bm25_scores(units: Sequence[list[str]], weights: dict[str, float]) -> list[
 
 
 def best_sentences(
-    question: str,
-    passages: Sequence[str],
-    *,
-    count: int = SENTENCES,
-    related: Iterable[str] = (),
+    question: str, passages: Sequence[str], *, count: int = SENTENCES, related: Iterable[str] = ()
 ) -> list[tuple[int, str]]:
     """The ``count`` best (passage position, sentence) sharing a term with ``question``: BM25 over
     the sentences (``related`` terms weigh less), discounted by position, one per passage."""

@@ -87,17 +87,6 @@ class IndexSource:
             chroma_collection=collection or DEFAULT_COLLECTION,
         )
 
-    def checked(self) -> IndexSource:
-        """Itself, once its index directory (if any) is found to hold an index signed here, as
-        :func:`open_source` needs: read at once, so that a wrong path stops a server starting."""
-        if self.index is not None:
-            try:
-                settings = index_directory.read_settings(self.index)
-                signing.verify_signature(settings, self.index / index_directory.INDEX_FILE)
-            except (OSError, ValueError) as error:
-                raise ValueError(f"{INDEX_ENV}={self.index} cannot be served: {error}") from error
-        return self
-
     def describe(self) -> str:
         """Where this source is, in words (a URL without its user info)."""
         if self.index is not None:
@@ -311,7 +300,13 @@ def build_chain(
     ``{"answer", "queries", "documents", "failures"}``) out; ``chain``: one built already, else one
     over the environment's source, checked now (a template's import: the server's start-up)."""
     strategies.get(strategy)  # a ValueError naming the strategies for an unknown one
-    source = IndexSource.from_environment().checked() if chain is None else IndexSource()
+    source = IndexSource.from_environment() if chain is None else IndexSource()
+    try:  # index.json read and verified as open_source will: once, not at every request
+        if source.index is not None:
+            settings = index_directory.read_settings(source.index)
+            signing.verify_signature(settings, source.index / index_directory.INDEX_FILE)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{INDEX_ENV}={source.index} cannot be served: {error}") from error
     # The name titles the schemas (LangServe keys its models by them); runs keep the strategy's.
     name = f"{strategy}-sources" if return_sources else strategy
     served = ServedChain(strategy=strategy, return_sources=return_sources, source=source, name=name)

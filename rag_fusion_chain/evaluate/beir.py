@@ -84,10 +84,9 @@ def load_beir(
     corpus = _documents(directory, "corpus.jsonl")
     judged = {document for query_id in query_ids for document in qrels[query_id]}
     if absent := sorted(judged - {document.id for document in corpus}):  # ArguAna's qrels have one
-        absent_from = (
-            f"qrels/{split}.tsv: {counted(len(absent), 'judged document')} absent from corpus.jsonl"
-        )
-        warnings.warn(f"{absent_from} (never retrieved), e.g. {absent[:3]}", stacklevel=2)
+        judged_absent = f"{counted(len(absent), 'judged document')} absent from corpus.jsonl"
+        message = f"qrels/{split}.tsv: {judged_absent} (never retrieved), e.g. {absent[:3]}"
+        warnings.warn(message, stacklevel=2)
     kept_queries = {query_id: all_queries[query_id] for query_id in query_ids}
     kept_qrels = {query_id: qrels[query_id] for query_id in query_ids}
     return BeirDataset(

@@ -47,10 +47,7 @@ class BatchedRetriever(BaseRetriever):
     """Documents returned per query; override per call with ``invoke(query, k=...)``."""
 
     def _retrieve_many(
-        self,
-        queries: list[str],
-        k: int,
-        run_managers: Sequence[CallbackManagerForRetrieverRun],
+        self, queries: list[str], k: int, run_managers: Sequence[CallbackManagerForRetrieverRun]
     ) -> list[list[Document]]:
         """One ranked list per query: the one method subclasses implement."""
         raise NotImplementedError
@@ -74,11 +71,7 @@ class BatchedRetriever(BaseRetriever):
         return self._retrieve_many([query], self._resolve_k(k), [run_manager])[0]
 
     async def _aget_relevant_documents(
-        self,
-        query: str,
-        *,
-        run_manager: AsyncCallbackManagerForRetrieverRun,
-        k: int | None = None,
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, k: int | None = None
     ) -> list[Document]:
         return (await self._aretrieve_many([query], self._resolve_k(k), [run_manager]))[0]
 
