@@ -679,6 +679,8 @@ def test_a_beir_corpus_over_the_cap_is_refused(tmp_path: Path):
     with pytest.raises(ingest.UnreadableSourceError, match="larger than the 100 bytes limit"):
         ingest.load_file(path, max_file_size=100)
     assert len(ingest.load_file(path)) == 100
+    with pytest.raises(ingest.UnreadableSourceError, match="larger than the 1 byte limit"):
+        ingest.load_file(path, max_file_size=1)  # not "1 bytes"
 
 
 @pytest.mark.parametrize("size", [0, -1, 1.5, True])

@@ -113,8 +113,7 @@ def compare_runs(
         raise ValueError(f"stat_test must be one of {STAT_TESTS}, got {stat_test!r}")
     if not runs:
         raise ValueError("runs must hold at least one named run")
-    names = list(runs)
-    baseline = names[0]
+    names, baseline = list(runs), next(iter(runs))
     if len(names) == 1:
         scores = {baseline: evaluate_run(runs[baseline], qrels, metrics)}
         return Comparison(scores, {baseline: {}}, baseline, stat_test, max_p)

@@ -94,8 +94,7 @@ def marked_score(summary: Summary, setup: str, metric: str, digits: int = 3) -> 
 def write_plot(path: str | Path, summary: Summary) -> Path:
     """A bar chart, a group per setup and a labelled bar per metric, significant ones hatched."""
     Figure = eval_library("matplotlib.figure").Figure  # noqa: N806 (the class)
-    scores = summary.scores
-    setups = list(scores)
+    scores, setups = summary.scores, list(summary.scores)
     if not setups:
         raise ValueError("scores must hold at least one setup to plot")
     metrics = list(scores[setups[0]])

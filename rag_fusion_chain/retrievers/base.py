@@ -26,9 +26,7 @@ from rag_fusion_chain.validation import validate_count
 def with_identity(document: Document) -> Document:
     """``document`` if it has an id, else a copy whose id is its content hash (so the keyword and
     the vector hit of one chunk carry the same id)."""
-    if document.id:
-        return document
-    return document.model_copy(update={"id": document_id(document)})
+    return document if document.id else document.model_copy(update={"id": document_id(document)})
 
 
 def scored_copy(document: Document, score: float) -> Document:
