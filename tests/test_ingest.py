@@ -560,7 +560,7 @@ def test_index_command_skips_and_summarises_or_fails_when_strict(
 
     assert result.exit_code == 0, result.output
     assert "Indexed 1 source as 1 document, 1 chunk (" in result.stdout  # not "1 documents"
-    assert "embedded 1 chunk\n" in result.stdout  # not "1 sources", "1 chunks"
+    assert "embedded 1 chunk\n" in result.stdout  # not "1 chunks"
     assert "Skipped 5: " in result.stdout
     assert f"{folder.name}/latin1.txt (not UTF-8)" in result.stdout
     assert f"{folder.name}/big.txt (larger than the 1 kB limit)" in result.stdout
