@@ -37,7 +37,7 @@ from rag_fusion_chain.retrievers.index_directory import (
     open_index,
 )
 from rag_fusion_chain.retrievers.signing import UntrustedIndexError
-from rag_fusion_chain.validation import KIT_CACHE, question_of, require_extra
+from rag_fusion_chain.validation import KIT_CACHE, counted, question_of, require_extra
 
 DEFAULT_K = 10  # documents per retriever call
 DEMO_CHUNK_SIZE = 1500
@@ -153,8 +153,7 @@ def index(
     strict: Annotated[bool, typer.Option(help=_HELP["strict"])] = False,
     follow_symlinks: Annotated[bool, typer.Option(help=_HELP["follow_symlinks"])] = False,
     max_file_size: Annotated[
-        float,
-        typer.Option(min=0.001, help="Skip files larger than this, in megabytes."),
+        float, typer.Option(min=0.001, help="Skip files larger than this, in megabytes.")
     ] = ingest.DEFAULT_MAX_FILE_SIZE / 1_000_000,
     deny_private: Annotated[
         bool | None, typer.Option("--deny-private/--allow-private", help=_HELP["deny_private"])
@@ -187,12 +186,13 @@ def index(
                 "deny_private": deny_private,
             },
         )
-        read = f"{settings['files']} source{'s' * (settings['files'] != 1)}"  # files or URLs
+        read = counted(settings["files"], "source")  # files or URLs
         say(
-            f"Indexed {read} as {settings['documents']} documents, "
-            f"{settings['chunks']} chunks ({settings['store']}, embeddings "
-            f"{settings['embedding']}) in {out}; embedded {settings['embedded_chunks']} chunks"
-            + (f", dropped {settings['dropped_sources']} sources" if update else "")
+            f"Indexed {read} as {counted(settings['documents'], 'document')}, "
+            f"{counted(settings['chunks'], 'chunk')} ({settings['store']}, embeddings "
+            f"{settings['embedding']}) in {out}; embedded "
+            f"{counted(settings['embedded_chunks'], 'chunk')}"
+            + (f", dropped {counted(settings['dropped_sources'], 'source')}" if update else "")
         )
         if settings["skipped"]:
             skipped = [ingest.Skipped(**entry) for entry in settings["skipped"]]

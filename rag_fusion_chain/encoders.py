@@ -147,9 +147,7 @@ class OpenVINOEmbeddings(Embeddings):
             raise ValueError(f"threads must be 0 (OpenVINO's choice) or positive, got {threads}")
         from tokenizers import Tokenizer
 
-        self.model_identity = model_identity
-        self.batch_size = batch_size
-        self.normalize = normalize
+        self.model_identity, self.batch_size, self.normalize = model_identity, batch_size, normalize
         self.tokenizer = Tokenizer.from_file(str(Path(model_dir) / "tokenizer.json"))
         config = Path(model_dir) / "sentence_bert_config.json"  # MiniLM: 256 tokens
         settings = json.loads(config.read_text("utf-8")) if config.is_file() else {}

@@ -14,7 +14,7 @@ import sentencex
 from langchain_core.documents import Document
 
 from rag_fusion_chain.retrievers.bm25 import tokenize
-from rag_fusion_chain.validation import MAX_QUERIES, question_of, validate_count
+from rag_fusion_chain.validation import MAX_QUERIES, counted, question_of, validate_count
 
 OFFLINE_LABEL = "[offline extractive answer]"
 """How every offline answer starts, so nobody mistakes it for a generated one."""
@@ -239,11 +239,7 @@ def _bm25_scores(units: Sequence[list[str]], weights: dict[str, float]) -> list[
 
 
 def best_sentences(
-    question: str,
-    passages: Sequence[str],
-    *,
-    count: int = SENTENCES,
-    related: Iterable[str] = (),
+    question: str, passages: Sequence[str], *, count: int = SENTENCES, related: Iterable[str] = ()
 ) -> list[tuple[int, str]]:
     """The ``count`` best (passage position, sentence) sharing a term with ``question``: BM25 over
     the sentences (``related`` terms weigh less), discounted by position, one per passage."""
@@ -307,7 +303,7 @@ def _answer(
     if quotes:
         head = OFFLINE_NOTE
     elif documents:
-        head = f"None of the {len(documents)} retrieved passages has a whole sentence that shares a term with the question."
+        head = f"No whole sentence of the {counted(len(documents), 'retrieved passage')} shares a term with the question."
     else:
         head = "No passages were retrieved, so there is nothing to quote."
     return [f"{OFFLINE_LABEL} {head}", *shown, *quotes]

@@ -25,7 +25,7 @@ from rich.text import Text
 
 from rag_fusion_chain import models
 from rag_fusion_chain.fusion import FUSION_SCORE_KEY, RRF_K, SCORE_KEY, RankedList, document_id
-from rag_fusion_chain.validation import TERMINAL_ESCAPE
+from rag_fusion_chain.validation import TERMINAL_ESCAPE, counted
 
 output = Console(highlight=False)
 errors = Console(stderr=True, highlight=False)
@@ -227,7 +227,7 @@ def sources_table(
 ) -> Table:
     """The fused documents as the answer cites them, score explained; ``verbose`` adds where found."""
     union, count = fusion == "union", len(lists)  # fusion: rrf, union, or grouped (RRF apart)
-    lists_named = f"the {count} ranked list{'s' * (count != 1)}" if count else "the ranked lists"
+    lists_named = f"the {counted(count, 'ranked list')}" if count else "the ranked lists"
     lists_named += " (one per query and retriever)"
     found_in = f"found in: how many of {lists_named} returned the passage"
     rrf = f"RRF: reciprocal rank fusion, the sum of 1/({RRF_K} + rank) over {lists_named} holding the passage; rows in fused order"

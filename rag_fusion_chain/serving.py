@@ -28,7 +28,7 @@ from pydantic_core import core_schema
 from rag_fusion_chain import chains, data, ingest, models, strategies, validation
 from rag_fusion_chain.chains import K_SPEC, N_SPEC, TOP_N_SPEC
 from rag_fusion_chain.data import vectors
-from rag_fusion_chain.retrievers import index_directory, stores
+from rag_fusion_chain.retrievers import index_directory, signing, stores
 from rag_fusion_chain.retrievers.bm25 import BM25Retriever
 from rag_fusion_chain.retrievers.index_directory import OpenedIndex
 from rag_fusion_chain.validation import KIT_CACHE, Question, QuestionInput, require_extra
@@ -213,7 +213,7 @@ def open_source(
     seconds, store = time.perf_counter() - started, opened.settings.get("store")
     count = len(opened.bm25.documents)
     logger.info(
-        f"rag-fusion-chain: {source.describe()} ready ({count} documents, {store}) in {seconds:.1f} s"
+        f"rag-fusion-chain: {source.describe()} ready ({validation.counted(count, 'document')}, {store}) in {seconds:.1f} s"
     )
     return opened
 
@@ -240,11 +240,12 @@ def per_call_settings(strategy: str) -> list[ConfigurableFieldSpec]:
 
 
 class ServedChain(RunnableSerializable[QuestionInput, Any]):
-    """A strategy's chain over :meth:`IndexSource.from_environment`, built on first use; it adds
+    """A strategy's chain over ``source`` (default: the sample), built on first use; it adds
     no run to a trace (calls pass the caller's config on; LangServe's None is an unset setting)."""
 
     strategy: str
     return_sources: bool = False
+    source: IndexSource = IndexSource()
     _chain: Runnable[QuestionInput, Any] | None = PrivateAttr(default=None)
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
@@ -256,7 +257,7 @@ class ServedChain(RunnableSerializable[QuestionInput, Any]):
         """The built chain (opening the index the first time)."""
         with self._lock:
             if self._chain is None:
-                opened = open_source(IndexSource.from_environment())  # RAG_FUSION_EMBEDDING
+                opened = open_source(self.source)  # embeddings: RAG_FUSION_EMBEDDING
                 self._chain = chains.chain_for(
                     self.strategy,
                     [opened.bm25, opened.vectors],
@@ -296,11 +297,19 @@ def build_chain(
     chain: Runnable[QuestionInput, Any] | None = None,
 ) -> Runnable[QuestionInput, Any]:
     """The served chain of ``strategy``: ``{"question": str}`` or the question in, the answer (or
-    ``{"answer", "queries", "documents", "failures"}``) out; ``chain``: one built already."""
+    ``{"answer", "queries", "documents", "failures"}``) out; ``chain``: one built already, else one
+    over the environment's source, checked now (a template's import: the server's start-up)."""
     strategies.get(strategy)  # a ValueError naming the strategies for an unknown one
+    source = IndexSource.from_environment() if chain is None else IndexSource()
+    try:  # index.json read and verified as open_source will: once, not at every request
+        if source.index is not None:
+            settings = index_directory.read_settings(source.index)
+            signing.verify_signature(settings, source.index / index_directory.INDEX_FILE)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{INDEX_ENV}={source.index} cannot be served: {error}") from error
     # The name titles the schemas (LangServe keys its models by them); runs keep the strategy's.
     name = f"{strategy}-sources" if return_sources else strategy
-    served = ServedChain(strategy=strategy, return_sources=return_sources, name=name)
+    served = ServedChain(strategy=strategy, return_sources=return_sources, source=source, name=name)
     served._chain = chain
     input_type: Any = Union[Question, validation.QuestionText]  # noqa: UP007 (a runtime type for pydantic)
     return served.with_types(input_type=input_type, output_type=dict if return_sources else str)

@@ -81,10 +81,8 @@ class RequestLimits:
         """The body read (None for GET, HEAD, OPTIONS), or the refusal raised."""
         host = _host_name(request.headers.get("host", ""))
         if host not in self.allowed_hosts:
-            detail = (
-                f"the Host {host!r} is not served here (set {ALLOWED_HOSTS_ENV} or --allow-host)"
-            )
-            raise HTTPException(400, detail)
+            advice = f"set {ALLOWED_HOSTS_ENV} or --allow-host"
+            raise HTTPException(400, f"the Host {host!r} is not served here ({advice})")
         origin = request.headers.get("origin")
         if origin is not None and _host_name(urlsplit(origin).netloc) not in self.allowed_hosts:
             raise HTTPException(

@@ -104,6 +104,11 @@ def validate_count(name: str, value: int, upper: int | None = None) -> int:
     return value
 
 
+def counted(count: int, noun: str, plural: str = "") -> str:
+    """``count`` and ``noun`` agreeing: ``1 query``, ``2 queries`` (``plural``; default noun + s)."""
+    return f"{count} {noun if count == 1 else plural or noun + 's'}"
+
+
 _URL_CREDENTIALS = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/?#\s]*@")
 """A URL's ``user:password@`` (up to its last ``@`` before the path)."""
 

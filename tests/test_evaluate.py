@@ -170,7 +170,7 @@ def test_load_beir_names_judged_queries_without_text_and_warns_of_absent_documen
     queries = tiny_beir / "queries.jsonl"
     text = queries.read_text("utf-8")
     queries.write_text(text.replace("heat pumps for houses", " "), "utf-8")
-    with pytest.raises(ValueError, match=r"judges 1 queries .* without text .*\['q3'\]"):
+    with pytest.raises(ValueError, match=r"judges 1 query absent .* without text .*\['q3'\]"):
         load_beir(tiny_beir)
     queries.write_text(text, "utf-8")
     qrels = tiny_beir / "qrels" / "test.tsv"
@@ -379,6 +379,7 @@ def test_results_json_records_the_data_settings_and_p_values(tmp_path: Path) -> 
 
 def test_title_names_the_queries_limit() -> None:
     assert Summary("tiny", {}, query_count=3).title == "tiny (test, 3 queries)"
+    assert Summary("tiny", {}, query_count=1).title == "tiny (test, 1 query)"  # not "1 queries"
     limited = Summary("tiny", {}, split="dev", query_count=2, queries_limit=2)
     assert limited.title == "tiny (dev, 2 queries, --queries-limit 2)"
 
@@ -691,3 +692,29 @@ def test_per_query_scores_average_to_the_run_score() -> None:
     assert set(per_query) == set(HAND_QRELS) and per_query["q3"] == 0.0  # unanswered query
     mean = sum(per_query.values()) / len(per_query)
     assert mean == pytest.approx(evaluate_run(HAND_RUN, HAND_QRELS, ["ndcg@10"])["ndcg@10"])
+
+
+def test_numba_s_notice_of_ranx_s_own_uint64_cast_is_not_shown_but_others_are() -> None:
+    """The first ``rag-fusion eval`` on a machine printed ``warning: unsafe cast from uint64 to
+    int64. Precision may be lost.``: numba compiling ranx's ``prange`` loops (numba#7935), nothing
+    about the user's data. Reproduced here as numba emits it (compiling takes about 30 s)."""
+    import importlib
+    import warnings
+
+    from numba.core.errors import NumbaTypeSafetyWarning
+
+    from rag_fusion_chain.evaluate.metrics import eval_library
+
+    ranx_ndcg = importlib.import_module("ranx.metrics.ndcg").__file__
+
+    notice = "unsafe cast from uint64 to int64. Precision may be lost."
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        eval_library("ranx")
+        warnings.warn_explicit(notice, NumbaTypeSafetyWarning, ranx_ndcg, 72)
+        warnings.warn_explicit(notice, NumbaTypeSafetyWarning, "/home/me/mine.py", 3)
+        warnings.warn_explicit("another", NumbaTypeSafetyWarning, ranx_ndcg, 72)
+    assert [(str(each.message), each.filename) for each in shown] == [
+        (notice, "/home/me/mine.py"),
+        ("another", ranx_ndcg),
+    ]

@@ -297,7 +297,9 @@ def test_the_index_command_updates_and_takes_a_faiss_index_type(
     )
     assert updated.exit_code == 0, updated.output
     summary = " ".join(updated.stdout.split())  # wind.md deleted: its source counted as dropped
-    assert f"embedded {len(embeddings.embedded)} chunks, dropped 1 sources" in summary
+    assert (
+        f"embedded {len(embeddings.embedded)} chunks, dropped 1 source" in summary
+    )  # not "1 sources"
     assert 0 < len(embeddings.embedded) < read_settings(out)["chunks"]
     kept = runner.invoke(app, ["index", str(folder), "--out", str(out), "--update"])
     assert kept.exit_code == 0, kept.output

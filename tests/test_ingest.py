@@ -559,7 +559,8 @@ def test_index_command_skips_and_summarises_or_fails_when_strict(
     result = index_command(folder, "--out", tmp_path / "index", "--max-file-size", "0.001")
 
     assert result.exit_code == 0, result.output
-    assert "Indexed 1 source as" in result.stdout  # "1 files", also for URLs
+    assert "Indexed 1 source as 1 document, 1 chunk (" in result.stdout  # not "1 documents"
+    assert "embedded 1 chunk\n" in result.stdout  # not "1 chunks"
     assert "Skipped 5: " in result.stdout
     assert f"{folder.name}/latin1.txt (not UTF-8)" in result.stdout
     assert f"{folder.name}/big.txt (larger than the 1 kB limit)" in result.stdout
@@ -678,6 +679,8 @@ def test_a_beir_corpus_over_the_cap_is_refused(tmp_path: Path):
     with pytest.raises(ingest.UnreadableSourceError, match="larger than the 100 bytes limit"):
         ingest.load_file(path, max_file_size=100)
     assert len(ingest.load_file(path)) == 100
+    with pytest.raises(ingest.UnreadableSourceError, match="larger than the 1 byte limit"):
+        ingest.load_file(path, max_file_size=1)  # not "1 bytes"
 
 
 @pytest.mark.parametrize("size", [0, -1, 1.5, True])

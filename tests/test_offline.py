@@ -500,6 +500,8 @@ def test_extractive_answer_says_when_there_is_nothing_to_quote() -> None:
     assert empty.startswith(OFFLINE_LABEL) and "No passages" in empty
     unrelated = offline.extractive_answer(QUESTION, [CORPUS[4]])
     assert unrelated.startswith(OFFLINE_LABEL) and "shares a term" in unrelated
+    assert "of the 1 retrieved passage shares" in unrelated  # not "1 retrieved passages"
+    assert "of the 2 retrieved passages shares" in offline.extractive_answer(QUESTION, CORPUS[4:6])
 
 
 def test_hyde_and_rewrite_answers_show_what_was_searched(hits: list[Document]) -> None:

@@ -184,6 +184,24 @@ def test_no_byte_of_a_changed_block_of_index_faiss_reaches_faiss_s_reader(
     assert faiss.serialize_index(loaded.index).tobytes() == saved  # the round trip
 
 
+def test_a_written_file_gives_its_digest_and_a_file_written_in_blocks_their_record(
+    tmp_path: Path,
+) -> None:
+    # write_new_file returned Any: a digest (str), or with block_bytes a record (dict)
+    pieces = [b"abcdefg", b"hij"]
+    digest = signing.write_new_file(tmp_path / "whole", pieces)
+    assert isinstance(digest, str) and signing.has_digest(tmp_path / "whole", digest)
+    assert digest == "blake3:" + blake3.blake3(b"abcdefghij").hexdigest()
+    record = signing.write_new_blocks(tmp_path / "blocks", pieces, 4)
+    assert record["bytes"] == 10 and record["block_bytes"] == 4
+    assert record["blocks"] == [
+        "blake3:" + blake3.blake3(block).hexdigest() for block in (b"abcd", b"efgh", b"ij")
+    ]
+    with (tmp_path / "blocks").open("rb") as file:
+        reader = signing.CheckedBlocks(file, record, UntrustedIndexError("changed"))
+        assert b"".join(iter(lambda: reader.read(3), b"")) == b"abcdefghij"
+
+
 def test_index_faiss_replaced_while_faiss_reads_it_loads_the_signed_bytes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

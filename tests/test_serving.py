@@ -33,7 +33,7 @@ from typer.testing import CliRunner
 
 from rag_fusion_chain import data, ingest, models, offline, serving
 from rag_fusion_chain.data import vectors
-from rag_fusion_chain.retrievers.index_directory import build_index
+from rag_fusion_chain.retrievers.index_directory import INDEX_FILE, build_index
 from rag_fusion_chain.serving_limits import MAX_BATCH_ENV, MAX_BODY_BYTES_ENV
 from tests.fixtures_chroma import ChromaServer
 from tests.serving_fixtures import SAMPLE_DOCUMENTS, STUB_EMBEDDING, embedded_texts
@@ -231,6 +231,38 @@ def test_a_template_answers_from_the_index_named_by_RAG_FUSION_INDEX(
     assert result["answer"].startswith(offline.OFFLINE_LABEL)
     assert {document.metadata["note"] for document in result["documents"]} <= set(NOTES)
     assert result["documents"][0].metadata["note"] == "basalt"
+
+
+def test_a_template_over_a_wrong_RAG_FUSION_INDEX_stops_at_start_up(
+    serving_env: StubOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A template builds its chains when imported, as ``langchain serve`` starts: a path holding no
+    index (or an index not signed here) stops it there, naming the variable, the path and how to
+    build one; it used to start and answer every request with HTTP 500 and no message."""
+    build_index(note_documents(), tmp_path / "notes", embedding=STUB_EMBEDDING, chunk_size=None)
+    settings_path = tmp_path / "notes" / INDEX_FILE
+    unsigned = {**json.loads(settings_path.read_text("utf-8")), "signature": None}
+    (tmp_path / "copied").mkdir()
+    (tmp_path / "copied" / INDEX_FILE).write_text(json.dumps(unsigned), "utf-8")
+    for wrong, problem in (
+        (
+            tmp_path / "missing",
+            f"build one with build_index() or `rag-fusion index SOURCE... --out {tmp_path / 'missing'}`",
+        ),
+        (tmp_path, "no index in"),
+        (tmp_path / "copied", "is not signed"),
+    ):
+        monkeypatch.setenv(serving.INDEX_ENV, str(wrong))
+        with pytest.raises(ValueError) as raised:
+            serving.build_chain("rag-fusion")
+        assert str(raised.value).startswith(f"{serving.INDEX_ENV}={wrong} cannot be served: ")
+        assert problem in str(raised.value)
+    monkeypatch.setenv(serving.INDEX_ENV, str(tmp_path / "notes"))
+    assert serving.build_chain("rag-fusion").invoke("How do basalt columns form?")
+    monkeypatch.delenv(serving.INDEX_ENV)
+    monkeypatch.setenv(serving.CHROMA_URL_ENV, "localhost:8001")  # no scheme
+    with pytest.raises(ValueError, match=serving.CHROMA_URL_ENV):
+        serving.build_chain("rag-fusion")
 
 
 def test_a_template_answers_from_a_chroma_server(

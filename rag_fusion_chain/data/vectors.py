@@ -69,8 +69,7 @@ class PrecomputedEmbeddings(Embeddings):
     """``embeddings`` with the vectors of the ``known`` texts given in advance."""
 
     def __init__(self, embeddings: Embeddings, known: dict[str, Sequence[float]]) -> None:
-        self.embeddings = embeddings
-        self.known = known
+        self.embeddings, self.known = embeddings, known
         self.model_identity = models.embedding_identity(embeddings)
         self.embedding_precision = models.embedding_precision(embeddings)
 

@@ -12,6 +12,7 @@ from langchain_core.documents import Document
 
 from rag_fusion_chain.ingest.files import beir_documents
 from rag_fusion_chain.retrievers.signing import open_regular_file
+from rag_fusion_chain.validation import counted
 
 Qrels = dict[str, dict[str, int]]
 """Relevance judgements: ``{query_id: {document_id: relevance}}``."""
@@ -77,14 +78,15 @@ def load_beir(
     all_queries = {query.id: query.page_content for query in _documents(directory, "queries.jsonl")}
     if missing := [query_id for query_id in qrels if not all_queries.get(query_id, "").strip()]:
         raise ValueError(
-            f"qrels/{split}.tsv judges {len(missing)} queries absent from queries.jsonl or without text there, e.g. {missing[:3]}"
+            f"qrels/{split}.tsv judges {counted(len(missing), 'query', 'queries')} absent from queries.jsonl or without text there, e.g. {missing[:3]}"
         )
     query_ids = list(qrels)[:queries_limit] if queries_limit else list(qrels)
     corpus = _documents(directory, "corpus.jsonl")
     judged = {document for query_id in query_ids for document in qrels[query_id]}
     if absent := sorted(judged - {document.id for document in corpus}):  # ArguAna's qrels have one
-        absent_from = f"qrels/{split}.tsv: {len(absent)} judged documents absent from corpus.jsonl"
-        warnings.warn(f"{absent_from} (never retrieved), e.g. {absent[:3]}", stacklevel=2)
+        judged_absent = f"{counted(len(absent), 'judged document')} absent from corpus.jsonl"
+        message = f"qrels/{split}.tsv: {judged_absent} (never retrieved), e.g. {absent[:3]}"
+        warnings.warn(message, stacklevel=2)
     kept_queries = {query_id: all_queries[query_id] for query_id in query_ids}
     kept_qrels = {query_id: qrels[query_id] for query_id in query_ids}
     return BeirDataset(

@@ -29,6 +29,7 @@ from rag_fusion_chain.evaluate.setups import (
     summarize,
 )
 from rag_fusion_chain.fusion import document_id
+from rag_fusion_chain.validation import counted
 
 _EXAMPLE_NAMESPACE = uuid.UUID("6f1c0f3e-5a52-4d1e-9a57-3c1f5e0b7a10")
 
@@ -196,6 +197,6 @@ def _mean_scores(rows: list[Any], metrics: Sequence[str], count: int) -> dict[st
     short = {metric: len(values) for metric, values in scores.items() if len(values) != count}
     if short:
         raise RuntimeError(
-            f"of {count} examples, only {short} were scored; see the evaluator errors logged above"
+            f"of {counted(count, 'example')}, only {short} were scored; see the evaluator errors logged above"
         )
     return {metric: statistics.fmean(values) for metric, values in scores.items()}

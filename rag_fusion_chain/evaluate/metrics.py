@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 import statistics
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,8 @@ def eval_library(module: str) -> Any:
     set ``IR_DATASETS_HOME`` / ``MPLCONFIGDIR``: nothing new in ``~/.config`` or ``~``."""
     os.environ.setdefault("IR_DATASETS_HOME", str(KIT_CACHE / "ir_datasets"))
     os.environ.setdefault("MPLCONFIGDIR", str(KIT_CACHE / "matplotlib"))
+    # ranx's prange loops index with uint64: numba flags that harmless cast as it compiles them
+    warnings.filterwarnings("ignore", "unsafe cast from uint64", module=r".*[\\/]ranx[\\/]")
     return require_extra(module, "eval")
 
 
@@ -110,8 +113,7 @@ def compare_runs(
         raise ValueError(f"stat_test must be one of {STAT_TESTS}, got {stat_test!r}")
     if not runs:
         raise ValueError("runs must hold at least one named run")
-    names = list(runs)
-    baseline = names[0]
+    names, baseline = list(runs), next(iter(runs))
     if len(names) == 1:
         scores = {baseline: evaluate_run(runs[baseline], qrels, metrics)}
         return Comparison(scores, {baseline: {}}, baseline, stat_test, max_p)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rag_fusion_chain.evaluate.metrics import Comparison, eval_library
+from rag_fusion_chain.validation import counted
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ class Summary:
     def title(self) -> str:
         """``dataset (split, N queries)``, naming ``--queries-limit`` when the queries were cut."""
         parts = [self.split]
-        parts += [] if self.query_count is None else [f"{self.query_count} queries"]
+        parts += [] if self.query_count is None else [counted(self.query_count, "query", "queries")]
         parts += [] if self.queries_limit is None else [f"--queries-limit {self.queries_limit}"]
         return f"{self.dataset} ({', '.join(parts)})"
 
@@ -93,8 +94,7 @@ def marked_score(summary: Summary, setup: str, metric: str, digits: int = 3) -> 
 def write_plot(path: str | Path, summary: Summary) -> Path:
     """A bar chart, a group per setup and a labelled bar per metric, significant ones hatched."""
     Figure = eval_library("matplotlib.figure").Figure  # noqa: N806 (the class)
-    scores = summary.scores
-    setups = list(scores)
+    scores, setups = summary.scores, list(summary.scores)
     if not setups:
         raise ValueError("scores must hold at least one setup to plot")
     metrics = list(scores[setups[0]])

@@ -19,7 +19,7 @@ from langchain_core.documents import Document
 
 from rag_fusion_chain.ingest.html import HtmlLimitError, html_to_text
 from rag_fusion_chain.ingest.problems import NoTextError, UnreadableSourceError, display_name
-from rag_fusion_chain.validation import TERMINAL_ESCAPE, require_extra, validate_count
+from rag_fusion_chain.validation import TERMINAL_ESCAPE, counted, require_extra, validate_count
 
 DEFAULT_MAX_FILE_SIZE = 50_000_000
 """Bytes: larger files are skipped (reported), never read."""
@@ -189,7 +189,7 @@ def byte_size(count: int) -> str:
     for unit, size in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
         if count >= size:
             return f"{count / size:g} {unit}"
-    return f"{count} bytes"
+    return counted(count, "byte")
 
 
 def beir_documents(lines: Iterable[bytes], source: str) -> list[Document]:

@@ -26,9 +26,7 @@ from rag_fusion_chain.validation import validate_count
 def with_identity(document: Document) -> Document:
     """``document`` if it has an id, else a copy whose id is its content hash (so the keyword and
     the vector hit of one chunk carry the same id)."""
-    if document.id:
-        return document
-    return document.model_copy(update={"id": document_id(document)})
+    return document if document.id else document.model_copy(update={"id": document_id(document)})
 
 
 def scored_copy(document: Document, score: float) -> Document:
@@ -47,10 +45,7 @@ class BatchedRetriever(BaseRetriever):
     """Documents returned per query; override per call with ``invoke(query, k=...)``."""
 
     def _retrieve_many(
-        self,
-        queries: list[str],
-        k: int,
-        run_managers: Sequence[CallbackManagerForRetrieverRun],
+        self, queries: list[str], k: int, run_managers: Sequence[CallbackManagerForRetrieverRun]
     ) -> list[list[Document]]:
         """One ranked list per query: the one method subclasses implement."""
         raise NotImplementedError
@@ -74,11 +69,7 @@ class BatchedRetriever(BaseRetriever):
         return self._retrieve_many([query], self._resolve_k(k), [run_manager])[0]
 
     async def _aget_relevant_documents(
-        self,
-        query: str,
-        *,
-        run_manager: AsyncCallbackManagerForRetrieverRun,
-        k: int | None = None,
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, k: int | None = None
     ) -> list[Document]:
         return (await self._aretrieve_many([query], self._resolve_k(k), [run_manager]))[0]
 

@@ -9,7 +9,6 @@ import gc
 import itertools
 import json
 from collections.abc import Iterable, Iterator, MutableMapping, Sequence
-from operator import attrgetter
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -93,10 +92,7 @@ def document_columns(documents: Iterable[Document]) -> tuple[list[Any], list[Any
     if isinstance(documents, StoredDocuments):
         return documents.ids, documents.texts, documents.metadatas
     listed = list(documents)
-    ids, texts, metadatas = (
-        list(map(attrgetter(field), listed)) for field in ("id", "page_content", "metadata")
-    )
-    return ids, texts, metadatas
+    return [d.id for d in listed], [d.page_content for d in listed], [d.metadata for d in listed]
 
 
 def columns_json(documents: Iterable[Document], where: Path) -> tuple[bytes, ...]:

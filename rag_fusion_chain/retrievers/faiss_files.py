@@ -62,7 +62,7 @@ def save_faiss(store: FAISS, path: str | Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     docstore, columns = directory / DOCSTORE_FILE, _docstore_columns(store)
     files = {
-        INDEX_FILE: write_new_file(
+        INDEX_FILE: signing.write_new_blocks(
             directory / INDEX_FILE,
             lambda write: faiss.write_index(store.index, faiss.PyCallbackIOWriter(write)),  # type: ignore[attr-defined]
             signing.BLOCK_BYTES,

@@ -78,7 +78,7 @@ def recorded_digest(hashed: Any, rest: io.BufferedReader | None = None) -> str:
 
 class CheckedBlocks:
     """``read`` for FAISS's reader: ``file`` a block at a time, each handed on only once its digest
-    is the ``recorded`` one (:func:`write_new_file`'s blocks; older manifests: the whole file's)."""
+    is the ``recorded`` one (:func:`write_new_blocks`'s; older manifests: the whole file's)."""
 
     def __init__(self, file: io.BufferedReader, recorded: Any, refusal: Exception) -> None:
         size = os.fstat(file.fileno()).st_size
@@ -111,9 +111,14 @@ def has_digest(path: str | Path, recorded: str) -> bool:
         return recorded_digest(new_hash(recorded), file) == recorded
 
 
-def write_new_file(path: Path, content: FileContent, block_bytes: int = 0) -> Any:
-    """Write ``content`` (pieces, or what it emits) to a new file renamed ``path``; its digest, or
-    with ``block_bytes``, its size and the digest of each block in order (:class:`CheckedBlocks`)."""
+def write_new_file(path: Path, content: FileContent) -> str:
+    """Write ``content`` (pieces, or what it emits) to a new file renamed ``path``; its digest."""
+    return str(write_new_blocks(path, content)["blocks"][0])
+
+
+def write_new_blocks(path: Path, content: FileContent, block_bytes: int = 0) -> dict[str, Any]:
+    """:func:`write_new_file`, recording the size and the digest of each ``block_bytes`` block in
+    order (0: the whole file one block), as :class:`CheckedBlocks` checks them on reading."""
     hashes, size = [new_hash()], 0
     temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
     descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
@@ -139,9 +144,7 @@ def write_new_file(path: Path, content: FileContent, block_bytes: int = 0) -> An
         temporary.replace(path)
     finally:
         temporary.unlink(missing_ok=True)
-    blocks = list(map(recorded_digest, hashes))
-    record = {"bytes": size, "block_bytes": block_bytes, "blocks": blocks}
-    return record if block_bytes else blocks[0]
+    return {"bytes": size, "block_bytes": block_bytes, "blocks": list(map(recorded_digest, hashes))}
 
 
 def signing_key_file() -> Path:
