@@ -375,11 +375,11 @@ def _split(chain: Runnable[Any, Any], after: str) -> tuple[list[Any], list[Any],
     if not isinstance(bound, RunnableSequence):
         raise TypeError(f"chain must be a ready chain (a sequence of steps); got {chain!r:.40}")
     binding = chain if isinstance(chain, RunnableBinding) else RunnableBinding(bound=chain)
-    names = [step.get_name() for step in binding.bound.steps]
+    names = [step.get_name() for step in bound.steps]
     if after not in names:
         raise ValueError(f"after must name a step of the chain, one of {names}; got {after!r}")
     at = names.index(after) + 1
-    return binding.bound.steps[:at], binding.bound.steps[at:], binding
+    return bound.steps[:at], bound.steps[at:], binding
 
 
 @validate_call(config={"arbitrary_types_allowed": True})

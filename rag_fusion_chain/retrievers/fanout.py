@@ -224,7 +224,7 @@ class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]
                     each = each if each._expects_other_args else each.model_copy(update=keywords)
             call = each.abatch if asynchronous else each.batch
             if asynchronous and keywords and not _own_async(each):  # the fallback would refuse k
-                call = partial(run_in_executor, config, each.batch)  # as it would run, k given
+                call = partial(run_in_executor, config, each.batch)  # type: ignore[call-arg]
             calls.append(partial(call, queries, config, return_exceptions=True, **keywords))
         return calls
 
