@@ -371,14 +371,15 @@ def _model_steps(
 def _split(chain: Runnable[Any, Any], after: str) -> tuple[list[Any], list[Any], RunnableBinding]:
     """A ready chain's steps up to the one named ``after``, the rest, and the binding around them
     (the chain's name, tags, metadata and :class:`_SearchGuard`)."""
+    bound = chain.bound if isinstance(chain, RunnableBinding) else chain
+    if not isinstance(bound, RunnableSequence):
+        raise TypeError(f"chain must be a ready chain (a sequence of steps); got {chain!r:.40}")
     binding = chain if isinstance(chain, RunnableBinding) else RunnableBinding(bound=chain)
-    if not isinstance(binding.bound, RunnableSequence):
-        raise TypeError("chain must be a ready chain (a RunnableSequence of named steps)")
-    names = [step.get_name() for step in binding.bound.steps]
+    names = [step.get_name() for step in bound.steps]
     if after not in names:
         raise ValueError(f"after must name a step of the chain, one of {names}; got {after!r}")
     at = names.index(after) + 1
-    return binding.bound.steps[:at], binding.bound.steps[at:], binding
+    return bound.steps[:at], bound.steps[at:], binding
 
 
 @validate_call(config={"arbitrary_types_allowed": True})
@@ -484,7 +485,8 @@ def retrieval_chain(
 def with_step(chain: Runnable[Any, Any], step: Runnable[Any, Any], *, after: str) -> Runnable:
     """``chain`` (a ready chain) with ``step`` inserted after the step named ``after``, keeping
     its name, tags, metadata and types. ``step`` maps the state dict to the state dict, e.g. a
-    reranker ``RunnablePassthrough.assign(documents=lambda s: rerank(s))`` after ``"fuse"``."""
+    reranker ``RunnablePassthrough.assign(documents=lambda s: rerank(s))`` after ``"fuse"``; after
+    ``"answer"``, it maps the answer."""
     head, tail, binding = _split(chain, after)
     return binding.model_copy(update={"bound": RunnableSequence(*head, step, *tail)})
 

@@ -881,6 +881,8 @@ def test_a_flat_ready_chain_shows_its_steps_and_takes_a_step_inserted() -> None:
     assert inserted.config["run_name"] == "rag-fusion"
     with pytest.raises(ValueError, match="after must name a step"):
         chains.with_step(chain, keep_one, after="rerank")
+    with pytest.raises(TypeError, match="chain must be a ready chain .*; got <bound method"):
+        chains.with_step(chain.invoke, keep_one, after="fuse")  # type: ignore[arg-type]
 
 
 def test_a_step_after_generate_queries_may_edit_or_rebuild_the_searched_queries() -> None:

@@ -271,6 +271,22 @@ async def test_a_per_call_k_works_as_the_k_field_and_another_keyword_is_refused(
     assert sized.received_k == [2]
 
 
+async def test_a_sync_only_retriever_taking_k_gets_it_in_async_calls_too() -> None:
+    """LangChain's async fallback takes no keyword: ``ainvoke(..., k=2)`` over a retriever with
+    only a sync ``_get_relevant_documents(..., k)`` failed every call (a TypeError per query)."""
+    from rag_fusion_chain import chains
+
+    sized = SizedRetriever()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no failure warned about either
+        results = await MultiRetriever([sized]).ainvoke(["a", "b"], k=2)
+    assert contents(results) == [["a:0", "a:1"], ["b:0", "b:1"]]
+    chain = chains.chain_for("rag-fusion", [sized], None, return_sources=True)
+    output = await chain.ainvoke("heat pumps", {"configurable": {"k": 3}})
+    assert output["failures"] == [] and sized.received_k[:2] == [2, 2]
+    assert set(sized.received_k[2:]) == {3}
+
+
 # ---------------------------------------------------------------- errors
 
 

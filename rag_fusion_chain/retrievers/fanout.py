@@ -25,7 +25,7 @@ from langchain_core.runnables import (
     RunnableConfig,
     RunnableSerializable,
 )
-from langchain_core.runnables.config import ContextThreadPoolExecutor, patch_config
+from langchain_core.runnables.config import ContextThreadPoolExecutor, patch_config, run_in_executor
 from langchain_core.runnables.utils import gather_with_concurrency, get_unique_config_specs
 from langchain_core.vectorstores import VectorStoreRetriever
 from pydantic import BeforeValidator, ConfigDict, Field, ValidationInfo
@@ -166,14 +166,20 @@ def _unbound(retriever: Runnable[Any, Any]) -> Runnable[Any, Any]:
     return retriever
 
 
+def _own_async(retriever: Runnable[Any, Any]) -> bool:
+    """Whether ``retriever`` has its own ``_aget_relevant_documents``, not LangChain's fallback
+    (the sync method in a thread, which takes no keyword such as ``k``)."""
+    fallback = BaseRetriever._aget_relevant_documents
+    return getattr(type(_unbound(retriever)), "_aget_relevant_documents", fallback) is not fallback
+
+
 def _holds_a_thread(retriever: Runnable[Any, Any]) -> bool:
     """Whether ``retriever``'s async call may wait on a thread of the loop's executor: LangChain's
     sync fallback, a vector store's search, the kit's own (``_retrieve_many``); not a lambda's
     ``afunc`` or a retriever's own ``_aget_relevant_documents``, which await on the loop."""
-    retriever, fallback = _unbound(retriever), BaseRetriever._aget_relevant_documents
-    own = getattr(type(retriever), "_aget_relevant_documents", fallback) is not fallback
-    threaded = isinstance(retriever, VectorStoreRetriever) or hasattr(retriever, "_retrieve_many")
-    return threaded or not (own or hasattr(retriever, "afunc"))
+    unbound = _unbound(retriever)
+    threaded = isinstance(unbound, VectorStoreRetriever) or hasattr(unbound, "_retrieve_many")
+    return threaded or not (_own_async(unbound) or hasattr(unbound, "afunc"))
 
 
 class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]):
@@ -217,6 +223,8 @@ class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]
                 if isinstance(each, BaseRetriever) and "k" in type(each).model_fields:
                     each = each if each._expects_other_args else each.model_copy(update=keywords)
             call = each.abatch if asynchronous else each.batch
+            if asynchronous and keywords and not _own_async(each):  # the fallback would refuse k
+                call = partial(run_in_executor, config, each.batch)  # type: ignore[call-arg]
             calls.append(partial(call, queries, config, return_exceptions=True, **keywords))
         return calls
 
