@@ -1,0 +1,208 @@
+"""A LangChain user's habits over the kit's public API (lcuser33): their own community retrievers
+and vector stores, wrapped as LangChain wraps runnables (``with_config``, ``with_retry``,
+``configurable_fields``), batched with ``max_concurrency``, and served with LangServe's own
+``add_routes`` (in process, ``TestClient``: no socket).
+
+The tests marked ``xfail`` pin defects whose fix belongs to modules being restructured now
+(``chains``, ``retrievers/fanout``); each reason says what is wrong and where the fix goes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from langchain_core.callbacks import CallbackManagerForRetrieverRun
+from langchain_core.documents import Document
+from langchain_core.language_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage
+from langchain_core.retrievers import BaseRetriever
+from langchain_core.runnables import ConfigurableField, Runnable, RunnableLambda
+from langchain_core.vectorstores import InMemoryVectorStore
+
+from rag_fusion_chain import MultiRetriever, fusion, queries, rag_fusion_chain
+from tests.test_fanout import Probe
+from tests.test_interop import PASSAGES, WordEmbeddings, splits
+
+QUESTION = "How do heat pumps work in winter?"
+OWN_K = 3  # what the user's retrievers return unless asked for more
+
+
+def community_bm25() -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # langchain-community's sunset notice
+        from langchain_community.retrievers import BM25Retriever
+
+    return BM25Retriever.from_documents(splits(), k=OWN_K)
+
+
+def in_memory() -> BaseRetriever:
+    store = InMemoryVectorStore.from_documents(splits(), WordEmbeddings())
+    return store.as_retriever(search_kwargs={"k": OWN_K})
+
+
+def chat_model() -> GenericFakeChatModel:
+    """Streams its one reply word by word, every time it is asked (queries, then the answer)."""
+    reply = AIMessage("heat pump winter efficiency\nair source heat pumps cold")
+    return GenericFakeChatModel(messages=itertools.repeat(reply))
+
+
+def broken(query: str) -> list[Document]:
+    raise RuntimeError("index offline")
+
+
+@contextmanager
+def served(routes: dict[str, Runnable[Any, Any]]) -> Iterator[Any]:
+    """The routes on one FastAPI app with LangServe's ``add_routes``, as a user mounts them."""
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+    from langserve import add_routes
+
+    app = FastAPI()
+    for path, chain in routes.items():
+        add_routes(app, chain, path=path)
+    with TestClient(app, base_url="http://127.0.0.1:8000", raise_server_exceptions=False) as http:
+        yield http
+
+
+# ---------------------------------------------------------------- LangServe
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="retrievers/fanout.py: RetrievalFailure.exception is a dataclass field holding the "
+    "exception, which LangServe's orjson serializer cannot write: /invoke and /batch answer 500 "
+    "and /stream ends in an error event exactly when a retriever failed. Fix: keep the exception "
+    "out of the serialized fields (e.g. slots=True with a private '_exception' field and an "
+    "'exception' property; orjson skips underscore fields of a slotted dataclass)",
+)
+def test_a_served_sources_chain_still_answers_when_a_retriever_fails() -> None:
+    failing = RunnableLambda(broken, name="broken")
+    chain = rag_fusion_chain([community_bm25(), failing], chat_model(), n=2, return_sources=True)
+    with served({"/sources": chain}) as http, warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "retriever 'broken' failed ..."
+        response = http.post("/sources/invoke", json={"input": {"question": QUESTION}})
+        streamed = http.post("/sources/stream", json={"input": {"question": QUESTION}}).text
+    assert response.status_code == 200
+    output = response.json()["output"]
+    assert output["documents"] and {failure["source"] for failure in output["failures"]} == {
+        "broken"
+    }
+    assert "event: error" not in streamed and "event: end" in streamed
+
+
+@pytest.mark.parametrize("endpoint", ["stream_log", "stream_events"])
+@pytest.mark.xfail(
+    strict=True,
+    reason="chains.py: the state generate_queries hands on holds `first`, a _Begun (the "
+    "question's search, a Future or Task), which LangServe cannot serialize: the playground's "
+    "/stream_log and /stream_events end in a 500 error event after the query step. Fix: make "
+    "_Begun a pydantic BaseModel with the search in a PrivateAttr (LangServe dumps it as {}), or "
+    "carry the search outside the state",
+)
+def test_the_playgrounds_streams_of_a_served_chain_end_without_an_error(endpoint: str) -> None:
+    chain = rag_fusion_chain([community_bm25(), in_memory()], chat_model(), n=2)
+    with served({"/rag-fusion": chain}) as http:
+        response = http.post(f"/rag-fusion/{endpoint}", json={"input": {"question": QUESTION}})
+    assert response.status_code == 200
+    assert "event: error" not in response.text and "event: end" in response.text
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="chains.py: every ready chain is named 'RunnableSequence' (get_name() of the binding's "
+    "sequence), so its schemas are RunnableSequenceInput/Output whatever it returns; LangServe "
+    "keys its models by that name, so of two chains on one app the second validates its output "
+    "against the first's model and answers 500. Fix: name the sequence after the strategy, with "
+    "'-sources' for return_sources (serving.build_chain already does this for what it serves)",
+)
+def test_two_ready_chains_served_side_by_side_each_answer() -> None:
+    parts = [community_bm25(), in_memory()]
+    answer = rag_fusion_chain(parts, chat_model(), n=2)
+    sources = rag_fusion_chain(parts, chat_model(), n=2, return_sources=True)
+    with served({"/answer": answer, "/sources": sources}) as http:
+        answered = http.post("/answer/invoke", json={"input": {"question": QUESTION}})
+        sourced = http.post("/sources/invoke", json={"input": {"question": QUESTION}})
+    assert answered.status_code == 200 and isinstance(answered.json()["output"], str)
+    assert sourced.status_code == 200 and sourced.json()["output"]["documents"]
+
+
+# ---------------------------------------------------------------- max_concurrency
+
+
+class ProbedRetriever(BaseRetriever):
+    """Returns the query as a document, slowly enough for overlapping calls to be seen."""
+
+    probe: Any
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun
+    ) -> list[Document]:
+        with self.probe:
+            time.sleep(0.02)  # widens the window in which a second call would overlap
+        return [Document(query)]
+
+
+QUESTIONS = [QUESTION, "solar electricity at night", "underground heat"]
+
+
+@pytest.mark.parametrize("call", ["batch", "abatch"])
+@pytest.mark.xfail(
+    strict=True,
+    reason="chains.py: generate_queries begins the question's search in the background for "
+    "every input of a batch at once (in_background / ensure_future), outside max_concurrency; "
+    "with max_concurrency=1 three searches ran at once. Fix: with max_concurrency set, do not "
+    "begin it beside the query step (first=None: searched in retrieve's one batch), which also "
+    "makes retrieve's wait for it unnecessary",
+)
+def test_max_concurrency_one_runs_one_retriever_call_at_a_time_as_plain_lcel(call: str) -> None:
+    config = {"max_concurrency": 1}
+    plain_probe, chain_probe = Probe(), Probe()
+    plain = queries.rag_fusion(chat_model(), n=2) | ProbedRetriever(probe=plain_probe).map()
+    chain = rag_fusion_chain(
+        [ProbedRetriever(probe=chain_probe), ProbedRetriever(probe=chain_probe)], chat_model(), n=2
+    )
+    for runnable in (plain | fusion.reciprocal_rank_fusion, chain):
+        if call == "batch":
+            runnable.batch(QUESTIONS, config)
+        else:
+            asyncio.run(runnable.abatch(QUESTIONS, config))
+    assert plain_probe.peak == 1
+    assert chain_probe.peak == 1
+
+
+# ---------------------------------------------------------------- k through LangChain's wrappers
+
+
+WRAPPED = {
+    "bm25.with_config": lambda: community_bm25().with_config(run_name="keywords"),
+    "in_memory.with_retry": lambda: in_memory().with_retry(stop_after_attempt=2),
+    "bm25.configurable_fields": lambda: community_bm25().configurable_fields(
+        k=ConfigurableField(id="bm25_k")
+    ),
+}
+
+
+@pytest.mark.parametrize("wrapped", WRAPPED)
+@pytest.mark.xfail(
+    strict=True,
+    reason="retrievers/fanout.py: k is silently lost for a wrapped retriever (no error, no "
+    "warning; the list stays at the retriever's own k): _unbound unwraps RunnableBinding but not "
+    "RunnableRetry (a RunnableBindingBase), the k field of a BM25Retriever that takes no keyword "
+    "is set only when unwrapped, and a configurable_fields retriever (DynamicRunnable) is not "
+    "looked into. Fix: unwrap RunnableBindingBase and DynamicRunnable's default, set k on the "
+    "innermost retriever and rewrap (binding.model_copy(update={'bound': ...}))",
+)
+def test_k_reaches_a_retriever_wrapped_as_langchain_wraps_runnables(wrapped: str) -> None:
+    asked = len(PASSAGES) - 2  # more than the retriever's own k, fewer than the passages
+    assert asked > OWN_K
+    (unwrapped,) = MultiRetriever([community_bm25()]).invoke([QUESTION], k=asked)
+    assert len(unwrapped) == asked
+    (found,) = MultiRetriever([WRAPPED[wrapped]()]).invoke([QUESTION], k=asked)
+    assert len(found) == asked
