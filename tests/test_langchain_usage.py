@@ -63,7 +63,9 @@ def served(routes: dict[str, Runnable[Any, Any]]) -> Iterator[Any]:
     from fastapi import FastAPI
     from fastapi.testclient import TestClient
     from langserve import add_routes
+    from sse_starlette.sse import AppStatus
 
+    AppStatus.should_exit_event = None  # sse-starlette keeps it from an earlier client's loop
     app = FastAPI()
     for path, chain in routes.items():
         add_routes(app, chain, path=path)
