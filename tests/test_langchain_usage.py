@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import threading
 import time
 import warnings
 from collections.abc import Iterator
@@ -136,36 +137,64 @@ def test_two_ready_chains_served_side_by_side_each_answer() -> None:
 # ---------------------------------------------------------------- max_concurrency
 
 
+QUESTIONS = [QUESTION, "solar electricity at night", "underground heat"]
+
+
+class Searches:
+    """The questions whose search has begun, so that a model can wait for its question's: then
+    a search begun beside the query step is surely running when the queries come."""
+
+    def __init__(self) -> None:
+        self.begun: set[str] = set()
+        self.changed = threading.Condition()
+
+    def begin(self, query: str) -> None:
+        with self.changed:
+            self.begun.add(query)
+            self.changed.notify_all()
+
+    def model(self) -> Runnable[Any, AIMessage]:
+        """Writes two queries once the prompt's question is being searched (or after 0.3 s)."""
+
+        def reply(prompt: Any) -> AIMessage:
+            text = prompt.to_string()
+            with self.changed:
+                self.changed.wait_for(lambda: any(q in text for q in self.begun), timeout=0.3)
+            return AIMessage("heat pump winter efficiency\nair source heat pumps cold")
+
+        return RunnableLambda(reply)
+
+
 class ProbedRetriever(BaseRetriever):
-    """Returns the query as a document, slowly enough for overlapping calls to be seen."""
+    """Returns the query as a document; a question's search is slow, so that a second search
+    begun meanwhile overlaps it (the ``probe`` counts overlapping calls)."""
 
     probe: Any
+    searches: Any = None
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun
     ) -> list[Document]:
         with self.probe:
-            time.sleep(0.02)  # widens the window in which a second call would overlap
+            if self.searches is not None and query in QUESTIONS:
+                self.searches.begin(query)
+                time.sleep(0.2)  # the window in which another question's search would overlap
         return [Document(query)]
-
-
-QUESTIONS = [QUESTION, "solar electricity at night", "underground heat"]
 
 
 @pending("chains.py")
 @pytest.mark.parametrize("call", ["batch", "abatch"])
 def test_max_concurrency_one_runs_one_retriever_call_at_a_time_as_plain_lcel(call: str) -> None:
     """``generate_queries`` began the question's search in the background (``in_background`` /
-    ``ensure_future``) for every input of a batch, outside ``max_concurrency``: with 1, three
-    searches ran at once where ``generator | retriever.map() | fusion`` runs one. Fix: with
-    ``max_concurrency`` set, no search begun beside the query step (``first`` None: the question
-    is searched in retrieve's one batch)."""
+    ``ensure_future``) for every input of a batch, outside ``max_concurrency``: with 1, the
+    questions' searches overlapped where ``generator | retriever.map() | fusion`` runs one call
+    at a time. Fix: with ``max_concurrency`` set, no search begun beside the query step
+    (``first`` None: the question is searched in retrieve's one batch)."""
     config = {"max_concurrency": 1}
-    plain_probe, chain_probe = Probe(), Probe()
+    plain_probe, chain_probe, searches = Probe(), Probe(), Searches()
     plain = queries.rag_fusion(chat_model(), n=2) | ProbedRetriever(probe=plain_probe).map()
-    chain = rag_fusion_chain(
-        [ProbedRetriever(probe=chain_probe), ProbedRetriever(probe=chain_probe)], chat_model(), n=2
-    )
+    retriever = ProbedRetriever(probe=chain_probe, searches=searches)
+    chain = rag_fusion_chain(retriever, searches.model(), n=2)
     for runnable in (plain | fusion.reciprocal_rank_fusion, chain):
         if call == "batch":
             runnable.batch(QUESTIONS, config)
