@@ -541,6 +541,17 @@ def test_a_fusion_retriever_from_llm_names_its_query_step_too() -> None:
     assert [child.name for child in root.child_runs] == ["generate_queries", "retrieve", "fuse"]
 
 
+def test_a_fusion_retriever_from_llm_traces_one_generate_queries_run_as_a_ready_chain() -> None:
+    """lcuser33: the model's query step inside ``generate_queries`` was named ``generate_queries``
+    too, so a LangSmith filter on that name found two runs per call (a ready chain names it
+    ``queries``); the step itself, used alone, keeps its name."""
+    collector, llm = RunCollector(), FakeListChatModel(responses=["b\nc"])
+    FusionRetriever.from_llm([TagRetriever(tag="a")], llm).invoke("q", {"callbacks": [collector]})
+    names = [run.name for run in walk(collector.roots[0])]
+    assert names.count("generate_queries") == 1 and names.count("queries") == 1
+    assert queries.rag_fusion(llm).get_name() == "generate_queries"
+
+
 @pytest.mark.parametrize("strategy", ["rag-fusion", "multi-query"])
 def test_a_fusion_retriever_from_llm_publishes_and_honours_n(strategy: str) -> None:
     """DESIGN: n / k are configurable fields of FusionRetriever, shown in config_schema();

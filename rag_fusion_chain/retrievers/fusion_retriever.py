@@ -91,7 +91,8 @@ class FusionRetriever(BaseRetriever):
             raise ValueError(f"strategy must be one of {', '.join(_FUSED_FLAT)}; got {strategy!r}")
         factory = getattr(queries, strategy.replace("-", "_"))
         generator = factory(llm) if n is None else factory(llm, n=n)  # hyde(): no n, a TypeError
-        if include_original:
+        if include_original:  # the model's step inside generate_queries, named as in a chain
+            generator.name = "queries"
             both = RunnableParallel(question=RunnablePassthrough(), queries=generator)
             generator = (both | _question_first).with_config(run_name="generate_queries")
         return cls(retrievers=retrievers, query_generator=generator, **fields)
@@ -106,8 +107,7 @@ class FusionRetriever(BaseRetriever):
     def invoke(
         self, input: QuestionInput, config: RunnableConfig | None = None, **kwargs: Any
     ) -> list[Document]:
-        # BaseRetriever hands its run only a run manager: the config goes on as run_config
-        question = question_of(input)  # a str or {"question": str}, as the ready chains take
+        question = question_of(input)  # as a chain takes; the run gets its config as run_config
         return super().invoke(question, config, run_config=ensure_config(config), **kwargs)
 
     async def ainvoke(
