@@ -136,10 +136,12 @@ def _unsearched(state: State) -> tuple[State, Any, list[str]]:
     return state, begun.search, [text for text in searched if text != state["question"]]
 
 
-class _Begun:
-    """The question's search, begun beside the query step: a deep copy of the state shares it."""
+class _Begun(dict):  # type: ignore[type-arg]
+    """The question's search, begun beside the query step: a deep copy of the state shares it;
+    serialised (LangServe's stream_log, a trace) as an empty dict, the search not being data."""
 
     def __init__(self, search: Any) -> None:
+        super().__init__()
         self.search = search  # a Future, a Task, or offline the results
 
     def __deepcopy__(self, memo: dict[int, Any]) -> _Begun:  # astream_log copies every output
@@ -216,8 +218,9 @@ class _Steps:
         question, k = question_of(value), configured_count(config, "k", None)  # None: as built
         if self.query_step is None:
             return self._offline(question, self.fan_out.invoke(question, config, k), config)
-        searching = self.search_question  # then first is a Future of the question's search
-        first = in_background(self.fan_out.invoke, question, config, k) if searching else None
+        searching = self.search_question  # then first is a Future of the question's search, or
+        begin = searching and config.get("max_concurrency") is None  # with the queries, bounded
+        first = in_background(self.fan_out.invoke, question, config, k) if begin else None
         state = _queried(self.record, question, self.query_step.invoke(question, config), searching)
         return {**state, "first": None if first is None or first.cancel() else _Begun(first)}
 
@@ -227,7 +230,8 @@ class _Steps:
         if self.query_step is None:
             return self._offline(question, await fan_out(question), config)
         searching = self.search_question
-        first = asyncio.ensure_future(fan_out(question)) if searching else None
+        begin = searching and config.get("max_concurrency") is None
+        first = asyncio.ensure_future(fan_out(question)) if begin else None
         try:
             generated = await self.query_step.ainvoke(question, config)
         except BaseException:  # cancelled (a timeout, a client gone): the search ends too
@@ -248,18 +252,14 @@ class _Steps:
 
     def retrieve(self, state: State, config: RunnableConfig) -> State:
         """``retrieve``: search what the query step did not, all at once (each retriever's batch),
-        while the question's search ends; with ``max_concurrency`` set, after it."""
+        while the question's search ends (with ``max_concurrency`` set, not begun: searched here)."""
         state, first, queries = _unsearched(state)
-        if isinstance(first, Future) and config.get("max_concurrency") is not None:
-            first = first.result()
         k = configured_count(config, "k", None)
         found = self.fan_out.invoke(queries, config, k) if queries else RetrievalResults()
         return _retrieved(state, first.result() if isinstance(first, Future) else first, found)
 
     async def aretrieve(self, state: State, config: RunnableConfig) -> State:
         state, first, queries = _unsearched(state)
-        if isinstance(first, asyncio.Future) and config.get("max_concurrency") is not None:
-            first = await first
         k, nothing = configured_count(config, "k", None), RetrievalResults()
         rest = self.fan_out.ainvoke(queries, config, k) if queries else asyncio.sleep(0, nothing)
         begun = first if isinstance(first, asyncio.Future) else asyncio.sleep(0, first)
@@ -457,7 +457,7 @@ def chain_for(
     metadata |= {"top_n": chosen_fusion.top_n, **shown_mode}
     tags = [record.name, "offline"] if llm is None else [record.name]
     return RunnableBinding(
-        bound=RunnableSequence(*steps),
+        bound=RunnableSequence(*steps, name=record.name + "-sources" * return_sources),  # titles
         config={"run_name": record.name, "tags": tags, "metadata": metadata},
         config_factories=[partial(_call_config, [K_SPEC, TOP_N_SPEC, *counted])],
         custom_output_type=dict if return_sources else str,
@@ -479,7 +479,8 @@ def retrieval_chain(
     if answer_options := sorted(options.keys() & {"prompt", "synthesis_prompt", "return_sources"}):
         raise TypeError(f"retrieval_chain stops before the answer: {answer_options} do not apply")
     steps, _, ready = _split(chain_for(strategy, retrievers, llm, **options), "format_context")
-    return ready.model_copy(update={"bound": RunnableSequence(*steps), "custom_output_type": State})
+    bound: Runnable[Any, Any] = RunnableSequence(*steps, name=f"{ready.bound.name}-retrieval")
+    return ready.model_copy(update={"bound": bound, "custom_output_type": State})
 
 
 def with_step(chain: Runnable[Any, Any], step: Runnable[Any, Any], *, after: str) -> Runnable:
@@ -488,7 +489,8 @@ def with_step(chain: Runnable[Any, Any], step: Runnable[Any, Any], *, after: str
     reranker ``RunnablePassthrough.assign(documents=lambda s: rerank(s))`` after ``"fuse"``; after
     ``"answer"``, it maps the answer."""
     head, tail, binding = _split(chain, after)
-    return binding.model_copy(update={"bound": RunnableSequence(*head, step, *tail)})
+    named: Runnable[Any, Any] = RunnableSequence(*head, step, *tail, name=binding.bound.name)
+    return binding.model_copy(update={"bound": named})
 
 
 def _named(strategy: str) -> partial[Runnable[Any, Any]]:

@@ -1,11 +1,8 @@
 """A LangChain user's habits over the kit's public API (lcuser33): their own community retrievers
 and vector stores, wrapped as LangChain wraps runnables (``with_config``, ``with_retry``,
 ``configurable_fields``), batched with ``max_concurrency``, and served with LangServe's own
-``add_routes`` (in process, ``TestClient``: no socket).
-
-The tests marked :func:`pending` pin defects whose fix belongs to modules being restructured now
-(``chains``, ``retrievers/fanout``); each docstring says what is wrong and how it was fixed in a
-trial copy, where the test passed.
+``add_routes`` (in process, ``TestClient``: no socket). Each test's docstring says the defect it
+pinned before the fix.
 """
 
 from __future__ import annotations
@@ -59,11 +56,6 @@ def broken(query: str) -> list[Document]:
     raise RuntimeError("index offline")
 
 
-def pending(module: str) -> pytest.MarkDecorator:
-    """Strict xfail until the fix in ``module`` lands: the fix turns the test green or the run red."""
-    return pytest.mark.xfail(strict=True, reason=f"a defect in {module}: see the docstring")
-
-
 @contextmanager
 def served(routes: dict[str, Runnable[Any, Any]]) -> Iterator[Any]:
     """The routes on one FastAPI app with LangServe's ``add_routes``, as a user mounts them."""
@@ -83,7 +75,6 @@ def served(routes: dict[str, Runnable[Any, Any]]) -> Iterator[Any]:
 # ---------------------------------------------------------------- LangServe
 
 
-@pending("retrievers/fanout.py")
 def test_a_served_sources_chain_still_answers_when_a_retriever_fails() -> None:
     """``RetrievalFailure.exception`` is a dataclass field holding the exception, which LangServe's
     orjson serializer cannot write: ``/invoke`` and ``/batch`` answered 500 and ``/stream`` ended
@@ -102,7 +93,6 @@ def test_a_served_sources_chain_still_answers_when_a_retriever_fails() -> None:
     assert "event: error" not in streamed and "event: end" in streamed
 
 
-@pending("chains.py")
 @pytest.mark.parametrize("endpoint", ["stream_log", "stream_events"])
 def test_the_playgrounds_streams_of_a_served_chain_end_without_an_error(endpoint: str) -> None:
     """The state ``generate_queries`` hands on holds ``first``, a ``_Begun`` (the question's
@@ -117,7 +107,6 @@ def test_the_playgrounds_streams_of_a_served_chain_end_without_an_error(endpoint
     assert "event: error" not in response.text and "event: end" in response.text
 
 
-@pending("chains.py")
 def test_two_ready_chains_served_side_by_side_each_answer() -> None:
     """Every ready chain is named ``RunnableSequence`` (its binding's sequence), so its schemas are
     ``RunnableSequenceInput`` / ``Output`` whatever it returns; LangServe keys its models by that
@@ -182,7 +171,6 @@ class ProbedRetriever(BaseRetriever):
         return [Document(query)]
 
 
-@pending("chains.py")
 @pytest.mark.parametrize("call", ["batch", "abatch"])
 def test_max_concurrency_one_runs_one_retriever_call_at_a_time_as_plain_lcel(call: str) -> None:
     """``generate_queries`` began the question's search in the background (``in_background`` /
@@ -216,7 +204,6 @@ WRAPPED = {
 }
 
 
-@pending("retrievers/fanout.py")
 @pytest.mark.parametrize("wrapped", WRAPPED)
 def test_k_reaches_a_retriever_wrapped_as_langchain_wraps_runnables(wrapped: str) -> None:
     """``k`` was silently lost for a wrapped retriever (no error, no warning: the list stayed at
@@ -233,7 +220,6 @@ def test_k_reaches_a_retriever_wrapped_as_langchain_wraps_runnables(wrapped: str
     assert len(found) == asked
 
 
-@pending("retrievers/fanout.py")
 def test_a_configurable_retriever_is_named_after_the_retriever_it_configures() -> None:
     """A ranked list's (and a failure's) source is ``get_name()``, which for a
     ``configurable_fields`` / ``configurable_alternatives`` retriever is LangChain's wrapper

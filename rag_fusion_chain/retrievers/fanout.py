@@ -21,11 +21,12 @@ from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import (
     ConfigurableFieldSpec,
     Runnable,
-    RunnableBinding,
     RunnableConfig,
     RunnableSerializable,
 )
+from langchain_core.runnables.base import RunnableBindingBase
 from langchain_core.runnables.config import ContextThreadPoolExecutor, patch_config, run_in_executor
+from langchain_core.runnables.configurable import DynamicRunnable
 from langchain_core.runnables.utils import gather_with_concurrency, get_unique_config_specs
 from langchain_core.vectorstores import VectorStoreRetriever
 from pydantic import BeforeValidator, ConfigDict, Field, ValidationInfo
@@ -48,7 +49,11 @@ class RetrievalFailure:
     source: str
     query: str
     error: str
-    exception: BaseException | None = field(default=None, compare=False, repr=False)
+    _exception: BaseException | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def exception(self) -> BaseException | None:  # not a field: JSON (LangServe's) leaves it out
+        return self._exception
 
 
 class RetrievalResults(list):  # type: ignore[type-arg]
@@ -161,9 +166,25 @@ def _checked_weights(weights: Any, given: ValidationInfo) -> Any:
 
 
 def _unbound(retriever: Runnable[Any, Any]) -> Runnable[Any, Any]:
-    while isinstance(retriever, RunnableBinding):
-        retriever = retriever.bound
+    """The runnable under ``with_config`` / ``with_retry`` / ``configurable_fields`` (its default)."""
+    while isinstance(retriever, RunnableBindingBase | DynamicRunnable):
+        is_binding = isinstance(retriever, RunnableBindingBase)
+        retriever = retriever.bound if is_binding else retriever.default  # type: ignore[union-attr]
     return retriever
+
+
+def _asked(retriever: Runnable[Any, Any], k: int) -> tuple[Runnable[Any, Any], dict[str, int]]:
+    """``retriever`` and the keywords asking it for ``k`` documents: ``k`` to a BaseRetriever
+    (under any wrapper), set as its ``k`` field too when it reads no keyword (a copy, rewrapped)."""
+    if isinstance(retriever, RunnableBindingBase | DynamicRunnable):
+        part = "bound" if isinstance(retriever, RunnableBindingBase) else "default"
+        inner, keywords = _asked(getattr(retriever, part), k)
+        return retriever.model_copy(update={part: inner}), keywords
+    if not isinstance(retriever, BaseRetriever):
+        return retriever, {}  # another Runnable may not take it at all: its lists are cut to k
+    if "k" in type(retriever).model_fields and not retriever._expects_other_args:
+        retriever = retriever.model_copy(update={"k": k})
+    return retriever, {"k": k}
 
 
 def _own_async(retriever: Runnable[Any, Any]) -> bool:
@@ -217,11 +238,7 @@ class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]
             config = patch_config(config, max_concurrency=max(1, limit // len(self.retrievers)))
         calls = []
         for each in self.retrievers:
-            keywords: dict[str, int] = {}  # k: to a BaseRetriever (a Runnable may not take it)
-            if self.k is not None and isinstance(_unbound(each), BaseRetriever):
-                keywords = {"k": self.k}  # as a keyword, and as its k field if it reads no keywords
-                if isinstance(each, BaseRetriever) and "k" in type(each).model_fields:
-                    each = each if each._expects_other_args else each.model_copy(update=keywords)
+            each, keywords = (each, {}) if self.k is None else _asked(each, self.k)
             call = each.abatch if asynchronous else each.batch
             if asynchronous and keywords and not _own_async(each):  # the fallback would refuse k
                 call = partial(run_in_executor, config, each.batch)  # type: ignore[call-arg]
@@ -230,7 +247,10 @@ class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]
 
     def _collect(self, queries: list[str], outcomes: list[Any]) -> RetrievalResults:
         """Ranked lists query-major, then retriever; failures recorded, warned about or raised."""
-        names = [retriever.get_name() for retriever in self.retrievers]
+        names = [  # a configurable retriever by its default's name
+            (each.default if isinstance(each, DynamicRunnable) else each).get_name()
+            for each in self.retrievers
+        ]
         sources = [
             f"{name}[{at}]" if names.count(name) > 1 else name for at, name in enumerate(names)
         ]
