@@ -247,10 +247,7 @@ class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]
 
     def _collect(self, queries: list[str], outcomes: list[Any]) -> RetrievalResults:
         """Ranked lists query-major, then retriever; failures recorded, warned about or raised."""
-        names = [  # a configurable retriever by its default's name
-            (each.default if isinstance(each, DynamicRunnable) else each).get_name()
-            for each in self.retrievers
-        ]
+        names = [_unbound(each).get_name() for each in self.retrievers]  # configurable: default's
         sources = [
             f"{name}[{at}]" if names.count(name) > 1 else name for at, name in enumerate(names)
         ]
