@@ -159,7 +159,7 @@ def index(
         bool | None, typer.Option("--deny-private/--allow-private", help=_HELP["deny_private"])
     ] = None,
 ) -> None:
-    """Load, split and embed SOURCES into a vector store, with a BM25 index beside it.
+    """Load, split and embed SOURCES. A BM25 index is kept beside the vectors.
 
     Files and URLs that cannot be read are skipped and listed at the end.
     """
@@ -241,7 +241,7 @@ def search(
             print_sources(result, retrieved.lists, fusion=fusion, verbose=verbose)
 
 
-app.command("ask", help="Answer QUESTION: the queries, the fused sources, then the answer.")(search)
+app.command("ask", help="Answer QUESTION: queries, fused sources, then the answer.")(search)
 app.command("retrieve", help="Retrieve for QUESTION: the queries and the fused sources.")(search)
 
 
@@ -273,7 +273,7 @@ def demo(
     strategy: StrategyOption = "rag-fusion",
     rebuild: Annotated[bool, typer.Option("--rebuild", help=_HELP["rebuild"])] = False,
 ) -> None:
-    """Answer a question offline over the bundled SciFact sample, hybrid search."""
+    """Answer a question offline over the bundled SciFact sample. Hybrid search, no model."""
     with reported_errors():
         _check(question, strategy)
         if rebuild and index_directory is None:
@@ -303,7 +303,7 @@ def serve(
     trust_index: TrustOption = False,
     allow_host: Annotated[list[str] | None, typer.Option(help=_HELP["allow_host"])] = None,
 ) -> None:
-    """Serve the strategy's chain with LangServe on 127.0.0.1 (/STRATEGY and /STRATEGY/sources)."""
+    """Serve the strategy's chain with LangServe. On 127.0.0.1: /STRATEGY and /STRATEGY/sources."""
     with reported_errors():
         source = serving.IndexSource.from_environment(
             index=index_directory, chroma_url=chroma_url, chroma_collection=chroma_collection
@@ -356,7 +356,7 @@ def eval_dataset(
     n: StrategyCountOption = None,
     langsmith: Annotated[bool, typer.Option("--langsmith", help=_HELP["langsmith"])] = False,
 ) -> None:
-    """Evaluate retrieval setups on a BEIR dataset: nDCG@10, Recall@100, MRR@10, MAP (ranx)."""
+    """Evaluate retrieval setups on a BEIR dataset. nDCG@10, Recall@100, MRR@10, MAP (ranx)."""
     with reported_errors():
         from rag_fusion_chain import evaluate  # the eval extra, imported only by `eval`
 

@@ -630,6 +630,12 @@ def test_help_texts_say_what_each_command_does_with_embeddings() -> None:
     assert f"Default:{DEFAULT_CACHE_DIR}." in "".join(invoke("eval", "--help").stdout.split())
 
 
+def test_the_command_list_shows_each_commands_summary_whole() -> None:
+    """Click cuts a command's first sentence to fit the list: 'with a...' was all 'index' said."""
+    listed = invoke("--help").stdout.split("Commands:")[1]
+    assert "..." not in listed and all(name in listed for name in ("index", "eval", "serve"))
+
+
 def test_library_words_become_command_line_words() -> None:
     from rag_fusion_chain.rendering import describe
     from rag_fusion_chain.retrievers.signing import TRUST_ADVICE, UntrustedIndexError
