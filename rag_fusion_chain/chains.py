@@ -457,7 +457,7 @@ def chain_for(
     metadata |= {"top_n": chosen_fusion.top_n, **shown_mode}
     tags = [record.name, "offline"] if llm is None else [record.name]
     return RunnableBinding(
-        bound=RunnableSequence(*steps, name=record.name + "-sources" * return_sources),  # titles
+        bound=RunnableSequence(*steps, name=record.name + "-sources" * return_sources),  # LangServe
         config={"run_name": record.name, "tags": tags, "metadata": metadata},
         config_factories=[partial(_call_config, [K_SPEC, TOP_N_SPEC, *counted])],
         custom_output_type=dict if return_sources else str,
