@@ -28,7 +28,7 @@ from pydantic_core import core_schema
 from rag_fusion_chain import chains, data, ingest, models, strategies, validation
 from rag_fusion_chain.chains import K_SPEC, N_SPEC, TOP_N_SPEC
 from rag_fusion_chain.data import vectors
-from rag_fusion_chain.retrievers import index_directory, signing, stores
+from rag_fusion_chain.retrievers import index_directory, stores
 from rag_fusion_chain.retrievers.bm25 import BM25Retriever
 from rag_fusion_chain.retrievers.index_directory import OpenedIndex
 from rag_fusion_chain.validation import KIT_CACHE, Question, QuestionInput, require_extra
@@ -301,10 +301,9 @@ def build_chain(
     over the environment's source, checked now (a template's import: the server's start-up)."""
     strategies.get(strategy)  # a ValueError naming the strategies for an unknown one
     source = IndexSource.from_environment() if chain is None else IndexSource()
-    try:  # index.json read and verified as open_source will: once, not at every request
+    try:  # index.json read and verified as open_source will: at start-up, not at a request
         if source.index is not None:
-            settings = index_directory.read_settings(source.index)
-            signing.verify_signature(settings, source.index / index_directory.INDEX_FILE)
+            index_directory.read_settings(source.index, verified=True)
     except (OSError, ValueError) as error:
         raise ValueError(f"{INDEX_ENV}={source.index} cannot be served: {error}") from error
     # The name titles the schemas (LangServe keys its models by them); runs keep the strategy's.

@@ -141,9 +141,7 @@ def build_index(
     out = Path(out)
     if (out / INDEX_FILE).exists() and not (force or update):
         raise FileExistsError(_EXISTS.format(out))
-    previous = read_settings(out) if update and (out / INDEX_FILE).exists() else {}
-    if previous:
-        signing.verify_signature(previous, out / INDEX_FILE)
+    previous = read_settings(out, verified=True) if update and (out / INDEX_FILE).exists() else {}
     embeddings, embedding_name = _chosen_embeddings(embedding, embedding_name, previous, out)
     identity = models.embedding_identity(embeddings)
     given = {"store": store, "faiss_index": faiss_index, "chunk_size": chunk_size}
@@ -495,9 +493,7 @@ def open_index(
     this user's key (``trust=True`` skips the signatures; a pickle still goes through the
     allow-list of :func:`.faiss_files.load_faiss`). ``embedding`` overrides the recorded one."""
     directory = Path(directory)
-    settings = read_settings(directory)
-    if not trust:
-        signing.verify_signature(settings, directory / INDEX_FILE)
+    settings = read_settings(directory, verified=not trust)
     embeddings = _chosen_embeddings(embedding, None, settings, directory)[0]
     stores = stores_directory(directory, settings)
     store: VectorStore
@@ -510,9 +506,9 @@ def open_index(
     return OpenedIndex(settings=settings, vectors=VectorRetriever(vectorstore=store), bm25=bm25)
 
 
-def read_settings(directory: str | os.PathLike[str]) -> dict[str, Any]:
-    """The ``index.json`` of an index directory, checked as data (:func:`open_index` also
-    verifies its signature)."""
+def read_settings(directory: str | os.PathLike[str], *, verified: bool = False) -> dict[str, Any]:
+    """The ``index.json`` of an index directory, checked as data; ``verified``: its signature too
+    (this user's key), as :func:`open_index` and an update need it."""
     settings_path = Path(directory) / INDEX_FILE
     try:  # a FIFO or a device refused at once (ValueError), the size bounded
         settings = json.loads(signing.read_whole(settings_path, MAX_SETTINGS_BYTES).decode("utf-8"))
@@ -533,6 +529,8 @@ def read_settings(directory: str | os.PathLike[str]) -> dict[str, Any]:
     version = settings.get("version")
     if version is not None and not (isinstance(version, str) and _VERSION_NAME.fullmatch(version)):
         raise ValueError(f"{settings_path}: 'version' must be 16 hexadecimal digits")
+    if verified:
+        signing.verify_signature(settings, settings_path)
     return settings
 
 
