@@ -90,6 +90,7 @@ def test_a_served_sources_chain_still_answers_when_a_retriever_fails() -> None:
     output = response.json()["output"]
     assert output["documents"]
     assert {failure["source"] for failure in output["failures"]} == {"broken"}
+    assert all(failure.keys() == {"source", "query", "error"} for failure in output["failures"])
     assert "event: error" not in streamed and "event: end" in streamed
 
 
