@@ -213,13 +213,14 @@ class _Steps:
     def generate(self, value: Any, config: RunnableConfig) -> State:
         """``generate_queries``: the query step, the question's search begun beside it and handed
         on unfinished as ``first`` (``retrieve`` does not wait for it: never a retrieval round
-        slower than ``generator | retriever.map()``), or, not begun yet, searched with the queries;
+        slower than ``generator | retriever.map()``), or, not begun yet or under a config's
+        ``max_concurrency`` (whose bound it would break), searched with the queries;
         offline, the question is searched first and the queries drawn from its documents."""
         question, k = question_of(value), configured_count(config, "k", None)  # None: as built
         if self.query_step is None:
             return self._offline(question, self.fan_out.invoke(question, config, k), config)
-        searching = self.search_question  # then first is a Future of the question's search, or
-        begin = searching and config.get("max_concurrency") is None  # with the queries, bounded
+        searching = self.search_question  # then first is a Future of the question's search
+        begin = searching and config.get("max_concurrency") is None  # a bound: not begun here
         first = in_background(self.fan_out.invoke, question, config, k) if begin else None
         state = _queried(self.record, question, self.query_step.invoke(question, config), searching)
         return {**state, "first": None if first is None or first.cancel() else _Begun(first)}
