@@ -53,7 +53,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
 from langchain_core.retrievers import BaseRetriever
-from langchain_core.runnables import Runnable, RunnableLambda, RunnableParallel
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda, RunnableParallel
 from langchain_core.vectorstores import InMemoryVectorStore
 from pydantic import ConfigDict, Field
 
@@ -290,7 +290,11 @@ def timed(function: Callable[[], Any]) -> float:
     return time.perf_counter() - started
 
 
-def measure_cell(cell: Cell, n: int, words: int, runs: int) -> Cell:
+def measure_cell(
+    cell: Cell, n: int, words: int, runs: int, max_concurrency: int | None = None
+) -> Cell:
+    """``max_concurrency``: the callers' config bound, given to every composition alike."""
+    config: RunnableConfig = {} if max_concurrency is None else {"max_concurrency": max_concurrency}
     requests = Counter()
     retrievers = make_retrievers(cell.kind, cell.retrievers, cell.latency_ms / 1000, requests)
     llm = SleepyChat(token_seconds=cell.token_ms / 1000)
@@ -315,15 +319,17 @@ def measure_cell(cell: Cell, n: int, words: int, runs: int) -> Cell:
         assert clock.ended_at is not None, "the composition did not fuse"
         return clock.ended_at - started
 
-    compositions["map"] = lambda question, _: to_fused(lambda: map_chain.invoke(question))
+    compositions["map"] = lambda question, _: to_fused(lambda: map_chain.invoke(question, config))
     compositions["chain"] = lambda question, _: to_fused(
-        lambda: ready.invoke({"question": question}), total="chain total"
+        lambda: ready.invoke({"question": question}, config), total="chain total"
     )
     compositions["FusionRetriever"] = lambda question, _: to_fused(
-        lambda: fusion_retriever.invoke(question)
+        lambda: fusion_retriever.invoke(question, config)
     )
-    compositions["generation"] = lambda question, _: timed(lambda: generator.invoke(question))
-    compositions["round"] = lambda _, searched: timed(lambda: search.invoke(searched))
+    compositions["generation"] = lambda question, _: timed(
+        lambda: generator.invoke(question, config)
+    )
+    compositions["round"] = lambda _, searched: timed(lambda: search.invoke(searched, config))
 
     for run in range(runs + 1):  # the first question warms up
         question = QUESTIONS[run % len(QUESTIONS)]
@@ -396,6 +402,9 @@ def parse_arguments(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--n", type=int, default=4, help="generated queries")
     parser.add_argument("--words", type=int, default=6, help="words per generated query")
     parser.add_argument("--runs", type=int, default=7, help="questions timed per cell")
+    parser.add_argument(
+        "--max-concurrency", type=int, help="the config's bound, given to every composition"
+    )
     return parser.parse_args(argv)
 
 
@@ -420,7 +429,11 @@ def main(argv: Sequence[str] | None = None) -> list[Cell]:
             arguments.latency_ms, arguments.token_ms, arguments.retrievers
         ):
             cell = measure_cell(
-                Cell(kind, count, latency, token), arguments.n, arguments.words, arguments.runs
+                Cell(kind, count, latency, token),
+                arguments.n,
+                arguments.words,
+                arguments.runs,
+                arguments.max_concurrency,
             )
             cells.append(cell)
             print(row(cell), flush=True)
