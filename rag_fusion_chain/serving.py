@@ -38,9 +38,8 @@ CHROMA_URL_ENV = "RAG_FUSION_CHROMA_URL"
 CHROMA_COLLECTION_ENV = "RAG_FUSION_CHROMA_COLLECTION"
 VECTOR_STORE_ENV = "RAG_FUSION_VECTOR_STORE"
 CACHE_DIR_ENV = "RAG_FUSION_CACHE_DIR"
-VECTOR_STORES = ("faiss", "chroma")
 DEFAULT_CACHE_DIR = KIT_CACHE / "indexes"
-DEFAULT_COLLECTION = "rag_fusion_chain"
+DEFAULT_COLLECTION = stores.DEFAULT_COLLECTION
 CHROMA_PAGE = 1000  # documents read per request to build BM25 over a Chroma collection
 CHROMA_TIMEOUT_SECONDS = 30.0
 MAX_K = 100
@@ -132,7 +131,7 @@ def sample_index(embedding: str, kind: str | None = None) -> OpenedIndex:
     sample: FAISS in memory from the shipped vectors when they fit, else an index built once into
     ``RAG_FUSION_CACHE_DIR``, named by corpus, embeddings and precision."""
     kind = kind or (os.environ.get(VECTOR_STORE_ENV) or "faiss").strip().lower()
-    if kind not in VECTOR_STORES:
+    if kind not in index_directory.STORES:
         raise ValueError(f"{VECTOR_STORE_ENV} must be faiss or chroma; got {kind!r}")
     corpus = data.sample_corpus_path()
     embeddings = models.embeddings(embedding)
