@@ -141,17 +141,27 @@ def test_there_is_no_import_circle() -> None:
     assert find_cycle(graph) is None
 
 
+def exported_names(tree: ast.Module) -> list[str]:
+    """The names a module's ``__all__`` lists: its strings, and the keys of a module-level dict
+    it unpacks (``*_LAZY_NAMES``: the names the module loads on first access)."""
+    assigned = {
+        target.id: node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+    listed = assigned.get("__all__")
+    items = listed.elts if isinstance(listed, ast.List) else []
+    unpacked = [ast.unparse(item.value) for item in items if isinstance(item, ast.Starred)]
+    return [
+        *(ast.literal_eval(item) for item in items if not isinstance(item, ast.Starred)),
+        *(key for name in unpacked for key in ast.literal_eval(assigned[name])),
+    ]
+
+
 def test_every_dunder_all_names_only_what_the_module_defines_or_imports() -> None:
     for name, path in modules().items():
-        tree = ast.parse(path.read_text("utf-8"))
-        exported = next(
-            (
-                ast.literal_eval(node.value)
-                for node in tree.body
-                if isinstance(node, ast.Assign)
-                and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets)
-            ),
-            [],
-        )
+        exported = exported_names(ast.parse(path.read_text("utf-8")))
         private = [item for item in exported if item.startswith("_") and item != "__version__"]
         assert not private, f"{name}.__all__ lists private names {private}"

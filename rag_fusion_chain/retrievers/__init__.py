@@ -45,21 +45,13 @@ def __dir__() -> list[str]:
     return sorted([*globals(), *_LAZY_NAMES])
 
 
-__all__ = [
+__all__ = [  # the names imported above, then the lazy ones
     "DEFAULT_K",
     "DEFAULT_TIMEOUT",
-    "BM25Retriever",
     "FusionRetriever",
     "MultiRetriever",
-    "OpenedIndex",
     "RetrievalError",
     "RetrievalFailure",
     "RetrievalResults",
-    "VectorRetriever",
-    "build_chroma",
-    "build_faiss",
-    "build_index",
-    "hybrid_retriever",
-    "load_faiss",
-    "open_index",
+    *_LAZY_NAMES,
 ]
