@@ -22,7 +22,6 @@ from rag_fusion_chain.chains import (
 )
 from rag_fusion_chain.fusion import (
     DistBasedScoreFusion,
-    RankedList,
     ReciprocalRankFusion,
     RelativeScoreFusion,
     UniqueUnion,
@@ -31,15 +30,12 @@ from rag_fusion_chain.fusion import (
     relative_score_fusion,
     unique_union,
 )
-from rag_fusion_chain.queries import QueryListParser
 from rag_fusion_chain.retrievers import FusionRetriever, MultiRetriever
 
 __all__ = [
     "DistBasedScoreFusion",
     "FusionRetriever",
     "MultiRetriever",
-    "QueryListParser",
-    "RankedList",
     "ReciprocalRankFusion",
     "RelativeScoreFusion",
     "UniqueUnion",
