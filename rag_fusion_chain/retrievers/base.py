@@ -16,7 +16,7 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import get_config_list, run_in_executor
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from rag_fusion_chain.fusion import SCORE_KEY, document_id
 from rag_fusion_chain.retrievers.fanout import DEFAULT_K
@@ -41,6 +41,7 @@ class BatchedRetriever(BaseRetriever):
     """A retriever answering N queries with one underlying call (one ``bm25s.retrieve``, one
     embedding request) while reporting one retriever run per query; ``invoke(query, k=3)``."""
 
+    model_config = ConfigDict(extra="forbid")  # search_kwargs=, preprocess_func=: refused, not lost
     k: int = Field(default=DEFAULT_K, gt=0, strict=True)
     """Documents returned per query; override per call with ``invoke(query, k=...)``."""
 
