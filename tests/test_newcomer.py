@@ -16,8 +16,17 @@ TENANTS = [Document(f"heat pump note {i}", metadata={"tenant": i % 2}) for i in 
 @pytest.mark.parametrize(
     ("build", "keyword"),
     [
-        (lambda: VectorRetriever(vectorstore=build_faiss(TENANTS, DeterministicFakeEmbedding(size=8)), search_kwargs={"k": 1, "filter": {"tenant": 0}}), "search_kwargs"),  # fmt: skip
-        (lambda: BM25Retriever.from_documents(TENANTS, preprocess_func=str.split), "preprocess_func"),  # fmt: skip
+        (
+            lambda: VectorRetriever(
+                vectorstore=build_faiss(TENANTS, DeterministicFakeEmbedding(size=8)),
+                search_kwargs={"k": 1, "filter": {"tenant": 0}},
+            ),
+            "search_kwargs",
+        ),
+        (
+            lambda: BM25Retriever.from_documents(TENANTS, preprocess_func=str.split),
+            "preprocess_func",
+        ),
     ],
 )
 def test_a_langchain_keyword_the_kits_retriever_lacks_is_refused_not_ignored(
