@@ -341,7 +341,7 @@ def step_back_answer(
     numbers = _numbers([*documents, *broader_documents])
     quotes = _quotes(f"{broader} {question}", broader_documents, numbers)
     lines += [f"Broader question searched: {broader}"]
-    return "\n".join([*lines, *(quotes or ["- (no passage came back for it)"])])
+    return "\n".join([*lines, *(quotes or ["- (nothing to quote beyond the passages above)"])])
 
 
 def decomposition_answer(question: str, answered: Sequence[tuple[str, Sequence[Document]]]) -> str:

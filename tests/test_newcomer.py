@@ -6,8 +6,10 @@ from __future__ import annotations
 import pytest
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
+from langchain_core.runnables import RunnableLambda
 from pydantic import ValidationError
 
+from rag_fusion_chain import step_back_chain
 from rag_fusion_chain.retrievers import BM25Retriever, VectorRetriever, build_faiss
 
 TENANTS = [Document(f"heat pump note {i}", metadata={"tenant": i % 2}) for i in range(6)]
@@ -36,3 +38,17 @@ def test_a_langchain_keyword_the_kits_retriever_lacks_is_refused_not_ignored(
     it) was accepted and ignored: 5 documents of every tenant came back."""
     with pytest.raises(ValidationError, match=keyword):
         build()  # type: ignore[operator]
+
+
+def test_the_offline_step_back_answer_does_not_deny_the_passages_its_question_found() -> None:
+    """When the broader question found the passages the question had found (so they are quoted
+    once, above), the answer said "(no passage came back for it)"."""
+    found = [
+        Document("Heat pumps move heat from outside air into a house in winter."),
+        Document("Ground-source heat pumps draw heat from the soil, which stays warm."),
+    ]
+    chain = step_back_chain(RunnableLambda(lambda query: found), None, return_sources=True)
+    result = chain.invoke("How do heat pumps work in winter?")
+    assert len(result["queries"]) == 2 and len(result["documents"]) == 2
+    assert "no passage came back" not in result["answer"]
+    assert result["answer"].endswith("- (nothing to quote beyond the passages above)")

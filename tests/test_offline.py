@@ -526,7 +526,7 @@ def test_step_back_answer_numbers_the_broader_questions_passages_on() -> None:
     assert ("Ground source heat pumps use boreholes; the refrigerant loop is buried.", 2) in below
     nothing = offline.step_back_answer(QUESTION, documents, "solar farms", [])
     assert nothing.endswith(
-        "Broader question searched: solar farms\n- (no passage came back for it)"
+        "Broader question searched: solar farms\n- (nothing to quote beyond the passages above)"
     )
     assert offline.step_back_answer(QUESTION, documents, QUESTION, []) == (
         offline.extractive_answer(QUESTION, documents)
