@@ -23,7 +23,7 @@ OFFLINE_NOTE = (
     "match the question's distinctive terms, quoted as they are, not a generated answer."
 )
 SINGLE_CLAUSE_NOTE = (
-    "The question is a single clause with no comparison, so it was not split into "
+    "No comparison or second clause was recognised in the question, so it was not split into "
     "sub-questions; these are its passages' best sentences, quoted as they are."
 )
 SENTENCES = 3

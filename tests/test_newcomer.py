@@ -9,7 +9,8 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 from langchain_core.runnables import RunnableLambda
 from pydantic import ValidationError
 
-from rag_fusion_chain import step_back_chain
+from rag_fusion_chain import decomposition_chain, step_back_chain
+from rag_fusion_chain.offline import OFFLINE_LABEL, SINGLE_CLAUSE_NOTE
 from rag_fusion_chain.retrievers import BM25Retriever, VectorRetriever, build_faiss
 
 TENANTS = [Document(f"heat pump note {i}", metadata={"tenant": i % 2}) for i in range(6)]
@@ -52,3 +53,19 @@ def test_the_offline_step_back_answer_does_not_deny_the_passages_its_question_fo
     assert len(result["queries"]) == 2 and len(result["documents"]) == 2
     assert "no passage came back" not in result["answer"]
     assert result["answer"].endswith("- (nothing to quote beyond the passages above)")
+
+
+@pytest.mark.parametrize(
+    "question",
+    ["How does BM25 differ from dense retrieval?", "Which is better, heat pumps or solar panels?"],
+)
+def test_the_offline_decomposition_does_not_call_a_comparison_a_single_clause(
+    question: str,
+) -> None:
+    """A comparison the offline splitter does not recognise was answered under "The question is
+    a single clause with no comparison": a claim about the user's question that was false."""
+    found = [Document("BM25 ranks by terms. Dense retrieval ranks by embeddings. Heat pumps heat.")]
+    answer = decomposition_chain(RunnableLambda(lambda query: found), None).invoke(question)
+    assert "single clause" not in answer and "no comparison" not in answer
+    assert answer.splitlines()[0] == f"{OFFLINE_LABEL} {SINGLE_CLAUSE_NOTE}"
+    assert SINGLE_CLAUSE_NOTE.startswith("No comparison or second clause was recognised")
