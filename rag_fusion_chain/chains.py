@@ -244,7 +244,7 @@ class _Steps:
 
     def _offline(self, question: str, first: RetrievalResults, config: RunnableConfig) -> State:
         # the question's whole fused ranking: the best documents lead, the rest give term statistics
-        documents: list[Document] = reciprocal_rank_fusion.invoke(first, config)  # type: ignore[assignment]
+        documents: list[Document] = reciprocal_rank_fusion.fuse(first)  # type: ignore[assignment]
         generated = self.record.offline_queries(
             question, documents, configured_count(config, "n", self.count, MAX_QUERIES)
         )

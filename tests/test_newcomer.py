@@ -3,16 +3,19 @@ parts, and what the offline answers claim. Each test's docstring says the defect
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from langchain_core.documents import Document
 from langchain_core.embeddings import DeterministicFakeEmbedding
 from langchain_core.runnables import RunnableLambda
 from pydantic import ValidationError
 
-from rag_fusion_chain import decomposition_chain, step_back_chain
+from rag_fusion_chain import decomposition_chain, rag_fusion_chain, step_back_chain
 from rag_fusion_chain.offline import OFFLINE_LABEL, SINGLE_CLAUSE_NOTE
 from rag_fusion_chain.retrievers import BM25Retriever, VectorRetriever, build_faiss
 
+QUESTION = "How do heat pumps work in winter?"
 TENANTS = [Document(f"heat pump note {i}", metadata={"tenant": i % 2}) for i in range(6)]
 
 
@@ -69,3 +72,20 @@ def test_the_offline_decomposition_does_not_call_a_comparison_a_single_clause(
     assert "single clause" not in answer and "no comparison" not in answer
     assert answer.splitlines()[0] == f"{OFFLINE_LABEL} {SINGLE_CLAUSE_NOTE}"
     assert SINGLE_CLAUSE_NOTE.startswith("No comparison or second clause was recognised")
+
+
+def test_an_offline_chain_has_one_run_named_fuse_the_step() -> None:
+    """The offline query step ranked the question's passages through the fusion runnable, a run
+    also named "fuse" inside generate_queries: astream_events(include_names=["fuse"]) gave that
+    unfused-by-top_n list of Documents first, then the chain's fuse step."""
+    found = [Document(f"Heat pumps work in winter, note {number}.") for number in range(6)]
+    chain = rag_fusion_chain(RunnableLambda(lambda query: found), None, top_n=2)
+
+    async def fuse_outputs() -> list[object]:
+        events = chain.astream_events(QUESTION, version="v2", include_names=["fuse"])
+        return [
+            event["data"]["output"] async for event in events if event["event"] == "on_chain_end"
+        ]
+
+    (state,) = asyncio.run(fuse_outputs())
+    assert isinstance(state, dict) and len(state["documents"]) == 2
