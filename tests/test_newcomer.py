@@ -4,6 +4,7 @@ parts, and what the offline answers claim. Each test's docstring says the defect
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import pytest
 from langchain_core.documents import Document
@@ -36,12 +37,12 @@ TENANTS = [Document(f"heat pump note {i}", metadata={"tenant": i % 2}) for i in 
     ],
 )
 def test_a_langchain_keyword_the_kits_retriever_lacks_is_refused_not_ignored(
-    build: object, keyword: str
+    build: Callable[[], object], keyword: str
 ) -> None:
     """VectorRetriever(search_kwargs={"k": 1, "filter": ...}) (as LangChain's as_retriever takes
     it) was accepted and ignored: 5 documents of every tenant came back."""
     with pytest.raises(ValidationError, match=keyword):
-        build()  # type: ignore[operator]
+        build()
 
 
 def test_the_offline_step_back_answer_does_not_deny_the_passages_its_question_found() -> None:
@@ -52,7 +53,7 @@ def test_the_offline_step_back_answer_does_not_deny_the_passages_its_question_fo
         Document("Ground-source heat pumps draw heat from the soil, which stays warm."),
     ]
     chain = step_back_chain(RunnableLambda(lambda query: found), None, return_sources=True)
-    result = chain.invoke("How do heat pumps work in winter?")
+    result = chain.invoke(QUESTION)
     assert len(result["queries"]) == 2 and len(result["documents"]) == 2
     assert "no passage came back" not in result["answer"]
     assert result["answer"].endswith("- (nothing to quote beyond the passages above)")
@@ -77,7 +78,7 @@ def test_the_offline_decomposition_does_not_call_a_comparison_a_single_clause(
 def test_an_offline_chain_has_one_run_named_fuse_the_step() -> None:
     """The offline query step ranked the question's passages through the fusion runnable, a run
     also named "fuse" inside generate_queries: astream_events(include_names=["fuse"]) gave that
-    unfused-by-top_n list of Documents first, then the chain's fuse step."""
+    list of every Document the question found (not bounded by top_n) first, then the step's."""
     found = [Document(f"Heat pumps work in winter, note {number}.") for number in range(6)]
     chain = rag_fusion_chain(RunnableLambda(lambda query: found), None, top_n=2)
 
