@@ -13,9 +13,8 @@ model error, the result is the question itself, with a warning (``on_failure="ra
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Sequence
-from functools import partial
-from typing import Any, Literal
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import Any, Literal, NoReturn
 
 from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import BasePromptTemplate
@@ -52,6 +51,16 @@ def count_setting(name: str, description: str) -> ConfigurableFieldSpec:
 N_SPEC = count_setting("n", "Queries generated")
 
 
+def _refused(keywords: dict[str, Any]) -> NoReturn:
+    """A step's ``func`` takes (input, config) only: a keyword given to a call of a step or of a
+    ready chain (``chain.invoke(q, top_n=3)``) is a TypeError saying where per-call settings go."""
+    settings = ", ".join(f'"{name}": {value!r}' for name, value in keywords.items())
+    raise TypeError(
+        f"unexpected keyword argument {next(iter(keywords))!r}: per-call settings go in "
+        f'config={{"configurable": {{{settings}}}}}'
+    )
+
+
 class Step(RunnableLambda):  # type: ignore[type-arg]
     """A named step (a query step, a ready chain's): one node in ``get_graph()``, one run in a
     trace, declaring for ``config_schema()`` the per-call settings it reads and its ``parts``'
@@ -73,9 +82,22 @@ class Step(RunnableLambda):  # type: ignore[type-arg]
         self.settings, self.InputType, self.parts = list(settings), input_type, list(parts)
 
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
-        """``RunnableLambda.invoke`` (keywords go to ``func``; a step's takes none) as one traced run,
-        without its signature reading on every call (0.25 ms a step; benchmarks/results/latency.md)."""
-        return traced_call(self, partial(self.func, **kwargs), input, config)  # type: ignore[arg-type]
+        """``RunnableLambda.invoke`` as one traced run, without its signature reading on every
+        call (0.25 ms a step; benchmarks/results/latency.md); ``func`` takes no keywords."""
+        return traced_call(self, _refused(kwargs) if kwargs else self.func, input, config)  # type: ignore[arg-type]
+
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        return await super().ainvoke(input, config) if not kwargs else _refused(kwargs)
+
+    def transform(
+        self, input: Iterator[Any], config: RunnableConfig | None = None, **kwargs: Any
+    ) -> Iterator[Any]:
+        return super().transform(input, config) if not kwargs else _refused(kwargs)
+
+    def atransform(
+        self, input: AsyncIterator[Any], config: RunnableConfig | None = None, **kwargs: Any
+    ) -> AsyncIterator[Any]:
+        return super().atransform(input, config) if not kwargs else _refused(kwargs)
 
     @property
     def config_specs(self) -> list[ConfigurableFieldSpec]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import operator
+import re
 import threading
 from collections.abc import Callable
 from functools import partial, reduce
@@ -445,13 +446,22 @@ async def test_the_root_run_metadata_shows_the_settings_the_call_used(call: str)
     ]  # None: as built
 
 
-@pytest.mark.parametrize("call", ["invoke", "ainvoke", "batch", "abatch"])
-async def test_a_keyword_to_a_ready_chain_is_refused_alike_sync_and_async(call: str) -> None:
-    """``chain.invoke(q, top_n=1)`` was silently ignored; ``ainvoke`` raised a TypeError."""
+@pytest.mark.parametrize("call", ["invoke", "ainvoke", "batch", "abatch", "stream", "astream"])
+async def test_a_keyword_to_a_ready_chain_is_refused_pointing_to_configurable(call: str) -> None:
+    """``chain.invoke(q, top_n=1)`` raised a TypeError naming the private ``_Steps.generate()``;
+    in every call style it names the keyword and says where per-call settings go."""
     chain = build("rag-fusion", return_sources=True)
-    with pytest.raises(TypeError, match="unexpected keyword argument 'top_n'"):
+    expected = (
+        'keyword argument \'top_n\': per-call settings go in config={"configurable": {"top_n": 1}}'
+    )
+    with pytest.raises(TypeError, match=re.escape(expected)):
         result = getattr(chain, call)(QUESTION if "batch" not in call else [QUESTION], top_n=1)
-        await result if call.startswith("a") else result
+        if call == "astream":
+            [chunk async for chunk in result]
+        elif call == "stream":
+            list(result)
+        elif call.startswith("a"):
+            await result
 
 
 def test_k_and_top_n_given_at_build_time_reach_the_retriever_and_the_fusion() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import warnings
 from typing import Any
 
@@ -215,18 +216,19 @@ def test_n_is_configurable_per_call() -> None:
         generator.invoke("Q?", config={"configurable": {"n": 0}})
 
 
-@pytest.mark.parametrize("call", ["invoke", "ainvoke", "batch", "abatch"])
+@pytest.mark.parametrize("call", ["invoke", "ainvoke", "batch", "abatch", "stream"])
 def test_a_keyword_is_refused_alike_sync_and_async_pointing_to_configurable(call: str) -> None:
-    """``invoke(q, n=1)`` was silently ignored while ``ainvoke`` raised a TypeError; per-call
-    settings are configurable (``config={"configurable": {"n": 1}}``)."""
+    """``invoke(q, n=1)`` raised a TypeError naming the step's private body; per-call settings
+    are configurable (``config={"configurable": {"n": 1}}``), and the error says so."""
     generator = queries.rag_fusion(model("a\nb\nc\nd"), n=4)
-    question = "Q?" if call in ("invoke", "ainvoke") else ["Q?"]
+    question = ["Q?"] if "batch" in call else "Q?"
 
     def run() -> Any:
-        result = getattr(generator, call)(question, n=1)
-        return asyncio.run(result) if call.startswith("a") else result
+        result = getattr(generator, call)(question, n=1, k=2)
+        return asyncio.run(result) if call.startswith("a") else list(result)
 
-    with pytest.raises(TypeError, match="unexpected keyword argument 'n'"):
+    settings = '{"configurable": {"n": 1, "k": 2}}'
+    with pytest.raises(TypeError, match=f"keyword argument 'n': .* config={re.escape(settings)}$"):
         run()
 
 
