@@ -10,9 +10,10 @@ import hashlib
 import json
 import logging
 import os
+import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
@@ -30,7 +31,7 @@ from rag_fusion_chain.chains import K_SPEC, N_SPEC, TOP_N_SPEC
 from rag_fusion_chain.data import vectors
 from rag_fusion_chain.retrievers import index_directory, stores
 from rag_fusion_chain.retrievers.bm25 import BM25Retriever
-from rag_fusion_chain.retrievers.index_directory import OpenedIndex
+from rag_fusion_chain.retrievers.index_directory import OpenedIndex, read_settings
 from rag_fusion_chain.validation import KIT_CACHE, Question, QuestionInput, require_extra
 
 INDEX_ENV = "RAG_FUSION_INDEX"
@@ -130,9 +131,7 @@ def sample_index(embedding: str, kind: str | None = None) -> OpenedIndex:
     """BM25 and a vector store (``kind``, default ``RAG_FUSION_VECTOR_STORE``, else faiss) over the
     sample: FAISS in memory from the shipped vectors when they fit, else an index built once into
     ``RAG_FUSION_CACHE_DIR``, named by corpus, embeddings and precision."""
-    kind = kind or (os.environ.get(VECTOR_STORE_ENV) or "faiss").strip().lower()
-    if kind not in index_directory.STORES:
-        raise ValueError(f"{VECTOR_STORE_ENV} must be faiss or chroma; got {kind!r}")
+    kind = _vector_store(kind)
     corpus = data.sample_corpus_path()
     embeddings = models.embeddings(embedding)
     documents = ingest.load([corpus])
@@ -155,6 +154,14 @@ def sample_index(embedding: str, kind: str | None = None) -> OpenedIndex:
                 [corpus], directory, store=kind, embedding=shipped or embedding, chunk_size=None
             )
     return index_directory.open_index(directory, embeddings)
+
+
+def _vector_store(kind: str | None = None) -> str:
+    """``kind``, else ``RAG_FUSION_VECTOR_STORE``, else faiss: one of :data:`index_directory.STORES`."""
+    kind = (kind or os.environ.get(VECTOR_STORE_ENV) or "faiss").strip().lower()
+    if kind not in index_directory.STORES:
+        raise ValueError(f"{VECTOR_STORE_ENV} must be faiss or chroma; got {kind!r}")
+    return kind
 
 
 def _in_memory(settings: dict[str, Any], store: Any, documents: list[Document]) -> OpenedIndex:
@@ -188,6 +195,33 @@ def chroma_server_index(url: str, collection: str, embedding: str | None) -> Ope
     if not documents:
         raise ValueError(f"the Chroma collection {collection!r} at {url} holds no documents")
     return _in_memory({"store": "chroma", "embedding": embedding, "source": url}, store, documents)
+
+
+def _reachable(url: str) -> str:
+    """``url`` once the Chroma server there accepted a connection (within the timeout), else an
+    OSError: a server that cannot be reached is found at start-up."""
+    with socket.create_connection(_chroma_address(url)[:2], timeout=CHROMA_TIMEOUT_SECONDS):
+        return url
+
+
+def _check_environment(source: IndexSource) -> None:
+    """The settings a served chain reads on first use, checked now as it will read them (the
+    index's record, not the index; the embedding model, cached): a ValueError naming the wrong one."""
+    embedding = os.environ.get(models.EMBEDDING_ENV)
+    sample = source.index is None and source.chroma_url is None
+    checks: dict[str, Callable[[], Any]] = {  # each setting as it will be read, if it will be
+        INDEX_ENV: lambda: source.index and read_settings(source.index, verified=True),
+        CHROMA_URL_ENV: lambda: source.chroma_url and _reachable(source.chroma_url),
+        VECTOR_STORE_ENV: lambda: sample and _vector_store(),
+        models.EMBEDDING_ENV: lambda: embedding and models.embeddings(embedding),
+        models.CHAT_MODEL_ENV: models.chat_model,
+    }
+    for variable, check in checks.items():
+        try:
+            check()
+        except (ImportError, OSError, ValueError) as error:
+            shown = validation.redact_credentials(os.environ.get(variable, ""))
+            raise ValueError(f"{variable}={shown} cannot be served: {error}") from error
 
 
 @functools.lru_cache(maxsize=4)
@@ -300,11 +334,8 @@ def build_chain(
     over the environment's source, checked now (a template's import: the server's start-up)."""
     strategies.get(strategy)  # a ValueError naming the strategies for an unknown one
     source = IndexSource.from_environment() if chain is None else IndexSource()
-    try:  # index.json read and verified as open_source will: at start-up, not at a request
-        if source.index is not None:
-            index_directory.read_settings(source.index, verified=True)
-    except (OSError, ValueError) as error:
-        raise ValueError(f"{INDEX_ENV}={source.index} cannot be served: {error}") from error
+    if chain is None:  # at start-up, not at a request
+        _check_environment(source)
     # The name titles the schemas (LangServe keys its models by them); runs keep the strategy's.
     name = f"{strategy}-sources" if return_sources else strategy
     served = ServedChain(strategy=strategy, return_sources=return_sources, source=source, name=name)

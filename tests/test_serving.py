@@ -20,6 +20,7 @@ import json
 import logging
 import math
 import os
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -31,7 +32,7 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from typer.testing import CliRunner
 
-from rag_fusion_chain import data, ingest, models, offline, serving
+from rag_fusion_chain import data, ingest, models, offline, serving, validation
 from rag_fusion_chain.data import vectors
 from rag_fusion_chain.retrievers.index_directory import INDEX_FILE, build_index
 from rag_fusion_chain.serving_limits import MAX_BATCH_ENV, MAX_BODY_BYTES_ENV
@@ -262,6 +263,43 @@ def test_a_template_over_a_wrong_RAG_FUSION_INDEX_stops_at_start_up(
     monkeypatch.delenv(serving.INDEX_ENV)
     monkeypatch.setenv(serving.CHROMA_URL_ENV, "localhost:8001")  # no scheme
     with pytest.raises(ValueError, match=serving.CHROMA_URL_ENV):
+        serving.build_chain("rag-fusion")
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on (bound, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_a_template_with_a_wrong_setting_stops_at_start_up_naming_it(
+    serving_env: StubOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The embeddings, chat model, vector store and Chroma server settings are read as the first
+    request opens the index: a wrong one used to start the server and fail every request; now
+    building the chain (a template's import) stops, naming the variable and what is wrong."""
+    unreachable = f"http://user:secret@127.0.0.1:{free_port()}"
+    for variable, value, problem in (
+        (models.EMBEDDING_ENV, "minilm-typo", "unknown embeddings name 'minilm-typo'"),
+        (models.CHAT_MODEL_ENV, None, "no chat model name for http://127.0.0.1:"),
+        (serving.VECTOR_STORE_ENV, "pinecone", "must be faiss or chroma; got 'pinecone'"),
+        (serving.CHROMA_URL_ENV, unreachable, "refused"),
+    ):
+        with monkeypatch.context() as patch:
+            if value is None:
+                patch.delenv(variable)
+            else:
+                patch.setenv(variable, value)
+            with pytest.raises(ValueError) as raised:
+                serving.build_chain("rag-fusion")
+        shown = validation.redact_credentials(value or "")
+        assert str(raised.value).startswith(f"{variable}={shown} cannot be served: ")
+        assert problem in str(raised.value) and "secret" not in str(raised.value)
+    monkeypatch.delenv("OPENAI_BASE_URL")  # the OpenAI API: a key is needed
+    monkeypatch.delenv(models.EMBEDDING_ENV)  # the sample's default, MiniLM (not loaded here)
+    monkeypatch.setenv(models.CHAT_MODEL_ENV, "gpt-4o-mini")
+    with pytest.raises(ValueError, match=f"^{models.CHAT_MODEL_ENV}=gpt-4o-mini .* API key"):
         serving.build_chain("rag-fusion")
 
 
