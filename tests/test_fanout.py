@@ -298,6 +298,8 @@ def test_a_failing_retriever_warns_is_recorded_and_the_others_are_kept() -> None
     assert contents(results) == [["a:x:0", "a:x:1"], ["a:y:0", "a:y:1"]]
     assert [(f.source, f.query) for f in results.failures] == [("broken", "x"), ("broken", "y")]
     assert results.failures[0].error == "ConnectionError: down is down"
+    with pytest.warns(UserWarning, match=r"'broken' failed for 1 of 1 query \(ConnectionError"):
+        fan_out.invoke("x")  # the count agrees with its noun ("1 of 1 queries" was said)
 
 
 def test_a_failure_for_one_query_keeps_that_retrievers_other_queries() -> None:
@@ -367,7 +369,12 @@ async def test_a_slow_retriever_times_out_in_async_too() -> None:
         ({"retrievers": [object()]}, ValueError, r"retrievers\.0\n.*instance of Runnable"),
         ({"retrievers": "bm25"}, ValueError, r"retrievers\n.*valid list"),
         ({"retrievers": [object()], "weights": [1.0]}, ValueError, r"^1 validation error"),
-        ({"weights": [1.0]}, ValueError, "weights: got 1 weights for 2 retrievers"),
+        ({"weights": [1.0]}, ValueError, "weights: got 1 weight for 2 retrievers;"),
+        (
+            {"retrievers": [TagRetriever(tag="a")], "weights": [1, 2]},
+            ValueError,
+            "2 weights for 1 retriever;",
+        ),
         ({"weights": [1.0, -1.0]}, ValueError, "weights"),
         ({"weights": [True, 1.0]}, TypeError, "weights must be numbers"),
         ({"weights": ["1", 2.0]}, TypeError, "weights must be numbers"),

@@ -256,7 +256,7 @@ def test_list_without_scores_falls_back_to_ranks_with_warning() -> None:
 @pytest.mark.parametrize("bad", [None, float("nan"), "high"])
 def test_bad_scores_never_crash_and_warn(bad: object) -> None:
     lists = [[doc("A", 0.9), Document("B", metadata={"score": bad}), doc("C", 0.1)]]
-    with pytest.warns(UserWarning, match="missing or non-numeric"):
+    with pytest.warns(UserWarning, match="1 document with a missing or non-numeric"):
         fused = DistBasedScoreFusion(with_scores=True).invoke(lists)
     assert texts([document for document, _ in fused]) == ["A", "B", "C"]
     assert all(math.isfinite(score) for _, score in fused)

@@ -415,10 +415,15 @@ def test_fusions_refuse_bad_weights(
 
 @pytest.mark.parametrize("fusion_class", FUSION_CLASSES)
 def test_weights_of_the_wrong_length_name_the_counts(fusion_class: type[fusion.BaseFusion]) -> None:
-    with pytest.raises(ValueError, match="weights: got 3 weights for 2 ranked lists"):
+    """Each count agrees with its noun ("got 1 weights" was said)."""
+    with pytest.raises(ValueError, match="weights: got 3 weights for 2 ranked lists;"):
         fusion_class(weights=[1, 2, 3]).invoke([[A], [B]])
-    with pytest.raises(ValueError, match="weights: got 1 weights for 2 ranked lists"):
+    with pytest.raises(ValueError, match="weights: got 1 weight for 2 ranked lists;"):
         fusion_class(weights=[1]).invoke([[A], [B]])
+    with pytest.raises(ValueError, match="weights: got 2 weights for 1 ranked list;"):
+        fusion_class(weights=[1, 2]).invoke([[A]])
+    with pytest.raises(ValueError, match="got 3 weights for 2 ranked lists from 1 retriever;"):
+        fusion_class(weights=[1, 2, 3]).invoke([[[A]], [[B]]])  # nested: per query, per retriever
 
 
 @pytest.mark.parametrize("weight", [-1.0, math.nan, math.inf])
@@ -471,13 +476,17 @@ def test_score_fusion_stays_finite_and_ordered_for_huge_scores(
 @pytest.mark.parametrize(
     ("bad", "warning", "order"),
     [
-        (math.nan, "missing or non-numeric", ["high", "bad", "low"]),
+        (
+            math.nan,
+            "^ranked list 0: 1 document with a missing or non-numeric",
+            ["high", "bad", "low"],
+        ),
         (None, "missing or non-numeric", ["high", "bad", "low"]),
         ("0.9", "missing or non-numeric", ["high", "bad", "low"]),
         (True, "missing or non-numeric", ["high", "bad", "low"]),
         # Issue 13: infinite (and beyond-float) scores rank first, or last when negative; they
         # used to count as missing.
-        (math.inf, "infinite", ["bad", "high", "low"]),
+        (math.inf, "^ranked list 0: 1 document with an infinite", ["bad", "high", "low"]),
         (-math.inf, "infinite", ["high", "low", "bad"]),
     ],
 )
@@ -1301,7 +1310,7 @@ def test_property_weights_are_valid_exactly_when_finite_non_negative_and_not_all
         return
     runnable = ReciprocalRankFusion(weights=weights, with_scores=True)
     if len(weights) != list_count:
-        with pytest.raises(ValueError, match=f"weights: got {len(weights)} weights"):
+        with pytest.raises(ValueError, match=f"weights: got {len(weights)} weights? for"):
             runnable.invoke(lists)
         return
     fused = runnable.invoke(lists)

@@ -15,6 +15,7 @@ from langchain_core.documents import Document
 from pydantic import BaseModel
 
 from rag_fusion_chain.fusion.inputs import FUSION_SCORE_KEY, SCORE_KEY, identity
+from rag_fusion_chain.validation import counted
 
 RRF_K = 60
 """The RRF constant (Cormack et al. 2009): ``rank_constant`` in ``1 / (rank_constant + rank)``."""
@@ -116,13 +117,13 @@ def _usable_scores(ranked: Sequence[Document], score_key: str, list_index: int) 
         return [float(len(ranked) - position) for position in range(len(ranked))]
     if len(present) < len(raw):
         warn(
-            f"{len(raw) - len(present)} documents have a missing or non-numeric "
-            f"metadata[{score_key!r}]; they count as the list's lowest score"
+            f"{counted(len(raw) - len(present), 'document')} with a missing or non-numeric "
+            f"metadata[{score_key!r}]: given the list's lowest score"
         )
     if infinite := sum(1 for score in present if math.isinf(score)):
         warn(
-            f"{infinite} documents have an infinite (or beyond float range) "
-            f"metadata[{score_key!r}]; treated as infinite: ranked first (last if negative)"
+            f"{counted(infinite, 'document')} with an infinite (or beyond float range) "
+            f"metadata[{score_key!r}]: treated as infinite, ranked first (last if negative)"
         )
         largest = sys.float_info.max
         raw = [None if score is None else max(-largest, min(largest, score)) for score in raw]

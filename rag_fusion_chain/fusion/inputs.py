@@ -12,6 +12,8 @@ from typing import Any, TypeGuard
 
 from langchain_core.documents import Document
 
+from rag_fusion_chain.validation import counted
+
 SCORE_KEY = "score"
 FUSION_SCORE_KEY = "fusion_score"
 DOCUMENT_ID = "Document.id"
@@ -106,8 +108,8 @@ def flatten(
     if retrievers and min(retriever_of) >= 0 and len(weights) == retrievers:
         return flat, [float(weights[index]) for index in retriever_of]
     raise ValueError(
-        f"weights: got {len(weights)} weights for {len(flat)} ranked lists"
-        + (f" from {retrievers} retrievers" if retrievers else "")
+        f"weights: got {counted(len(weights), 'weight')} for {counted(len(flat), 'ranked list')}"
+        + (f" from {counted(retrievers, 'retriever')}" if retrievers else "")
         + "; give one weight per list (or per retriever for nested input)"
     )
 

@@ -34,6 +34,7 @@ from pydantic import BeforeValidator, ConfigDict, Field, ValidationInfo
 from rag_fusion_chain.fusion import RankedList
 from rag_fusion_chain.fusion.inputs import is_document_list, validate_weights
 from rag_fusion_chain.fusion.runnables import traced_call
+from rag_fusion_chain.validation import counted
 
 DEFAULT_TIMEOUT = 30.0
 """Seconds one retriever call (all its queries) may take by default; None waits without a bound."""
@@ -159,7 +160,8 @@ def _checked_weights(weights: Any, given: ValidationInfo) -> Any:
     retrievers = given.data.get("retrievers")  # None: invalid, reported as such
     if retrievers is not None and len(weights) != len(retrievers):
         raise ValueError(
-            f"weights: got {len(weights)} weights for {len(retrievers)} retrievers; "
+            f"weights: got {counted(len(weights), 'weight')} for "
+            f"{counted(len(retrievers), 'retriever')}; "
             "give one weight per retriever"
         )
     return weights
@@ -274,7 +276,8 @@ class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]
             for source in dict.fromkeys(failure.source for failure in failures):  # one warning each
                 failed = [failure for failure in failures if failure.source == source]
                 warnings.warn(
-                    f"retriever {source!r} failed for {len(failed)} of {len(queries)} queries "
+                    f"retriever {source!r} failed for {len(failed)} of "
+                    f"{counted(len(queries), 'query', 'queries')} "
                     f"({failed[0].error}); fusing the results of the others",
                     stacklevel=4,
                 )
