@@ -20,6 +20,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import socket
 import threading
 import time
@@ -92,6 +93,23 @@ def test_shipped_vectors_are_plain_arrays_matching_the_corpus_and_their_record()
     assert np.allclose(np.linalg.norm(shipped.matrix, axis=1), 1.0, atol=1e-4)
     raw = (data.data_path(vectors.VECTORS_FILE)).read_bytes()
     assert b"pickle" not in raw[:128]  # a plain .npy header, loadable with allow_pickle=False
+
+
+def test_shipped_vectors_are_read_by_the_kits_record_format_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The version was compared with a literal 1: a kit writing version 2 could not read its own
+    records, and took version 1 ones."""
+    for name in (vectors.RECORD_FILE, vectors.VECTORS_FILE):
+        shutil.copy(data.data_path(name), tmp_path / name)
+    monkeypatch.setattr(vectors, "data_path", lambda name: tmp_path / name)
+    monkeypatch.setattr(vectors, "RECORD_FORMAT_VERSION", 2)
+    record_path = tmp_path / vectors.RECORD_FILE
+    record = json.loads(record_path.read_text("utf-8"))
+    with pytest.raises(ValueError, match=r"record \(version 2\)$"):
+        vectors.load_sample_vectors()  # the shipped record: version 1
+    record_path.write_text(json.dumps({**record, "format_version": 2}), "utf-8")
+    assert vectors.load_sample_vectors().record["format_version"] == 2
 
 
 def test_shipped_vectors_are_what_minilm_computes(minilm: Any) -> None:

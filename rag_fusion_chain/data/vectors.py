@@ -45,8 +45,10 @@ def load_sample_vectors() -> SampleVectors:
 
     folder = data_path("")
     record = json.loads((folder / RECORD_FILE).read_text("utf-8"))
-    if record.get("format") != RECORD_FORMAT or record.get("format_version") != 1:
-        raise ValueError(f"{folder / RECORD_FILE} is not a {RECORD_FORMAT} record (version 1)")
+    version = record.get("format_version")
+    if record.get("format") != RECORD_FORMAT or version != RECORD_FORMAT_VERSION:
+        wanted = f"a {RECORD_FORMAT} record (version {RECORD_FORMAT_VERSION})"
+        raise ValueError(f"{folder / RECORD_FILE} is not {wanted}")
     matrix = np.load(folder / VECTORS_FILE, allow_pickle=False)
     expected = (len(record["document_ids"]), record["dimension"])
     if matrix.dtype != np.float32 or matrix.shape != expected:
