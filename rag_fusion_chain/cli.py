@@ -388,7 +388,8 @@ def eval_dataset(
                 tests: dict[str, Any] = {"stat_test": stat_test, "max_p": max_p}
                 summary = evaluate.run_experiment(dataset_dir, chosen, **common, **tests).summary
         headers, rows = evaluate.comparison_table(summary)
-        caption: str | None = f"p: paired {stat_test} test against {names[0]}; * p < {max_p}"
+        tested = f"p: paired {stat_test} test against {names[0]}; * p < {max_p}"
+        caption = tested if len(names) > 1 else None  # one setup: no p column
         title = summary.title
         if experiments:
             title, caption = f"{title}, LangSmith experiments", None

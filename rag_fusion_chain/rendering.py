@@ -93,8 +93,16 @@ def reported_errors() -> Iterator[None]:
         raise typer.Exit(1) from None
 
 
-def progress_display() -> Progress:
-    return Progress(*Progress.get_default_columns(), MofNCompleteColumn(), console=errors)
+@contextlib.contextmanager
+def progress_display() -> Iterator[Progress]:
+    """Progress bars on stderr, erased if the work fails: a bar stopped midway (``load 0%``) would
+    stand above the error line, saying nothing."""
+    with Progress(*Progress.get_default_columns(), MofNCompleteColumn(), console=errors) as shown:
+        try:
+            yield shown
+        except BaseException:
+            shown.live.transient = True
+            raise
 
 
 def progress_bars(

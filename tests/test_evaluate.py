@@ -425,6 +425,9 @@ def test_table_has_a_significance_column() -> None:
     assert rows[1][1].endswith("*") == significant
     headers, rows = comparison_table(Summary("tiny", comparison.scores))  # LangSmith: no tests
     assert headers == ["setup", "mrr@10", "map"] and rows[0] == ["first", "0.1667", "0.1944"]
+    alone = compare_runs({"first": HAND_RUN}, HAND_QRELS, ["mrr@10", "map"])
+    headers, rows = comparison_table(Summary("tiny", alone.scores, comparison=alone))
+    assert headers == ["setup", "mrr@10", "map"], "a p column for one setup, always '-'"
 
 
 # --------------------------------------------------------------------------------------------
@@ -449,6 +452,25 @@ def test_bm25_on_full_scifact() -> None:
 # --------------------------------------------------------------------------------------------
 # Command line
 # --------------------------------------------------------------------------------------------
+
+
+def test_eval_of_one_setup_shows_no_p_value_and_a_failure_leaves_no_bar(
+    tiny_beir: Path, tmp_path: Path
+) -> None:
+    """One setup printed a p column of '-' under a caption about a paired test; a dataset that
+    failed to load left its ``loading dataset 0%`` bar above the error line."""
+    from typer.testing import CliRunner
+
+    from rag_fusion_chain.cli import app
+
+    alone = CliRunner().invoke(app, ["eval", str(tiny_beir), "--setups", "bm25", "--no-cache"])
+    assert alone.exit_code == 0, alone.output
+    assert "ndcg@10" in alone.stdout and "p ndcg@10" not in alone.stdout
+    assert "paired" not in alone.stdout
+    (tmp_path / "corpus.jsonl").write_text('{"_id": "d1", "text": "x"}\n', "utf-8")
+    failed = CliRunner().invoke(app, ["eval", str(tmp_path), "--setups", "bm25"])
+    assert failed.exit_code == 1 and "error: dataset_dir:" in failed.stderr
+    assert "loading dataset" not in failed.stderr and "%" not in failed.stderr
 
 
 def test_eval_command_end_to_end(

@@ -132,12 +132,12 @@ def write_plot(path: str | Path, summary: Summary) -> Path:
 
 def comparison_table(summary: Summary) -> tuple[list[str], list[list[str]]]:
     """Headers and rows of the results table, the CLI draws them: the metrics (``*``: significant)
-    and, with a comparison, the p-values of the first metric (one column fits 80)."""
+    and, comparing several setups, the p-values of the first metric (one column fits 80)."""
     metrics = list(next(iter(summary.scores.values()), {}))
     rows = [
         [name, *(marked_score(summary, name, m, 4) for m in metrics)] for name in summary.scores
     ]
-    if summary.comparison is None:
+    if summary.comparison is None or len(rows) == 1:
         return ["setup", *metrics], rows
     p_metric = metrics[0]
     for row in rows:
