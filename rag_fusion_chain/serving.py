@@ -198,8 +198,7 @@ def chroma_server_index(url: str, collection: str, embedding: str | None) -> Ope
 
 
 def _reachable(url: str) -> str:
-    """``url`` once the Chroma server there accepted a connection (within the timeout), else an
-    OSError: a server that cannot be reached is found at start-up."""
+    """``url``, once the Chroma server there accepts a connection within the timeout: else OSError."""
     with socket.create_connection(_chroma_address(url)[:2], timeout=CHROMA_TIMEOUT_SECONDS):
         return url
 
