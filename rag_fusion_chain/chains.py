@@ -41,7 +41,7 @@ from langchain_core.runnables.utils import AddableDict, ConfigurableFieldSpec
 from pydantic import Field, InstanceOf, SkipValidation, StrictBool, validate_call
 
 from rag_fusion_chain import prompts, strategies
-from rag_fusion_chain.context import format_answered, format_context
+from rag_fusion_chain.context import format_answered, format_context, passage_numbers
 from rag_fusion_chain.fusion import BaseFusion, reciprocal_rank_fusion
 from rag_fusion_chain.queries import N_SPEC, Step, configured_count, count_setting
 from rag_fusion_chain.retrievers.fanout import MultiRetriever, RetrievalResults, in_background
@@ -97,15 +97,14 @@ def _formatted(state: State, config: RunnableConfig) -> State:  # a flat strateg
 
 
 def _formatted_apart(state: State, config: RunnableConfig) -> State:
-    """Also the step-back passages (numbered on) or each sub-question's context."""
-    result = _formatted(state, config)
+    """Every context (step-back, sub-questions), each passage numbered by its place in the sources."""
+    quote = partial(format_context, numbers=passage_numbers(quoted_documents(state)))
+    result = {**state, "context": quote(state["documents"])}
     if "step_back_documents" in state:
-        start = len(state["documents"]) + 1
-        result["step_back_context"] = format_context(state["step_back_documents"], start=start)
+        result["step_back_context"] = quote(state["step_back_documents"])
     if "sub_documents" in state:
         result["sub_contexts"] = [  # each sub-question's own input to the sub-answer step
-            {"question": query, "context": format_context(docs)}
-            for query, docs in state["sub_documents"]
+            {"question": query, "context": quote(docs)} for query, docs in state["sub_documents"]
         ]
     return result
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 import re
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any
 
@@ -50,9 +50,18 @@ def shown_source(source: object) -> str:
     return path.name if path.is_absolute() or text.startswith("~") else text
 
 
-def format_context(documents: Sequence[Document], *, start: int = 1) -> str:
-    """Number the documents from ``start`` and quote each as ``<passage id="1" source="...">``
-    (``metadata["source"]``, else ``Document.id``, else no source); :data:`NO_PASSAGES` if none.
+def passage_numbers(documents: Iterable[Document]) -> dict[str, int]:
+    """Each distinct passage (by text) numbered from 1 in order of first appearance."""
+    texts = dict.fromkeys(document.page_content for document in documents)
+    return {text: number for number, text in enumerate(texts, 1)}
+
+
+def format_context(
+    documents: Sequence[Document], *, start: int = 1, numbers: Mapping[str, int] | None = None
+) -> str:
+    """Number the documents from ``start`` (or by text: ``numbers``, from :func:`passage_numbers`)
+    and quote each as ``<passage id="1" source="...">`` (``metadata["source"]``, else
+    ``Document.id``, else no source); :data:`NO_PASSAGES` if none.
 
     >>> print(format_context([Document("Heat pumps move heat.", metadata={"source": "a.txt"})]))
     <passage id="1" source="a.txt">
@@ -62,7 +71,7 @@ def format_context(documents: Sequence[Document], *, start: int = 1) -> str:
     passages = []
     for number, document in enumerate(documents, start):
         source = document.metadata.get("source") or document.id
-        attributes = f'id="{number}"'
+        attributes = f'id="{number if numbers is None else numbers[document.page_content]}"'
         if source:
             attributes += f' source="{html.escape(_plain(shown_source(source)))}"'
         text = escape_for_prompt(document.page_content)

@@ -13,6 +13,7 @@ from collections.abc import Collection, Iterable, Iterator, Sequence
 import sentencex
 from langchain_core.documents import Document
 
+from rag_fusion_chain.context import passage_numbers
 from rag_fusion_chain.retrievers.bm25 import tokenize
 from rag_fusion_chain.validation import MAX_QUERIES, counted, question_of, validate_count
 
@@ -286,12 +287,6 @@ def _quotes(
     return [f"- {text} [{numbers[documents[position].page_content]}]" for position, text in picked]
 
 
-def _numbers(documents: Iterable[Document]) -> dict[str, int]:
-    """Each distinct passage (by text) numbered from 1 in order of first appearance."""
-    texts = dict.fromkeys(document.page_content for document in documents)
-    return {text: number for number, text in enumerate(texts, 1)}
-
-
 def _answer(
     question: str,
     documents: Sequence[Document],
@@ -299,7 +294,7 @@ def _answer(
     related: Collection[str] = (),
 ) -> list[str]:
     """The label, the ``shown`` lines (what was searched), then the quotes or why there are none."""
-    quotes = _quotes(question, documents, _numbers(documents), related)
+    quotes = _quotes(question, documents, passage_numbers(documents), related)
     if quotes:
         head = OFFLINE_NOTE
     elif documents:
@@ -338,7 +333,7 @@ def step_back_answer(
     lines = _answer(question, documents)
     if not broader or broader.casefold() == question.casefold():
         return "\n".join(lines)
-    numbers = _numbers([*documents, *broader_documents])
+    numbers = passage_numbers([*documents, *broader_documents])
     quotes = _quotes(f"{broader} {question}", broader_documents, numbers)
     lines += [f"Broader question searched: {broader}"]
     return "\n".join([*lines, *(quotes or ["- (nothing to quote beyond the passages above)"])])
@@ -353,7 +348,7 @@ def decomposition_answer(question: str, answered: Sequence[tuple[str, Sequence[D
         document for asked, found in answered if (asked, found) not in splits for document in found
     ]
     groups = [*splits, (question, own)]
-    numbers = _numbers(document for _, found in groups for document in found)
+    numbers = passage_numbers(document for _, found in groups for document in found)
     if not numbers:
         return _answer(question, [])[0]
     intro = (

@@ -26,7 +26,12 @@ from langchain_core.vectorstores import InMemoryVectorStore
 from pydantic import Field
 
 from rag_fusion_chain import chains, prompts, strategies
-from rag_fusion_chain.context import NO_EARLIER_ANSWERS, NO_PASSAGES, format_context
+from rag_fusion_chain.context import (
+    NO_EARLIER_ANSWERS,
+    NO_PASSAGES,
+    format_context,
+    passage_numbers,
+)
 from rag_fusion_chain.fusion import ReciprocalRankFusion, unique_union
 from rag_fusion_chain.retrievers import FusionRetriever, MultiRetriever, RetrievalFailure
 from rag_fusion_chain.validation import MAX_QUESTION_CHARS
@@ -550,6 +555,12 @@ def test_format_context_numbers_passages_and_names_sources() -> None:
         '<passage id="3">\nThird.\n</passage>'
     )
     assert format_context(documents[:1], start=7).startswith('<passage id="7"')
+    by_text = passage_numbers([documents[2], documents[0], documents[2]])
+    assert by_text == {"Third.": 1, "First.": 2}
+    numbered = format_context([documents[2], documents[0]], start=7, numbers=by_text)
+    assert re.findall(r'<passage id="(\d+)"', numbered) == ["1", "2"]
+    with pytest.raises(KeyError, match="Second"):  # every passage quoted needs its number
+        format_context(documents, numbers=by_text)
     assert format_context([]) == NO_PASSAGES
 
 
@@ -603,6 +614,53 @@ def test_individual_decomposition_answers_each_alone_then_synthesises() -> None:
     for number, question in enumerate(["alpha", "beta", "gamma"], 1):
         assert f"Sub-question {number}: {question}\nAnswer: {ANSWER}" in synthesis
     assert len(result["documents"]) == 6  # every quoted document, once
+
+
+QUOTED_PASSAGE = re.compile(r'<passage id="(\d+)"[^>]*>\n(.*?)\n</passage>')
+
+
+def citing_model(prompts: list[str]) -> Runnable[Any, Any]:
+    """A chat model recording its prompts that answers a prompt quoting passages by citing the
+    first one, synthesises by repeating the sub-answers' citations, and else writes the queries."""
+
+    def reply(prompt: PromptValue) -> AIMessage:
+        text = prompt.to_string()
+        prompts.append(text)
+        if shown := QUOTED_PASSAGE.findall(text):
+            return AIMessage(f"See [{shown[0][0]}].")
+        if "Sub-questions and answers:" in text:
+            return AIMessage(" ".join(re.findall(r"\[\d+\]", text)))
+        return AIMessage("alpha\nbeta\ngamma")
+
+    return RunnableLambda(reply, name="citing_model")
+
+
+@pytest.mark.parametrize("mode", ["recursive", "individual"])
+def test_decomposition_numbers_every_passage_in_every_prompt_by_its_place_in_the_sources(
+    mode: str,
+) -> None:
+    prompts: list[str] = []
+    retriever = TopicRetriever(count=1, extra=[Document("shared background", id="shared")])
+    chain = chains.decomposition_chain(
+        retriever, citing_model(prompts), mode=mode, return_sources=True
+    )
+    chunks = list(chain.stream(QUESTION))
+    result = reduce(operator.add, chunks)
+    texts = [document.page_content for document in chunks[0]["documents"]]
+    asked = ["alpha", "beta", "gamma", *([QUESTION] if mode == "recursive" else [])]
+    # the sources as ever: each passage once, the sub-questions' first, then the question's
+    assert texts == [f"{asked[0]} fact 0", "shared background", *(f"{q} fact 0" for q in asked[1:])]
+    quoting = [shown for prompt in prompts if (shown := QUOTED_PASSAGE.findall(prompt))]
+    assert len(quoting) == len(asked)  # a prompt per sub-question (and the recursive question)
+    for shown in quoting:  # the shared passage has one number in all of them
+        assert [(int(number), text) for number, text in shown] == [
+            (texts.index(text) + 1, text) for _, text in shown
+        ]
+    each_first = [f"{sub_question} fact 0" for sub_question in ["alpha", "beta", "gamma"]]
+    sub_answer_citations = re.findall(r"Answer: See \[(\d+)\]", prompts[-1])
+    assert [texts[int(number) - 1] for number in sub_answer_citations] == each_first
+    cited = [texts[int(number) - 1] for number in re.findall(r"\[(\d+)\]", result["answer"])]
+    assert cited == ([f"{QUESTION} fact 0"] if mode == "recursive" else each_first)
 
 
 def test_step_back_retrieves_for_both_questions_numbers_on_and_never_repeats() -> None:
