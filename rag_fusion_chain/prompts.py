@@ -105,6 +105,6 @@ RECURSIVE_ANSWER_PROMPT = _chat(
 
 SYNTHESIS_PROMPT = _chat(
     "You combine the answers to several sub-questions into one answer to the original "
-    "question. Use only what the sub-answers say.",
+    "question. Use only what the sub-answers say, and keep the passage numbers they cite, like [1].",
     "Sub-questions and answers:\n{context}\n\nOriginal question: {question}",
 )
