@@ -628,8 +628,9 @@ def citing_model(prompts: list[str]) -> Runnable[Any, Any]:
         prompts.append(text)
         if shown := QUOTED_PASSAGE.findall(text):
             return AIMessage(f"See [{shown[0][0]}].")
-        if "Sub-questions and answers:" in text:
-            return AIMessage(" ".join(re.findall(r"\[\d+\]", text)))
+        if "Sub-questions and answers:" in text:  # the citations of the answers, not the rules
+            answers = text.split("Sub-questions and answers:")[1]
+            return AIMessage(" ".join(re.findall(r"\[\d+\]", answers)))
         return AIMessage("alpha\nbeta\ngamma")
 
     return RunnableLambda(reply, name="citing_model")
