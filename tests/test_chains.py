@@ -540,6 +540,37 @@ def test_a_configured_multi_retriever_is_used_as_is() -> None:
     assert contents([heavy, light]) != heavy_first  # unweighted, the tie puts "light only" 2nd
 
 
+def test_a_fusions_weights_in_a_ready_chain_weigh_each_retriever() -> None:
+    heavy = TopicRetriever(name="heavy")
+    light = TopicRetriever(name="light", count=0, extra=[Document("light only", id="light")])
+    llm = ScriptedLLM().runnable  # rag-fusion: the question and three queries, 8 ranked lists
+
+    def contents(retrievers: Any, fusion: Any = None) -> list[str]:
+        chain = chains.rag_fusion_chain(retrievers, llm, fusion=fusion, return_sources=True)
+        return [document.page_content for document in chain.invoke(QUESTION)["documents"]]
+
+    weighted = contents(MultiRetriever([heavy, light], weights=[1.0, 0.01]))
+    assert "light only" not in weighted  # five of the heavy retriever's eight documents lead
+    for fusion_weights in ([1.0, 0.01], [1, 0.01]):  # the same weights twice are no conflict
+        fusion = ReciprocalRankFusion(weights=fusion_weights)
+        assert contents([heavy, light], fusion) == weighted
+        assert contents(MultiRetriever([heavy, light], weights=[1.0, 0.01]), fusion) == weighted
+    assert "light only" in contents([heavy, light])  # unweighted: in all four queries' lists
+
+
+@pytest.mark.parametrize("strategy", strategies.STRATEGIES)
+def test_a_fusions_weights_other_than_one_per_retriever_are_refused_when_built(
+    strategy: str,
+) -> None:
+    retrievers = [TopicRetriever(name="a"), TopicRetriever(name="b")]
+    three = ReciprocalRankFusion(weights=[0.5, 0.3, 0.2])
+    with pytest.raises(ValueError, match="weights: got 3 weights for 2 retrievers"):
+        chains.chain_for(strategy, retrievers, fusion=three)
+    given_twice = MultiRetriever(retrievers, weights=[0.5, 0.5])
+    with pytest.raises(ValueError, match="weights given twice"):
+        chains.chain_for(strategy, given_twice, fusion=ReciprocalRankFusion(weights=[0.7, 0.3]))
+
+
 # ---------------------------------------------------------------- context formatting
 
 
