@@ -227,6 +227,26 @@ def test_folder_is_loaded_recursively_by_extension(tmp_path: Path):
     assert documents[0].id == f"{tmp_path.name}/b.txt"
 
 
+def test_a_file_given_twice_is_read_once_by_its_first_name(tmp_path: Path, fake_embeddings: None):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for name in ("sun", "water", "wind"):
+        (folder / f"{name}.txt").write_text(f"The {name} powers homes.", encoding="utf-8")
+    wind = folder / "wind.txt"
+
+    for sources in ([folder, tmp_path / "." / "docs"], [folder, wind], [wind, folder]):
+        result = ingest.load_with_report(sources)
+        assert sorted(document.page_content for document in result.documents) == [
+            "The sun powers homes.",
+            "The water powers homes.",
+            "The wind powers homes.",
+        ]
+        assert len(result.loaded) == 3
+    assert result.loaded[0] == "wind.txt"  # given first alone: named so, not docs/wind.txt
+    indexed = index_command(folder, wind, "--out", tmp_path / "index")
+    assert "Indexed 3 sources as 3 documents" in indexed.stdout, indexed.output
+
+
 def test_folder_extensions_can_be_chosen(tmp_path: Path):
     (tmp_path / "a.md").write_text("markdown", encoding="utf-8")
     (tmp_path / "b.txt").write_text("text", encoding="utf-8")
@@ -604,14 +624,14 @@ def test_folder_walk_stays_inside_unless_links_are_followed(tmp_path: Path):
         result = ingest.load_with_report([folder])
     followed = ingest.load_with_report([folder], follow_symlinks=True)
 
-    assert [document.page_content for document in result.documents] == ["inside text"] * 2
+    assert [document.page_content for document in result.documents] == ["inside text"]  # once
+    assert result.loaded == [f"{folder.name}/alias.md"]  # the link inside, first by name
     assert result.skipped == [
         Skipped(f"{folder.name}/key.txt", "link to outside the folder"),
         Skipped(f"{folder.name}/more", "link to outside the folder"),
     ]
     assert sorted(document.page_content for document in followed.documents) == [
         "SECRET-SIGNING-KEY",
-        "inside text",
         "inside text",
         "outside notes",
     ]

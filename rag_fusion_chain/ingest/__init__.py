@@ -16,6 +16,7 @@ from langchain_core.documents import Document
 from rag_fusion_chain.ingest.files import (
     DEFAULT_MAX_FILE_SIZE,
     KINDS,
+    FileIdentity,
     existing_path,
     load_file,
     load_pdf,
@@ -69,6 +70,7 @@ def load_with_report(
 ) -> LoadResult:
     """The documents of each source (all checked before any is read), the sources read and those
     skipped (warned; raised if ``strict``); ValueError if none loaded. ``on_source`` per source.
+    A file given twice (by two paths, or alone and in its folder) is read once, by its first name.
     A file for which ``unchanged(name, stamp)`` is true is listed as loaded and unchanged, unread."""
     if isinstance(sources, (str, os.PathLike)):
         raise TypeError("sources must be a list of paths or URLs, not a single string")
@@ -82,7 +84,7 @@ def load_with_report(
     last = [item if isinstance(item, str) else item.name or item.resolve().name for item in checked]
     sharing = Counter(last)
     wanted = {extension.lower() for extension in extensions}
-    result = LoadResult()
+    result, seen_files = LoadResult(), set[FileIdentity]()
     for source, last_part in zip(checked, last, strict=True):
         # a URL shown as itself, a path by its last part, or as given when two share that part
         name = str(source) if sharing[last_part] > 1 else last_part
@@ -101,12 +103,15 @@ def load_with_report(
             if isinstance(status, str):
                 result.skip(UnreadableSourceError(shown_name, status), strict=strict)
                 continue
+            if (identity := (status.st_dev, status.st_ino)) in seen_files:
+                continue  # a file named twice (alone and in its folder): read once, first name
+            seen_files.add(identity)
             result.stamps[shown_name] = stamp = _file_stamp(status)
             if status.st_size <= max_file_size and unchanged and unchanged(shown_name, stamp):
                 result.loaded.append(shown_name)
                 result.unchanged.append(shown_name)
                 continue
-            options: dict[str, Any] = {"identity": (status.st_dev, status.st_ino), "source": shown}
+            options: dict[str, Any] = {"identity": identity, "source": shown}
             read = functools.partial(load_file, path, max_file_size=max_file_size, **options)
             result.add(shown_name, read, strict=strict)
         if on_source is not None:
