@@ -341,6 +341,19 @@ def test_a_retriever_returning_something_else_is_a_failure() -> None:
     assert results.failures[0].error.startswith("TypeError: a retriever must return")
 
 
+def test_a_retriever_returning_document_score_pairs_is_told_to_use_as_retriever() -> None:
+    pairs = RunnableLambda(lambda query: [(Document(query), 0.9)], name="pairs")  # *_with_score's
+    mixed = RunnableLambda(lambda query: [Document(query), query], name="mixed")
+    with pytest.raises(RetrievalError) as raised:
+        MultiRetriever([pairs, mixed]).invoke("x")
+    errors = [failure.error for failure in raised.value.failures]
+    assert errors == [
+        "TypeError: a retriever must return a list of Documents, got list holding a tuple "
+        "((Document, score) pairs are similarity_search_with_score's: use as_retriever())",
+        "TypeError: a retriever must return a list of Documents, got list holding a str",
+    ]
+
+
 def test_a_slow_retriever_times_out_and_the_others_are_kept() -> None:
     slow = TagRetriever(tag="slow", name="slow", delay=0.5)
     fan_out = MultiRetriever([slow, TagRetriever(tag="a", count=1)], timeout=0.1)

@@ -167,6 +167,16 @@ def _checked_weights(weights: Any, given: ValidationInfo) -> Any:
     return weights
 
 
+def _not_documents(found: Any) -> TypeError:
+    """The error for a retriever's output that is no list of Documents, saying what it held."""
+    items = found if isinstance(found, list | tuple) else ()
+    held = [each for each in items if not isinstance(each, Document)]
+    got = type(found).__name__ + (f" holding a {type(held[0]).__name__}" if held else "")
+    if held and isinstance(held[0], tuple):
+        got += " ((Document, score) pairs are similarity_search_with_score's: use as_retriever())"
+    return TypeError(f"a retriever must return a list of Documents, got {got}")
+
+
 def _unbound(retriever: Runnable[Any, Any]) -> Runnable[Any, Any]:
     """The runnable under ``with_config`` / ``with_retry`` / ``configurable_fields`` (its default)."""
     while isinstance(retriever, RunnableBindingBase | DynamicRunnable):
@@ -263,9 +273,7 @@ class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]
                     ranked_lists.append(RankedList(kept, weight=weight, query=query, source=source))
                     continue
                 if not isinstance(found, BaseException):
-                    found = TypeError(
-                        f"a retriever must return a list of Documents, got {type(found).__name__}"
-                    )
+                    found = _not_documents(found)
                 error = f"{type(found).__name__}: {found}"
                 failures.append(RetrievalFailure(source, query, error, found))
         if failures:
