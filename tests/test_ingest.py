@@ -398,6 +398,13 @@ def test_split_keeps_source_metadata():
     assert chunk.metadata == {"doc_id": "d1", "page": 3, "chunk_id": "d1#0", "start_index": 0}
 
 
+def test_one_document_or_text_instead_of_a_list_is_a_type_error():
+    with pytest.raises(TypeError, match="documents must be a list of Documents, not a Document"):
+        split_documents(Document("One document, not wrapped in a list."))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="documents must be a list of Documents, not a str"):
+        split_documents("a text")  # type: ignore[arg-type]
+
+
 def test_special_token_text_is_ordinary_text():
     (chunk,) = split_documents([Document("before <|endoftext|> after", id="s")])
 

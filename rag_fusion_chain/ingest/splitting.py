@@ -43,6 +43,8 @@ def split_documents(
 ) -> list[Document]:
     """Chunks of at most ``chunk_size`` tokens, id ``f"{base}#{index}"`` (base: the document's id,
     else its source, else its text's hash), with ``start_index`` and Markdown ``section``."""
+    if isinstance(documents, Document | str):  # iterable, as pairs or characters
+        raise TypeError(f"documents must be a list of Documents, not a {type(documents).__name__}")
     import tiktoken
 
     splitters = require_extra("langchain_text_splitters", "ingest")
