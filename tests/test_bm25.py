@@ -141,6 +141,20 @@ def test_documents_are_copied_not_mutated_and_ids_preserved() -> None:
     assert unnamed.id is None
 
 
+def test_from_texts_takes_texts_metadatas_and_ids_as_langchains_does() -> None:
+    texts = [document.page_content for document in ENGLISH]
+    metadatas = [document.metadata for document in ENGLISH]
+    from_texts = BM25Retriever.from_texts(texts, metadatas, ids(ENGLISH), k=2)
+    assert from_texts.invoke("solar") == BM25Retriever.from_documents(ENGLISH, k=2).invoke("solar")
+    assert [d.metadata for d in BM25Retriever.from_texts(texts).documents] == [{}] * len(texts)
+    with pytest.raises(ValueError, match="metadatas and ids: one per text if given; got 1 meta"):
+        BM25Retriever.from_texts(texts, [{"n": 1}])
+    with pytest.raises(ValueError, match="got 0 metadatas and 4 ids for 4 texts"):
+        BM25Retriever.from_texts(texts, [])
+    with pytest.raises(TypeError, match="texts must be a list of str, not one str"):
+        BM25Retriever.from_texts("one text")
+
+
 def test_empty_corpus_is_refused() -> None:
     with pytest.raises(ValueError, match="documents"):
         BM25Retriever.from_documents([])

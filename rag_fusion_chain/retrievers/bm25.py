@@ -166,6 +166,26 @@ class BM25Retriever(BatchedRetriever):
         settings = {"k": k, "stem": stem, "remove_stopwords": remove_stopwords, **kwargs}
         return cls(documents=[], index=index, **settings).updated(documents)
 
+    @classmethod
+    def from_texts(
+        cls,
+        texts: Sequence[str],
+        metadatas: Sequence[dict[str, Any]] | None = None,
+        ids: Sequence[str | None] | None = None,
+        **kwargs: Any,
+    ) -> BM25Retriever:
+        """:meth:`from_documents` over ``texts``, each with its metadata and id if given, as
+        LangChain's ``BM25Retriever.from_texts``; ``kwargs`` as for ``from_documents``."""
+        if isinstance(texts, str):
+            raise TypeError("texts must be a list of str, not one str")
+        metadatas = [{}] * len(texts) if metadatas is None else metadatas  # copied by Document
+        ids = [None] * len(texts) if ids is None else ids
+        if not len(texts) == len(metadatas) == len(ids):
+            given = f"{len(metadatas)} metadatas and {len(ids)} ids for {len(texts)} texts"
+            raise ValueError(f"metadatas and ids: one per text if given; got {given}")
+        columns = zip(texts, metadatas, ids, strict=True)
+        return cls.from_documents([Document(t, metadata=m, id=i) for t, m, i in columns], **kwargs)
+
     def updated(self, documents: Sequence[Document | int]) -> BM25Retriever:
         """A retriever with these settings over ``documents``, an int standing for this one's
         document at that position: its counted terms are reused, only new Documents tokenised.
