@@ -263,6 +263,26 @@ def test_bad_scores_never_crash_and_warn(bad: object) -> None:
 
 
 @pytest.mark.parametrize("runnable", [RelativeScoreFusion, DistBasedScoreFusion])
+@pytest.mark.parametrize("bad", [None, float("nan")])
+@pytest.mark.parametrize("real", [0.9, -0.5])
+def test_a_missing_score_beside_one_real_score_counts_as_the_lowest_never_above_it(
+    runnable: type[fusion.BaseFusion], bad: object, real: float
+) -> None:
+    # [nan, 0.9] scored both 1.0 (a constant list), the missing one first by its position
+    lists = [[Document("missing", metadata={"score": bad}), doc("real", real), doc("too", real)]]
+    for ranked in (lists[0][:2], lists[0]):  # one real score, or two equal ones
+        with pytest.warns(UserWarning, match="missing or non-numeric"):
+            pairs = runnable(with_scores=True).invoke([ranked])
+        scores = {document.page_content: score for document, score in pairs}
+        assert scores["missing"] == 0.0  # the bottom of [0, 1], as the lowest of a list
+        assert scores["real"] == (1.0 if real > 0 else 0.0)  # as alone: a constant list
+    other = [doc("real", 0.2), doc("other", 0.1)]
+    with pytest.warns(UserWarning, match="missing or non-numeric"):
+        fused = runnable().invoke([lists[0][:2], other])
+    assert texts(fused)[0] == "real"
+
+
+@pytest.mark.parametrize("runnable", [RelativeScoreFusion, DistBasedScoreFusion])
 @pytest.mark.parametrize("huge", [10**400, float("inf"), 1e308])
 def test_huge_scores_count_as_infinite_rank_first_and_warn(
     runnable: type[fusion.BaseFusion], huge: float

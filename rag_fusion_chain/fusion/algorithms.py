@@ -103,9 +103,12 @@ def _number(value: Any) -> float | None:
     return None if math.isnan(number) else number
 
 
-def _usable_scores(ranked: Sequence[Document], score_key: str, list_index: int) -> list[float]:
-    """One list's scores, finite: missing ones count as the lowest, infinite ones as the largest
-    float (so they rank first, last when negative), with a warning; none at all: rank-derived."""
+def _usable_scores(
+    ranked: Sequence[Document], score_key: str, list_index: int
+) -> list[float | None]:
+    """One list's scores, finite: missing ones None (:func:`_normalized` counts them as the
+    lowest), infinite ones the largest float (so they rank first, last when negative), with a
+    warning; none at all: rank-derived."""
 
     def warn(problem: str) -> None:
         warnings.warn(f"ranked list {list_index}: {problem}", stacklevel=10)
@@ -127,21 +130,23 @@ def _usable_scores(ranked: Sequence[Document], score_key: str, list_index: int) 
         )
         largest = sys.float_info.max
         raw = [None if score is None else max(-largest, min(largest, score)) for score in raw]
-    lowest = min(score for score in raw if score is not None)
-    return [lowest if score is None else score for score in raw]
+    return raw
 
 
-def _normalized(scores: list[float], bounds_of: Bounds) -> list[float]:
-    """One list's scores in [0, 1]; a constant list (min == max, tested before any arithmetic)
-    scores 1.0 if positive else 0.0. Huge scores are scaled down first (both normalisations are
-    scale-invariant) so that differences and squares stay finite."""
-    highest = max(scores)
-    if min(scores) == highest:
-        return [1.0 if highest > 0 else 0.0] * len(scores)
-    largest = max(map(abs, scores))
+def _normalized(scores: list[float | None], bounds_of: Bounds) -> list[float]:
+    """One list's scores in [0, 1], a missing one (None) as the lowest; a constant list (min ==
+    max of the present ones, tested before any arithmetic) scores 1.0 if positive else 0.0, its
+    missing ones 0.0 (never above a real score). Huge scores are scaled down first (both
+    normalisations are scale-invariant) so that differences and squares stay finite."""
+    present = [score for score in scores if score is not None]
+    lowest, highest = min(present), max(present)
+    if lowest == highest:
+        return [0.0 if score is None or highest <= 0 else 1.0 for score in scores]
+    filled = [lowest if score is None else score for score in scores]
+    largest = max(map(abs, filled))
     if largest > 1e100:
-        scores = [score / largest for score in scores]
-    return normalize_scores(scores, bounds_of(scores))
+        filled = [score / largest for score in filled]
+    return normalize_scores(filled, bounds_of(filled))
 
 
 def _score_based(
