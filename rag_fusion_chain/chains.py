@@ -382,17 +382,6 @@ def _split(chain: Runnable[Any, Any], after: str) -> tuple[list[Any], list[Any],
     return bound.steps[:at], bound.steps[at:], binding
 
 
-def _weighted(fan_out: MultiRetriever, fusion: BaseFusion) -> tuple[MultiRetriever, BaseFusion]:
-    """A fusion's ``weights`` are per retriever in a ready chain (as EnsembleRetriever's), the
-    ranked lists varying per call: moved to the fan-out, which weighs each retriever's lists."""
-    if fusion.weights is None:
-        return fan_out, fusion
-    if fan_out.weights not in (None, fusion.weights):
-        raise ValueError(f"weights given twice: {fusion.weights} (fusion), {fan_out.weights}")
-    fan_out = MultiRetriever(**{**dict(fan_out), "weights": fusion.weights})  # one per retriever
-    return fan_out, fusion.model_copy(update={"weights": None})
-
-
 @validate_call(config={"arbitrary_types_allowed": True})
 def chain_for(
     strategy: SkipValidation[str | Strategy],
@@ -432,8 +421,8 @@ def chain_for(
     search_question = record.searches_question if include_original is None else include_original
     if record.grouping == "sub-questions":
         search_question = mode == "recursive"
-    multi = retrievers if isinstance(retrievers, MultiRetriever) else MultiRetriever(retrievers)
-    multi, chosen_fusion = _weighted(multi, fusion) if fusion else (multi, record.default_fusion)
+    given = retrievers if isinstance(retrievers, MultiRetriever) else MultiRetriever(retrievers)
+    multi, chosen_fusion = given.weighted_for(fusion) if fusion else (given, record.default_fusion)
     fan_out = multi.model_copy(update={"name": "fan_out", "k": k or multi.k})  # None: its own
     if chosen_fusion.with_scores:
         raise ValueError("fusion must return Documents: use with_scores=False")

@@ -514,6 +514,20 @@ def test_fusion_retriever_searches_with_the_generated_queries() -> None:
     ]
 
 
+def test_a_fusion_retrievers_fusion_weights_weigh_each_retriever_as_ensemble_retrievers() -> None:
+    heavy, light = TagRetriever(tag="heavy", count=2), TagRetriever(tag="light", count=2)
+    fusion = ReciprocalRankFusion(weights=[1.0, 0.01])
+    retriever = FusionRetriever(
+        retrievers=[heavy, light], query_generator=fake_generator(), fusion=fusion, k=6
+    )  # three queries: six ranked lists, two weights
+    documents = [document.page_content for document in retriever.invoke("question")]
+    assert [text.split(":")[0] for text in documents] == ["heavy"] * 6
+    with pytest.raises(ValueError, match="weights: got 3 weights for 2 retrievers"):
+        FusionRetriever(retrievers=[heavy, light], fusion=ReciprocalRankFusion(weights=[1, 1, 1]))
+    with pytest.raises(ValueError, match="weights given twice"):
+        FusionRetriever(retrievers=MultiRetriever([heavy, light], weights=[1, 2]), fusion=fusion)
+
+
 async def test_fusion_retriever_supports_every_call_style() -> None:
     retriever = FusionRetriever(
         retrievers=[TagRetriever(tag="a", count=1)], query_generator=fake_generator("one\ntwo", 2)

@@ -31,7 +31,7 @@ from langchain_core.runnables.utils import gather_with_concurrency, get_unique_c
 from langchain_core.vectorstores import VectorStoreRetriever
 from pydantic import BeforeValidator, ConfigDict, Field, ValidationInfo
 
-from rag_fusion_chain.fusion import RankedList
+from rag_fusion_chain.fusion import BaseFusion, RankedList
 from rag_fusion_chain.fusion.inputs import is_document_list, validate_weights
 from rag_fusion_chain.fusion.runnables import traced_call
 from rag_fusion_chain.validation import counted
@@ -313,6 +313,16 @@ class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]
     def with_k(self, k: int | None) -> MultiRetriever:
         """Itself with ``k`` for one call (``invoke(queries, k=3)``, as a ``BaseRetriever``'s)."""
         return self if k is None else type(self)(**{**dict(self), "k": k})  # validated
+
+    def weighted_for(self, fusion: BaseFusion) -> tuple[MultiRetriever, BaseFusion]:
+        """(this fan-out, ``fusion``) with the fusion's ``weights`` moved here: one per retriever
+        (as EnsembleRetriever's), however many queries (ranked lists) a call searches."""
+        if fusion.weights is None:
+            return self, fusion
+        if self.weights not in (None, fusion.weights):
+            raise ValueError(f"weights given twice: {fusion.weights} (fusion), {self.weights}")
+        weighted = type(self)(**{**dict(self), "weights": fusion.weights})  # one per retriever
+        return weighted, fusion.model_copy(update={"weights": None})
 
     def invoke(  # type: ignore[override]
         self, input: Any, config: RunnableConfig | None = None, k: int | None = None

@@ -71,6 +71,7 @@ class FusionRetriever(BaseRetriever):
         validate_count("k", self.k)
         if self.fusion.with_scores:  # the score is in metadata["fusion_score"] anyway
             raise ValueError("fusion must return Documents: use with_scores=False")
+        self.retrievers, self.fusion = self.retrievers.weighted_for(self.fusion)
         return self
 
     @classmethod
