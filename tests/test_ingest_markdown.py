@@ -1,9 +1,15 @@
-"""Markdown headings stay with their text (issue 20 item 4)."""
+"""Markdown headings and BEIR titles stay with their text (issue 20 item 4): none is a chunk alone."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import pytest
 from langchain_core.documents import Document
 
+from rag_fusion_chain import ingest
+from rag_fusion_chain.data import sample_corpus_path
 from rag_fusion_chain.ingest import count_tokens, split_documents
 from rag_fusion_chain.ingest.splitting import MIN_CHUNK_TOKENS
 
@@ -67,3 +73,100 @@ def test_short_pieces_join_only_up_to_the_minimum() -> None:
         chunks = split_documents([Document(PARAGRAPH, id="p")], chunk_size=size, chunk_overlap=0)
         sizes = [count_tokens(chunk.page_content) for chunk in chunks]
         assert min(sizes) >= MIN_CHUNK_TOKENS and max(sizes) < size + 2 * MIN_CHUNK_TOKENS, sizes
+
+
+LONG_HEADING = (
+    "Mosaic PPM1D mutations are associated with predisposition to breast and ovarian cancer "
+    "in a population based study of women"
+)  # 22 tokens: over the 16 that used to join the text, too long to share the paragraph whole
+LONG_TITLES = [
+    LONG_HEADING,
+    "Microstructural development of human newborn cerebral white matter assessed in vivo by "
+    "diffusion tensor magnetic resonance imaging.",
+]
+
+INTRODUCTION = "Agents plan, remember and use tools; this post walks through each part in turn."
+
+
+def _check_chunks(text: str, chunks: list[Document], chunk_size: int) -> None:
+    """Each chunk is the span of ``text`` at its ``start_index``, within ``chunk_size`` tokens,
+    and together they hold every word of ``text``."""
+    for chunk in chunks:
+        start = chunk.metadata["start_index"]
+        assert text[start : start + len(chunk.page_content)] == chunk.page_content
+        assert count_tokens(chunk.page_content) <= chunk_size, chunk.page_content
+    assert set(text.split()) == {word for chunk in chunks for word in chunk.page_content.split()}
+
+
+def _not_headings(chunk: Document, headings: list[str]) -> str:
+    """What is left of the chunk's text without the given headings and Markdown heading marks."""
+    text = chunk.page_content
+    for heading in headings:
+        text = text.replace(heading, "")
+    return text.replace("#", "").strip()
+
+
+@pytest.mark.parametrize("title", LONG_TITLES)
+def test_a_long_beir_title_opens_the_first_chunk_of_its_abstract(
+    tmp_path: Path, title: str
+) -> None:
+    """27 of the first 60 SciFact sample records gave a chunk that was their title alone."""
+    assert count_tokens(title) >= MIN_CHUNK_TOKENS
+    record = {"_id": "r1", "title": title, "text": PARAGRAPH.strip()}
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    [document] = ingest.load([corpus])
+
+    chunks = split_documents([document])
+
+    assert len(chunks) > 1
+    assert chunks[0].page_content.startswith(f"{title}\nTask decomposition breaks")
+    assert all(_not_headings(chunk, [title]) for chunk in chunks)
+    _check_chunks(document.page_content, chunks, 300)
+
+
+@pytest.mark.parametrize("headings", [[LONG_HEADING], ["Agents", LONG_HEADING, "Planning"]])
+def test_a_long_markdown_heading_opens_the_first_chunk_of_its_section(headings: list[str]) -> None:
+    """A heading of 16 tokens or more before a section longer than a chunk was a chunk alone."""
+    marks = "\n\n".join(f"{'#' * level} {heading}" for level, heading in enumerate(headings, 1))
+    text = f"{INTRODUCTION}\n\n{marks}\n\n{PARAGRAPH}\n\n## Next\n\nThe end of the post."
+
+    chunks = split_documents([Document(text, id="post.md")])
+
+    [opening] = [chunk for chunk in chunks if LONG_HEADING in chunk.page_content]
+    assert marks in opening.page_content
+    assert opening.page_content.endswith(".")  # a whole sentence of the section
+    assert "Task decomposition breaks" in opening.page_content
+    assert INTRODUCTION not in opening.page_content
+    assert opening.metadata["section"] == " > ".join(headings)
+    assert all(_not_headings(chunk, headings) for chunk in chunks)
+    _check_chunks(text, chunks, 300)
+
+
+@pytest.mark.parametrize("chunk_size", [20, 40, 100])
+def test_a_heading_longer_than_a_chunk_is_cut_and_its_last_part_opens_the_text(
+    chunk_size: int,
+) -> None:
+    heading = " ".join([LONG_HEADING] * 3)  # 66 tokens
+    text = f"# {heading}\n\n{PARAGRAPH}"
+
+    chunks = split_documents(
+        [Document(text, id="long.md")], chunk_size=chunk_size, chunk_overlap=chunk_size // 5
+    )
+
+    opening = next(chunk for chunk in chunks if "Task decomposition" in chunk.page_content)
+    last_part, opening_text = opening.page_content.split("\n\n")
+    assert f"# {heading}".endswith(last_part)  # the heading's last part opens the text
+    assert opening_text.startswith("Task decomposition breaks") and opening_text.endswith(".")
+    assert chunks[0].page_content.startswith("# Mosaic")
+    _check_chunks(text, chunks, chunk_size + 2 * MIN_CHUNK_TOKENS)
+
+
+def test_no_chunk_of_the_shipped_sample_is_a_title_alone() -> None:
+    documents = ingest.load([sample_corpus_path()])
+
+    chunks = split_documents(documents)
+
+    titles = {document.id: document.metadata["title"] for document in documents}
+    assert not [c.id for c in chunks if c.page_content.strip() == titles[c.metadata["doc_id"]]]
+    assert max(count_tokens(chunk.page_content) for chunk in chunks) <= 300
