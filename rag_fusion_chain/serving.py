@@ -105,7 +105,8 @@ def _chroma_address(url: str) -> tuple[str, int, bool]:
             https = parts.scheme == "https"
             return parts.hostname, parts.port or (443 if https else 8000), https
     raise ValueError(
-        f"{CHROMA_URL_ENV} (--chroma-url) must look like http://host:port; got {url!r}"
+        f"{CHROMA_URL_ENV} (--chroma-url) must look like http://host:port, "
+        f"got {validation.redact_credentials(url)!r}"
     )
 
 

@@ -229,6 +229,10 @@ def test_index_source_comes_from_the_environment_and_flags_win(
             serving.IndexSource(chroma_url=bad)
     secret = serving.IndexSource(chroma_url="http://user:secret@db.example:8001").describe()
     assert "secret" not in secret and "db.example:8001" in secret
+    for bad in ("http://user:secret@db.example:port", "ftp://user:secret@db.example:8001"):
+        with pytest.raises(ValueError, match=serving.CHROMA_URL_ENV) as raised:
+            serving.IndexSource(chroma_url=bad)  # a malformed URL still hides its password
+        assert "secret" not in str(raised.value) and "db.example" in str(raised.value)
 
 
 def sourced(chain: Any, question: str) -> dict[str, Any]:
