@@ -81,7 +81,8 @@ def chat_model(
     if model == "offline" or not (model or base_url or api_key or os.environ.get(API_KEY_ENV)):
         return None
     if model is None and base_url is not None:
-        raise ValueError(f"no chat model name for {base_url}: pass model= or set {CHAT_MODEL_ENV}")
+        shown = redact_credentials(base_url)
+        raise ValueError(f"no chat model name for {shown}: pass model= or set {CHAT_MODEL_ENV}")
     model = model or DEFAULT_OPENAI_CHAT_MODEL
     what = f"chat model {model!r}"
     return _openai(

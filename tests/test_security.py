@@ -757,3 +757,6 @@ def test_url_credentials_are_redacted_in_sources_ids_and_identities() -> None:
     assert page.id == "https://u:secret@site/page#0"  # the input is not mutated
     with pytest.raises(ValueError, match="base_url: credentials in the URL"):
         models.chat_model("m", base_url="http://u:p@127.0.0.1/v1", http_client=object())
+    with pytest.raises(ValueError, match="no chat model name") as unnamed:  # serve shows it
+        models.chat_model(base_url="http://u:secret@127.0.0.1/v1")
+    assert "secret" not in str(unnamed.value) and "127.0.0.1/v1" in str(unnamed.value)
