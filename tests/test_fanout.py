@@ -302,6 +302,24 @@ def test_a_failing_retriever_warns_is_recorded_and_the_others_are_kept() -> None
         fan_out.invoke("x")  # the count agrees with its noun ("1 of 1 queries" was said)
 
 
+def test_a_failures_message_shown_in_warnings_and_results_hides_url_credentials() -> None:
+    """An HTTP client's error names its URL (httpx: "... for url 'http://user:pw@host'"): the
+    warning and the recorded failure (a served chain's "failures") show it without the password."""
+
+    def unauthorised(query: str) -> list[Document]:
+        raise PermissionError("401 for url 'http://reader:secret-pw@127.0.0.1:9/search'")
+
+    fan_out = MultiRetriever([RunnableLambda(unauthorised, name="http"), TagRetriever(tag="a")])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        results = fan_out.invoke("x")
+    shown = [str(warning.message) for warning in caught] + [results.failures[0].error]
+    assert all("127.0.0.1:9" in text and "secret-pw" not in text for text in shown), shown
+    with pytest.raises(RetrievalError) as raised:
+        MultiRetriever([RunnableLambda(unauthorised)]).invoke("x")
+    assert "secret-pw" not in str(raised.value)
+
+
 def test_a_failure_for_one_query_keeps_that_retrievers_other_queries() -> None:
     flaky = TagRetriever(tag="f", name="flaky", fail_on={"y"}, count=1)
     with pytest.warns(UserWarning, match="'flaky' failed for 1 of 2"):

@@ -34,7 +34,7 @@ from pydantic import BeforeValidator, ConfigDict, Field, ValidationInfo
 from rag_fusion_chain.fusion import BaseFusion, RankedList
 from rag_fusion_chain.fusion.inputs import is_document_list, validate_weights
 from rag_fusion_chain.fusion.runnables import traced_call
-from rag_fusion_chain.validation import counted
+from rag_fusion_chain.validation import counted, redact_credentials
 
 DEFAULT_TIMEOUT = 30.0
 """Seconds one retriever call (all its queries) may take by default; None waits without a bound."""
@@ -274,7 +274,7 @@ class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]
                     continue
                 if not isinstance(found, BaseException):
                     found = _not_documents(found)
-                error = f"{type(found).__name__}: {found}"
+                error = redact_credentials(f"{type(found).__name__}: {found}")  # shown
                 failures.append(RetrievalFailure(source, query, error, found))
         if failures:
             if self.on_error == "raise":
