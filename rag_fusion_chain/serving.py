@@ -42,7 +42,7 @@ CACHE_DIR_ENV = "RAG_FUSION_CACHE_DIR"
 DEFAULT_CACHE_DIR = KIT_CACHE / "indexes"
 DEFAULT_COLLECTION = stores.DEFAULT_COLLECTION
 CHROMA_PAGE = 1000  # documents read per request to build BM25 over a Chroma collection
-CHROMA_TIMEOUT_SECONDS = 30.0
+CHROMA_TIMEOUT_SECONDS = stores.CHROMA_TIMEOUT_SECONDS
 MAX_K = 100
 MAX_TOP_N = 100
 
@@ -174,11 +174,7 @@ def _in_memory(settings: dict[str, Any], store: Any, documents: list[Document]) 
 def chroma_server_index(url: str, collection: str, embedding: str | None) -> OpenedIndex:
     """A Chroma server's collection, with BM25 over its documents read in pages; ``embedding``
     must be what built the collection."""
-    client = stores.chroma_http_client(*_chroma_address(url))
-    # chromadb's HTTP session waits forever; bound every request (private attribute, guarded).
-    session = getattr(getattr(client, "_server", None), "_session", None)
-    if session is not None:
-        session.timeout = CHROMA_TIMEOUT_SECONDS
+    client = stores.chroma_http_client(*_chroma_address(url))  # its requests bounded
     store = stores.load_chroma(
         models.embeddings(embedding), collection_name=collection, client=client
     )

@@ -32,6 +32,7 @@ from rag_fusion_chain.retrievers.signing import (
     signing_key_file,
 )
 from rag_fusion_chain.retrievers.stores import (
+    CHROMA_TIMEOUT_SECONDS,
     VectorRetriever,
     build_chroma,
     build_faiss,
@@ -818,6 +819,8 @@ def test_chroma_server_roundtrip(chroma_server: Any, embeddings: CountingEmbeddi
     loaded = load_chroma(
         embeddings, host=chroma_server.host, port=chroma_server.port, collection_name=name
     )
+    session = loaded._client._server._session  # chromadb's own waits without a bound
+    assert session.timeout.read == CHROMA_TIMEOUT_SECONDS
     retriever = VectorRetriever(vectorstore=loaded, k=2)
     embeddings.calls.clear()
     results = retriever.batch(QUERIES)

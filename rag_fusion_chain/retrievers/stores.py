@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from langchain_community.vectorstores import FAISS
 
 DEFAULT_COLLECTION = "rag_fusion_chain"
+CHROMA_TIMEOUT_SECONDS = 30.0  # seconds a Chroma server request may take
 EMBEDDING_METADATA_KEY = "rag_fusion_chain:embedding"
 """Chroma collection metadata naming the embeddings that built it."""
 FAISS_THREADS_ENV: Final = "RAG_FUSION_FAISS_THREADS"
@@ -161,12 +162,17 @@ def empty_faiss_index(index: str, dimension: int, name: str = "index") -> Any:
 
 
 def chroma_http_client(host: str, port: int, ssl: bool = False) -> Any:
-    """A client of the Chroma server at ``host:port``: a ValueError naming it if none answers."""
+    """A client of the Chroma server at ``host:port``: a ValueError naming it if none answers;
+    each later request bounded by :data:`CHROMA_TIMEOUT_SECONDS` (chromadb's waits forever)."""
     chromadb, _ = _chroma_modules()
     try:
-        return chromadb.HttpClient(host, port, ssl, settings=chromadb.config.Settings())
+        client = chromadb.HttpClient(host, port, ssl, settings=chromadb.config.Settings())
     except ValueError as error:  # "Could not connect to a Chroma server": say where it looked
         raise ValueError(f"{error} (at {host}:{port})") from error
+    session = getattr(getattr(client, "_server", None), "_session", None)  # private: guarded
+    if session is not None:
+        session.timeout = CHROMA_TIMEOUT_SECONDS
+    return client
 
 
 def _chroma_client(
