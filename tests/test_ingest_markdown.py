@@ -52,6 +52,18 @@ def test_a_heading_is_retrievable_with_its_section() -> None:
     assert last.metadata["section"] == "LLM Powered Autonomous Agents > Self-Reflection"
 
 
+@pytest.mark.timeout(120)  # a hang guard: about 1 s here; the old heading pattern took minutes
+def test_a_heading_line_with_a_long_inner_run_of_spaces_is_read_in_linear_time() -> None:
+    """``(.+?)[ \t#]*$`` retried the trailing run at every character of a heading line whose run
+    of spaces or #s is not at its end: quadratic, about 100 s for 200,000 (a crafted file)."""
+    spaced = "# Basalt" + " " * 400_000 + "columns\n\nLava cools and contracts into columns."
+    chunks = split_documents([Document(spaced, metadata={"source": "spaced.md"})])
+    assert chunks[-1].metadata["section"] == spaced.splitlines()[0].removeprefix("# ")
+    closed = "# Basalt ##\n\n## ##\n\nLava cools and contracts into long six-sided columns."
+    [chunk] = split_documents([Document(closed, metadata={"source": "closed.md"})])
+    assert chunk.metadata["section"] == "Basalt"  # closing #s dropped; an empty heading: no title
+
+
 def test_joined_chunks_are_spans_of_the_document_at_their_offsets() -> None:
     for chunk in _chunks():
         start = chunk.metadata["start_index"]

@@ -30,7 +30,7 @@ SEPARATORS = [
     "",
 ]
 """Split points, coarsest first; sentence ends share one level, so chunks fill sentence by sentence."""
-_HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t#]*$", re.MULTILINE)
+_HEADING = re.compile(r"^(#{1,6})[ \t]+(.*)$", re.MULTILINE)  # not (.+?)[ \t#]*$: quadratic
 _LEADING_HEADINGS = re.compile(r"(?:\s*#{1,6}[ \t][^\n]*)*\s*")
 _HEADING_LINES = re.compile(r"^#{1,6}[ \t].*\n[ \t\n]*", re.MULTILINE)  # with the breaks after
 _ABOVE_WORDS = re.compile(r"(?<=[.!?;,])\s|[。！？；，、\n]")  # split points coarser than " "
@@ -144,5 +144,5 @@ def _section(headings: list[tuple[int, int, str]], start: int) -> str:
     for offset, level, title in headings:
         if offset > start:
             break
-        path = [*(kept for kept in path if kept[0] < level), (level, title)]
-    return " > ".join(title for _, title in path)
+        path = [*(kept for kept in path if kept[0] < level), (level, title.rstrip(" \t#"))]
+    return " > ".join(title for _, title in path if title)  # "# ##": a heading, no title
