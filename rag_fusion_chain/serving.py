@@ -42,7 +42,6 @@ CACHE_DIR_ENV = "RAG_FUSION_CACHE_DIR"
 DEFAULT_CACHE_DIR = KIT_CACHE / "indexes"
 DEFAULT_COLLECTION = stores.DEFAULT_COLLECTION
 CHROMA_PAGE = 1000  # documents read per request to build BM25 over a Chroma collection
-CHROMA_TIMEOUT_SECONDS = stores.CHROMA_TIMEOUT_SECONDS
 MAX_K = 100
 MAX_TOP_N = 100
 
@@ -104,10 +103,8 @@ def _chroma_address(url: str) -> tuple[str, int, bool]:
         if parts.scheme in ("http", "https") and parts.hostname:
             https = parts.scheme == "https"
             return parts.hostname, parts.port or (443 if https else 8000), https
-    raise ValueError(
-        f"{CHROMA_URL_ENV} (--chroma-url) must look like http://host:port, "
-        f"got {validation.redact_credentials(url)!r}"
-    )
+    shown = validation.redact_credentials(url)
+    raise ValueError(f"{CHROMA_URL_ENV} (--chroma-url) must be http://host:port, got {shown!r}")
 
 
 def with_shipped_vectors(
@@ -196,7 +193,7 @@ def chroma_server_index(url: str, collection: str, embedding: str | None) -> Ope
 
 def _reachable(url: str) -> str:
     """``url``, once the Chroma server there accepts a connection within the timeout: else OSError."""
-    with socket.create_connection(_chroma_address(url)[:2], timeout=CHROMA_TIMEOUT_SECONDS):
+    with socket.create_connection(_chroma_address(url)[:2], timeout=stores.CHROMA_TIMEOUT_SECONDS):
         return url
 
 

@@ -35,6 +35,7 @@ from typer.testing import CliRunner
 
 from rag_fusion_chain import data, ingest, models, offline, serving, validation
 from rag_fusion_chain.data import vectors
+from rag_fusion_chain.retrievers import stores
 from rag_fusion_chain.retrievers.index_directory import INDEX_FILE, build_index
 from rag_fusion_chain.serving_limits import MAX_BATCH_ENV, MAX_BODY_BYTES_ENV
 from tests.fixtures_chroma import ChromaServer
@@ -356,7 +357,7 @@ def test_a_template_answers_from_a_chroma_server(
     assert result["documents"][0].metadata["note"] == "lichen"
     assert {document.metadata["note"] for document in result["documents"]} <= set(NOTES)
     (client,) = clients
-    assert client._server._session.timeout.read == serving.CHROMA_TIMEOUT_SECONDS  # bounded
+    assert client._server._session.timeout.read == stores.CHROMA_TIMEOUT_SECONDS  # bounded
 
     monkeypatch.setenv(serving.CHROMA_COLLECTION_ENV, "missing")
     serving.open_source.cache_clear()

@@ -169,8 +169,7 @@ def chroma_http_client(host: str, port: int, ssl: bool = False) -> Any:
         client = chromadb.HttpClient(host, port, ssl, settings=chromadb.config.Settings())
     except ValueError as error:  # "Could not connect to a Chroma server": say where it looked
         raise ValueError(f"{error} (at {host}:{port})") from error
-    session = getattr(getattr(client, "_server", None), "_session", None)  # private: guarded
-    if session is not None:
+    if (session := getattr(getattr(client, "_server", None), "_session", None)) is not None:
         session.timeout = CHROMA_TIMEOUT_SECONDS
     return client
 
