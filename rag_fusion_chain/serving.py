@@ -187,7 +187,8 @@ def chroma_server_index(url: str, collection: str, embedding: str | None) -> Ope
         if len(page["ids"]) < CHROMA_PAGE:
             break
     if not documents:
-        raise ValueError(f"the Chroma collection {collection!r} at {url} holds no documents")
+        shown = validation.redact_credentials(url)
+        raise ValueError(f"the Chroma collection {collection!r} at {shown} holds no documents")
     return _in_memory({"store": "chroma", "embedding": embedding, "source": url}, store, documents)
 
 

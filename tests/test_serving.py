@@ -363,6 +363,11 @@ def test_a_template_answers_from_a_chroma_server(
     serving.open_source.cache_clear()
     with pytest.raises(ValueError, match="no Chroma collection 'missing'"):
         serving.build_chain("rag-fusion").invoke({"question": "lichen"})
+    stores.chroma_http_client(chroma_server.host, chroma_server.port).create_collection("empty")
+    with pytest.raises(ValueError, match="'empty' at http://.* holds no documents") as raised:
+        url = chroma_server.url.replace("http://", "http://user:secret@")
+        serving.chroma_server_index(url, "empty", STUB_EMBEDDING)
+    assert "secret" not in str(raised.value)
 
 
 def test_serve_takes_the_source_as_flags_and_refuses_two(tmp_path: Path) -> None:

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from langchain_community.vectorstores import FAISS
 
 DEFAULT_COLLECTION = "rag_fusion_chain"
-CHROMA_TIMEOUT_SECONDS = 30.0  # seconds a Chroma server request may take
+CHROMA_TIMEOUT_SECONDS = 30.0  # seconds a Chroma server request may take (chromadb's: no bound)
 EMBEDDING_METADATA_KEY = "rag_fusion_chain:embedding"
 """Chroma collection metadata naming the embeddings that built it."""
 FAISS_THREADS_ENV: Final = "RAG_FUSION_FAISS_THREADS"
@@ -162,8 +162,7 @@ def empty_faiss_index(index: str, dimension: int, name: str = "index") -> Any:
 
 
 def chroma_http_client(host: str, port: int, ssl: bool = False) -> Any:
-    """A client of the Chroma server at ``host:port``: a ValueError naming it if none answers;
-    each later request bounded by :data:`CHROMA_TIMEOUT_SECONDS` (chromadb's waits forever)."""
+    """A client of the Chroma server at ``host:port``, requests bounded; ValueError if none answers."""
     chromadb, _ = _chroma_modules()
     try:
         client = chromadb.HttpClient(host, port, ssl, settings=chromadb.config.Settings())
