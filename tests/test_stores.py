@@ -807,6 +807,25 @@ def test_a_chroma_server_that_does_not_answer_is_named(embeddings: CountingEmbed
         load_chroma(embeddings, host="127.0.0.1", port=port)
 
 
+@pytest.mark.timeout(60)  # a hang guard: chromadb's own first request waits without a bound
+def test_a_chroma_server_that_never_answers_is_a_timeout_not_a_hang() -> None:
+    """A server (or proxy) that accepts connections and never replies: chromadb's client asks it
+    for the tenant while it is made, with no timeout; the kit's client gives up after its bound."""
+    pytest.importorskip("chromadb")
+    import socket
+
+    from rag_fusion_chain.retrievers.stores import chroma_http_client
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)  # the kernel accepts connections; nobody reads or answers
+        port = listener.getsockname()[1]
+        with pytest.raises(
+            TimeoutError, match=rf"127\.0\.0\.1:{port} did not answer within 0\.5 s"
+        ):
+            chroma_http_client("127.0.0.1", port, timeout=0.5)
+
+
 def test_chroma_server_roundtrip(chroma_server: Any, embeddings: CountingEmbeddings) -> None:
     name = f"energy-{uuid.uuid4().hex[:8]}"
     build_chroma(

@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import math
 import sys
+import threading
 from collections import Counter
 from collections.abc import Callable, MutableMapping, Sequence
+from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeGuard, cast
 
@@ -161,15 +163,33 @@ def empty_faiss_index(index: str, dimension: int, name: str = "index") -> Any:
         ) from error
 
 
-def chroma_http_client(host: str, port: int, ssl: bool = False) -> Any:
-    """A client of the Chroma server at ``host:port``, requests bounded; ValueError if none answers."""
+def chroma_http_client(
+    host: str, port: int, ssl: bool = False, *, timeout: float = CHROMA_TIMEOUT_SECONDS
+) -> Any:
+    """A client of the Chroma server at ``host:port``, requests bounded by ``timeout``; ValueError if
+    none answers, TimeoutError if it does not answer in time. chromadb's client asks the server
+    while it is made, without a bound: it is made in a daemon thread, waited for ``timeout``."""
     chromadb, _ = _chroma_modules()
+    made: Future[Any] = Future()
+
+    def make() -> None:
+        try:
+            made.set_result(
+                chromadb.HttpClient(host, port, ssl, settings=chromadb.config.Settings())
+            )
+        except Exception as error:
+            made.set_exception(error)
+
+    threading.Thread(target=make, name="rag-fusion-chroma", daemon=True).start()
     try:
-        client = chromadb.HttpClient(host, port, ssl, settings=chromadb.config.Settings())
+        client = made.result(timeout)
     except ValueError as error:  # "Could not connect to a Chroma server": say where it looked
         raise ValueError(f"{error} (at {host}:{port})") from error
+    except TimeoutError as error:  # a server (or proxy) that accepts and never answers
+        message = f"the Chroma server at {host}:{port} did not answer within {timeout} s"
+        raise TimeoutError(message) from error
     if (session := getattr(getattr(client, "_server", None), "_session", None)) is not None:
-        session.timeout = CHROMA_TIMEOUT_SECONDS
+        session.timeout = timeout
     return client
 
 
