@@ -10,7 +10,6 @@ import hashlib
 import json
 import logging
 import os
-import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
@@ -192,20 +191,14 @@ def chroma_server_index(url: str, collection: str, embedding: str | None) -> Ope
     return _in_memory({"store": "chroma", "embedding": embedding, "source": url}, store, documents)
 
 
-def _reachable(url: str) -> str:
-    """``url``, once the Chroma server there accepts a connection within the timeout: else OSError."""
-    with socket.create_connection(_chroma_address(url)[:2], timeout=stores.CHROMA_TIMEOUT_SECONDS):
-        return url
-
-
 def _check_environment(source: IndexSource) -> None:
     """The settings a served chain reads on first use, checked now as it will read them (the
     index's record, not the index; the embedding model, cached): a ValueError naming the wrong one."""
-    embedding = os.environ.get(models.EMBEDDING_ENV)
-    sample = source.index is None and source.chroma_url is None
+    embedding, url = os.environ.get(models.EMBEDDING_ENV), source.chroma_url
+    sample = source.index is None and url is None
     checks: dict[str, Callable[[], Any]] = {  # each setting as it will be read, if it will be
         INDEX_ENV: lambda: source.index and read_settings(source.index, verified=True),
-        CHROMA_URL_ENV: lambda: source.chroma_url and _reachable(source.chroma_url),
+        CHROMA_URL_ENV: lambda: url and stores.chroma_http_client(*_chroma_address(url)),
         VECTOR_STORE_ENV: lambda: sample and _vector_store(),
         models.EMBEDDING_ENV: lambda: embedding and models.embeddings(embedding),
         models.CHAT_MODEL_ENV: models.chat_model,

@@ -307,7 +307,7 @@ def test_a_template_with_a_wrong_setting_stops_at_start_up_naming_it(
         (models.EMBEDDING_ENV, "minilm-typo", "unknown embeddings name 'minilm-typo'"),
         (models.CHAT_MODEL_ENV, None, "no chat model name for http://127.0.0.1:"),
         (serving.VECTOR_STORE_ENV, "pinecone", "must be faiss or chroma; got 'pinecone'"),
-        (serving.CHROMA_URL_ENV, unreachable, "refused"),
+        (serving.CHROMA_URL_ENV, unreachable, "Could not connect to a Chroma server"),
     ):
         with monkeypatch.context() as patch:
             if value is None:
@@ -356,8 +356,9 @@ def test_a_template_answers_from_a_chroma_server(
     result = sourced(chain, "What is a lichen made of?")
     assert result["documents"][0].metadata["note"] == "lichen"
     assert {document.metadata["note"] for document in result["documents"]} <= set(NOTES)
-    (client,) = clients
-    assert client._server._session.timeout.read == stores.CHROMA_TIMEOUT_SECONDS  # bounded
+    assert len(clients) == 2  # the start-up check's (the server answers) and the index's
+    for client in clients:
+        assert client._server._session.timeout.read == stores.CHROMA_TIMEOUT_SECONDS  # bounded
 
     monkeypatch.setenv(serving.CHROMA_COLLECTION_ENV, "missing")
     serving.open_source.cache_clear()
