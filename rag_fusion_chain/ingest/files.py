@@ -76,6 +76,7 @@ def text_document(data: bytes, source: str, charset: str | None = None) -> Docum
 
 
 def _decoded(data: bytes, source: str, charset: str | None = None) -> str:
+    """``data`` as text in ``charset`` (else UTF-8, a BOM dropped), cleaned by :func:`clean_text`."""
     try:
         return clean_text(data.decode(charset or "utf-8-sig"))
     except UnicodeDecodeError as error:
