@@ -8,7 +8,7 @@ import math
 import re
 import warnings
 from collections import Counter
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 import sentencex
 from langchain_core.documents import Document
@@ -224,38 +224,31 @@ def passage_sentences(text: str) -> list[str]:
     ]
 
 
-def _bm25_scores(units: Sequence[list[str]], weights: dict[str, float]) -> list[float]:
-    """BM25 (bm25s, Lucene's) of each sentence against the weighted terms, the sentences being
-    the collection."""
-    import bm25s
-
-    index = bm25s.BM25(k1=_K1, b=_B, dtype="float64")
-    index.index(list(units), show_progress=False)
-    scores = [0.0] * len(units)
-    for weight in set(weights.values()):
-        terms = [term for term, w in weights.items() if w == weight and term in index.vocab_dict]
-        for position, score in enumerate(index.get_scores(terms) if terms else ()):
-            scores[position] += weight * float(score)
-    return scores
-
-
 def best_sentences(
     question: str, passages: Sequence[str], *, count: int = SENTENCES, related: Iterable[str] = ()
 ) -> list[tuple[int, str]]:
     """The ``count`` best (passage position, sentence) sharing a term with ``question``: BM25 over
     the sentences (``related`` terms weigh less), discounted by position, one per passage."""
+    import bm25s
+
     question_terms = set(tokenize(question))
     weights = {term: RELATED_TERM_WEIGHT for text in related for term in tokenize(text)}
     weights.update(dict.fromkeys(question_terms, 1.0))
     units = [
-        (position, sentence, tokenize(sentence))
+        (position, sentence, sentence_terms)
         for position, passage in enumerate(passages)
         for sentence in passage_sentences(passage)
+        if question_terms.intersection(sentence_terms := tokenize(sentence))
     ]
-    units = [unit for unit in units if question_terms.intersection(unit[2])]
     if not units:
         return []
-    scores = _bm25_scores([terms for _, _, terms in units], weights)
+    bm25 = bm25s.BM25(k1=_K1, b=_B, dtype="float64")  # Lucene's BM25, the sentences the collection
+    bm25.index([terms for _, _, terms in units], show_progress=False)
+    scores = [0.0] * len(units)
+    for weight in set(weights.values()):  # one BM25 query per weight: the question's, the related
+        terms = [term for term, w in weights.items() if w == weight and term in bm25.vocab_dict]
+        for unit, score in enumerate(bm25.get_scores(terms) if terms else ()):
+            scores[unit] += weight * float(score)
     ranked = sorted(
         range(len(units)),
         key=lambda index: (-scores[index] / (1 + PASSAGE_DISCOUNT * units[index][0]), index),
@@ -382,52 +375,35 @@ def _document_frequency(documents: Sequence[Document]) -> Counter[str]:
     return Counter(term for document in documents for term in set(tokenize(document.page_content)))
 
 
-def _shown_word(word: str) -> str:
-    """A word as a query shows it: lower case, unless an acronym or a gene-like name."""
-    return word if any(character.isupper() for character in word[1:]) else word.lower()
-
-
-def _phrase_runs(text: str) -> Iterator[list[str]]:
-    """Runs of plain words: punctuation ends a run, and a token that is not one plain word
-    (an identifier, a call, a number, a colour code) ends it without joining it."""
-    run: list[str] = []
-    for token in text.split():
-        word = token.strip(_WRAPPING)
-        plain = bool(_WORD.fullmatch(word)) and not word.isdigit() and not CODE_TOKEN.search(token)
-        if run and (not plain or token[:1] in _WRAPPING):
-            yield run
-            run = []
-        if plain:
-            run.append(word)
-        if plain and token[-1:] in _WRAPPING:
-            yield run
-            run = []
-    if run:
-        yield run
-
-
 def _keyword_phrases(texts: Sequence[str], weights: dict[str, float]) -> list[str]:
     """Phrases of up to :data:`_PHRASE_WORDS` adjacent weighted terms, best first (first seen
-    first among equals), sharing no term; a phrase of several words must occur twice."""
+    first among equals), sharing no term; a phrase of several words must occur twice. Punctuation
+    ends a phrase, and so does a token that is not one plain word (an identifier, a call, a number,
+    a colour code); words show in lower case unless acronyms or gene-like names."""
     candidates: dict[str, tuple[float, str, list[str]]] = {}
     occurrences: Counter[str] = Counter()
     for text in texts:
-        for words in _phrase_runs(text):
-            run: list[tuple[str, str]] = []
-            for word in words:
-                word_terms = tokenize(word)
-                if len(word_terms) != 1 or word_terms[0] not in weights:
-                    run = []
-                    continue
-                run.append((word, word_terms[0]))
+        run: list[tuple[str, str]] = []  # the phrase's words as shown, with their terms
+        for token in text.split():
+            word = token.strip(_WRAPPING)
+            plain = _WORD.fullmatch(word) and not word.isdigit() and not CODE_TOKEN.search(token)
+            word_terms = tokenize(word) if plain else []
+            term = word_terms[0] if len(word_terms) == 1 else None
+            if term not in weights or token[:1] in _WRAPPING:
+                run = []
+            if term in weights:
+                shown = word if any(character.isupper() for character in word[1:]) else word.lower()
+                run.append((shown, term))
                 for start in range(max(0, len(run) - _PHRASE_WORDS), len(run)):
                     window = run[start:]
                     terms = list(dict.fromkeys(term for _, term in window))
-                    phrase = " ".join(_shown_word(word) for word, _ in window)
+                    phrase = " ".join(shown for shown, _ in window)
                     key = phrase.casefold()
                     occurrences[key] += 1
                     if len(terms) == len(window) and key not in candidates:
                         candidates[key] = (sum(weights[term] for term in terms), phrase, terms)
+            if token[-1:] in _WRAPPING:
+                run = []
     chosen: list[str] = []
     used: set[str] = set()
     for _, phrase, terms in sorted(candidates.values(), key=lambda item: -item[0]):

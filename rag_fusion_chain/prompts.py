@@ -4,6 +4,8 @@ delimited by :func:`context.format_context`) and ``{question}``."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from langchain_core.prompts import ChatPromptTemplate
 
 _ONE_PER_LINE = (
@@ -13,9 +15,9 @@ _ONE_PER_LINE = (
 _QUESTION = "\n\nQuestion: {question}"
 
 
-def _chat(system: str, human: str) -> ChatPromptTemplate:
-    """A system message, then the human one."""
-    return ChatPromptTemplate.from_messages([("system", system), ("human", human)])
+def _chat(system: str, human: str, examples: Sequence[tuple[str, str]] = ()) -> ChatPromptTemplate:
+    """A system message, the ``examples`` (role, text), then the human one."""
+    return ChatPromptTemplate.from_messages([("system", system), *examples, ("human", human)])
 
 
 MULTI_QUERY_PROMPT = _chat(
@@ -51,17 +53,12 @@ _STEP_BACK_EXAMPLES = [  # a specific question, then the general question behind
     ("ai", "What determines whether spreadsheet macros are compatible across systems?"),
 ]
 
-STEP_BACK_PROMPT = ChatPromptTemplate.from_messages(
-    [
-        (
-            "system",
-            "You are good at stepping back from a specific question to the more general question "
-            "behind it, whose answer gives the background needed. Reply with the general question "
-            "only, in the language of the original.",
-        ),
-        *_STEP_BACK_EXAMPLES,
-        ("human", "{question}"),
-    ]
+STEP_BACK_PROMPT = _chat(
+    "You are good at stepping back from a specific question to the more general question behind "
+    "it, whose answer gives the background needed. Reply with the general question only, in the "
+    "language of the original.",
+    "{question}",
+    _STEP_BACK_EXAMPLES,
 )
 
 HYDE_PROMPT = _chat(

@@ -19,10 +19,6 @@ from rag_fusion_chain.validation import MAX_QUESTION_CHARS, TERMINAL_ESCAPE
 MAX_OUTPUT_CHARS = 100_000
 """Default bound on the model output a :class:`QueryListParser` reads (about 25k tokens)."""
 
-# --------------------------------------------------------------------------------------------
-# Parsing model output into queries
-# --------------------------------------------------------------------------------------------
-
 _LIST_MARKER = re.compile(
     r"""(?:
         [-*+>]\s+ | [•·▪◦]\s*                        # bullets and quote marks
@@ -35,18 +31,8 @@ _LIST_MARKER = re.compile(
     re.VERBOSE | re.IGNORECASE,
 )
 _WRAPPERS = [
-    ("**", "**"),
-    ("__", "__"),
-    ("*", "*"),
-    ("_", "_"),
-    ("`", "`"),
-    ('"', '"'),
-    ("'", "'"),
-    ("“", "”"),
-    ("‘", "’"),
-    ("「", "」"),
-    ("『", "』"),
-    ("《", "》"),
+    *((mark, mark) for mark in ("**", "__", "*", "_", "`", '"', "'")),  # "**" before "*"
+    *zip("“‘「『《", "”’」』》", strict=True),  # (opening, closing)
 ]
 _WRAPPER_STARTS = frozenset(opening[0] for opening, _ in _WRAPPERS)
 _PREAMBLE_END = (":", "：")
@@ -156,16 +142,6 @@ def _json_queries(text: str) -> list[str] | None:
     ]
 
 
-def _query_of(candidate: str, *, from_line: bool) -> str | None:
-    """The cleaned query in one line (None for a blank, symbol-only or preamble line such as
-    "Here are 4 search queries:") or in one JSON item, bounded in length."""
-    text = searchable_text(candidate)
-    if from_line and text.rstrip().endswith(_PREAMBLE_END):
-        return None
-    query = clean_query_line(text)
-    return within_query_limit(query) if _LETTER_OR_DIGIT.search(query) else None
-
-
 class QueryListParser(BaseOutputParser[list[str]]):
     """Turn model text into clean queries: one per line, numbering, bullets, quotes, markdown
     emphasis and preamble lines removed, de-duplicated ignoring case and spacing, at most ``n``.
@@ -200,7 +176,11 @@ class QueryListParser(BaseOutputParser[list[str]]):
         for candidate, from_line in candidates:
             if self.n is not None and len(queries) >= self.n:
                 break
-            query = _query_of(candidate, from_line=from_line)
-            if query is not None:
+            visible = searchable_text(candidate)
+            if from_line and visible.rstrip().endswith(_PREAMBLE_END):
+                continue  # a preamble line such as "Here are 4 search queries:"
+            query = clean_query_line(visible)
+            if _LETTER_OR_DIGIT.search(query):  # not blank nor symbols only
+                query = within_query_limit(query)
                 queries.setdefault(dedupe_key(query), query)
         return list(queries.values())

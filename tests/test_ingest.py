@@ -869,6 +869,25 @@ def test_pdf_and_plain_text_over_http_are_read(static_site: StaticSite, tmp_path
     assert (text.page_content, text.metadata) == ("plain notes", {"source": text_url})
 
 
+def test_text_pages_are_read_as_text_files_are(static_site: StaticSite):
+    """A page's declared charset decodes it; bytes it cannot decode, or a charset Python does not
+    know, skip the page with the reason, as a file that is not UTF-8 is skipped."""
+    latin = static_site.add(
+        "/latin", "café".encode("latin-1"), content_type="text/plain; charset=latin-1"
+    )
+    bad = static_site.add("/bad", b"caf\xe9", content_type="text/plain")
+    unknown = static_site.add("/unknown", "notes", content_type="text/plain; charset=x-nonsense")
+
+    with pytest.warns(SkippedSourceWarning):
+        result = ingest.load_with_report([latin, bad, unknown])
+
+    assert [document.page_content for document in result.documents] == ["café"]
+    assert result.skipped == [
+        Skipped(bad, "not UTF-8"),
+        Skipped(unknown, "unknown charset x-nonsense"),
+    ]
+
+
 def test_index_command_denies_private_urls_when_asked(
     raw_site: RawSite, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_embeddings: None
 ):

@@ -57,9 +57,7 @@ def load_file(
         return [html_document(data, name)]
     if kind == "beir":
         return beir_documents(data.split(b"\n"), name)
-    if not (text := _utf8(data, name)).strip():  # as an empty PDF or page: skipped, reported
-        raise NoTextError(name, "no text found")
-    return [Document(page_content=text, metadata={"source": name}, id=name)]
+    return [text_document(data, name)]
 
 
 def load_pdf(
@@ -70,12 +68,22 @@ def load_pdf(
     return pdf_documents(_read(file, str(file), max_file_size, None), str(file))
 
 
-def _utf8(data: bytes, source: str) -> str:
+def text_document(data: bytes, source: str, charset: str | None = None) -> Document:
+    """The Document of a text file or page (``charset``, else UTF-8); NoTextError if blank."""
+    if not (text := _decoded(data, source, charset)).strip():  # as an empty PDF: skipped, reported
+        raise NoTextError(source, "no text found")
+    return Document(page_content=text, metadata={"source": source}, id=source)
+
+
+def _decoded(data: bytes, source: str, charset: str | None = None) -> str:
+    """``data`` as text in ``charset`` (else UTF-8, a BOM dropped), cleaned by :func:`clean_text`."""
     try:
-        return clean_text(data.decode("utf-8-sig"))
+        return clean_text(data.decode(charset or "utf-8-sig"))
     except UnicodeDecodeError as error:
         detail = f"byte {error.start}: {error.reason}"
-        raise UnreadableSourceError(source, "not UTF-8", detail) from error
+        raise UnreadableSourceError(source, f"not {charset or 'UTF-8'}", detail) from error
+    except LookupError as error:
+        raise UnreadableSourceError(source, f"unknown charset {charset}") from error
 
 
 _PYMUPDF_ADD_ONS = ("pymupdf.layout", "pymupdf4llm")  # ONNX models pymupdf 2 imports if installed
@@ -198,7 +206,7 @@ def beir_documents(lines: Iterable[bytes], source: str) -> list[Document]:
     seen: set[str] = set()
     for number, raw in enumerate(lines, start=1):
         where = f"{source}:{number}"
-        line = _utf8(raw, where)
+        line = _decoded(raw, where)
         if not line.strip():
             continue
         try:

@@ -19,7 +19,7 @@ from urllib.parse import SplitResult, quote, urljoin, urlsplit
 
 from langchain_core.documents import Document
 
-from rag_fusion_chain.ingest.files import clean_text, html_document, pdf_documents
+from rag_fusion_chain.ingest.files import html_document, pdf_documents, text_document
 from rag_fusion_chain.ingest.problems import (
     NoTextError,
     SkippedSourceWarning,
@@ -78,13 +78,7 @@ def load_url(
         return [html_document(body, source, encoding=charset, classes=classes)]
     if not (media.startswith("text/") or media in _TEXT_TYPES or media.endswith(("+json", "+xml"))):
         raise UnreadableSourceError(source, f"content type {media or 'unknown'} is not text")
-    try:
-        text = clean_text(body.decode(charset or "utf-8"))
-    except (UnicodeDecodeError, LookupError) as error:  # LookupError: an unknown charset
-        raise UnreadableSourceError(source, f"not {charset or 'utf-8'} text") from error
-    if not text.strip():
-        raise NoTextError(source, "no text found")
-    return [Document(page_content=text, metadata={"source": source}, id=source)]
+    return [text_document(body, source, charset)]
 
 
 def check_web_url(url: str) -> None:
