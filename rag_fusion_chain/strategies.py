@@ -35,11 +35,7 @@ State = dict[str, Any]
 
 def _one(text_step: Callable[..., Runnable[Any, str]]) -> Callable[..., Runnable[Any, list[str]]]:
     """A strategy that writes one text (a step-back question, a passage) searches it as a list."""
-
-    def step(llm: Runnable[Any, Any], n: int, *, prompt: BasePromptTemplate) -> Runnable[Any, Any]:
-        return text_step(llm, prompt=prompt) | (lambda text: [text])
-
-    return step
+    return lambda llm, n, *, prompt: text_step(llm, prompt=prompt) | (lambda text: [text])
 
 
 def _offline_one(text: Callable[[str, Sequence[Document]], str]) -> Callable[..., list[str]]:
