@@ -1,9 +1,8 @@
 """One record per query strategy, the one place a strategy lives.
 
 A record says how the strategy makes its queries (with a chat model, and offline from the
-question's retrieved documents), how they are searched and fused (``grouping``: one flat list,
-the question and its step-back question apart, or sub-question by sub-question), how it answers
-offline, and its defaults. Chains, the CLI, serving, evaluation and templates read this registry.
+question's retrieved documents), how they are fused (:data:`Grouping`), how it answers offline,
+and its defaults. Chains, the CLI, serving, evaluation and templates read this registry.
 
 >>> get("rag-fusion").default_top_n, get("multi-query").default_top_n
 (5, None)
