@@ -32,6 +32,7 @@ from rag_fusion_chain.query_parsing import (
 from rag_fusion_chain.validation import MAX_QUERIES, Question, question_of, validate_count
 
 OnFailure = Literal["warn", "raise"]
+Prompt = BasePromptTemplate | None  # a query step's own prompt when None
 
 
 def configured_count(
@@ -207,7 +208,7 @@ def multi_query(
     n: int = 5,
     *,
     include_original: bool = False,
-    prompt: BasePromptTemplate | None = None,
+    prompt: Prompt = None,
     on_failure: OnFailure = "warn",
 ) -> Runnable[Any, list[str]]:
     """Rephrase the question ``n`` ways, from several perspectives (multi-query retrieval)."""
@@ -219,7 +220,7 @@ def rag_fusion(
     n: int = 4,
     *,
     include_original: bool = False,
-    prompt: BasePromptTemplate | None = None,
+    prompt: Prompt = None,
     on_failure: OnFailure = "warn",
 ) -> Runnable[Any, list[str]]:
     """Generate ``n`` related search queries whose results are fused by rank (RAG-Fusion)."""
@@ -227,41 +228,28 @@ def rag_fusion(
 
 
 def decomposition(
-    llm: Runnable[Any, Any],
-    n: int = 3,
-    *,
-    prompt: BasePromptTemplate | None = None,
-    on_failure: OnFailure = "warn",
+    llm: Runnable[Any, Any], n: int = 3, *, prompt: Prompt = None, on_failure: OnFailure = "warn"
 ) -> Runnable[Any, list[str]]:
     """Break the question into at most ``n`` sub-questions, easiest first."""
     return _query_list(llm, prompt or prompts.DECOMPOSITION_PROMPT, n, False, on_failure)
 
 
 def step_back(
-    llm: Runnable[Any, Any],
-    *,
-    prompt: BasePromptTemplate | None = None,
-    on_failure: OnFailure = "warn",
+    llm: Runnable[Any, Any], *, prompt: Prompt = None, on_failure: OnFailure = "warn"
 ) -> Runnable[Any, str]:
     """Ask the more general question behind the question (few-shot prompted)."""
     return _text(llm, prompt or prompts.STEP_BACK_PROMPT, True, on_failure)
 
 
 def hyde(
-    llm: Runnable[Any, Any],
-    *,
-    prompt: BasePromptTemplate | None = None,
-    on_failure: OnFailure = "warn",
+    llm: Runnable[Any, Any], *, prompt: Prompt = None, on_failure: OnFailure = "warn"
 ) -> Runnable[Any, str]:
     """Write a hypothetical passage answering the question, to search with (HyDE)."""
     return _text(llm, prompt or prompts.HYDE_PROMPT, False, on_failure)
 
 
 def rewrite(
-    llm: Runnable[Any, Any],
-    *,
-    prompt: BasePromptTemplate | None = None,
-    on_failure: OnFailure = "warn",
+    llm: Runnable[Any, Any], *, prompt: Prompt = None, on_failure: OnFailure = "warn"
 ) -> Runnable[Any, str]:
     """Rewrite the question into one better search query (Rewrite-Retrieve-Read, Ma et al. 2023)."""
     return _text(llm, prompt or prompts.REWRITE_PROMPT, True, on_failure)

@@ -1,9 +1,8 @@
 """One record per query strategy, the one place a strategy lives.
 
 A record says how the strategy makes its queries (with a chat model, and offline from the
-question's retrieved documents), how they are searched and fused (``grouping``: one flat list,
-the question and its step-back question apart, or sub-question by sub-question), how it answers
-offline, and its defaults. Chains, the CLI, serving, evaluation and templates read this registry.
+question's retrieved documents), how they are fused (:data:`Grouping`), how it answers offline,
+and its defaults. Chains, the CLI, serving, evaluation and templates read this registry.
 
 >>> get("rag-fusion").default_top_n, get("multi-query").default_top_n
 (5, None)
@@ -35,11 +34,7 @@ State = dict[str, Any]
 
 def _one(text_step: Callable[..., Runnable[Any, str]]) -> Callable[..., Runnable[Any, list[str]]]:
     """A strategy that writes one text (a step-back question, a passage) searches it as a list."""
-
-    def step(llm: Runnable[Any, Any], n: int, *, prompt: BasePromptTemplate) -> Runnable[Any, Any]:
-        return text_step(llm, prompt=prompt) | (lambda text: [text])
-
-    return step
+    return lambda llm, n, *, prompt: text_step(llm, prompt=prompt) | (lambda text: [text])
 
 
 def _offline_one(text: Callable[[str, Sequence[Document]], str]) -> Callable[..., list[str]]:

@@ -4,7 +4,6 @@ JSONL, which ``ingest.load([sample_corpus_path()])`` reads."""
 from __future__ import annotations
 
 import json
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ SAMPLE_QUESTION = "Is birth weight associated with the risk of breast cancer?"
 
 def data_path(name: str) -> Path:
     """The path of a file shipped in this directory."""
-    return Path(str(resources.files(__name__).joinpath(name)))
+    return Path(__file__).parent / name
 
 
 def sample_corpus_path() -> Path:

@@ -25,6 +25,7 @@ Lists = Sequence[Sequence[Document]]
 Weights = Sequence[float]
 Key = str | None
 Bounds = Callable[[list[float]], tuple[float, float]]
+_LARGEST = sys.float_info.max
 
 
 def _accumulate(ranked_lists: Lists, contributions: list[Sequence[float]], id_key: Key) -> Fused:
@@ -93,14 +94,11 @@ def _mean_three_sigma(scores: list[float]) -> tuple[float, float]:
 
 
 def _number(value: Any) -> float | None:
-    """A score as a float; None when missing or not a number; beyond the float range is infinite."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    """A score as a float, infinite or beyond the float range (10**400) as its bound; None when
+    missing, NaN or not a number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:  # NaN
         return None
-    try:
-        number = float(value)
-    except OverflowError:  # an int such as 10**400
-        number = math.inf if value > 0 else -math.inf
-    return None if math.isnan(number) else number
+    return float(max(-_LARGEST, min(_LARGEST, value)))  # compared exactly, converted in range
 
 
 def _usable_scores(
@@ -123,13 +121,11 @@ def _usable_scores(
             f"{counted(len(raw) - len(present), 'document')} with a missing or non-numeric "
             f"metadata[{score_key!r}]: given the list's lowest score"
         )
-    if infinite := sum(1 for score in present if math.isinf(score)):
+    if infinite := sum(1 for score in present if abs(score) == _LARGEST):
         warn(
             f"{counted(infinite, 'document')} with an infinite (or beyond float range) "
             f"metadata[{score_key!r}]: treated as infinite, ranked first (last if negative)"
         )
-        largest = sys.float_info.max
-        raw = [None if score is None else max(-largest, min(largest, score)) for score in raw]
     return raw
 
 

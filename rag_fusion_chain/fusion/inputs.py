@@ -41,8 +41,8 @@ class RankedList(list):  # type: ignore[type-arg]
         return f"RankedList({list.__repr__(self)}, weight={self.weight!r}, source={self.source!r})"
 
 
-def validate_weights(weights: Sequence[float]) -> None:
-    """Raise ValueError unless weights are finite, non-negative and not all zero."""
+def validate_weights(weights: Sequence[float]) -> Sequence[float]:
+    """``weights``; ValueError unless finite, non-negative and not all zero."""
     if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence):
         raise TypeError(f"weights must be a sequence of numbers, got {type(weights).__name__}")
     for weight in weights:
@@ -52,6 +52,7 @@ def validate_weights(weights: Sequence[float]) -> None:
             raise ValueError(f"weights must be finite and non-negative, got {weight!r}")
     if weights and not any(weights):
         raise ValueError("weights must not all be zero")
+    return weights
 
 
 def is_document_list(value: Any) -> TypeGuard[Sequence[Document]]:
@@ -101,8 +102,7 @@ def flatten(
                 "RankedList weights must be finite and non-negative"
             )
         return flat, own
-    validate_weights(weights)
-    if len(weights) == len(flat):
+    if len(weights) == len(flat):  # validated by the fusion's field
         return flat, [float(weight) for weight in weights]
     retrievers = max(retriever_of, default=-1) + 1
     if retrievers and min(retriever_of) >= 0 and len(weights) == retrievers:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Sequence
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from langchain_core.documents import Document
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableSerializable
@@ -15,7 +15,7 @@ from langchain_core.runnables.config import (
     patch_config,
     set_config_context,
 )
-from pydantic import BaseModel, Field, model_validator
+from pydantic import AfterValidator, BaseModel, Field, model_validator
 
 from rag_fusion_chain.fusion import algorithms, inputs
 from rag_fusion_chain.fusion.algorithms import Fused
@@ -26,7 +26,7 @@ class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
     """Shared fields and plumbing of the fusion runnables; subclasses supply ``_scores``."""
 
     name: str | None = "fuse"
-    weights: list[float] | None = None
+    weights: Annotated[list[float], AfterValidator(inputs.validate_weights)] | None = None
     """One weight per ranked list (or per retriever for nested input); default: each list's own."""
     top_n: int | None = Field(default=None, gt=0, strict=True)  # True is no count
     id_key: str | None = None
@@ -43,12 +43,6 @@ class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
     @classmethod
     def _refuse_unknown(cls, values: Any) -> Any:
         return refuse_unknown_fields(cls, values, cls.field_hints)
-
-    @model_validator(mode="after")
-    def _check_settings(self) -> BaseFusion:
-        if self.weights is not None:
-            inputs.validate_weights(self.weights)
-        return self
 
     def _scores(self, ranked_lists: list[Sequence[Document]], weights: list[float]) -> Fused:
         raise NotImplementedError  # each fusion supplies its algorithm

@@ -33,11 +33,9 @@ _LAZY_NAMES = {
 
 
 def __getattr__(name: str) -> Any:
-    module_name = _LAZY_NAMES.get(name)
-    if module_name is None:
+    if name not in _LAZY_NAMES:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(module_name, __name__), name)
-    globals()[name] = value
+    globals()[name] = value = getattr(import_module(_LAZY_NAMES[name], __name__), name)
     return value
 
 

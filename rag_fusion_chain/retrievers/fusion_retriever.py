@@ -19,7 +19,7 @@ from langchain_core.runnables import (
 )
 from langchain_core.runnables.config import patch_config
 from langchain_core.runnables.utils import ConfigurableFieldSpec, get_unique_config_specs
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from rag_fusion_chain import queries
 from rag_fusion_chain.fusion import BaseFusion, ReciprocalRankFusion
@@ -46,8 +46,6 @@ class FusionRetriever(BaseRetriever):
     ``invoke(question, k=3)`` wins over ``config={"configurable": {"k": 3}}``, which wins over the
     field. Without a ``query_generator`` only the question is searched: a hybrid retriever.
     Documents per underlying call are set on the fan-out (``MultiRetriever(..., k=20)``)."""
-
-    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
     retrievers: MultiRetriever
     """The retrievers to fan out over: one, a list, or a configured MultiRetriever."""
