@@ -352,6 +352,25 @@ def test_weights_are_validated(weights: list[float], message: str) -> None:
         ReciprocalRankFusion(weights=weights).invoke([[doc("A")], [doc("B")]])
 
 
+@pytest.mark.parametrize("weights", [[True, 1.0], [1.0, "2"]])
+def test_weights_that_are_no_numbers_are_refused_not_converted(weights: list[object]) -> None:
+    # pydantic made True 1.0 and "2" 2.0 before the check saw them (MultiRetriever refused both)
+    with pytest.raises(TypeError, match="weights must be numbers"):
+        ReciprocalRankFusion(weights=weights)
+    with pytest.raises(TypeError, match="weights must be numbers"):
+        fusion.reciprocal_rank_fusion.with_settings(weights=weights)
+
+
+def test_numpy_scores_are_scores() -> None:
+    # a retriever's numpy float32 scores were read as missing (a warning, the list's lowest)
+    numpy = pytest.importorskip("numpy")
+    ranked = [doc("low", numpy.float32(0.2)), doc("high", numpy.float32(0.9))]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pairs = RelativeScoreFusion(with_scores=True).invoke([ranked])
+    assert [(d.page_content, score) for d, score in pairs] == [("high", 1.0), ("low", 0.0)]
+
+
 @pytest.mark.parametrize("bad_input", ["text", [doc("A")], [["not a document"]], None])
 def test_bad_input_types_raise_type_error(bad_input: object) -> None:
     with pytest.raises(TypeError, match="fusion input"):

@@ -9,6 +9,7 @@ import sys
 import warnings
 from collections.abc import Callable, Sequence
 from itertools import repeat
+from numbers import Real
 from typing import Any, cast
 
 from langchain_core.documents import Document
@@ -95,10 +96,11 @@ def _mean_three_sigma(scores: list[float]) -> tuple[float, float]:
 
 def _number(value: Any) -> float | None:
     """A score as a float, infinite or beyond the float range (10**400) as its bound; None when
-    missing, NaN or not a number."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:  # NaN
+    missing, NaN or not a real number (numpy's float32 is one)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, Real)) or value != value:
         return None
-    return float(max(-_LARGEST, min(_LARGEST, value)))  # compared exactly, converted in range
+    exact = value if isinstance(value, int) else float(value)  # numpy's float32 compares as float32
+    return float(max(-_LARGEST, min(_LARGEST, exact)))  # compared exactly, converted in range
 
 
 def _usable_scores(

@@ -15,7 +15,7 @@ from langchain_core.runnables.config import (
     patch_config,
     set_config_context,
 )
-from pydantic import AfterValidator, BaseModel, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, Field, model_validator
 
 from rag_fusion_chain.fusion import algorithms, inputs
 from rag_fusion_chain.fusion.algorithms import Fused
@@ -26,7 +26,7 @@ class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
     """Shared fields and plumbing of the fusion runnables; subclasses supply ``_scores``."""
 
     name: str | None = "fuse"
-    weights: Annotated[list[float], AfterValidator(inputs.validate_weights)] | None = None
+    weights: Annotated[list[float], BeforeValidator(inputs.validate_weights)] | None = None
     """One weight per ranked list (or per retriever for nested input); default: each list's own."""
     top_n: int | None = Field(default=None, gt=0, strict=True)  # True is no count
     id_key: str | None = None
