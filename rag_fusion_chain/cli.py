@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Column, Table
 from rich.text import Text
 
 from rag_fusion_chain import chains, ingest, models, offline, serving, strategies
@@ -386,22 +385,9 @@ def eval_dataset(
                 )
             else:
                 tests: dict[str, Any] = {"stat_test": stat_test, "max_p": max_p}
-                summary = evaluate.run_experiment(dataset_dir, chosen, **common, **tests).summary
-        headers, rows = evaluate.comparison_table(summary)
-        tested = f"p: paired {stat_test} test against {names[0]}; * p < {max_p}"
-        caption = tested if len(names) > 1 else None  # one setup: no p column
-        title = summary.title
-        if experiments:
-            title, caption = f"{title}, LangSmith experiments", None
-            headers.append("experiment")
-            for row, each in zip(rows, experiments, strict=True):
-                row.append(each.experiment_name)
-        text = ("setup", "experiment")  # left-aligned; the scores are right-aligned
-        columns = [Column(name, justify="left" if name in text else "right") for name in headers]
-        table = Table(*columns, title=title, caption=caption)
-        for row in rows:
-            table.add_row(*row)
-        output.print(table)
+                summary = evaluate.run_experiment(dataset_dir, chosen, **common, **tests)
+        named = [each.experiment_name for each in experiments]
+        output.print(evaluate.comparison_table(summary, named))
         for each in experiments:
             where = each.url or f"dataset {each.dataset_name}"
             say(f"{each.setup}: {each.experiment_name} at {where}")

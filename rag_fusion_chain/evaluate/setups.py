@@ -230,15 +230,6 @@ def run_setups(
     return runs
 
 
-@dataclass(frozen=True)
-class Experiment:
-    """What an evaluation produced: its :class:`Summary` (scores, settings, the paired tests
-    against the first setup) and the runs."""
-
-    summary: Summary
-    runs: dict[str, Run]
-
-
 def prepare_evaluation(
     dataset: str | Path | BeirDataset,
     setups: Sequence[str | Setup],
@@ -279,13 +270,13 @@ def run_experiment(
     max_p: float = 0.05,
     progress: ProgressCallback = ignore_progress,
     **options: Any,
-) -> Experiment:
+) -> Summary:
     """Evaluate ``setups`` (names or :class:`Setup` objects) on a BEIR dataset, the first the
     baseline of the paired tests; ``options``: :func:`prepare_evaluation`'s."""
     dataset, resolved, indexes = prepare_evaluation(dataset, setups, progress=progress, **options)
     runs = run_setups(dataset, resolved, indexes, progress=progress)
     comparison = compare_runs(runs, dataset.qrels, metrics, stat_test=stat_test, max_p=max_p)
-    return Experiment(summarize(dataset, resolved, indexes, comparison.scores, comparison), runs)
+    return summarize(dataset, resolved, indexes, comparison.scores, comparison)
 
 
 def summarize(
