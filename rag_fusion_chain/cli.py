@@ -23,7 +23,6 @@ from rag_fusion_chain.rendering import (
     output,
     print_line,
     print_sources,
-    progress_bars,
     progress_display,
     render_answer,
     reported_errors,
@@ -68,8 +67,8 @@ def _check(question: str | None, strategy: str, index: Path | None = None) -> No
 
 def _build_index(sources: Sequence[str], out: Path, **options: Any) -> dict[str, Any]:
     """:func:`build_index` with progress bars on stderr."""
-    with progress_display() as progress:
-        return build_index(sources, out, on_progress=progress_bars(progress), **options)
+    with progress_display() as report:
+        return build_index(sources, out, on_progress=report, **options)
 
 
 def _note_offline(llm: Any) -> None:
@@ -377,8 +376,7 @@ def eval_dataset(
         if any(name != "bm25" for name in names):
             _announce_corpus_embedding(dataset_dir, cache)
         experiments: list[Any] = []
-        with progress_display() as progress:
-            common["progress"] = progress_bars(progress, "completed")
+        with progress_display("completed") as common["progress"]:
             if use_langsmith:
                 summary, experiments = evaluate.run_langsmith_experiments(
                     dataset_dir, chosen, **common

@@ -5,7 +5,6 @@ ranx's, so their mean equals :func:`~.metrics.evaluate_run`'s) and a runner over
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import statistics
 import uuid
@@ -142,22 +141,20 @@ def run_langsmith_experiments(
     else:  # a local client never asks the API for its settings
         client = client or langsmith.Client(api_key="local", api_url="http://127.0.0.1:9", info={})
         data = local_examples(dataset)
-    evaluate = functools.partial(
-        langsmith.evaluate,
-        data=data,
-        evaluators=[retrieval_evaluator(metric) for metric in metrics],
-        max_concurrency=0,
-        client=client,
-        upload_runs=upload,
-        disable_evaluator_tracing=not upload,
-    )
+    evaluators = [retrieval_evaluator(metric) for metric in metrics]
     experiments = []
     for index, setup in enumerate(resolved):
         progress("langsmith experiments", index, len(resolved))
         with warnings.catch_warnings():  # langsmith warns that upload_runs=False is in beta
             warnings.filterwarnings("ignore", message=".*'upload_runs' parameter is in beta")
-            results = evaluate(
+            results = langsmith.evaluate(
                 _target(setup.build(indexes), upload),
+                data=data,
+                evaluators=evaluators,
+                max_concurrency=0,
+                client=client,
+                upload_runs=upload,
+                disable_evaluator_tracing=not upload,
                 experiment_prefix=f"{_name(dataset)}-{setup.name}",
                 description=setup.description or setup.name,
                 metadata={"setup": setup.name, "dataset": dataset.name, "split": dataset.split},
