@@ -87,7 +87,6 @@ _EMBEDDINGS = "minilm, minilm-torch, minilm-openvino, minilm-f32, minilm-bf16, o
 _HELP = {
     "index": "Index directory written by `rag-fusion index`.",
     "strategy": f"Query strategy: {', '.join(strategies.STRATEGIES)}.",
-    "hybrid": "Fuse BM25 keyword search with the vector store.",
     "json": "Print one JSON object on stdout instead of tables.",
     "model": f"Chat model name (OpenAI-compatible); 'offline' for none. Default: ${models.CHAT_MODEL_ENV}, else offline unless ${models.API_KEY_ENV} is set.",
     "base_url": f"OpenAI-compatible endpoint. Default: ${models.BASE_URL_ENV}.",
@@ -123,7 +122,7 @@ _HELP = {
 _DEFAULT_SETUPS = "bm25,dense,hybrid-rrf,hybrid-relative,hybrid-dist"
 
 StrategyOption = Annotated[str, typer.Option("--strategy", "-s", help=_HELP["strategy"])]
-HybridOption = Annotated[bool, typer.Option(help=_HELP["hybrid"])]
+HybridOption = Annotated[bool, typer.Option(help="Fuse BM25 keyword search with the vector store.")]
 ModelOption = Annotated[str | None, typer.Option("--model", "-m", help=_HELP["model"])]
 BaseUrlOption = Annotated[str | None, typer.Option("--base-url", help=_HELP["base_url"])]
 EmbeddingOption = Annotated[str | None, typer.Option("--embedding", "-e", help=_HELP["embedding"])]

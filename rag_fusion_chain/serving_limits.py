@@ -94,14 +94,12 @@ class RequestLimits:
         if media_type != "application/json":
             detail = f"the request body must be application/json; got {media_type or 'none'!r}"
             raise HTTPException(415, detail)
-        too_large = HTTPException(
-            413, f"the request body is over {self.max_body_bytes} bytes (set {MAX_BODY_BYTES_ENV})"
-        )
         body = b""
         async for chunk in request.stream():
             body += chunk
             if len(body) > self.max_body_bytes:
-                raise too_large
+                detail = f"the request body is over {self.max_body_bytes} bytes (set {MAX_BODY_BYTES_ENV})"
+                raise HTTPException(413, detail)
         too_deep = HTTPException(400, f"the JSON body nests deeper than {MAX_JSON_DEPTH}")
         try:
             payload = json.loads(body)

@@ -248,12 +248,8 @@ def prepare_evaluation(
     use; ``embeddings``, an object or a ``models.embeddings`` name, cached under ``cache_dir``)."""
     if not setups:
         raise ValueError("setups must name at least one setup")
-    resolved = [
-        setup
-        if isinstance(setup, Setup)
-        else setup_by_name(setup, llm=llm, rank_constant=rank_constant, n=n)
-        for setup in setups
-    ]
+    by_name = functools.partial(setup_by_name, llm=llm, rank_constant=rank_constant, n=n)
+    resolved = [setup if isinstance(setup, Setup) else by_name(setup) for setup in setups]
     if not isinstance(dataset, BeirDataset):
         progress("loading dataset", 0, 1)
         dataset = load_beir(dataset, split=split, queries_limit=queries_limit)
