@@ -12,9 +12,10 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from rag_fusion_chain import chains, ingest, models, offline, serving, strategies
+from rag_fusion_chain import chains, evaluate, ingest, models, offline, serving, strategies
 from rag_fusion_chain._version import __version__
 from rag_fusion_chain.data import SAMPLE_QUESTION, sample_corpus_path
+from rag_fusion_chain.evaluate.setups import DEFAULT_SETUPS
 from rag_fusion_chain.fusion import UniqueUnion
 from rag_fusion_chain.rendering import (
     RetrievedLists,
@@ -119,7 +120,6 @@ _HELP = {
     "langsmith": "Run each setup as a LangSmith experiment (needs LANGSMITH_API_KEY; LANGSMITH_ENDPOINT optional); evaluates locally when LangSmith is not configured.",
 }
 """The option help texts too long to sit beside their option."""
-_DEFAULT_SETUPS = "bm25,dense,hybrid-rrf,hybrid-relative,hybrid-dist"
 
 StrategyOption = Annotated[str, typer.Option("--strategy", "-s", help=_HELP["strategy"])]
 HybridOption = Annotated[bool, typer.Option(help="Fuse BM25 keyword search with the vector store.")]
@@ -338,7 +338,7 @@ def _announce_corpus_embedding(dataset_dir: Path, cache: Path | None) -> None:
 @app.command("eval")
 def eval_dataset(
     dataset_dir: Annotated[Path, typer.Argument(help=_HELP["dataset"])],
-    setups: Annotated[str, typer.Option(help=_HELP["setups"])] = _DEFAULT_SETUPS,
+    setups: Annotated[str, typer.Option(help=_HELP["setups"])] = ",".join(DEFAULT_SETUPS),
     split: Annotated[str, typer.Option(help="Qrels split: qrels/SPLIT.tsv.")] = "test",
     queries_limit: Annotated[int | None, typer.Option(min=1, help=_HELP["limit"])] = None,
     json_path: Annotated[Path | None, typer.Option("--json", help=_HELP["json_out"])] = None,
@@ -355,8 +355,6 @@ def eval_dataset(
 ) -> None:
     """Evaluate retrieval setups on a BEIR dataset. nDCG@10, Recall@100, MRR@10, MAP (ranx)."""
     with reported_errors():
-        from rag_fusion_chain import evaluate  # the eval extra, imported only by `eval`
-
         if stat_test not in evaluate.STAT_TESTS:
             raise ValueError(f"--stat-test: {stat_test!r} is not one of {evaluate.STAT_TESTS}")
         names = [name.strip() for name in setups.split(",") if name.strip()]

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
@@ -130,8 +131,6 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 def limit_requests(app: Any, allowed_hosts: Iterable[str] = ()) -> Any:
     """``app`` (FastAPI) with :class:`RequestLimits` (answering ``allowed_hosts`` too) and a 422
     (not 500) for an invalid input in a batch, which LangServe validates outside its error handling."""
-    from pydantic import ValidationError
-
     app.add_middleware(RequestLimits, allowed_hosts=allowed_hosts)
     app.add_exception_handler(ValidationError, _invalid_input)
     return app
