@@ -97,9 +97,8 @@ def reported_errors() -> Iterator[None]:
 def progress_display(
     counts: Literal["advance", "completed"] = "advance",
 ) -> Iterator[Callable[[str, int, int], None]]:
-    """Progress bars on stderr, fed by a ``(task, count, total)`` callback, one bar per task
-    (``count`` is a step or the total done); erased if the work fails: a bar stopped midway
-    (``load 0%``) would stand above the error line, saying nothing."""
+    """Bars on stderr fed by a ``(task, count, total)`` callback (``count``: a step or the total
+    done), erased if the work fails: a bar stopped midway would stand above the error line."""
     tasks: dict[str, Any] = {}
     with Progress(*Progress.get_default_columns(), MofNCompleteColumn(), console=errors) as shown:
 

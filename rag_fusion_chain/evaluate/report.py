@@ -1,5 +1,4 @@
-"""Outputs of an evaluation: the JSON summary, a bar chart (matplotlib, Agg, no display) and the
-results table (rich)."""
+"""Outputs of an evaluation: the JSON summary, the results table, a bar chart (matplotlib, Agg)."""
 
 from __future__ import annotations
 
