@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import langsmith
 from langchain_core.documents import Document
 from langchain_core.runnables import Runnable
+from langsmith.schemas import Example
 
 from rag_fusion_chain.evaluate.beir import BeirDataset
 from rag_fusion_chain.evaluate.metrics import DEFAULT_METRICS, evaluate_run, ranking_scores
@@ -81,8 +83,6 @@ def _examples(dataset: BeirDataset) -> list[dict[str, Any]]:
 
 def local_examples(dataset: BeirDataset) -> list[Any]:
     """In-memory ``langsmith.schemas.Example`` objects, for an experiment that uploads nothing."""
-    from langsmith.schemas import Example
-
     dataset_id = uuid.uuid5(_EXAMPLE_NAMESPACE, _name(dataset))
     return [Example(dataset_id=dataset_id, **example) for example in _examples(dataset)]
 
@@ -130,8 +130,6 @@ def run_langsmith_experiments(
 ) -> tuple[Summary, list[LangSmithExperiment]]:
     """One ``langsmith.evaluate`` experiment per setup, and their Summary; ``upload=False`` sends
     nothing (in-memory examples). ``options``: :func:`~.setups.prepare_evaluation`'s."""
-    import langsmith
-
     dataset, resolved, indexes = prepare_evaluation(dataset, setups, progress=progress, **options)
     if not dataset.queries:
         raise ValueError("dataset has no judged queries to evaluate")
@@ -172,7 +170,6 @@ def run_langsmith_experiments(
 
 def _target(retriever: Runnable[str, list[Document]], upload: bool) -> Callable[..., Any]:
     """The experiment's target: the ids ``retriever`` ranks; without upload, nothing is traced."""
-    import langsmith
 
     def target(inputs: dict[str, Any]) -> dict[str, list[str]]:
         # LangChain's tracer would send the retriever's runs even without upload
