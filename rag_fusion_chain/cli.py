@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Column, Table
 from rich.text import Text
 
-from rag_fusion_chain import chains, ingest, models, offline, serving, strategies
+from rag_fusion_chain import chains, evaluate, ingest, models, offline, serving, strategies
 from rag_fusion_chain._version import __version__
 from rag_fusion_chain.data import SAMPLE_QUESTION, sample_corpus_path
+from rag_fusion_chain.evaluate.setups import DEFAULT_SETUPS
 from rag_fusion_chain.fusion import UniqueUnion
 from rag_fusion_chain.rendering import (
     RetrievedLists,
@@ -24,7 +24,6 @@ from rag_fusion_chain.rendering import (
     output,
     print_line,
     print_sources,
-    progress_bars,
     progress_display,
     render_answer,
     reported_errors,
@@ -69,8 +68,8 @@ def _check(question: str | None, strategy: str, index: Path | None = None) -> No
 
 def _build_index(sources: Sequence[str], out: Path, **options: Any) -> dict[str, Any]:
     """:func:`build_index` with progress bars on stderr."""
-    with progress_display() as progress:
-        return build_index(sources, out, on_progress=progress_bars(progress), **options)
+    with progress_display() as report:
+        return build_index(sources, out, on_progress=report, **options)
 
 
 def _note_offline(llm: Any) -> None:
@@ -89,7 +88,6 @@ _EMBEDDINGS = "minilm, minilm-torch, minilm-openvino, minilm-f32, minilm-bf16, o
 _HELP = {
     "index": "Index directory written by `rag-fusion index`.",
     "strategy": f"Query strategy: {', '.join(strategies.STRATEGIES)}.",
-    "hybrid": "Fuse BM25 keyword search with the vector store.",
     "json": "Print one JSON object on stdout instead of tables.",
     "model": f"Chat model name (OpenAI-compatible); 'offline' for none. Default: ${models.CHAT_MODEL_ENV}, else offline unless ${models.API_KEY_ENV} is set.",
     "base_url": f"OpenAI-compatible endpoint. Default: ${models.BASE_URL_ENV}.",
@@ -122,10 +120,9 @@ _HELP = {
     "langsmith": "Run each setup as a LangSmith experiment (needs LANGSMITH_API_KEY; LANGSMITH_ENDPOINT optional); evaluates locally when LangSmith is not configured.",
 }
 """The option help texts too long to sit beside their option."""
-_DEFAULT_SETUPS = "bm25,dense,hybrid-rrf,hybrid-relative,hybrid-dist"
 
 StrategyOption = Annotated[str, typer.Option("--strategy", "-s", help=_HELP["strategy"])]
-HybridOption = Annotated[bool, typer.Option(help=_HELP["hybrid"])]
+HybridOption = Annotated[bool, typer.Option(help="Fuse BM25 keyword search with the vector store.")]
 ModelOption = Annotated[str | None, typer.Option("--model", "-m", help=_HELP["model"])]
 BaseUrlOption = Annotated[str | None, typer.Option("--base-url", help=_HELP["base_url"])]
 EmbeddingOption = Annotated[str | None, typer.Option("--embedding", "-e", help=_HELP["embedding"])]
@@ -341,7 +338,7 @@ def _announce_corpus_embedding(dataset_dir: Path, cache: Path | None) -> None:
 @app.command("eval")
 def eval_dataset(
     dataset_dir: Annotated[Path, typer.Argument(help=_HELP["dataset"])],
-    setups: Annotated[str, typer.Option(help=_HELP["setups"])] = _DEFAULT_SETUPS,
+    setups: Annotated[str, typer.Option(help=_HELP["setups"])] = ",".join(DEFAULT_SETUPS),
     split: Annotated[str, typer.Option(help="Qrels split: qrels/SPLIT.tsv.")] = "test",
     queries_limit: Annotated[int | None, typer.Option(min=1, help=_HELP["limit"])] = None,
     json_path: Annotated[Path | None, typer.Option("--json", help=_HELP["json_out"])] = None,
@@ -358,8 +355,6 @@ def eval_dataset(
 ) -> None:
     """Evaluate retrieval setups on a BEIR dataset. nDCG@10, Recall@100, MRR@10, MAP (ranx)."""
     with reported_errors():
-        from rag_fusion_chain import evaluate  # the eval extra, imported only by `eval`
-
         if stat_test not in evaluate.STAT_TESTS:
             raise ValueError(f"--stat-test: {stat_test!r} is not one of {evaluate.STAT_TESTS}")
         names = [name.strip() for name in setups.split(",") if name.strip()]
@@ -378,30 +373,16 @@ def eval_dataset(
         if any(name != "bm25" for name in names):
             _announce_corpus_embedding(dataset_dir, cache)
         experiments: list[Any] = []
-        with progress_display() as progress:
-            common["progress"] = progress_bars(progress, "completed")
+        with progress_display("completed") as common["progress"]:
             if use_langsmith:
                 summary, experiments = evaluate.run_langsmith_experiments(
                     dataset_dir, chosen, **common
                 )
             else:
                 tests: dict[str, Any] = {"stat_test": stat_test, "max_p": max_p}
-                summary = evaluate.run_experiment(dataset_dir, chosen, **common, **tests).summary
-        headers, rows = evaluate.comparison_table(summary)
-        tested = f"p: paired {stat_test} test against {names[0]}; * p < {max_p}"
-        caption = tested if len(names) > 1 else None  # one setup: no p column
-        title = summary.title
-        if experiments:
-            title, caption = f"{title}, LangSmith experiments", None
-            headers.append("experiment")
-            for row, each in zip(rows, experiments, strict=True):
-                row.append(each.experiment_name)
-        text = ("setup", "experiment")  # left-aligned; the scores are right-aligned
-        columns = [Column(name, justify="left" if name in text else "right") for name in headers]
-        table = Table(*columns, title=title, caption=caption)
-        for row in rows:
-            table.add_row(*row)
-        output.print(table)
+                summary = evaluate.run_experiment(dataset_dir, chosen, **common, **tests)
+        named = [each.experiment_name for each in experiments]
+        output.print(evaluate.comparison_table(summary, named))
         for each in experiments:
             where = each.url or f"dataset {each.dataset_name}"
             say(f"{each.setup}: {each.experiment_name} at {where}")

@@ -94,29 +94,24 @@ def reported_errors() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def progress_display() -> Iterator[Progress]:
-    """Progress bars on stderr, erased if the work fails: a bar stopped midway (``load 0%``) would
-    stand above the error line, saying nothing."""
+def progress_display(
+    counts: Literal["advance", "completed"] = "advance",
+) -> Iterator[Callable[[str, int, int], None]]:
+    """Bars on stderr fed by a ``(task, count, total)`` callback (``count``: a step or the total
+    done), erased if the work fails: a bar stopped midway would stand above the error line."""
+    tasks: dict[str, Any] = {}
     with Progress(*Progress.get_default_columns(), MofNCompleteColumn(), console=errors) as shown:
+
+        def report(task: str, count: int, total: int) -> None:
+            if task not in tasks:
+                tasks[task] = shown.add_task(task, total=total)
+            shown.update(tasks[task], total=total, **{counts: count})  # type: ignore[arg-type]
+
         try:
-            yield shown
+            yield report
         except BaseException:
             shown.live.transient = True
             raise
-
-
-def progress_bars(
-    progress: Progress, counts: Literal["advance", "completed"] = "advance"
-) -> Callable[[str, int, int], None]:
-    """A ``(task, count, total)`` callback, one bar per task; ``count`` is a step or the total done."""
-    tasks: dict[str, Any] = {}
-
-    def report(task: str, count: int, total: int) -> None:
-        if task not in tasks:
-            tasks[task] = progress.add_task(task, total=total)
-        progress.update(tasks[task], total=total, **{counts: count})  # type: ignore[arg-type]
-
-    return report
 
 
 _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")

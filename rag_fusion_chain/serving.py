@@ -244,21 +244,6 @@ def _bounded(upper: int) -> Any:
     return type(f"CountUpTo{upper}", (), {"__get_pydantic_core_schema__": lambda *_: schema})
 
 
-def per_call_settings(strategy: str) -> list[ConfigurableFieldSpec]:
-    """``n`` (where the strategy counts queries), ``k`` and ``top_n``, from 1 to their bounds."""
-    record = strategies.get(strategy)
-    counted = [(N_SPEC, record.default_n, validation.MAX_QUERIES)] if record.default_n else []
-    settings = [*counted, (K_SPEC, None, MAX_K), (TOP_N_SPEC, record.default_top_n, MAX_TOP_N)]
-    return [
-        spec._replace(
-            default=default,
-            annotation=_bounded(upper),
-            description=f"{spec.description} (1 to {upper})",
-        )
-        for spec, default, upper in settings
-    ]
-
-
 class ServedChain(RunnableSerializable[QuestionInput, Any]):
     """A strategy's chain over ``source`` (default: the sample), built on first use; it adds
     no run to a trace (calls pass the caller's config on; LangServe's None is an unset setting)."""
@@ -271,7 +256,18 @@ class ServedChain(RunnableSerializable[QuestionInput, Any]):
 
     @property
     def config_specs(self) -> list[ConfigurableFieldSpec]:
-        return per_call_settings(self.strategy)
+        """``n`` (where the strategy counts queries), ``k`` and ``top_n``, from 1 to their bounds."""
+        record = strategies.get(self.strategy)
+        counted = [(N_SPEC, record.default_n, validation.MAX_QUERIES)] if record.default_n else []
+        settings = [*counted, (K_SPEC, None, MAX_K), (TOP_N_SPEC, record.default_top_n, MAX_TOP_N)]
+        return [
+            spec._replace(
+                default=default,
+                annotation=_bounded(upper),
+                description=f"{spec.description} (1 to {upper})",
+            )
+            for spec, default, upper in settings
+        ]
 
     def chain(self) -> Runnable[QuestionInput, Any]:
         """The built chain (opening the index the first time)."""

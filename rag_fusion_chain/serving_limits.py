@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
@@ -94,14 +95,12 @@ class RequestLimits:
         if media_type != "application/json":
             detail = f"the request body must be application/json; got {media_type or 'none'!r}"
             raise HTTPException(415, detail)
-        too_large = HTTPException(
-            413, f"the request body is over {self.max_body_bytes} bytes (set {MAX_BODY_BYTES_ENV})"
-        )
         body = b""
         async for chunk in request.stream():
             body += chunk
             if len(body) > self.max_body_bytes:
-                raise too_large
+                detail = f"the request body is over {self.max_body_bytes} bytes (set {MAX_BODY_BYTES_ENV})"
+                raise HTTPException(413, detail)
         too_deep = HTTPException(400, f"the JSON body nests deeper than {MAX_JSON_DEPTH}")
         try:
             payload = json.loads(body)
@@ -132,8 +131,6 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 def limit_requests(app: Any, allowed_hosts: Iterable[str] = ()) -> Any:
     """``app`` (FastAPI) with :class:`RequestLimits` (answering ``allowed_hosts`` too) and a 422
     (not 500) for an invalid input in a batch, which LangServe validates outside its error handling."""
-    from pydantic import ValidationError
-
     app.add_middleware(RequestLimits, allowed_hosts=allowed_hosts)
     app.add_exception_handler(ValidationError, _invalid_input)
     return app

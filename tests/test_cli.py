@@ -496,20 +496,22 @@ def test_render_answer_shows_queries_even_when_the_answer_streams_first(
     assert text.index("second query") < text.index("The answer continues.")
 
 
-def test_progress_bars_count_steps_or_totals() -> None:
-    from rag_fusion_chain.rendering import progress_bars, progress_display
+def test_progress_bars_count_steps_or_totals(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rich.console import Console
 
-    with progress_display() as progress:
-        steps = progress_bars(progress)
+    from rag_fusion_chain import rendering
+
+    console = Console(record=True, width=100, force_terminal=False)
+    monkeypatch.setattr(rendering, "errors", console)
+    with rendering.progress_display() as steps:
         steps("embed", 3, 10)
         steps("embed", 4, 10)
-        totals = progress_bars(progress, "completed")
+    with rendering.progress_display("completed") as totals:
         totals("evaluate", 3, 10)
         totals("evaluate", 4, 10)
-    assert [(task.description, task.completed, task.total) for task in progress.tasks] == [
-        ("embed", 7, 10),
-        ("evaluate", 4, 10),
-    ]
+    bars = console.export_text().splitlines()
+    assert bars[0].startswith("embed") and bars[0].endswith(" 7/10"), bars
+    assert bars[1].startswith("evaluate") and bars[1].endswith(" 4/10"), bars
 
 
 # --------------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
+from rich.table import Table
 
 from rag_fusion_chain.evaluate import (
     CachedEmbeddings,
@@ -413,21 +414,33 @@ def test_chart_zooms_to_the_data_and_marks_significant_values(tmp_path: Path) ->
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def table_cells(table: Table) -> tuple[list[str], list[list[str]]]:
+    """A rich table's headers and rows, as text."""
+    rows = zip(*(column.cells for column in table.columns), strict=True)
+    return [str(column.header) for column in table.columns], [list(map(str, row)) for row in rows]
+
+
 def test_table_has_a_significance_column() -> None:
     better = {"q1": {"d1": 2.0, "d2": 1.0}, "q2": {"d2": 1.0}, "q3": {"d1": 1.0}}
     comparison = compare_runs({"first": HAND_RUN, "second": better}, HAND_QRELS, ["mrr@10", "map"])
-    headers, rows = comparison_table(Summary("tiny", comparison.scores, comparison=comparison))
+    table = comparison_table(Summary("tiny", comparison.scores, comparison=comparison))
+    headers, rows = table_cells(table)
 
     assert headers == ["setup", "mrr@10", "map", "p mrr@10"]
+    assert table.caption == "p: paired student test against first; * p < 0.05"
     assert rows[0] == ["first", "0.1667", "0.1944", "-"]
     assert float(rows[1][3]) == pytest.approx(comparison.p_values["second"]["mrr@10"], abs=1e-4)
     significant = comparison.is_significant("second", "mrr@10")
     assert rows[1][1].endswith("*") == significant
-    headers, rows = comparison_table(Summary("tiny", comparison.scores))  # LangSmith: no tests
-    assert headers == ["setup", "mrr@10", "map"] and rows[0] == ["first", "0.1667", "0.1944"]
+    langsmith = comparison_table(Summary("tiny", comparison.scores), ["exp-1", "exp-2"])
+    headers, rows = table_cells(langsmith)  # LangSmith: no tests, the experiments named
+    assert headers == ["setup", "mrr@10", "map", "experiment"] and langsmith.caption is None
+    assert rows[0] == ["first", "0.1667", "0.1944", "exp-1"]
+    assert str(langsmith.title).endswith(", LangSmith experiments")
     alone = compare_runs({"first": HAND_RUN}, HAND_QRELS, ["mrr@10", "map"])
-    headers, rows = comparison_table(Summary("tiny", alone.scores, comparison=alone))
+    headers, rows = table_cells(comparison_table(Summary("tiny", alone.scores, comparison=alone)))
     assert headers == ["setup", "mrr@10", "map"], "a p column for one setup, always '-'"
+    assert rows == [["first", "0.1667", "0.1944"]]
 
 
 # --------------------------------------------------------------------------------------------

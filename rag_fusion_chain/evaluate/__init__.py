@@ -18,7 +18,6 @@ from rag_fusion_chain.evaluate.metrics import (
 )
 from rag_fusion_chain.evaluate.report import Summary, comparison_table, write_json, write_plot
 from rag_fusion_chain.evaluate.setups import (
-    Experiment,
     Indexes,
     Setup,
     run_experiment,
@@ -33,7 +32,6 @@ __all__ = [
     "BeirDataset",
     "CachedEmbeddings",
     "Comparison",
-    "Experiment",
     "Indexes",
     "LangSmithExperiment",
     "Setup",

@@ -5,7 +5,6 @@ ranx's, so their mean equals :func:`~.metrics.evaluate_run`'s) and a runner over
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import statistics
 import uuid
@@ -15,8 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import langsmith
 from langchain_core.documents import Document
 from langchain_core.runnables import Runnable
+from langsmith.schemas import Example
 
 from rag_fusion_chain.evaluate.beir import BeirDataset
 from rag_fusion_chain.evaluate.metrics import DEFAULT_METRICS, evaluate_run, ranking_scores
@@ -82,8 +83,6 @@ def _examples(dataset: BeirDataset) -> list[dict[str, Any]]:
 
 def local_examples(dataset: BeirDataset) -> list[Any]:
     """In-memory ``langsmith.schemas.Example`` objects, for an experiment that uploads nothing."""
-    from langsmith.schemas import Example
-
     dataset_id = uuid.uuid5(_EXAMPLE_NAMESPACE, _name(dataset))
     return [Example(dataset_id=dataset_id, **example) for example in _examples(dataset)]
 
@@ -131,8 +130,6 @@ def run_langsmith_experiments(
 ) -> tuple[Summary, list[LangSmithExperiment]]:
     """One ``langsmith.evaluate`` experiment per setup, and their Summary; ``upload=False`` sends
     nothing (in-memory examples). ``options``: :func:`~.setups.prepare_evaluation`'s."""
-    import langsmith
-
     dataset, resolved, indexes = prepare_evaluation(dataset, setups, progress=progress, **options)
     if not dataset.queries:
         raise ValueError("dataset has no judged queries to evaluate")
@@ -142,22 +139,20 @@ def run_langsmith_experiments(
     else:  # a local client never asks the API for its settings
         client = client or langsmith.Client(api_key="local", api_url="http://127.0.0.1:9", info={})
         data = local_examples(dataset)
-    evaluate = functools.partial(
-        langsmith.evaluate,
-        data=data,
-        evaluators=[retrieval_evaluator(metric) for metric in metrics],
-        max_concurrency=0,
-        client=client,
-        upload_runs=upload,
-        disable_evaluator_tracing=not upload,
-    )
+    evaluators = [retrieval_evaluator(metric) for metric in metrics]
     experiments = []
     for index, setup in enumerate(resolved):
         progress("langsmith experiments", index, len(resolved))
         with warnings.catch_warnings():  # langsmith warns that upload_runs=False is in beta
             warnings.filterwarnings("ignore", message=".*'upload_runs' parameter is in beta")
-            results = evaluate(
+            results = langsmith.evaluate(
                 _target(setup.build(indexes), upload),
+                data=data,
+                evaluators=evaluators,
+                max_concurrency=0,
+                client=client,
+                upload_runs=upload,
+                disable_evaluator_tracing=not upload,
                 experiment_prefix=f"{_name(dataset)}-{setup.name}",
                 description=setup.description or setup.name,
                 metadata={"setup": setup.name, "dataset": dataset.name, "split": dataset.split},
@@ -175,7 +170,6 @@ def run_langsmith_experiments(
 
 def _target(retriever: Runnable[str, list[Document]], upload: bool) -> Callable[..., Any]:
     """The experiment's target: the ids ``retriever`` ranks; without upload, nothing is traced."""
-    import langsmith
 
     def target(inputs: dict[str, Any]) -> dict[str, list[str]]:
         # LangChain's tracer would send the retriever's runs even without upload

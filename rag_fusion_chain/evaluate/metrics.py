@@ -114,9 +114,6 @@ def compare_runs(
     if not runs:
         raise ValueError("runs must hold at least one named run")
     names, baseline = list(runs), next(iter(runs))
-    if len(names) == 1:
-        scores = {baseline: evaluate_run(runs[baseline], qrels, metrics)}
-        return Comparison(scores, {baseline: {}}, baseline, stat_test, max_p)
     ranx_runs = []
     for name in names:
         ranx_qrels, ranx_run = _ranx_inputs(runs[name], qrels, name)

@@ -1,13 +1,16 @@
-"""Outputs of an evaluation: the JSON summary and a bar chart (matplotlib, Agg, no display)."""
+"""Outputs of an evaluation: the JSON summary, the results table, a bar chart (matplotlib, Agg)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from rich.table import Column, Table
 
 from rag_fusion_chain.evaluate.metrics import Comparison, eval_library
 from rag_fusion_chain.validation import counted
@@ -130,17 +133,23 @@ def write_plot(path: str | Path, summary: Summary) -> Path:
     return target
 
 
-def comparison_table(summary: Summary) -> tuple[list[str], list[list[str]]]:
-    """Headers and rows of the results table, the CLI draws them: the metrics (``*``: significant)
-    and, comparing several setups, the p-values of the first metric (one column fits 80)."""
+def comparison_table(summary: Summary, experiments: Sequence[str] = ()) -> Table:
+    """The results table: the metrics (``*``: significant), comparing several setups the p-values
+    of the first metric (one column fits 80) under the test's caption, or the LangSmith experiments."""
     metrics = list(next(iter(summary.scores.values()), {}))
-    rows = [
-        [name, *(marked_score(summary, name, m, 4) for m in metrics)] for name in summary.scores
-    ]
-    if summary.comparison is None or len(rows) == 1:
-        return ["setup", *metrics], rows
-    p_metric = metrics[0]
-    for row in rows:
-        p_value = summary.comparison.p_values.get(row[0], {}).get(p_metric)
-        row.append("-" if p_value is None else f"{p_value:.4f}")
-    return ["setup", *metrics, f"p {p_metric}"], rows
+    test = summary.comparison if len(summary.scores) > 1 else None  # one setup: no p column
+    title = f"{summary.title}, LangSmith experiments" if experiments else summary.title
+    table = Table("setup", *(Column(metric, justify="right") for metric in metrics), title=title)
+    if test:
+        table.add_column(f"p {metrics[0]}", justify="right")
+        tested = f"paired {test.stat_test} test against {test.baseline}"
+        table.caption = f"p: {tested}; * p < {test.max_p}"
+    if experiments:
+        table.add_column("experiment")
+    for name, experiment in itertools.zip_longest(summary.scores, experiments):
+        row = [name, *(marked_score(summary, name, metric, 4) for metric in metrics)]
+        if test:
+            p_value = test.p_values.get(name, {}).get(metrics[0])
+            row.append("-" if p_value is None else f"{p_value:.4f}")
+        table.add_row(*row, *([experiment] if experiments else []))
+    return table

@@ -13,6 +13,7 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.runnables import Runnable
 
+from rag_fusion_chain import chains, models, strategies
 from rag_fusion_chain.evaluate.beir import BeirDataset, load_beir
 from rag_fusion_chain.evaluate.cache import DEFAULT_CACHE_DIR, CachedEmbeddings
 from rag_fusion_chain.evaluate.metrics import (
@@ -78,7 +79,6 @@ class Indexes:
         """The kit's VectorRetriever over a FAISS index of the corpus, ``depth`` documents."""
         if "dense" in self.built:
             return self.built["dense"]
-        from rag_fusion_chain import models
         from rag_fusion_chain.retrievers.stores import VectorRetriever, build_faiss
 
         given = self.embeddings
@@ -149,14 +149,10 @@ def strategy_setup(
 ) -> Setup:
     """A strategy's retrieval over BM25 and dense, up to the answer, keeping ``depth`` passages
     (``n`` queries, default the strategy's, from ``llm`` or its offline step)."""
-    from rag_fusion_chain import strategies
-
     record = strategies.get(strategy)
     count = record.default_n if n is None else n  # checked by chain_for when built
 
     def build(indexes: Indexes) -> Runnable[str, list[Document]]:
-        from rag_fusion_chain import chains
-
         retrievers, depth = [indexes.bm25(), indexes.dense()], indexes.depth
         retrieval = chains.retrieval_chain(record, retrievers, llm, n=count, k=depth, top_n=depth)
         return retrieval | chains.quoted_documents
@@ -177,8 +173,6 @@ def setup_by_name(
 ) -> Setup:
     """A setup by its command-line name: ``bm25``, ``dense``, ``hybrid``, ``hybrid-`` and a
     ``fusion.FUSIONS`` name, a strategy (with ``llm``) or ``STRATEGY-offline``."""
-    from rag_fusion_chain import strategies
-
     if name == "bm25":
         description = "BM25 (bm25s, English stemmer and stopwords)"
         return Setup(name, Indexes.bm25, description, {"retrievers": ["bm25"]})
@@ -230,15 +224,6 @@ def run_setups(
     return runs
 
 
-@dataclass(frozen=True)
-class Experiment:
-    """What an evaluation produced: its :class:`Summary` (scores, settings, the paired tests
-    against the first setup) and the runs."""
-
-    summary: Summary
-    runs: dict[str, Run]
-
-
 def prepare_evaluation(
     dataset: str | Path | BeirDataset,
     setups: Sequence[str | Setup],
@@ -257,12 +242,8 @@ def prepare_evaluation(
     use; ``embeddings``, an object or a ``models.embeddings`` name, cached under ``cache_dir``)."""
     if not setups:
         raise ValueError("setups must name at least one setup")
-    resolved = [
-        setup
-        if isinstance(setup, Setup)
-        else setup_by_name(setup, llm=llm, rank_constant=rank_constant, n=n)
-        for setup in setups
-    ]
+    by_name = functools.partial(setup_by_name, llm=llm, rank_constant=rank_constant, n=n)
+    resolved = [setup if isinstance(setup, Setup) else by_name(setup) for setup in setups]
     if not isinstance(dataset, BeirDataset):
         progress("loading dataset", 0, 1)
         dataset = load_beir(dataset, split=split, queries_limit=queries_limit)
@@ -279,13 +260,13 @@ def run_experiment(
     max_p: float = 0.05,
     progress: ProgressCallback = ignore_progress,
     **options: Any,
-) -> Experiment:
+) -> Summary:
     """Evaluate ``setups`` (names or :class:`Setup` objects) on a BEIR dataset, the first the
     baseline of the paired tests; ``options``: :func:`prepare_evaluation`'s."""
     dataset, resolved, indexes = prepare_evaluation(dataset, setups, progress=progress, **options)
     runs = run_setups(dataset, resolved, indexes, progress=progress)
     comparison = compare_runs(runs, dataset.qrels, metrics, stat_test=stat_test, max_p=max_p)
-    return Experiment(summarize(dataset, resolved, indexes, comparison.scores, comparison), runs)
+    return summarize(dataset, resolved, indexes, comparison.scores, comparison)
 
 
 def summarize(
