@@ -753,3 +753,19 @@ def test_numba_s_notice_of_ranx_s_own_uint64_cast_is_not_shown_but_others_are() 
         (notice, "/home/me/mine.py"),
         ("another", ranx_ndcg),
     ]
+
+
+def test_dense_index_leaves_the_callers_cached_embeddings_as_given(tmp_path: Path) -> None:
+    """Indexes.dense() set on_progress = None on any CachedEmbeddings, the caller's own too."""
+    from langchain_core.embeddings import DeterministicFakeEmbedding
+
+    from rag_fusion_chain.evaluate.cache import CachedEmbeddings
+    from rag_fusion_chain.evaluate.setups import Indexes
+
+    calls: list[tuple[int, int]] = []
+    given = CachedEmbeddings(
+        DeterministicFakeEmbedding(size=8), tmp_path, on_progress=lambda *done: calls.append(done)
+    )
+    corpus = [Document("Reciprocal rank fusion sums inverse ranks.", id="d1")]
+    Indexes(corpus, given, cache_dir=None, depth=1).dense()
+    assert given.on_progress is not None and calls  # still reporting, as the caller set it

@@ -91,10 +91,10 @@ class Indexes:
         self.progress(task, 0, len(self.corpus))
         if self.cache_dir is not None:
             report = functools.partial(self.progress, task)
-            embeddings = CachedEmbeddings(embeddings, self.cache_dir, on_progress=report)
+            embeddings = cached = CachedEmbeddings(embeddings, self.cache_dir, on_progress=report)
         store = build_faiss(self.corpus, embeddings)
-        if isinstance(embeddings, CachedEmbeddings):
-            embeddings.on_progress = None  # query batches are reported as querying
+        if self.cache_dir is not None:  # its own cache (one the caller gave stays as given)
+            cached.on_progress = None  # query batches are reported as querying
         self.progress(task, len(self.corpus), len(self.corpus))
         self.built["dense"] = VectorRetriever(vectorstore=store, k=self.depth)
         return self.built["dense"]
