@@ -265,8 +265,8 @@ def load_chroma(
         raise ValueError(
             f"collection_name: no Chroma collection {collection_name!r}; existing: {existing}"
         ) from error
-    manifest = {"embedding": (store._collection.metadata or {}).get(EMBEDDING_METADATA_KEY)}
-    _warn_if_other(manifest, embeddings, f"Chroma collection {collection_name!r}")
+    built_with = (store._collection.metadata or {}).get(EMBEDDING_METADATA_KEY)
+    _warn_if_other(built_with, embeddings, f"Chroma collection {collection_name!r}")
     return store
 
 
