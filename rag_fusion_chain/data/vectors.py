@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import ChainMap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,11 +82,8 @@ class PrecomputedEmbeddings(Embeddings):
 
         missing = [text for text in texts if text not in self.known]
         computed = models.embed_documents_array(self.embeddings, missing)
-        rows = dict(zip(missing, computed, strict=True))
-        return np.asarray(
-            [self.known[text] if text in self.known else rows[text] for text in texts],
-            dtype=np.float32,
-        )
+        rows = ChainMap(dict(zip(missing, computed, strict=True)), self.known)
+        return np.asarray([rows[text] for text in texts], dtype=np.float32)
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         return self.embed_documents_array(texts).tolist()  # type: ignore[no-any-return]
