@@ -28,6 +28,7 @@ from langchain_core.vectorstores import VectorStore
 
 from rag_fusion_chain import ingest, models
 from rag_fusion_chain._version import __version__
+from rag_fusion_chain.models import PrecomputedEmbeddings
 from rag_fusion_chain.retrievers import signing
 from rag_fusion_chain.retrievers.bm25 import BM25Retriever
 from rag_fusion_chain.retrievers.columns import document_columns
@@ -364,9 +365,7 @@ def _write_index(
         if stale:
             copied.delete(stale)
     if fresh or stores is None:
-        known = models.PrecomputedEmbeddings(
-            embeddings, dict(zip(new_texts, embedded, strict=True))
-        )
+        known = PrecomputedEmbeddings(embeddings, dict(zip(new_texts, embedded, strict=True)))
         chroma = build_chroma([identified[at] for at in fresh], known, persist_directory=path)
         getattr(chroma._client, "close", lambda: None)()  # release the files
 
