@@ -10,18 +10,20 @@ import functools
 import ipaddress
 import os
 import warnings
+from collections import ChainMap
 from collections.abc import Callable, Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from langchain_core.embeddings import Embeddings
+
 from rag_fusion_chain import encoders
 from rag_fusion_chain.validation import environment_count, redact_credentials, require_extra
 
 if TYPE_CHECKING:
     import numpy as np
-    from langchain_core.embeddings import Embeddings
     from langchain_core.language_models import BaseChatModel
 
 CHAT_MODEL_ENV = "RAG_FUSION_CHAT_MODEL"
@@ -274,6 +276,30 @@ def embed_documents_array(embeddings: Embeddings, texts: Sequence[str]) -> np.nd
     own = getattr(embeddings, "embed_documents_array", None)
     embed = own if callable(own) else embeddings.embed_documents
     return np.asarray(embed(list(texts)), dtype=np.float32)
+
+
+class PrecomputedEmbeddings(Embeddings):
+    """``embeddings`` with the vectors of the ``known`` texts given in advance."""
+
+    def __init__(self, embeddings: Embeddings, known: dict[str, Sequence[float]]) -> None:
+        self.embeddings, self.known = embeddings, known
+        self.model_identity = embedding_identity(embeddings)
+        self.embedding_precision = embedding_precision(embeddings)
+
+    def embed_documents_array(self, texts: Sequence[str]) -> np.ndarray:
+        """Known rows and the model's vectors of the others, as one float32 array."""
+        import numpy as np
+
+        missing = [text for text in texts if text not in self.known]
+        computed = embed_documents_array(self.embeddings, missing)
+        rows = ChainMap(dict(zip(missing, computed, strict=True)), self.known)
+        return np.asarray([rows[text] for text in texts], dtype=np.float32)
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self.embed_documents_array(texts).tolist()  # type: ignore[no-any-return]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.embeddings.embed_query(text)
 
 
 def encoder_threads(environ: Mapping[str, str] = os.environ) -> int:

@@ -15,6 +15,7 @@ from langchain_core.embeddings import Embeddings
 
 from rag_fusion_chain import models
 from rag_fusion_chain.data import data_path, sample_corpus_path
+from rag_fusion_chain.models import PrecomputedEmbeddings as PrecomputedEmbeddings  # serving's
 
 if TYPE_CHECKING:
     import numpy as np
@@ -65,33 +66,6 @@ def vectors_fit(record: dict[str, Any], embeddings: Embeddings) -> bool:
     """Whether ``record``'s vectors may be searched with ``embeddings`` (``backends_agree``)."""
     built = record.get("embedding_identity")
     return isinstance(built, str) and models.backends_agree(built, embeddings)
-
-
-class PrecomputedEmbeddings(Embeddings):
-    """``embeddings`` with the vectors of the ``known`` texts given in advance."""
-
-    def __init__(self, embeddings: Embeddings, known: dict[str, Sequence[float]]) -> None:
-        self.embeddings, self.known = embeddings, known
-        self.model_identity = models.embedding_identity(embeddings)
-        self.embedding_precision = models.embedding_precision(embeddings)
-
-    def embed_documents_array(self, texts: Sequence[str]) -> np.ndarray:
-        """Known rows and the model's vectors of the others, as one float32 array."""
-        import numpy as np
-
-        missing = [text for text in texts if text not in self.known]
-        computed = models.embed_documents_array(self.embeddings, missing)
-        rows = dict(zip(missing, computed, strict=True))
-        return np.asarray(
-            [self.known[text] if text in self.known else rows[text] for text in texts],
-            dtype=np.float32,
-        )
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        return self.embed_documents_array(texts).tolist()  # type: ignore[no-any-return]
-
-    def embed_query(self, text: str) -> list[float]:
-        return self.embeddings.embed_query(text)
 
 
 def write_sample_vectors(embedding: str | None = None, directory: Path | None = None) -> Path:

@@ -319,12 +319,10 @@ class BM25Retriever(BatchedRetriever):
                 f"{path}: the bm25s index files are corrupt or incomplete "
                 f"({type(error).__name__}: {error}); rebuild the index"
             ) from error
-        total, file = int(index.scores["num_docs"]), path / DOCUMENTS_FILE
-        documents: Sequence[Document] | None = None
-        if same_as is not None and same_as.file and len(same_as) == total:
-            same = os.path.samefile(file, same_as.file[0]) or has_digest(file, same_as.file[1])
-            documents = same_as if same else None
-        if documents is None:
+        documents, total, file = same_as, int(index.scores["num_docs"]), path / DOCUMENTS_FILE
+        if not (documents and documents.file and len(documents) == total) or not (
+            os.path.samefile(file, documents.file[0]) or has_digest(file, documents.file[1])
+        ):
             stored = _read_json(file)
             if isinstance(stored, list) and all(isinstance(entry, dict) for entry in stored):
                 stored = {  # format 1: a list of Document fields

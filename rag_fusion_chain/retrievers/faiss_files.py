@@ -178,7 +178,7 @@ def load_faiss(path: str | Path, embeddings: Embeddings, *, trust: bool = False)
         settings["distance_strategy"] = DistanceStrategy(manifest["distance_strategy"])
         settings["normalize_L2"] = bool(manifest["normalize_L2"])
     store = FAISS(embeddings, index, docstore, index_ids, **settings)
-    warn_on_embedding_change(manifest, embeddings, directory)
+    warn_on_embedding_change((manifest or {}).get("embedding"), embeddings, directory)
     return store
 
 
@@ -264,9 +264,9 @@ def _read_manifest(directory: Path, *, required: bool) -> dict[str, Any] | None:
 
 
 def warn_on_embedding_change(
-    manifest: dict[str, Any] | None, embeddings: Embeddings, where: Path | str
+    built_with: str | None, embeddings: Embeddings, where: Path | str
 ) -> None:
-    built_with = (manifest or {}).get("embedding")
+    """Warn when the store at ``where``, built by embeddings ``built_with``, is loaded with others."""
     loading_with = embedding_identity(embeddings)
     if built_with and built_with != loading_with and not backends_agree(built_with, embeddings):
         warnings.warn(

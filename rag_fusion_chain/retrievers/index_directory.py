@@ -28,6 +28,7 @@ from langchain_core.vectorstores import VectorStore
 
 from rag_fusion_chain import ingest, models
 from rag_fusion_chain._version import __version__
+from rag_fusion_chain.models import PrecomputedEmbeddings
 from rag_fusion_chain.retrievers import signing
 from rag_fusion_chain.retrievers.bm25 import BM25Retriever
 from rag_fusion_chain.retrievers.columns import document_columns
@@ -73,32 +74,20 @@ EMBEDDING_BATCH_SIZE = 64  # texts per embedding call while building (and per pr
 ProgressCallback = Callable[[str, int, int], None]  # on_progress(stage, advance, total)
 
 
-class _ProgressEmbeddings(Embeddings):
-    """Embeds in batches of similar lengths (vectors back in input order), reporting each batch."""
+def _embedded(embeddings: Embeddings, texts: list[str], on_batch: Callable[[int], None]) -> Any:
+    """One float32 row per text (4 bytes a number, not a list's 24+), embedded in batches of
+    similar lengths, each reported to ``on_batch``."""
+    import numpy as np
 
-    def __init__(self, embeddings: Embeddings, on_batch: Callable[[int], None]) -> None:
-        self.embeddings, self.on_batch = embeddings, on_batch
-        self.model_identity = models.embedding_identity(embeddings)
-
-    def embed_documents_array(self, texts: Sequence[str]) -> Any:
-        """One float32 row per text, never a list of floats (4 bytes a number, not 24+)."""
-        import numpy as np
-
-        order = sorted(range(len(texts)), key=lambda position: len(texts[position]))
-        matrix = np.empty((0, 0), dtype=np.float32)
-        for positions in batch_iterate(EMBEDDING_BATCH_SIZE, order):
-            batch = models.embed_documents_array(self.embeddings, [texts[at] for at in positions])
-            if not len(matrix):
-                matrix = np.empty((len(texts), batch.shape[1]), dtype=np.float32)
-            matrix[positions] = batch
-            self.on_batch(len(positions))
-        return matrix
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        return self.embed_documents_array(texts).tolist()  # type: ignore[no-any-return]
-
-    def embed_query(self, text: str) -> list[float]:
-        return self.embeddings.embed_query(text)
+    order = sorted(range(len(texts)), key=lambda position: len(texts[position]))
+    matrix = np.empty((0, 0), dtype=np.float32)
+    for positions in batch_iterate(EMBEDDING_BATCH_SIZE, order):
+        batch = models.embed_documents_array(embeddings, [texts[at] for at in positions])
+        if not len(matrix):
+            matrix = np.empty((len(texts), batch.shape[1]), dtype=np.float32)
+        matrix[positions] = batch
+        on_batch(len(positions))
+    return matrix
 
 
 @dataclass
@@ -359,36 +348,34 @@ def _write_index(
     bm25.save(directory / BM25_DIRECTORY)
     report("bm25", 1, 1)
     identified, store = bm25.documents, settings["store"]  # in order, with ids
+    ids, texts, _ = document_columns(identified)
     report("embed", 0, len(fresh))
-    reporting = _ProgressEmbeddings(embeddings, lambda count: report("embed", count, len(fresh)))
+    new_texts = [texts[position] for position in fresh]
+    embedded = _embedded(embeddings, new_texts, lambda count: report("embed", count, len(fresh)))
     path = directory / store
     if store == "faiss":
-        matrix = _vectors(identified, fresh, reporting, vectors)
-        build_faiss(identified, reporting, path, vectors=matrix, index=settings["faiss_index"])
+        matrix = _vectors(ids, fresh, embedded, vectors)
+        build_faiss(identified, embeddings, path, vectors=matrix, index=settings["faiss_index"])
         return
     if stores is not None:  # a copy of the previous collection, less the chunks not kept
         shutil.copytree(stores / store, path, symlinks=True)  # a link stays one, never followed
-        copied = load_chroma(reporting, persist_directory=path)
-        ids = document_columns(identified)[0]
+        copied = load_chroma(embeddings, persist_directory=path)
         kept = set(ids) - {ids[position] for position in fresh}
         stale = [name for name in copied.get(include=[])["ids"] if name not in kept]
         if stale:
             copied.delete(stale)
     if fresh or stores is None:
-        chroma = build_chroma([identified[at] for at in fresh], reporting, persist_directory=path)
+        known = PrecomputedEmbeddings(embeddings, dict(zip(new_texts, embedded, strict=True)))
+        chroma = build_chroma([identified[at] for at in fresh], known, persist_directory=path)
         getattr(chroma._client, "close", lambda: None)()  # release the files
 
 
-def _vectors(
-    chunks: Sequence[Document], fresh: list[int], embeddings: Embeddings, stored: FAISS | None
-) -> Any:
-    """One row per chunk: the ``fresh`` ones embedded, the others read from the previous store."""
+def _vectors(ids: list[str], fresh: list[int], embedded: Any, stored: FAISS | None) -> Any:
+    """One row per chunk id: the ``fresh`` ones ``embedded``, the others from the previous store."""
     import faiss
     import numpy as np
 
-    ids, texts, _ = document_columns(chunks)
-    embedded = models.embed_documents_array(embeddings, [texts[position] for position in fresh])
-    kept = np.setdiff1d(np.arange(len(chunks)), fresh)
+    kept = np.setdiff1d(np.arange(len(ids)), fresh)
     if stored is None or not len(kept):
         return embedded
     rows = {identifier: row for row, identifier in stored.index_to_docstore_id.items()}
@@ -400,7 +387,7 @@ def _vectors(
     if ivf is not None:
         ivf.make_direct_map()  # PQ codes: the vectors come back approximate
     old = stored.index.reconstruct_batch(wanted)
-    matrix = np.empty((len(chunks), old.shape[1]), dtype=np.float32)
+    matrix = np.empty((len(ids), old.shape[1]), dtype=np.float32)
     matrix[kept] = old
     if fresh:  # unit rows, as the stored ones are, so that build_faiss adds them as they are
         norms = np.linalg.norm(embedded, axis=1, keepdims=True)

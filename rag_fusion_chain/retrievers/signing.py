@@ -48,18 +48,16 @@ def open_regular_file(path: str | Path, max_bytes: int = MAX_INDEX_FILE_BYTES) -
     except FileNotFoundError:
         raise FileNotFoundError(f"index file missing: {path}") from None
     status = os.fstat(descriptor)
-    problem = None
+    if stat.S_ISREG(status.st_mode) and status.st_size <= max_bytes:
+        os.set_blocking(descriptor, True)
+        return io.open(descriptor, "rb")  # noqa: UP020 - typed as a BufferedReader
+    os.close(descriptor)
+    if stat.S_ISDIR(status.st_mode):
+        raise FileNotFoundError(f"index file missing: {path} is a directory")
+    problem = f"is {status.st_size} bytes, above the bound of {max_bytes}"
     if not stat.S_ISREG(status.st_mode):
         problem = f"is not a regular file ({stat.filemode(status.st_mode)[0]!r} in ls -l terms)"
-    elif status.st_size > max_bytes:
-        problem = f"is {status.st_size} bytes, above the bound of {max_bytes}"
-    if problem is not None:
-        os.close(descriptor)
-        if stat.S_ISDIR(status.st_mode):
-            raise FileNotFoundError(f"index file missing: {path} is a directory")
-        raise ValueError(f"{path} {problem}, so it is not read")
-    os.set_blocking(descriptor, True)
-    return io.open(descriptor, "rb")  # noqa: UP020 - typed as a BufferedReader
+    raise ValueError(f"{path} {problem}, so it is not read")
 
 
 def new_hash(recorded: object = BLAKE3_PREFIX, data: bytes = b"") -> Any:

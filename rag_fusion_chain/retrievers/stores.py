@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import math
-import sys
 import threading
 from collections import Counter
 from collections.abc import Callable, MutableMapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Literal, TypeGuard, cast
+from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
@@ -57,11 +56,10 @@ def _documents_by_id(documents: Sequence[Document]) -> MutableMapping[str, Docum
     stored = documents if isinstance(documents, StoredDocuments) else None
     if stored is not None and all(stored.ids) and len(set(stored.ids)) == len(stored):
         return DocumentsById(stored)
-    by_id = {document.id: document for document in documents if document.id}
-    if len(by_id) < len(documents):  # ids missing (content hashes then) or repeated
-        by_id = {str(document.id): document for document in map(with_identity, documents)}
+    identified = list(map(with_identity, documents))  # a content hash for a missing id
+    by_id = {str(document.id): document for document in identified}
     if len(by_id) < len(documents):
-        counts = Counter(with_identity(document).id for document in documents)
+        counts = Counter(document.id for document in identified)
         duplicates = sorted(str(identifier) for identifier, count in counts.items() if count > 1)
         raise ValueError(
             f"documents: duplicate ids {duplicates[:5]}; documents without an id get a content "
@@ -267,34 +265,19 @@ def load_chroma(
         raise ValueError(
             f"collection_name: no Chroma collection {collection_name!r}; existing: {existing}"
         ) from error
-    manifest = {"embedding": (store._collection.metadata or {}).get(EMBEDDING_METADATA_KEY)}
-    _warn_if_other(manifest, embeddings, f"Chroma collection {collection_name!r}")
+    built_with = (store._collection.metadata or {}).get(EMBEDDING_METADATA_KEY)
+    _warn_if_other(built_with, embeddings, f"Chroma collection {collection_name!r}")
     return store
 
 
-_CHROMA_RELEVANCE: dict[str, Callable[[float], float]] = {
+_RELEVANCE: dict[str, Callable[[float], float]] = {
     "cosine": lambda distance: 1.0 - distance,
     "ip": lambda distance: 1.0 - distance,
-    "l2": lambda distance: 1.0 - distance / 2.0,  # squared L2 of unit vectors, as FAISS's too
+    "l2": lambda distance: 1.0 - distance / 2.0,  # squared L2 of unit vectors
+    "EUCLIDEAN_DISTANCE": lambda distance: 1.0 - distance / 2.0,  # FAISS's, also squared
+    "MAX_INNER_PRODUCT": float,
 }
-"""Cosine similarity from the distance of each Chroma space."""
-
-
-def _is_faiss(store: VectorStore) -> TypeGuard[FAISS]:
-    """isinstance without importing langchain_community unless the caller has."""
-    module = sys.modules.get("langchain_community.vectorstores.faiss")
-    return module is not None and isinstance(store, module.FAISS)
-
-
-def _is_chroma(store: VectorStore) -> TypeGuard[Chroma]:
-    module = sys.modules.get("langchain_chroma.vectorstores")
-    return module is not None and isinstance(store, module.Chroma)
-
-
-def default_faiss_threads() -> int:
-    """``$RAG_FUSION_FAISS_THREADS``, else 1 (concurrent searches on a thread per core each
-    oversubscribe the cores)."""
-    return environment_count(FAISS_THREADS_ENV, 1)
+"""Cosine similarity from the distance of each Chroma space and FAISS distance strategy."""
 
 
 class VectorRetriever(BatchedRetriever):
@@ -311,8 +294,11 @@ class VectorRetriever(BatchedRetriever):
     """For stores other than FAISS and Chroma: turns the store's score into higher-is-better."""
     search_parameters: dict[str, int] = Field(default_factory=dict)
     """FAISS parameters per call: ``{"efSearch": 128}`` (HNSW), ``{"nprobe": 16}`` (IVF)."""
-    faiss_threads: int = Field(default_factory=default_faiss_threads, ge=1)
-    """OpenMP threads for one FAISS search (see :func:`default_faiss_threads`)."""
+    faiss_threads: int = Field(
+        default_factory=lambda: environment_count(FAISS_THREADS_ENV, 1), ge=1
+    )
+    """OpenMP threads for one FAISS search: ``$RAG_FUSION_FAISS_THREADS``, else 1 (concurrent
+    searches on a thread per core each oversubscribe the cores)."""
 
     @model_validator(mode="after")
     def _resolve_embeddings(self) -> VectorRetriever:
@@ -341,11 +327,13 @@ class VectorRetriever(BatchedRetriever):
         """The ``k`` best scored copies for each query vector (lists or a numpy array)."""
         if len(vectors) == 0:
             return []
-        store = self.vectorstore
-        if _is_faiss(store):
-            return _search_faiss(store, vectors, k, self.search_parameters, self.faiss_threads)
-        if _is_chroma(store):
-            return _search_chroma(store, vectors, k)
+        store = self.vectorstore  # its classes named: langchain_community is not imported
+        classes = {f"{kind.__module__}.{kind.__name__}" for kind in type(store).__mro__}
+        if "langchain_community.vectorstores.faiss.FAISS" in classes:
+            faiss = cast("FAISS", store)
+            return _search_faiss(faiss, vectors, k, self.search_parameters, self.faiss_threads)
+        if "langchain_chroma.vectorstores.Chroma" in classes:
+            return _search_chroma(cast("Chroma", store), vectors, k)
         search = getattr(store, "similarity_search_with_score_by_vector", None)
         if search is None:
             raise TypeError(
@@ -377,12 +365,8 @@ def _search_faiss(
     """All query vectors in one ``index.search`` call, on ``threads`` OpenMP threads."""
     import faiss
     import numpy as np
-    from langchain_community.vectorstores.utils import DistanceStrategy
 
-    relevance: Callable[[float], float] = {
-        DistanceStrategy.MAX_INNER_PRODUCT: float,
-        DistanceStrategy.EUCLIDEAN_DISTANCE: _CHROMA_RELEVANCE["l2"],
-    }.get(store.distance_strategy)  # type: ignore[assignment]
+    relevance = _RELEVANCE.get(store.distance_strategy)
     if relevance is None:
         raise ValueError(f"unsupported FAISS distance strategy {store.distance_strategy}")
     total = int(store.index.ntotal)
@@ -420,18 +404,16 @@ def _search_chroma(store: Chroma, vectors: Any, k: int) -> list[list[Document]]:
     spaces = [(configuration.get(kind) or {}).get("space") for kind in ("hnsw", "spann")]
     metadata_space = (store._collection.metadata or {}).get("hnsw:space", "l2")
     space = str(next(filter(None, spaces), metadata_space))
-    relevance = _CHROMA_RELEVANCE.get(space)
+    relevance = _RELEVANCE.get(space)
     if relevance is None:
         raise ValueError(f"unsupported Chroma distance space {space!r}")
-    result = store._collection.query(
+    result: Any = store._collection.query(  # each field included is a list
         # chromadb types a batch as an invariant list[Sequence[float] | Sequence[int]].
         query_embeddings=cast("list[PyEmbedding]", vectors),
         n_results=k,
         include=["documents", "metadatas", "distances"],
     )
-    texts, metadatas, distances = result["documents"], result["metadatas"], result["distances"]
-    if texts is None or metadatas is None or distances is None:
-        raise ValueError("Chroma's query returned no documents, metadatas or distances")
+    columns = (result[name] for name in ("ids", "documents", "metadatas", "distances"))
     return [
         [
             scored_copy(
@@ -440,5 +422,5 @@ def _search_chroma(store: Chroma, vectors: Any, k: int) -> list[list[Document]]:
             )
             for store_id, text, metadata, distance in zip(*row, strict=True)
         ]
-        for row in zip(result["ids"], texts, metadatas, distances, strict=True)
+        for row in zip(*columns, strict=True)
     ]
