@@ -38,7 +38,7 @@ from rag_fusion_chain.retrievers.index_directory import (
 from rag_fusion_chain.retrievers.signing import UntrustedIndexError
 from rag_fusion_chain.validation import KIT_CACHE, counted, question_of, require_extra
 
-DEFAULT_K = 10  # documents per retriever call
+COMMAND_LINE_K = 10  # --k: each retriever's documents per query (the kit's retrievers alone: 5)
 DEMO_CHUNK_SIZE = 1500
 """Tokens per chunk in the demo: one chunk per abstract (300 texts to embed, not 600)."""
 
@@ -162,10 +162,6 @@ def index(
     """
     with reported_errors():
         warnings.filterwarnings("ignore", category=ingest.SkippedSourceWarning)  # summarised
-        if (out / INDEX_FILE).exists() and not (force or update):
-            raise FileExistsError(
-                f"an index exists in {out}: add --update to update it or --force to replace it"
-            )
         settings = _build_index(
             sources,
             out,
@@ -206,7 +202,7 @@ def search(
     base_url: BaseUrlOption = None,
     embedding: EmbeddingOption = None,
     n: StrategyCountOption = None,
-    k: KOption = DEFAULT_K,
+    k: KOption = COMMAND_LINE_K,
     top_n: TopOption = None,
     json_output: Annotated[bool, typer.Option("--json", help=_HELP["json"])] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help=_HELP["verbose"])] = False,
@@ -277,7 +273,7 @@ def demo(
             raise ValueError("--rebuild needs --index DIR: without it the sample is indexed anew")
         opened = _demo_index(index_directory, rebuild)
         output.print(Text("Question: ", style="bold") + Text(question), soft_wrap=True)
-        retrievers = opened.retrievers(hybrid=True, k=DEFAULT_K)
+        retrievers = opened.retrievers(hybrid=True, k=COMMAND_LINE_K)
         chain = chains.chain_for(strategy, retrievers, None, return_sources=True)
         render_answer(chain, question, fusion=_fusion_shown(strategy))
 
@@ -295,7 +291,7 @@ def serve(
     base_url: BaseUrlOption = None,
     embedding: EmbeddingOption = None,
     port: Annotated[int, typer.Option("--port", "-p", min=1, max=65535, help=_HELP["port"])] = 8000,
-    k: KOption = DEFAULT_K,
+    k: KOption = COMMAND_LINE_K,
     top_n: TopOption = None,
     trust_index: TrustOption = False,
     allow_host: Annotated[list[str] | None, typer.Option(help=_HELP["allow_host"])] = None,

@@ -45,7 +45,8 @@ def print_line(label: str, style: str, message: object) -> None:
     errors.print(Text(f"{label}: ", style=style) + Text(text), soft_wrap=True)
 
 
-_FLAGS = {"force=True": "--force", "trust=True": "--trust-index", "model=": "--model"}
+_FLAGS = {"force=True": "--force", "update=True": "--update", "trust=True": "--trust-index"}
+_FLAGS["model="] = "--model"
 _FLAGS["api_key="] = ""  # no option: a key on the command line would show in `ps`
 _KEYWORD = re.compile(rf"\b(pass )?({'|'.join(_FLAGS)})(?: \([^)]*\))?( or )?")
 _PARAMETERS = {"sources_or_documents:": "SOURCES:", "setups:": "--setups:"}

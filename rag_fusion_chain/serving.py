@@ -121,7 +121,7 @@ def with_shipped_vectors(
         return None
     documents = documents or ingest.load([data.sample_corpus_path()])
     texts = [document.page_content for document in documents]
-    return vectors.PrecomputedEmbeddings(embeddings, shipped.by_text(texts))
+    return models.PrecomputedEmbeddings(embeddings, shipped.by_text(texts))
 
 
 def sample_index(embedding: str, kind: str | None = None) -> OpenedIndex:

@@ -521,8 +521,9 @@ def test_progress_bars_count_steps_or_totals(monkeypatch: pytest.MonkeyPatch) ->
 
 @pytest.fixture
 def no_model_loads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Records every attempt to load a chat model, embeddings or an index."""
+    """Records every attempt to load a chat model, embeddings, an index or sources to index."""
     from rag_fusion_chain import cli
+    from rag_fusion_chain.retrievers import index_directory
 
     calls: list[str] = []
 
@@ -536,7 +537,7 @@ def no_model_loads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     monkeypatch.setattr(cli.models, "chat_model", refuse("chat_model"))
     monkeypatch.setattr(cli.models, "embeddings", refuse("embeddings"))
     monkeypatch.setattr(cli, "open_index", refuse("open_index"))
-    monkeypatch.setattr(cli, "_build_index", refuse("build_index"))
+    monkeypatch.setattr(index_directory, "_load", refuse("reading sources"))  # build_index's
     return calls
 
 
@@ -662,7 +663,8 @@ def test_an_existing_index_is_refused_before_loading_anything(
     error = assert_one_line_error(
         invoke("index", corpus / "solar.txt", "--out", faiss_index), "--force"
     )
-    assert "force=True" not in error
+    assert "force=True" not in error and "update=True" not in error
+    assert error.endswith(": add --update or --force")
     assert no_model_loads == []
 
 

@@ -737,11 +737,9 @@ def test_encoder_threads_follow_the_environment_and_the_affinity(
 def test_precomputed_vectors_reach_the_store_as_one_array() -> None:
     import numpy as np
 
-    from rag_fusion_chain.data import vectors
-
     model = DeterministicFakeEmbedding(size=3)
     known = {"known": np.array([9.0, 8.0, 7.0], dtype=np.float32)}
-    precomputed = vectors.PrecomputedEmbeddings(model, known)
+    precomputed = models.PrecomputedEmbeddings(model, known)
     array = models.embed_documents_array(precomputed, ["new", "known"])
     assert array.dtype == np.float32 and array.shape == (2, 3)
     np.testing.assert_allclose(array[1], known["known"])

@@ -134,7 +134,7 @@ def test_shipped_vectors_fit_only_the_embeddings_that_made_them() -> None:
 
 def test_precomputed_embeddings_send_only_unknown_texts_to_the_model() -> None:
     model = CountingEmbeddings()
-    precomputed = vectors.PrecomputedEmbeddings(model, {"known": [9.0, 9.0, 9.0]})
+    precomputed = models.PrecomputedEmbeddings(model, {"known": [9.0, 9.0, 9.0]})
     assert precomputed.embed_documents(["known", "new", "known"]) == [
         [9.0, 9.0, 9.0],
         [3.0, 1.0, 0.0],

@@ -15,7 +15,6 @@ from langchain_core.embeddings import Embeddings
 
 from rag_fusion_chain import models
 from rag_fusion_chain.data import data_path, sample_corpus_path
-from rag_fusion_chain.models import PrecomputedEmbeddings as PrecomputedEmbeddings  # serving's
 
 if TYPE_CHECKING:
     import numpy as np

@@ -58,8 +58,8 @@ class RetrievalFailure:
 
 
 class RetrievalResults(list):  # type: ignore[type-arg]
-    """The fan-out output: :class:`RankedList` s, query-major then retriever, plus the
-    ``failures`` and the ``queries`` searched. A plain list to every fusion runnable."""
+    """The fan-out output: :class:`RankedList` s (each with its query, its retriever's name and
+    weight), query-major then retriever, plus the ``failures`` and the ``queries`` searched."""
 
     def __init__(
         self,
@@ -216,14 +216,10 @@ def _holds_a_thread(retriever: Runnable[Any, Any]) -> bool:
 
 
 class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]):
-    """Queries (a ``str`` or a list) over several retrievers: ranked lists ready for fusion.
-
-    The output, a :class:`RetrievalResults`, is query-major then retriever; each
-    :class:`RankedList` carries its query, its retriever's name and weight (fusion reads the
-    weights when given none). ``k`` asks each retriever for that many documents (the ``k`` invoke
-    keyword of a ``BaseRetriever``) and cuts every list to ``k``. Failures: see the module;
-    ``on_error="raise"`` raises the first error instead, and :class:`RetrievalError` is raised
-    when every call failed."""
+    """Queries (a ``str`` or a list) over several retrievers: a :class:`RetrievalResults` for
+    fusion. ``k`` asks each retriever for that many documents (the ``k`` invoke keyword of a
+    ``BaseRetriever``) and cuts every list to ``k``. Failures: see the module; ``on_error="raise"``
+    raises the first error instead, and :class:`RetrievalError` is raised when every call failed."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 

@@ -53,7 +53,7 @@ INDEX_FORMAT = "rag_fusion_chain.index"
 BM25_DIRECTORY = "bm25"
 VERSIONS_DIRECTORY = ".versions"  # one folder per build; index.json names the current one
 _VERSION_NAME = re.compile(r"[0-9a-f]{16}")
-_EXISTS = "an index exists in {}; pass force=True (rag-fusion index --force) to rebuild it"
+_EXISTS = "{} holds an index: pass update=True or force=True (rag-fusion index --update/--force)"
 _CONFLICT = (
     "{}: the index in {} has {!r}, not {!r}; leave it out to keep it, or pass force=True "
     "(rag-fusion index --force) to rebuild with it"
