@@ -99,8 +99,8 @@ class RequestLimits:
         async for chunk in request.stream():
             body += chunk
             if len(body) > self.max_body_bytes:
-                detail = f"the request body is over {self.max_body_bytes} bytes (set {MAX_BODY_BYTES_ENV})"
-                raise HTTPException(413, detail)
+                bound = f"{self.max_body_bytes} bytes (set {MAX_BODY_BYTES_ENV})"
+                raise HTTPException(413, f"the request body is over {bound}")
         too_deep = HTTPException(400, f"the JSON body nests deeper than {MAX_JSON_DEPTH}")
         try:
             payload = json.loads(body)

@@ -437,6 +437,8 @@ def test_table_has_a_significance_column() -> None:
     assert headers == ["setup", "mrr@10", "map", "experiment"] and langsmith.caption is None
     assert rows[0] == ["first", "0.1667", "0.1944", "exp-1"]
     assert str(langsmith.title).endswith(", LangSmith experiments")
+    with pytest.raises(ValueError):  # an experiment per setup, none dropped or left blank
+        comparison_table(Summary("tiny", comparison.scores), ["exp-1"])
     alone = compare_runs({"first": HAND_RUN}, HAND_QRELS, ["mrr@10", "map"])
     headers, rows = table_cells(comparison_table(Summary("tiny", alone.scores, comparison=alone)))
     assert headers == ["setup", "mrr@10", "map"], "a p column for one setup, always '-'"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -146,10 +145,11 @@ def comparison_table(summary: Summary, experiments: Sequence[str] = ()) -> Table
         table.caption = f"p: {tested}; * p < {test.max_p}"
     if experiments:
         table.add_column("experiment")
-    for name, experiment in itertools.zip_longest(summary.scores, experiments):
+    extra_cells = [[experiment] for experiment in experiments] or [[]] * len(summary.scores)
+    for name, extra in zip(summary.scores, extra_cells, strict=True):  # one experiment a setup
         row = [name, *(marked_score(summary, name, metric, 4) for metric in metrics)]
         if test:
             p_value = test.p_values.get(name, {}).get(metrics[0])
             row.append("-" if p_value is None else f"{p_value:.4f}")
-        table.add_row(*row, *([experiment] if experiments else []))
+        table.add_row(*row, *extra)
     return table
