@@ -74,11 +74,9 @@ def _queried(record: Strategy, question: str, generated: list[str], search_quest
     return {"question": question, "queries": shown, "searched": searched}
 
 
-def _fused(record: Strategy, state: State, fuse: Callable[[list[Any]], list[Any]]) -> State:
-    """``state`` with its ranked lists fused: all at once (flat), the question's and the
-    step-back question's apart, or each sub-question's apart (see :attr:`Strategy.grouping`)."""
-    if record.grouping == "flat":
-        return {**state, "documents": fuse(list(state["retrieved"]))}
+def _fused_apart(record: Strategy, state: State, fuse: Callable[[list[Any]], list[Any]]) -> State:
+    """``state`` with its ranked lists fused in groups: the question's and the step-back
+    question's apart, or each sub-question's apart (see :attr:`Strategy.grouping`)."""
     retrieved, question = state["retrieved"], state["question"]
     searched_question = record.grouping == "sub-questions" and question in state["searched"]
     queries = [*state["queries"], *([question] if searched_question else [])]
@@ -266,10 +264,12 @@ class _Steps:
         return _retrieved(state, *await asyncio.gather(begun, rest))  # both errors read
 
     def fuse(self, state: State, config: RunnableConfig) -> State:  # CPU only: no async twin
-        """``fuse``: each group of lists (:attr:`Strategy.grouping`) by the fusion's pure ``fuse``."""
+        """``fuse``: the lists all at once (flat) or in groups, by the fusion's pure ``fuse``."""
         top_n = configured_count(config, "top_n", None)  # None: the fusion's own
         fusion = self.fusion if top_n is None else self.fusion.with_settings(top_n=top_n)
-        return _fused(self.record, state, fusion.fuse)
+        if self.record.grouping == "flat":
+            return {**state, "documents": fusion.fuse(list(state["retrieved"]))}
+        return _fused_apart(self.record, state, fusion.fuse)
 
     def sub_answers(self, state: State, config: RunnableConfig) -> State:
         """``answer_sub_questions``: each sub-question answered from its passages, in turn
@@ -324,11 +324,13 @@ def _offline_lines(record: Strategy) -> Runnable[State, str]:
 def _checked_prompt(
     name: str, prompt: BasePromptTemplate | None, default: BasePromptTemplate, available: set[str]
 ) -> BasePromptTemplate:
-    chosen = default if prompt is None else prompt
-    unknown = set(chosen.input_variables) - available
-    if unknown:
+    """``prompt``, if it asks only for ``available`` variables; None: ``default``, the strategy's
+    own, which fits by construction (tests/test_chains.py checks every record's)."""
+    if prompt is None:
+        return default
+    if unknown := set(prompt.input_variables) - available:
         raise ValueError(f"{name} asks for {sorted(unknown)}; the chain gives {sorted(available)}")
-    return chosen
+    return prompt
 
 
 def _model_steps(

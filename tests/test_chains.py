@@ -1161,3 +1161,16 @@ async def test_a_call_ended_between_the_steps_leaves_no_search_running(between: 
     for _ in range(10):  # let the cancel reach the search
         await asyncio.sleep(0)
     assert searching[0].cancelled()
+
+
+@pytest.mark.parametrize("name", strategies.STRATEGIES)
+def test_every_strategy_prompt_asks_only_for_what_its_chain_gives(name: str) -> None:
+    """A ready chain checks the prompts a user passes; a strategy's own are checked here, once."""
+    record = strategies.get(name)
+    assert set(record.query_prompt.input_variables) <= {"question", "n"}
+    answer_gives = {"question", "context", "step_back_context", "step_back_question"}
+    if record.grouping == "sub-questions":  # answered in turn, or each apart and then synthesised
+        answer_gives = {"question", "context", "previous_answers"}
+        for apart in (prompts.ANSWER_PROMPT, prompts.SYNTHESIS_PROMPT):
+            assert set(apart.input_variables) <= {"question", "context"}
+    assert set(record.answer_prompt.input_variables) <= answer_gives
