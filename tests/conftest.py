@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -63,14 +64,17 @@ class Page:
 
 
 class StaticSite:
-    """A tiny web server on 127.0.0.1 answering GET with pages added by the test."""
+    """A tiny web server on 127.0.0.1 answering GET with pages added by the test; ``requests``
+    counts the GETs of each path."""
 
     def __init__(self) -> None:
         self.pages: dict[str, Page] = {}
+        self.requests: Counter[str] = Counter()
         site = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
+                site.requests[self.path] += 1
                 page = site.pages.get(self.path, Page(b"not found", "text/plain", 404))
                 time.sleep(page.delay)
                 self.send_response(page.status)

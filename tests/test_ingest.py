@@ -165,6 +165,21 @@ def test_a_url_of_non_ascii_text_is_fetched_percent_encoded_and_a_bad_host_is_a_
     assert len(result.documents) == 1
 
 
+def test_a_url_given_twice_is_fetched_once(static_site: StaticSite):
+    # as a file given twice: read once, one set of documents; it was fetched (and kept) twice
+    url = static_site.add("/post.html", BLOG_POST)
+    gone = static_site.url("/gone.html")
+
+    with pytest.warns(SkippedSourceWarning, match="404") as caught:
+        result = ingest.load_with_report([url, gone, url, gone])
+    assert [document.id for document in result.documents] == [url]
+    assert result.loaded == [url]
+    assert [entry.source for entry in result.skipped] == [gone]
+    assert [warning.category for warning in caught].count(SkippedSourceWarning) == 1
+    assert [document.id for document in ingest.load_web([url, url])] == [url]
+    assert static_site.requests == {"/post.html": 2, "/gone.html": 1}
+
+
 def test_single_url_string_is_refused():
     with pytest.raises(TypeError, match="list"):
         ingest.load_web("http://127.0.0.1/page.html")

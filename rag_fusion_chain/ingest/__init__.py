@@ -70,7 +70,7 @@ def load_with_report(
 ) -> LoadResult:
     """The documents of each source (all checked before any is read), the sources read and those
     skipped (warned; raised if ``strict``); ValueError if none loaded. ``on_source`` per source.
-    A file given twice (by two paths, or alone and in its folder) is read once, by its first name.
+    A URL or file given twice (two paths, or alone and in a folder) is read once, by its first name.
     A file for which ``unchanged(name, stamp)`` is true is listed as loaded and unchanged, unread."""
     if isinstance(sources, (str, os.PathLike)):
         raise TypeError("sources must be a list of paths or URLs, not a single string")
@@ -84,14 +84,16 @@ def load_with_report(
     last = [item if isinstance(item, str) else item.name or item.resolve().name for item in checked]
     sharing = Counter(last)
     wanted = {extension.lower() for extension in extensions}
-    result, seen_files = LoadResult(), set[FileIdentity]()
+    result, seen = LoadResult(), set[FileIdentity | str]()  # files and URLs: each read once
     for source, last_part in zip(checked, last, strict=True):
         # a URL shown as itself, a path by its last part, or as given when two share that part
         name = str(source) if sharing[last_part] > 1 else last_part
         files: Iterable[tuple[Path, str, os.stat_result | str]] = []
         if isinstance(source, str):
-            fetch = functools.partial(load_url, source, timeout, max_bytes, deny_private, None)
-            result.add(source, fetch, strict=strict)
+            if source not in seen:
+                seen.add(source)
+                fetch = functools.partial(load_url, source, timeout, max_bytes, deny_private, None)
+                result.add(source, fetch, strict=strict)
         elif source.is_dir():
             root = source.resolve()
             walked = _walk(source, root, wanted, follow_symlinks, {root})
@@ -103,9 +105,9 @@ def load_with_report(
             if isinstance(status, str):
                 result.skip(UnreadableSourceError(shown_name, status), strict=strict)
                 continue
-            if (identity := (status.st_dev, status.st_ino)) in seen_files:
+            if (identity := (status.st_dev, status.st_ino)) in seen:
                 continue  # a file named twice (alone and in its folder): read once, first name
-            seen_files.add(identity)
+            seen.add(identity)
             result.stamps[shown_name] = stamp = _file_stamp(status)
             if status.st_size <= max_file_size and unchanged and unchanged(shown_name, stamp):
                 result.loaded.append(shown_name)

@@ -57,7 +57,7 @@ def load_web(
         check_web_url(url)
     check_fetch_limits(timeout, max_bytes)
     documents: list[Document] = []
-    for url in urls:
+    for url in dict.fromkeys(urls):  # a URL given twice is fetched once
         try:
             documents.extend(load_url(url, timeout, max_bytes, deny_private, classes))
         except NoTextError as problem:
