@@ -338,7 +338,7 @@ def decomposition_answer(question: str, answered: Sequence[tuple[str, Sequence[D
     key = question.casefold().strip()
     splits = [(asked, found) for asked, found in answered if asked.casefold().strip() != key]
     own = [
-        document for asked, found in answered if (asked, found) not in splits for document in found
+        document for asked, hits in answered if asked.casefold().strip() == key for document in hits
     ]
     groups = [*splits, (question, own)]
     numbers = passage_numbers(document for _, found in groups for document in found)

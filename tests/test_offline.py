@@ -551,6 +551,32 @@ def test_decomposition_answer_quotes_each_sub_question_then_the_question() -> No
     assert {number for _, number in _quotes(answer)} <= {1, 2, 3}  # each passage numbered once
 
 
+def test_decomposition_answer_keeps_repeated_sub_questions_and_gathers_the_questions_own() -> None:
+    question = "How do heat pumps work and what do solar panels make?"
+    solar = "What do solar panels make?"
+    answered = [
+        (solar, [CORPUS[3]]),
+        (f"  {question.upper()} ", [CORPUS[0], CORPUS[3]]),  # the question, as its own key
+        (solar, [CORPUS[3].model_copy()]),  # an equal pair, not the same objects
+        ("How do heat pumps work?", [CORPUS[1], CORPUS[0]]),
+        (question, [CORPUS[1], CORPUS[2]]),
+    ]
+    assert offline.decomposition_answer(question, answered).splitlines() == [
+        f"{OFFLINE_LABEL} Sub-questions answered in turn from their own passages.",
+        f"Sub-question 1: {solar}",
+        "- Solar panels turn sunlight into electricity with photovoltaic silicon. [1]",
+        f"Sub-question 2: {solar}",
+        "- Solar panels turn sunlight into electricity with photovoltaic silicon. [1]",
+        "Sub-question 3: How do heat pumps work?",
+        "- Heat pumps are efficient in mild winters. [2]",
+        "- Heat pumps move heat with a compressor and a refrigerant. [3]",
+        f"Question: {question}",  # its passages: both of its entries', in order
+        "- Solar panels turn sunlight into electricity with photovoltaic silicon. [1]",
+        "- Heat pumps move heat with a compressor and a refrigerant. [3]",
+        "- Heat pumps are efficient in mild winters. [2]",
+    ]
+
+
 def test_decomposition_answer_of_one_clause_quotes_the_question_once() -> None:
     answer = offline.decomposition_answer(
         QUESTION, [(QUESTION, CORPUS[:2]), (QUESTION, CORPUS[1:3])]
