@@ -44,7 +44,7 @@ def html_to_text(
 ) -> HtmlText:
     """The title and main text of a page (``<main>``, else its only ``<article>``, else ``<body>``),
     or with ``classes`` the text of elements having one; HtmlLimitError past the depth bound."""
-    BeautifulSoup = require_extra("bs4", "ingest").BeautifulSoup  # noqa: N806 (the class)
+    bs4 = require_extra("bs4", "ingest")  # an optional extra: imported here, once a page
     etree, html = require_extra("lxml.etree", "ingest"), require_extra("lxml.html", "ingest")
     parser = html.HTMLParser()
     with contextlib.suppress(etree.LxmlError):
@@ -52,7 +52,7 @@ def html_to_text(
     if any(entry.type == etree.ErrorTypes.ERR_RESOURCE_LIMIT for entry in parser.error_log):
         raise HtmlLimitError(f"HTML nested deeper than the {MAX_HTML_DEPTH}-element limit")
     options: dict[str, Any] = {"from_encoding": encoding} if isinstance(markup, bytes) else {}
-    soup = BeautifulSoup(markup, "lxml", **options)
+    soup = bs4.BeautifulSoup(markup, "lxml", **options)
     heading = soup.find("title") or soup.find("h1")
     title = " ".join(heading.get_text(" ").split()) if heading else ""
     for element in soup.find_all(_is_dropped):
@@ -67,7 +67,7 @@ def html_to_text(
         roots = [soup.find("main") or single or soup.body or soup]
     parts: list[str] = []
     for root in roots:
-        _collect_text(root, parts, preformatted=False)
+        _collect_text(root, parts, bs4, preformatted=False)
         parts.append("\n")
     lines = (line.strip() for line in "".join(parts).split("\n"))
     return HtmlText(text="\n".join(line for line in lines if line), title=title)
@@ -80,17 +80,15 @@ def _is_dropped(tag: Any) -> bool:
     return frame or hidden or tag.name in DROPPED_TAGS or tag.get("role") in DROPPED_ROLES
 
 
-def _collect_text(element: Any, parts: list[str], *, preformatted: bool) -> None:
-    """Append the text under ``element``: spaces collapsed outside ``<pre>``, a line break
-    around each block element; comments, doctypes and CDATA left out."""
-    from bs4 import NavigableString, Tag
-
+def _collect_text(element: Any, parts: list[str], bs4: Any, *, preformatted: bool) -> None:
+    """Append the text under ``element`` (``bs4``: the module): spaces collapsed outside ``<pre>``,
+    a line break around each block element; comments, doctypes and CDATA left out."""
     for child in element.children:
-        if isinstance(child, Tag):
+        if isinstance(child, bs4.Tag):
             block = child.name in BLOCK_TAGS
             parts.append("\n" if block else "")
             if child.name != "br":
-                _collect_text(child, parts, preformatted=preformatted or child.name == "pre")
+                _collect_text(child, parts, bs4, preformatted=preformatted or child.name == "pre")
             parts.append("\n" if block else "")
-        elif type(child) is NavigableString:
+        elif type(child) is bs4.NavigableString:
             parts.append(str(child) if preformatted else _SPACES.sub(" ", child))
