@@ -35,7 +35,7 @@ _LEGACY_BASE_URL_ENV = "OPENAI_API_BASE"
 DEFAULT_OPENAI_CHAT_MODEL = "gpt-4o-mini"
 MODEL_TIMEOUT = 120.0  # seconds a model request may wait for a byte (openai's own: 600, 3 tries)
 DEFAULT_EMBEDDING = "minilm"
-DEFAULT_EMBEDDING_BATCH_SIZE = 64
+DEFAULT_EMBEDDING_BATCH_SIZE = 64  # texts per forward pass of a local model (its batch_size)
 _MINILM_NAMES: dict[str, dict[str, Any]] = {
     "minilm": {},
     "minilm-openvino": {"backend": "openvino"},

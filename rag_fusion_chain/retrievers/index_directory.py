@@ -69,7 +69,7 @@ _SETTINGS: Final = {  # each setting's default, and the value that leaves it to 
 }
 STORES = ("faiss", "chroma")
 TIMESTAMP_GRANULARITY_NS = 2_000_000_000  # FAT's 2 s, the coarsest file timestamps in use
-EMBEDDING_BATCH_SIZE = 64  # texts per embedding call while building (and per progress step)
+TEXTS_PER_EMBEDDING_CALL = 64  # while building (and per progress step); the model batches within
 
 ProgressCallback = Callable[[str, int, int], None]  # on_progress(stage, advance, total)
 
@@ -81,7 +81,7 @@ def _embedded(embeddings: Embeddings, texts: list[str], on_batch: Callable[[int]
 
     order = sorted(range(len(texts)), key=lambda position: len(texts[position]))
     matrix = np.empty((0, 0), dtype=np.float32)
-    for positions in batch_iterate(EMBEDDING_BATCH_SIZE, order):
+    for positions in batch_iterate(TEXTS_PER_EMBEDDING_CALL, order):
         batch = models.embed_documents_array(embeddings, [texts[at] for at in positions])
         if not len(matrix):
             matrix = np.empty((len(texts), batch.shape[1]), dtype=np.float32)
