@@ -67,7 +67,7 @@ def describe(error: BaseException) -> str:
     message = message or type(error).__name__
     url = getattr(getattr(error, "__dict__", {}).get("request"), "url", None)  # OpenAI's: where
     message += f" ({url})" if url is not None and str(url) not in message else ""
-    usual = (OSError, ValueError, TypeError, ImportError, KeyError, ConnectionError, TimeoutError)
+    usual = (OSError, ValueError, TypeError, ImportError, KeyError)  # OSError: timeouts too
     return message if isinstance(error, usual) else f"{type(error).__name__}: {message}"
 
 

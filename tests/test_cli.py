@@ -655,6 +655,9 @@ def test_library_words_become_command_line_words() -> None:
     assert unnamed == "no chat model name for x: add --model or set RAG_FUSION_CHAT_MODEL"
     keyless = describe(ValueError("model at x needs an API key: pass api_key= or set KEY"))
     assert keyless == "model at x needs an API key: set KEY"  # no such option, the clause goes
+    assert describe(ConnectionError("refused")) == "refused"  # usual errors: no type name
+    assert describe(TimeoutError()) == "TimeoutError"
+    assert describe(RuntimeError("stuck")) == "RuntimeError: stuck"
 
 
 def test_an_existing_index_is_refused_before_loading_anything(
