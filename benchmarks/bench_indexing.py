@@ -406,7 +406,7 @@ def memory_child(
     after_imports = max_rss_mib()
     start = time.perf_counter()
     embeddings = models.embeddings()
-    encode = bare_encoder(embeddings, models.DEFAULT_EMBEDDING_BATCH_SIZE) if raw else None
+    encode = bare_encoder(embeddings, models.encoders.DEFAULT_EMBEDDING_BATCH_SIZE) if raw else None
     after_model = max_rss_mib()
     documents = ingest.load([corpus])[:document_limit]
     chunks = ingest.split_documents(documents)
@@ -472,7 +472,9 @@ def parse_arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--corpus", type=Path, default=None, help="BEIR corpus.jsonl")
     parser.add_argument("--chunks", type=int, default=1000, help="chunks indexed per run")
     parser.add_argument("--rounds", type=int, default=3, help="kit/raw pairs, order alternating")
-    parser.add_argument("--batch-size", type=int, default=models.DEFAULT_EMBEDDING_BATCH_SIZE)
+    parser.add_argument(
+        "--batch-size", type=int, default=models.encoders.DEFAULT_EMBEDDING_BATCH_SIZE
+    )
     parser.add_argument(
         "--embedding", default=None, help="models.embeddings name (default: minilm)"
     )

@@ -31,6 +31,7 @@ DEFAULT_EXPORT_TIMEOUT = 600.0
 MODEL_FILE = "openvino_model.xml"
 EXPORT_RECORD = "export.json"  # written last into a finished export: what it was converted from
 PRECISIONS = ("f32", "bf16")
+DEFAULT_EMBEDDING_BATCH_SIZE = 64  # texts per forward pass of a local model (its batch_size)
 _INPUTS = {"input_ids": "ids", "attention_mask": "attention_mask", "token_type_ids": "type_ids"}
 """The model's inputs and the tokenizer encoding's field of each."""
 
@@ -135,7 +136,7 @@ class OpenVINOEmbeddings(Embeddings):
         export_dir: str | Path,
         *,
         model_identity: str,
-        batch_size: int = 64,
+        batch_size: int = DEFAULT_EMBEDDING_BATCH_SIZE,
         normalize: bool = True,
         precision: str = "f32",
         threads: int = 0,

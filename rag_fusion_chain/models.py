@@ -35,7 +35,6 @@ _LEGACY_BASE_URL_ENV = "OPENAI_API_BASE"
 DEFAULT_OPENAI_CHAT_MODEL = "gpt-4o-mini"
 MODEL_TIMEOUT = 120.0  # seconds a model request may wait for a byte (openai's own: 600, 3 tries)
 DEFAULT_EMBEDDING = "minilm"
-DEFAULT_EMBEDDING_BATCH_SIZE = 64  # texts per forward pass of a local model (its batch_size)
 _MINILM_NAMES: dict[str, dict[str, Any]] = {
     "minilm": {},
     "minilm-openvino": {"backend": "openvino"},
@@ -111,7 +110,7 @@ def embeddings(name: str | None = None, **kwargs: Any) -> Embeddings:
 def minilm_embeddings(
     *,
     backend: str | None = None,
-    batch_size: int = DEFAULT_EMBEDDING_BATCH_SIZE,
+    batch_size: int = encoders.DEFAULT_EMBEDDING_BATCH_SIZE,
     device: str = "cpu",
     normalize: bool = True,
     precision: str | None = None,
@@ -145,7 +144,7 @@ def minilm_embeddings(
 def sentence_transformer_embeddings(
     path: str | os.PathLike[str],
     *,
-    batch_size: int = DEFAULT_EMBEDDING_BATCH_SIZE,
+    batch_size: int = encoders.DEFAULT_EMBEDDING_BATCH_SIZE,
     device: str = "cpu",
     normalize: bool = True,
 ) -> Embeddings:

@@ -441,7 +441,7 @@ def test_minilm_batches_many_texts(minilm: Embeddings):
     vectors = minilm.embed_documents(texts)
 
     assert len(vectors) == 70
-    assert minilm.batch_size == models.DEFAULT_EMBEDDING_BATCH_SIZE  # type: ignore[attr-defined]
+    assert minilm.batch_size == models.encoders.DEFAULT_EMBEDDING_BATCH_SIZE  # type: ignore[attr-defined]
     assert vectors[7] == pytest.approx(minilm.embed_query("document number 7"), abs=1e-5)
 
 
