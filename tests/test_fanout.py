@@ -645,7 +645,7 @@ def test_fusion_retriever_drops_into_a_chain_with_a_vector_store() -> None:
 
 
 def test_fusion_retriever_refuses_bad_settings() -> None:
-    with pytest.raises(ValueError, match="k must be positive"):
+    with pytest.raises(ValueError, match=r"\nk\n.*greater than 0"):  # the field named
         FusionRetriever(retrievers=[TagRetriever(tag="a")], k=0)
     with pytest.raises(ValueError, match="with_scores"):
         FusionRetriever(

@@ -554,7 +554,7 @@ def test_fusion_retriever_with_generator_refuses_bad_questions(
 
 @pytest.mark.parametrize("k", [0, -1])
 def test_fusion_retriever_refuses_k_below_one_at_build_and_call(k: int) -> None:
-    with pytest.raises(ValueError, match="k must be positive"):
+    with pytest.raises(ValueError, match=r"\nk\n.*greater than 0"):  # the field named
         FusionRetriever(retrievers=[bm25()], k=k)
     with pytest.raises(ValueError, match="k must be positive"):
         FusionRetriever(retrievers=[bm25()]).invoke("heat", k=k)

@@ -52,7 +52,7 @@ class FusionRetriever(BaseRetriever):
     query_generator: Runnable[Any, Any] | None = None
     """Question to ``list[str]`` (or one ``str``), e.g. ``queries.rag_fusion(llm)``."""
     fusion: BaseFusion = Field(default_factory=ReciprocalRankFusion)
-    k: int = Field(default=DEFAULT_K, strict=True)  # True and "5" are refused, not made 1 and 5
+    k: int = Field(default=DEFAULT_K, gt=0, strict=True)  # True and "5" refused, not made 1 and 5
 
     @model_validator(mode="before")
     @classmethod
@@ -66,7 +66,6 @@ class FusionRetriever(BaseRetriever):
 
     @model_validator(mode="after")
     def _check(self) -> FusionRetriever:
-        validate_count("k", self.k)
         if self.fusion.with_scores:  # the score is in metadata["fusion_score"] anyway
             raise ValueError("fusion must return Documents: use with_scores=False")
         self.retrievers, self.fusion = self.retrievers.weighted_for(self.fusion)
