@@ -34,6 +34,7 @@ from rag_fusion_chain.retrievers.index_directory import (
     RECORDED,
     build_index,
     open_index,
+    read_settings,
 )
 from rag_fusion_chain.retrievers.signing import UntrustedIndexError
 from rag_fusion_chain.validation import KIT_CACHE, counted, question_of, require_extra
@@ -95,7 +96,7 @@ _HELP = {
     "new": f"Embeddings: {_EMBEDDINGS}. Default: ${models.EMBEDDING_ENV}, else {models.DEFAULT_EMBEDDING}.",
     "verbose": "Show each source's id and every ranked list that found it (query, retriever, rank, the retriever's own score).",
     "trust": "Load an index whose signatures (index.json, the FAISS manifest) cannot be verified (made by another user or machine, or changed since). A FAISS pickle (LangChain save_local, older kits) is still read through the allow-list of data classes: only for indexes you trust.",
-    "demo_index": "Keep the demo index in this directory. Default: in memory, from the sample's shipped vectors.",
+    "demo_index": "Keep the demo index in this directory: a new or empty one, or the demo's own index. Default: in memory, from the sample's shipped vectors.",
     "rebuild": "Index the sample again (with --index).",
     "serve_index": f"Index directory written by `rag-fusion index`. Default: ${serving.INDEX_ENV}, else the bundled sample.",
     "chroma_url": f"Search a Chroma server (http://host:port) instead. Default: ${serving.CHROMA_URL_ENV}.",
@@ -240,14 +241,20 @@ app.command("retrieve", help="Retrieve for QUESTION: the queries and the fused s
 
 def _demo_index(directory: Path | None, rebuild: bool) -> Any:
     """The sample in memory from its shipped vectors, or kept in ``directory`` (built once, from
-    the shipped vectors when they fit MiniLM)."""
+    the shipped vectors when they fit MiniLM): a new or empty folder, or one with the demo's index."""
     if directory is None:
         return serving.open_source(serving.IndexSource(), models.DEFAULT_EMBEDDING)
+    if directory.exists() and any(directory.iterdir()):  # its index.json, read as data: the sample?
+        recorded = (directory / INDEX_FILE).is_file() and read_settings(directory).get("sources")
+        if [Path(str(source)).name for source in recorded or ()] != [sample_corpus_path().name]:
+            raise ValueError(
+                f"{directory} holds other files or an index of other sources: the demo keeps its own index; give --index a new or empty folder"
+            )
     if not rebuild and (directory / INDEX_FILE).is_file():
         try:
             return open_index(directory, models.DEFAULT_EMBEDDING)
         except UntrustedIndexError:  # made by an older kit, another user, or changed: not loaded
-            print_line("note", "cyan", f"the demo index in {directory} cannot be verified")
+            print_line("note", "cyan", f"cannot verify the demo index in {directory}: rebuilding")
     say(f"Indexing the SciFact sample into {directory}")
     shipped = serving.with_shipped_vectors(models.embeddings(models.DEFAULT_EMBEDDING))
     named = {"embedding_name": models.DEFAULT_EMBEDDING} if shipped else {}  # `ask` reopens it

@@ -257,17 +257,20 @@ def test_demo_indexes_the_sample_and_answers_offline(tmp_path: Path, minilm: Any
 
 
 def test_demo_indexes_again_rather_than_load_an_unverifiable_index(
-    tmp_path: Path, corpus: Path, minilm: Any, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, minilm: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Its own index only (the sample's, from the shipped vectors: a second or two)."""
     from rag_fusion_chain import cli
 
     builds: list[Path] = []
+    build = cli._build_index
 
-    def small_build(sources: Any, out: Path, **options: Any) -> Any:  # not the 300 abstracts
+    def counted_build(sources: Any, out: Path, **options: Any) -> Any:
         builds.append(out)
-        return cli.build_index([corpus / "heat.md"], out, **options)
+        return build(sources, out, **options)
 
-    monkeypatch.setattr(cli, "_build_index", small_build)
+    monkeypatch.setattr(cli, "_build_index", counted_build)
+    (tmp_path / "demo").mkdir()  # an empty folder is the demo's to use
     assert invoke("demo", "--index", tmp_path / "demo").exit_code == 0
     assert len(builds) == 1
     demo = stores_directory(tmp_path / "demo", read_settings(tmp_path / "demo"))
@@ -275,8 +278,43 @@ def test_demo_indexes_again_rather_than_load_an_unverifiable_index(
         handle.write(b"\0")
     result = invoke("demo", "--index", tmp_path / "demo")
     assert result.exit_code == 0, result.output
-    assert "cannot be verified" in result.stderr and "Indexing" in result.stdout
+    assert (
+        "cannot verify the demo index" in result.stderr
+        and "rebuilding" in result.stderr
+        and "Indexing" in result.stdout
+    )
     assert len(builds) == 2 and OFFLINE_LABEL in result.stdout
+
+
+def folder_state(directory: Path) -> dict[str, bytes]:
+    """Every file under ``directory`` (hidden ones too) with its bytes."""
+    return {str(path): path.read_bytes() for path in sorted(directory.rglob("*")) if path.is_file()}
+
+
+def test_demo_writes_only_into_a_new_or_empty_folder_or_its_own_index(
+    faiss_index: Path, corpus: Path, tmp_path: Path, no_model_loads: list[str]
+) -> None:
+    """``demo --index DIR`` rebuilt an index it could not verify with ``force=True`` (the user's,
+    from another machine or kit version, was destroyed), and wrote ``index.json`` and
+    ``.versions/`` into any folder, such as the user's source folder."""
+    documents = shutil.copytree(corpus, tmp_path / "docs")
+    mine = shutil.copytree(faiss_index, tmp_path / "my-index")
+    before = {folder: folder_state(folder) for folder in (documents, mine)}
+    for folder, flags in ((documents, ()), (mine, ()), (mine, ("--rebuild",))):
+        error = assert_one_line_error(invoke("demo", "--index", folder, *flags), str(folder))
+        assert "the demo keeps its own index; give --index a new or empty folder" in error
+    with pytest.MonkeyPatch.context() as patch:  # an index the kit cannot verify: another user's
+        patch.setenv("RAG_FUSION_INDEX_KEY_FILE", str(tmp_path / "another-users.key"))
+        assert_one_line_error(invoke("demo", "--index", mine), "index of other sources")
+    assert {folder: folder_state(folder) for folder in (documents, mine)} == before
+    assert no_model_loads == []
+
+
+def test_demo_does_not_answer_over_another_verified_index(faiss_index: Path) -> None:
+    """It answered the SciFact sample question over the user's own index, without a word."""
+    result = invoke("demo", "--index", faiss_index)
+    assert_one_line_error(result, str(faiss_index), "index of other sources")
+    assert SAMPLE_QUESTION not in result.stdout
 
 
 def test_the_sample_corpus_is_small_complete_and_reproducible(tmp_path: Path) -> None:
