@@ -3,7 +3,9 @@ expected failure is one ``error:`` line and exit code 1, arguments are checked b
 
 from __future__ import annotations
 
+import errno
 import os
+import socket
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -310,6 +312,12 @@ def serve(
         )
         _check(None, strategy, source.index)
         uvicorn = require_extra("uvicorn", "serve")
+        try:  # bound before anything loads, then served by uvicorn (which closes it) as it is
+            listening = socket.create_server(("127.0.0.1", port))
+        except OSError as error:
+            if error.errno != errno.EADDRINUSE:
+                raise  # a port this user may not take, say: said as it is
+            raise OSError(f"port {port} is in use: pick another with --port") from None
         llm = models.chat_model(model, base_url=base_url, streaming=True)
         opened = serving.open_source(source, embedding, trust=trust_index)
         _note_offline(llm)
@@ -322,7 +330,7 @@ def serve(
         where = f"{source.describe()} on http://127.0.0.1:{port}/{strategy}"
         links = f"(playground: /{strategy}/playground/, with sources: /{strategy}/sources)"
         say(f"Serving {strategy} over {where} {links}")
-        uvicorn.run(server, host="127.0.0.1", port=port, log_level="warning")
+        uvicorn.Server(uvicorn.Config(server, log_level="warning")).run(sockets=[listening])
 
 
 def _announce_corpus_embedding(dataset_dir: Path, cache: Path | None) -> None:

@@ -510,6 +510,17 @@ def test_serve_answers_over_http(faiss_index: Path, tmp_path: Path) -> None:
         log.close()
 
 
+def test_serve_refuses_a_port_in_use_before_loading_anything(no_model_loads: list[str]) -> None:
+    """It said "Serving ... on http://127.0.0.1:P", loaded the index, then uvicorn could not bind
+    and the process exited 3."""
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        result = invoke("serve", "--port", port)
+    assert result.exit_code == 1
+    assert_one_line_error(result, f"port {port} is in use: pick another with --port")
+    assert "Serving" not in result.stdout and no_model_loads == []
+
+
 def test_render_answer_shows_queries_even_when_the_answer_streams_first(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
