@@ -113,6 +113,7 @@ _HELP = {
     "cache": f"Embedding cache. Default: {KIT_CACHE / 'embeddings'}.",
     "store": "Vector store: faiss (default) or chroma.",
     "sources": "Files, folders, BEIR .jsonl corpora or http(s) URLs.",
+    "out": "Index directory to write.",
     "chunk_size": f"Tokens per chunk (default {ingest.DEFAULT_CHUNK_SIZE}).",
     "chunk_overlap": f"Tokens shared by neighbouring chunks (default {ingest.DEFAULT_CHUNK_OVERLAP}).",
     "update": "Update an existing index: embed only new and changed sources, drop deleted ones and any not given again (SOURCES are the whole index). Store, embeddings, chunking and FAISS index not given are those the index records; giving others is an error (--force rebuilds with them).",
@@ -142,7 +143,7 @@ TrustOption = Annotated[bool, typer.Option("--trust-index", help=_HELP["trust"])
 @app.command()
 def index(
     sources: Annotated[list[str], typer.Argument(help=_HELP["sources"])],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Index directory to write.")],
+    out: Annotated[Path, typer.Option("--out", "-o", file_okay=False, help=_HELP["out"])],
     store: Annotated[str | None, typer.Option(help=_HELP["store"])] = None,
     embedding: NewEmbeddingOption = None,
     chunk_size: Annotated[int | None, typer.Option(min=1, help=_HELP["chunk_size"])] = None,
@@ -269,7 +270,7 @@ def _demo_index(directory: Path | None, rebuild: bool) -> Any:
 @app.command()
 def demo(
     index_directory: Annotated[
-        Path | None, typer.Option("--index", "-i", help=_HELP["demo_index"])
+        Path | None, typer.Option("--index", "-i", file_okay=False, help=_HELP["demo_index"])
     ] = None,
     question: Annotated[str, typer.Option(help="The question to answer.")] = SAMPLE_QUESTION,
     strategy: StrategyOption = "rag-fusion",

@@ -653,6 +653,20 @@ def test_a_port_or_chunking_out_of_range_is_refused_with_the_flag_name(
     assert no_model_loads == [] and not (tmp_path / "index").exists()
 
 
+def test_an_index_folder_that_is_a_file_is_refused_with_the_flag_name(
+    corpus: Path, tmp_path: Path, no_model_loads: list[str]
+) -> None:
+    """``index --out FILE`` said ``error: [Errno 20] Not a directory: '/abs/FILE/.versions'``."""
+    existing = tmp_path / "notadir"
+    existing.write_text("the user's file", "utf-8")
+    for arguments in (["index", corpus / "wind.txt", "--out"], ["demo", "--index"]):
+        result = invoke(*arguments, existing)
+        assert result.exit_code == 2, result.output
+        assert f"'{arguments[-1]}'" in result.output and "is a file" in result.output
+        assert "Errno" not in result.output and "Traceback" not in result.output
+    assert existing.read_text("utf-8") == "the user's file" and no_model_loads == []
+
+
 def test_boolean_options_are_flags_in_help_and_parsing(
     faiss_index: Path, no_model_loads: list[str]
 ) -> None:
