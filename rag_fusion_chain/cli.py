@@ -56,10 +56,8 @@ app = typer.Typer(
 
 def _check(question: str | None, strategy: str, index: Path | None = None) -> None:
     """Refuse an empty or over-long question, an unknown strategy or a missing index at once."""
-    if question is not None and not question.strip():
-        raise ValueError("QUESTION is empty: give the question to search for, in quotes")
     if question is not None:
-        question_of(question)  # the chains' length and encoding bounds
+        question_of(question)  # the chains' own checks: not empty, its length and encoding
     if strategy not in strategies.STRATEGIES:
         known = ", ".join(strategies.STRATEGIES)
         raise ValueError(f"unknown strategy {strategy!r}: choose one of {known}")
