@@ -58,9 +58,7 @@ def _check(question: str | None, strategy: str, index: Path | None = None) -> No
     """Refuse an empty or over-long question, an unknown strategy or a missing index at once."""
     if question is not None:
         question_of(question)  # the chains' own checks: not empty, its length and encoding
-    if strategy not in strategies.STRATEGIES:
-        known = ", ".join(strategies.STRATEGIES)
-        raise ValueError(f"unknown strategy {strategy!r}: choose one of {known}")
+    strategies.get(strategy)  # the registry's ValueError, naming the strategies
     if index is not None and not (index / INDEX_FILE).exists():  # not a file: open_index says
         raise FileNotFoundError(
             f"no index in {index}: build one with `rag-fusion index SOURCE... --out {index}`"
