@@ -39,7 +39,7 @@ from rag_fusion_chain.retrievers.index_directory import (
     read_settings,
 )
 from rag_fusion_chain.retrievers.signing import UntrustedIndexError
-from rag_fusion_chain.validation import KIT_CACHE, counted, question_of, require_extra
+from rag_fusion_chain.validation import KIT_CACHE, MAX_QUERIES, counted, question_of, require_extra
 
 COMMAND_LINE_K = 10  # --k: each retriever's documents per query (the kit's retrievers alone: 5)
 DEMO_CHUNK_SIZE = 1500
@@ -100,6 +100,7 @@ _HELP = {
     "chroma_url": f"Search a Chroma server (http://host:port) instead. Default: ${serving.CHROMA_URL_ENV}.",
     "chroma_collection": f"The collection on the Chroma server. Default: ${serving.CHROMA_COLLECTION_ENV}, else {serving.DEFAULT_COLLECTION}.",
     "port": "Port on 127.0.0.1.",
+    "queries": "Queries to generate (default: the strategy's).",
     "top_n": f"Fused documents kept. Default: the strategy's ({strategies.DEFAULT_TOP_N}; multi-query keeps them all).",
     "allow_host": "Also answer requests for this Host name (repeatable; loopback names always).",
     "dataset": "A BEIR dataset folder: corpus.jsonl, queries.jsonl and qrels/SPLIT.tsv (the layout of the BEIR benchmark's zip files, e.g. scifact.zip, unzipped).",
@@ -129,7 +130,7 @@ EmbeddingOption = Annotated[str | None, typer.Option("--embedding", "-e", help=_
 NewEmbeddingOption = Annotated[str | None, typer.Option("--embedding", "-e", help=_HELP["new"])]
 StrategyCountOption = Annotated[
     int | None,
-    typer.Option("--queries", "-n", min=1, help="Queries to generate (default: the strategy's)."),
+    typer.Option("--queries", "-n", min=1, max=MAX_QUERIES, help=_HELP["queries"]),
 ]
 KOption = Annotated[int, typer.Option("--k", "-k", min=1, help="Documents per retriever call.")]
 TopOption = Annotated[int | None, typer.Option("--top-n", min=1, help=_HELP["top_n"])]

@@ -23,6 +23,7 @@ from rag_fusion_chain.cli import app
 from rag_fusion_chain.data import SAMPLE_QUESTION, sample_corpus_path, sample_queries
 from rag_fusion_chain.offline import OFFLINE_LABEL
 from rag_fusion_chain.retrievers.index_directory import INDEX_FILE, read_settings, stores_directory
+from rag_fusion_chain.validation import MAX_QUERIES
 from tests.conftest import MODEL_ENVIRONMENT_VARIABLES, STUB_API_KEY
 
 QUESTION = "How do heat pumps work in winter?"
@@ -631,6 +632,17 @@ def test_counts_below_one_are_refused_with_the_flag_name(
     assert flag in result.output and "Traceback" not in result.output
     assert "validation error" not in result.output.lower()
     assert "errors.pydantic.dev" not in result.output
+    assert no_model_loads == []
+
+
+def test_a_query_count_over_the_bound_is_refused_at_parse_time(
+    faiss_index: Path, no_model_loads: list[str]
+) -> None:
+    """``-n 1000`` was refused only after the index loaded, as ``n``, not ``-n/--queries``."""
+    result = invoke("ask", QUESTION, "--index", faiss_index, "-n", 1000)
+    assert result.exit_code == 2, result.output
+    assert "--queries" in result.output and f"less than or equal to {MAX_QUERIES}" in result.output
+    assert f"1<=x<={MAX_QUERIES}" in " ".join(invoke("ask", "--help").stdout.split())
     assert no_model_loads == []
 
 
