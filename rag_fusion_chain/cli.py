@@ -310,11 +310,11 @@ def serve(
         )
         _check(None, strategy, source.index)
         uvicorn = require_extra("uvicorn", "serve")
-        try:  # bound before anything loads, then served by uvicorn (which closes it) as it is
+        try:  # bound before anything loads, and this socket served by uvicorn (which closes it)
             listening = socket.create_server(("127.0.0.1", port))
         except OSError as error:
             if error.errno != errno.EADDRINUSE:
-                raise  # a port this user may not take, say: said as it is
+                raise  # another cause (EACCES for a port below 1024, say): reported as it is
             raise OSError(f"port {port} is in use: pick another with --port") from None
         llm = models.chat_model(model, base_url=base_url, streaming=True)
         opened = serving.open_source(source, embedding, trust=trust_index)
