@@ -217,6 +217,60 @@ def test_template_readme_commands_have_no_placeholder_and_split_before_storing(
     assert "build_chroma(ingest.split_documents(ingest.load(" in recipe
 
 
+@pytest.mark.parametrize("strategy", strategies.STRATEGIES)
+def test_template_readme_serves_alone_with_limits_and_marks_langchain_serve_unprotected(
+    strategy: str,
+) -> None:
+    """A walk-through served a template alone with ``langchain serve``, which has none of the
+    request limits (see the next test): the README offers ``rag-fusion serve`` for that, and the
+    paragraph before the ``langchain serve`` of the template's own folder says it is unprotected."""
+    readme = (TEMPLATES / strategy / "README.md").read_text("utf-8")
+    paragraphs = readme.strip().split("\n\n")
+    protected = paragraphs.index(f"```shell\nrag-fusion serve --strategy {strategy}\n```")
+    alone_block = f"```shell\ncd rag-fusion-chain/templates/{strategy}\npip install -e .\n"
+    alone = paragraphs.index(f"{alone_block}langchain serve\n```")
+    assert protected < alone
+    warning = paragraphs[alone - 1]
+    assert warning.startswith("**Unprotected, for local development only:**")
+    assert "none of the request limits" in warning
+    blocks = re.findall(r"```shell\n(.*?)```", readme, re.DOTALL)
+    served = [block for block in blocks if block.endswith("langchain serve\n")]
+    alone_served = alone_block.removeprefix("```shell\n") + "langchain serve\n"
+    assert served == ["cd my-app\nlangchain serve\n", alone_served]  # my-app: limit_requests
+
+
+def test_langchain_serve_gives_a_template_alone_none_of_the_request_limits(
+    template_imports: pytest.MonkeyPatch,
+) -> None:
+    """What the README warns of: the app ``langchain serve`` builds in a template's folder answers
+    a foreign Host or Origin and a ``text/plain`` body (a cross-site simple POST), which the same
+    app under ``limit_requests`` refuses. langchain-cli builds it itself, with no hook for
+    middleware; should a release add one, this test fails and the template can use it."""
+    from fastapi.testclient import TestClient
+    from langchain_cli.dev_scripts import create_demo_server
+
+    from rag_fusion_chain.serving_limits import limit_requests
+
+    template_imports.chdir(TEMPLATES / "rag-fusion")
+    template_imports.syspath_prepend(str(TEMPLATES / "rag-fusion"))
+    plain = {"Content-Type": "text/plain"}
+    empty_question = '{"input": {"question": ""}}'  # refused before the chain runs
+    expected = {"langchain serve": (200, 200, 422), "limit_requests": (400, 403, 415)}
+    for name, app in (
+        ("langchain serve", create_demo_server()),
+        ("limit_requests", limit_requests(create_demo_server())),
+    ):
+        with TestClient(app, base_url="http://127.0.0.1:8000") as client:
+            statuses = (
+                client.get("/input_schema", headers={"Host": "attacker.example"}).status_code,
+                client.get(
+                    "/input_schema", headers={"Origin": "http://attacker.example"}
+                ).status_code,
+                client.post("/invoke", content=empty_question, headers=plain).status_code,
+            )
+        assert statuses == expected[name], name
+
+
 README_QUESTIONS = {
     data.SAMPLE_QUESTION: "179",
     "Does a deficiency of vitamin B12 raise blood levels of homocysteine?": "36",
@@ -606,6 +660,7 @@ KIT_NAMES = {
     "from rag_fusion_chain ": "from KIT ",
     "`rag_fusion_chain`": "`KIT`",
     "rag-fusion index": "KIT index",
+    "rag-fusion serve": "KIT serve",
 }
 """The kit's own names in a README, which stay in every template's."""
 NEEDS_A_KEY = "LANGSMITH_API_KEY=<"
@@ -681,11 +736,11 @@ def session_script(blocks_directory: Path) -> str:
     """The README blocks as one shell session started in the folder holding the clone.
 
     Each block starts there (blocks ``cd`` where they need to); a block ending in a server
-    (``chroma run``, ``langchain serve``) runs in the background until its port answers, after
-    stopping the servers before it (they share ports); blocks that export an index source run in
-    a subshell (the README: "skip these two"); ``add_routes`` blocks are put in the app's
-    ``server.py``; other Python blocks run with ``python``. Each block's output follows a
-    ``::block <file name>`` line.
+    (``chroma run``, ``langchain serve``, ``rag-fusion serve``) runs in the background until its
+    port answers, after stopping the servers before it (they share ports); blocks that export an
+    index source run in a subshell (the README: "skip these two"); ``add_routes`` blocks are put
+    in the app's ``server.py``; other Python blocks run with ``python``. Each block's output
+    follows a ``::block <file name>`` line.
     """
     lines = [SESSION_FUNCTIONS]
     (blocks_directory / "edit_server.py").write_text(EDIT_SERVER, "utf-8")
@@ -707,7 +762,9 @@ def session_script(blocks_directory: Path) -> str:
                 )
             elif language == "python":
                 lines.append(f'python "{block}"')
-            elif re.search(r"^(chroma run|langchain serve)", code.strip().splitlines()[-1]):
+            elif re.search(
+                r"^(chroma run|langchain serve|rag-fusion serve)", code.strip().splitlines()[-1]
+            ):
                 port = re.search(r"--port (\d+)", code)
                 lines += ["stop_servers", f'start_server "{block}" {port[1] if port else 8000}']
             elif "export RAG_FUSION_" in code:
@@ -781,7 +838,8 @@ def test_every_template_readme_command_runs_as_written(tmp_path: Path) -> None:
     """From a fresh clone: the kit installed from it, notes indexed and put in a Chroma server,
     an app made with ``langchain app new`` and every template added with ``langchain app add``
     from ``git+file://``, served with ``langchain serve`` and asked over 127.0.0.1 by each
-    README's ``RemoteRunnable`` code, then the template served alone and asked with ``curl``.
+    README's ``RemoteRunnable`` code, then the strategy served alone by ``rag-fusion serve`` and
+    asked with ``curl``, and the template alone started with ``langchain serve``.
 
     Offline: pip uses no index and no build isolation (the packages are this environment's);
     MiniLM's converted model is the user's cache (a symbolic link), HOME is empty otherwise.
