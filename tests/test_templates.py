@@ -271,6 +271,37 @@ def test_langchain_serve_gives_a_template_alone_none_of_the_request_limits(
         assert statuses == expected[name], name
 
 
+def readme_kit_extras(strategy: str) -> str:
+    """The extras the template's README installs the kit with first (``faiss,bm25,...``)."""
+    readme = (TEMPLATES / strategy / "README.md").read_text("utf-8")
+    installed = re.search(r'pip install -e "\$KIT\[([a-z0-9,]+)\]"', readme)
+    assert installed is not None, "the README installs no kit"
+    return installed[1]
+
+
+@pytest.mark.parametrize("strategy", strategies.STRATEGIES)
+def test_template_without_the_kit_names_the_extras_its_readme_installs(
+    strategy: str, tmp_path: Path
+) -> None:
+    """The one line a template imported without the kit prints installs what its README does
+    (``ingest`` and ``cli`` too, which ``rag-fusion index`` needs): a walk-through found fewer.
+    ``python -S``: no site-packages, so no kit (the template imports the kit before anything)."""
+    imported = subprocess.run(
+        [sys.executable, "-S", "-c", f"import {module_name(strategy)}"],
+        env={"PYTHONPATH": str(TEMPLATES / strategy)},
+        cwd=tmp_path,  # not the repository, whose rag_fusion_chain `-c` would find
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    last = imported.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"ImportError: the {strategy} template needs the rag-fusion-chain kit")
+    extras = readme_kit_extras(strategy)
+    assert last.endswith(f'pip install -e "rag-fusion-chain[{extras}]"')
+    assert {"ingest", "cli"} <= set(extras.split(","))
+
+
 README_QUESTIONS = {
     data.SAMPLE_QUESTION: "179",
     "Does a deficiency of vitamin B12 raise blood levels of homocysteine?": "36",
@@ -370,7 +401,7 @@ def test_template_without_the_kit_stops_with_one_line(tmp_path: Path) -> None:
         assert last.startswith(
             f"ImportError: the {strategy} template needs the rag-fusion-chain kit"
         )
-        assert 'pip install -e "rag-fusion-chain[faiss,bm25,hf,openai,serve]"' in last
+        assert f'pip install -e "rag-fusion-chain[{readme_kit_extras(strategy)}]"' in last
         assert "<" not in last, "a placeholder nobody can run"
 
 

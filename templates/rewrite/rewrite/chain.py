@@ -10,7 +10,8 @@ except ModuleNotFoundError as missing:  # the kit is not on PyPI: pip cannot bri
         raise
     raise ImportError(
         f"the {STRATEGY} template needs the rag-fusion-chain kit, which is not on PyPI: in the "
-        'folder holding its clone, pip install -e "rag-fusion-chain[faiss,bm25,hf,openai,serve]"'
+        "folder holding its clone, "
+        'pip install -e "rag-fusion-chain[faiss,bm25,hf,openai,serve,ingest,cli]"'
     ) from None
 
 chain = build_chain(STRATEGY)
