@@ -112,6 +112,8 @@ def progress_display(
             yield report
         except BaseException:
             shown.live.transient = True
+            shown.live.stop()  # erased now: Progress.stop would add a blank line off a terminal
+            shown.disable = True
             raise
 
 

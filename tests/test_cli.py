@@ -564,6 +564,22 @@ def test_progress_bars_count_steps_or_totals(monkeypatch: pytest.MonkeyPatch) ->
     assert bars[1].startswith("evaluate") and bars[1].endswith(" 4/10"), bars
 
 
+def test_an_error_under_progress_bars_follows_the_output_with_no_blank_line(
+    tmp_path: Path,
+) -> None:
+    """``index`` and ``eval`` fail under their (erased) progress bars: stderr is the error line
+    alone; rich's Progress.stop printed an empty line before it off a terminal."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for arguments in (
+        ["index", empty, "--out", tmp_path / "index"],
+        ["eval", empty, "--setups", "bm25", "--no-cache"],
+    ):
+        result = invoke(*arguments)
+        assert result.exit_code == 1 and result.stderr.startswith("error: "), repr(result.stderr)
+        assert_one_line_error(result)
+
+
 # --------------------------------------------------------------------------------------------
 # Arguments: checked before any model loads, in the command line's words
 # --------------------------------------------------------------------------------------------
