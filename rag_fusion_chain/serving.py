@@ -15,14 +15,14 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Union
+from typing import Annotated, Any, Union
 from urllib.parse import urlsplit
 
 from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableSerializable
 from langchain_core.runnables.utils import ConfigurableFieldSpec
-from pydantic import PrivateAttr
+from pydantic import Discriminator, PrivateAttr, Tag
 from pydantic_core import core_schema
 
 from rag_fusion_chain import chains, data, ingest, models, strategies, validation
@@ -323,7 +323,11 @@ def build_chain(
     name = f"{strategy}-sources" if return_sources else strategy
     served = ServedChain(strategy=strategy, return_sources=return_sources, source=source, name=name)
     served._chain = chain
-    input_type: Any = Union[Question, validation.QuestionText]  # noqa: UP007 (a runtime type for pydantic)
+    text = Annotated[validation.QuestionText, Tag("str")]  # a failure names the form given alone
+    input_type: Any = Annotated[
+        Union[Annotated[Question, Tag("Question")], text],  # noqa: UP007 (a runtime type for pydantic)
+        Discriminator(lambda value: "str" if isinstance(value, str) else "Question"),
+    ]
     return served.with_types(input_type=input_type, output_type=dict if return_sources else str)
 
 

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
+from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
@@ -28,6 +29,8 @@ MAX_JSON_DEPTH = 64
 """How deep a request body's JSON may nest (a LangServe request needs about 6)."""
 MAX_READ_SECONDS = 30.0
 """How long a request may take to arrive: a client that stops sending is answered 408."""
+INPUT_PREVIEW_CHARS = 200
+"""How much of an invalid input a 422 shows back: a 1 MB question is not echoed whole."""
 
 
 def _host_name(host: str) -> str:
@@ -129,14 +132,23 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 
 
 def limit_requests(app: Any, allowed_hosts: Iterable[str] = ()) -> Any:
-    """``app`` (FastAPI) with :class:`RequestLimits` (answering ``allowed_hosts`` too) and a 422
-    (not 500) for an invalid input in a batch, which LangServe validates outside its error handling."""
+    """``app`` (FastAPI) with :class:`RequestLimits` (answering ``allowed_hosts`` too) and 422s
+    with a preview of an invalid input, a batch's too (LangServe's would be a 500)."""
     app.add_middleware(RequestLimits, allowed_hosts=allowed_hosts)
-    app.add_exception_handler(ValidationError, _invalid_input)
+    for invalid in (ValidationError, RequestValidationError):
+        app.add_exception_handler(invalid, _invalid_input)
     return app
 
 
 async def _invalid_input(request: Any, error: Any) -> Any:
-    """422 with pydantic's messages (no input echoed back, no traceback)."""
-    errors = error.errors(include_url=False, include_input=False)
+    """422 with pydantic's messages, each input cut to :data:`INPUT_PREVIEW_CHARS` (no traceback)."""
+    errors = [_previewed(item) if isinstance(item, dict) else item for item in error.errors()]
     return JSONResponse({"detail": json.loads(json.dumps(errors, default=str))}, 422)
+
+
+def _previewed(error: dict[str, Any]) -> dict[str, Any]:
+    """``error`` with an ``input`` longer than the preview cut to it, saying so."""
+    shown = error.get("input")
+    shown = shown if isinstance(shown, str) else json.dumps(shown, default=str, ensure_ascii=False)
+    cut = f"{shown[:INPUT_PREVIEW_CHARS]}... (cut: {len(shown)} characters)"
+    return error if len(shown) <= INPUT_PREVIEW_CHARS else {**error, "input": cut}

@@ -33,7 +33,7 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from typer.testing import CliRunner
 
-from rag_fusion_chain import data, ingest, models, offline, serving, validation
+from rag_fusion_chain import data, ingest, models, offline, serving, serving_limits, validation
 from rag_fusion_chain.data import vectors
 from rag_fusion_chain.retrievers import stores
 from rag_fusion_chain.retrievers.index_directory import INDEX_FILE, build_index
@@ -446,6 +446,27 @@ def test_bad_requests_get_422_or_413_with_a_message_and_no_traceback(client: Any
     assert response.status_code == 422 and "Traceback" not in response.text
 
 
+def test_an_invalid_question_gets_one_error_and_no_long_echo(client: Any) -> None:
+    """A walk-through saw a second, confusing entry for an empty question (the string form's
+    "Input should be a valid string" for a dict) and a long question echoed back whole."""
+    for body in ({"input": {"question": ""}}, {"input": ""}):
+        response = client.post("/rag-fusion/invoke", json=body)
+        (error,) = response.json()["detail"]
+        assert response.status_code == 422 and "at least 1 character" in error["msg"], error
+    response = client.post("/rag-fusion/invoke", json={"input": {"question": "x" * 90_000}})
+    (error,) = response.json()["detail"]
+    assert response.status_code == 422 and "at most 20000 characters" in error["msg"]
+    preview = "x" * serving_limits.INPUT_PREVIEW_CHARS
+    assert error["input"] == f"{preview}... (cut: 90000 characters)"
+    assert len(response.content) < 2_000
+    batch = {"inputs": [{"question": "vitamin"}, {"question": "y" * 90_000}]}
+    response = client.post("/rag-fusion/batch", json=batch)
+    (error,) = response.json()["detail"]
+    assert response.status_code == 422 and error["input"].endswith("(cut: 90000 characters)")
+    response = client.post("/rag-fusion/invoke", json={"input": {"questions": "z" * 90_000}})
+    assert response.status_code == 422 and len(response.content) < 2_000  # a dict's JSON cut
+
+
 def test_good_requests_answer_and_the_sources_route_shows_queries_and_documents(
     client: Any,
 ) -> None:
@@ -581,8 +602,6 @@ def test_a_request_whose_body_stops_arriving_is_answered_408(
     """A client that sent half its body and then nothing held its request (and a worker's
     connection) forever: uvicorn sets no time limit on reading a body."""
     import asyncio
-
-    from rag_fusion_chain import serving_limits
 
     monkeypatch.setattr(serving_limits, "MAX_READ_SECONDS", 0.2)
     reached, sent, parts = [], [], [{"type": "http.request", "body": b'{"in', "more_body": True}]
