@@ -310,6 +310,20 @@ def test_unknown_embeddings_name_is_refused(clean_model_env: pytest.MonkeyPatch)
         models.embeddings("bert")
 
 
+@pytest.mark.parametrize("name", ["openai:", "openai: ", "hf:", "sentence-transformers:"])
+def test_an_empty_model_name_after_the_prefix_is_named(
+    name: str, clean_model_env: pytest.MonkeyPatch
+) -> None:
+    """``openai:`` was "needs an API key" (and with a key, a model named ""); ``hf:`` loaded the
+    current directory as a model."""
+    clean_model_env.setenv(models.API_KEY_ENV, "sk-test")
+    with pytest.raises(ValueError, match=f"embeddings name {name.strip()!r} gives no model after"):
+        models.embeddings(name)
+    clean_model_env.delenv(models.API_KEY_ENV)
+    with pytest.raises(ValueError, match="gives no model"):
+        models.embeddings(name)
+
+
 @pytest.mark.parametrize("prefix", ["sentence-transformers:", "hf:", "modelscope:"])
 def test_local_model_directory_must_exist(prefix: str, tmp_path):
     missing = tmp_path / "no-such-model"
