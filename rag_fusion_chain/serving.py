@@ -15,7 +15,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Union
+from typing import Annotated, Any
 from urllib.parse import urlsplit
 
 from langchain_core.documents import Document
@@ -323,11 +323,9 @@ def build_chain(
     name = f"{strategy}-sources" if return_sources else strategy
     served = ServedChain(strategy=strategy, return_sources=return_sources, source=source, name=name)
     served._chain = chain
-    text = Annotated[validation.QuestionText, Tag("str")]  # a failure names the form given alone
-    input_type: Any = Annotated[
-        Union[Annotated[Question, Tag("Question")], text],  # noqa: UP007 (a runtime type for pydantic)
-        Discriminator(lambda value: "str" if isinstance(value, str) else "Question"),
-    ]
+    forms = Annotated[Question, Tag("Question")] | Annotated[validation.QuestionText, Tag("str")]
+    by_type = Discriminator(lambda value: "str" if isinstance(value, str) else "Question")
+    input_type: Any = Annotated[forms, by_type]  # a failure reports the given form's errors alone
     return served.with_types(input_type=input_type, output_type=dict if return_sources else str)
 
 

@@ -141,14 +141,12 @@ def limit_requests(app: Any, allowed_hosts: Iterable[str] = ()) -> Any:
 
 
 async def _invalid_input(request: Any, error: Any) -> Any:
-    """422 with pydantic's messages, each input cut to :data:`INPUT_PREVIEW_CHARS` (no traceback)."""
-    errors = [_previewed(item) if isinstance(item, dict) else item for item in error.errors()]
-    return JSONResponse({"detail": json.loads(json.dumps(errors, default=str))}, 422)
-
-
-def _previewed(error: dict[str, Any]) -> dict[str, Any]:
-    """``error`` with an ``input`` longer than the preview cut to it, saying so."""
-    shown = error.get("input")
-    shown = shown if isinstance(shown, str) else json.dumps(shown, default=str, ensure_ascii=False)
-    cut = f"{shown[:INPUT_PREVIEW_CHARS]}... (cut: {len(shown)} characters)"
-    return error if len(shown) <= INPUT_PREVIEW_CHARS else {**error, "input": cut}
+    """422 with pydantic's messages, each input over :data:`INPUT_PREVIEW_CHARS` cut, saying so."""
+    errors = json.loads(json.dumps(error.errors(), default=str))  # a copy, its ctx made text
+    for problem in (item for item in errors if isinstance(item, dict) and "input" in item):
+        shown = (
+            problem["input"] if isinstance(problem["input"], str) else json.dumps(problem["input"])
+        )
+        if len(shown) > INPUT_PREVIEW_CHARS:
+            problem["input"] = f"{shown[:INPUT_PREVIEW_CHARS]}... (cut: {len(shown)} characters)"
+    return JSONResponse({"detail": errors}, 422)
