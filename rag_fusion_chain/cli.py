@@ -3,7 +3,6 @@ expected failure is one ``error:`` line and exit code 1, arguments are checked b
 
 from __future__ import annotations
 
-import errno
 import os
 import socket
 import warnings
@@ -312,10 +311,8 @@ def serve(
         uvicorn = require_extra("uvicorn", "serve")
         try:  # bound before anything loads, and this socket served by uvicorn (which closes it)
             listening = socket.create_server(("127.0.0.1", port))
-        except OSError as error:
-            if error.errno != errno.EADDRINUSE:
-                raise  # another cause (EACCES for a port below 1024, say): reported as it is
-            raise OSError(f"port {port} is in use: pick another with --port") from None
+        except OSError as error:  # in use, or below 1024 (not allowed): either way, another port
+            raise OSError(f"port {port}: {error.strerror}: pick another with --port") from None
         llm = models.chat_model(model, base_url=base_url, streaming=True)
         opened = serving.open_source(source, embedding, trust=trust_index)
         _note_offline(llm)

@@ -29,8 +29,6 @@ MAX_JSON_DEPTH = 64
 """How deep a request body's JSON may nest (a LangServe request needs about 6)."""
 MAX_READ_SECONDS = 30.0
 """How long a request may take to arrive: a client that stops sending is answered 408."""
-INPUT_PREVIEW_CHARS = 200
-"""How much of an invalid input a 422 shows back: a 1 MB question is not echoed whole."""
 
 
 def _host_name(host: str) -> str:
@@ -133,7 +131,7 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 
 def limit_requests(app: Any, allowed_hosts: Iterable[str] = ()) -> Any:
     """``app`` (FastAPI) with :class:`RequestLimits` (answering ``allowed_hosts`` too) and 422s
-    with a preview of an invalid input, a batch's too (LangServe's would be a 500)."""
+    that echo no input back (it may be megabytes), a batch's too (LangServe's would be a 500)."""
     app.add_middleware(RequestLimits, allowed_hosts=allowed_hosts)
     for invalid in (ValidationError, RequestValidationError):
         app.add_exception_handler(invalid, _invalid_input)
@@ -141,12 +139,9 @@ def limit_requests(app: Any, allowed_hosts: Iterable[str] = ()) -> Any:
 
 
 async def _invalid_input(request: Any, error: Any) -> Any:
-    """422 with pydantic's messages, each input over :data:`INPUT_PREVIEW_CHARS` cut, saying so."""
-    errors = json.loads(json.dumps(error.errors(), default=str))  # a copy, its ctx made text
-    for problem in (item for item in errors if isinstance(item, dict) and "input" in item):
-        shown = (
-            problem["input"] if isinstance(problem["input"], str) else json.dumps(problem["input"])
-        )
-        if len(shown) > INPUT_PREVIEW_CHARS:
-            problem["input"] = f"{shown[:INPUT_PREVIEW_CHARS]}... (cut: {len(shown)} characters)"
-    return JSONResponse({"detail": errors}, 422)
+    """422 with pydantic's messages and where each problem is: no input, no URL, no traceback."""
+    errors = [
+        {key: value for key, value in item.items() if key not in ("input", "url")}
+        for item in error.errors()
+    ]
+    return JSONResponse({"detail": json.loads(json.dumps(errors, default=str))}, 422)

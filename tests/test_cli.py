@@ -518,7 +518,9 @@ def test_serve_refuses_a_port_in_use_before_loading_anything(no_model_loads: lis
         port = taken.getsockname()[1]
         result = invoke("serve", "--port", port)
     assert result.exit_code == 1
-    assert_one_line_error(result, f"port {port} is in use: pick another with --port")
+    assert_one_line_error(
+        result, f"port {port}: Address already in use", "pick another with --port"
+    )
     assert "Serving" not in result.stdout and no_model_loads == []
 
 
