@@ -142,6 +142,9 @@ def test_url_credentials_reach_no_document_warning_or_error(static_site: StaticS
     with pytest.raises(ValueError, match="nothing could be loaded") as nothing:
         ingest.load([gone])  # the summary of the sources given printed the password
     assert secret not in str(nothing.value)
+    with pytest.warns(UserWarning):  # build_index records these skips in index.json as they are
+        skipped = ingest.load_with_report([with_credentials, gone]).skipped
+    assert skipped and all(secret not in f"{entry.source} {entry.reason}" for entry in skipped)
     with pytest.warns(UserWarning) as caught:
         ingest.load_web([with_credentials], classes=["no-such-class"])
     assert all(secret not in str(warning.message) for warning in caught)

@@ -151,10 +151,7 @@ def build_index(
         "embedding_precision": models.embedding_precision(embeddings),  # f32 / bf16 / None
         "sources": sources,
         "files": len(loaded.loaded),
-        "skipped": [
-            {name: models.redact_credentials(value) for name, value in asdict(skipped).items()}
-            for skipped in loaded.skipped
-        ],
+        "skipped": [asdict(skipped) for skipped in loaded.skipped],  # SourceProblem redacts
         "documents": sum(documents for _, documents in read.values()),
         "source_hashes": {source: content_hash for source, (content_hash, _) in read.items()},
         "source_files": {  # each file's stamp and document count: unchanged, it is not read
