@@ -184,13 +184,6 @@ def _is_title(line: str, following: str) -> bool:
     return short or all(word[:1].isupper() or not word[:1].isalpha() for word in words)
 
 
-def _ends_block(line: str) -> bool:
-    """A line introducing a list (":"), or unpunctuated and longer than wrapped text is."""
-    return line.endswith(":") or (
-        len(line) > _WRAP_WIDTH and not line.endswith(_SENTENCE_PUNCTUATION)
-    )
-
-
 def passage_sentences(text: str) -> list[str]:
     """The :func:`is_quotable` sentences of a passage, in order; headings, titles, list items,
     tables, code, tags and references end a paragraph and are left out."""
@@ -214,7 +207,8 @@ def passage_sentences(text: str) -> list[str]:
             paragraphs.append([])
         else:
             paragraphs[-1].append(_LIST_MARKER.sub("", line))
-            if _ends_block(line):
+            unwrapped = len(line) > _WRAP_WIDTH and not line.endswith(_SENTENCE_PUNCTUATION)
+            if line.endswith(":") or unwrapped:  # it introduces a list, or is a block
                 paragraphs.append([])
     return [
         sentence
