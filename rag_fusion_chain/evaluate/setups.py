@@ -25,9 +25,10 @@ from rag_fusion_chain.evaluate.metrics import (
 )
 from rag_fusion_chain.evaluate.report import Summary
 from rag_fusion_chain.fusion import FUSIONS, BaseFusion
+from rag_fusion_chain.retrievers.bm25 import BM25Retriever  # imported by offline already
+from rag_fusion_chain.retrievers.hybrid import hybrid_retriever
 
 if TYPE_CHECKING:
-    from rag_fusion_chain.retrievers.bm25 import BM25Retriever
     from rag_fusion_chain.retrievers.stores import VectorRetriever
 
 ProgressCallback = Callable[[str, int, int], None]
@@ -68,8 +69,6 @@ class Indexes:
     def bm25(self) -> BM25Retriever:
         """The kit's BM25Retriever over the corpus, ``depth`` documents (built once)."""
         if "bm25" not in self.built:
-            from rag_fusion_chain.retrievers.bm25 import BM25Retriever
-
             self.progress("indexing bm25", 0, 1)
             self.built["bm25"] = BM25Retriever.from_documents(self.corpus, k=self.depth)
             self.progress("indexing bm25", 1, 1)
@@ -133,8 +132,6 @@ def hybrid_setup(
     settings |= {**chosen.model_dump(include={"rank_constant"}), "weights": list(weights)}
 
     def build(indexes: Indexes) -> Runnable[str, list[Document]]:
-        from rag_fusion_chain.retrievers.hybrid import hybrid_retriever
-
         bm25, dense, depth = indexes.bm25(), indexes.dense(), indexes.depth
         return hybrid_retriever(
             bm25, dense, fusion=chosen, weights=list(weights), k=depth, fetch_k=depth
