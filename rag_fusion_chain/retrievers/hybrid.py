@@ -31,8 +31,7 @@ def hybrid_retriever(
     index with :class:`BM25Retriever` (the vector side's, so a chunk both find is merged) or a
     keyword retriever; ``weights`` ``[keyword, vector]``; ``k`` fused documents returned (also per
     call); ``fetch_k`` candidates per side, default ``max(k, DEFAULT_FETCH_K)``. The default
-    fusion is distribution-based with equal weights: on SciFact (BM25 + MiniLM, top 100) it beat
-    RRF (rank_constant=60), nDCG@10 0.7303 vs 0.7140 (``benchmarks/results/scifact_sweep.md``)."""
+    fusion, distribution-based with equal weights, beat RRF on SciFact (README: Results)."""
     validate_count("k", k)
     candidates = max(k, DEFAULT_FETCH_K) if fetch_k is None else validate_count("fetch_k", fetch_k)
     if isinstance(documents_or_bm25, BaseRetriever):
