@@ -41,7 +41,6 @@ _TITLE_WORDS = 12
 """An unpunctuated line this short before a capitalised one is a title or a list item."""
 _WRAP_WIDTH = 110
 """Wrapped text (PDF, plain text) has shorter lines: a longer unpunctuated line is a block."""
-_K1, _B = 1.2, 0.75
 
 _BLANK_LINE = re.compile(r"\n\s*\n")
 _NEVER_FINAL = re.compile(
@@ -56,7 +55,6 @@ _NOT_PROSE_LINE = re.compile(
     r"#{1,6}\s|.*¶$|```|~~~|<[^>]*>\s*$|!\[|\[\^?\w*\]:|[-=*_~]{3,}\s*$|[\w.]+\("
 )
 """Headings, rules, code fences, tags, images, footnote definitions, calls: never prose."""
-_CODE_FENCES = ("```", "~~~")
 _LIST_MARKER = re.compile(r"^(?:[-*+•]|\d{1,3}[.)])\s+")
 CODE_TOKEN = re.compile(r"[_=\\{}<>|`]|\(\)|\w\(|::|->|^>>>|\[\d+(?:;\d+)*m|^\W+$")
 """A token of code, not prose: identifiers, operators, calls, terminal colour codes."""
@@ -194,7 +192,7 @@ def passage_sentences(text: str) -> list[str]:
         if _LIST_MARKER.match(line) and paragraphs[-1]:  # a list item starts a paragraph
             paragraphs.append([])
         in_item = bool(_LIST_MARKER.match(line)) or (in_item and bool(paragraphs[-1]))
-        fence = line.startswith(_CODE_FENCES)
+        fence = line.startswith(("```", "~~~"))
         in_code = in_code != fence
         after_sentence = not paragraphs[-1] or bool(_SENTENCE_FINAL.search(paragraphs[-1][-1]))
         if len(line) <= MAX_REFERENCE_LENGTH and is_reference_entry(line):
@@ -236,7 +234,7 @@ def best_sentences(
     ]
     if not units:
         return []
-    bm25 = bm25s.BM25(k1=_K1, b=_B, dtype="float64")  # Lucene's BM25, the sentences the collection
+    bm25 = bm25s.BM25(k1=1.2, b=0.75, dtype="float64")  # Lucene's, the sentences the collection
     bm25.index([terms for _, _, terms in units], show_progress=False)
     scores = [0.0] * len(units)
     for weight in set(weights.values()):  # one BM25 query per weight: the question's, the related
