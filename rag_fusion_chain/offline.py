@@ -42,7 +42,6 @@ _TITLE_WORDS = 12
 _WRAP_WIDTH = 110
 """Wrapped text (PDF, plain text) has shorter lines: a longer unpunctuated line is a block."""
 
-_BLANK_LINE = re.compile(r"\n\s*\n")
 _NEVER_FINAL = re.compile(
     r"\b(?:approx|cf|ch|dr|eq|eqs|fig|figs|mr|mrs|ms|no|nos|pp|prof|ref|refs|sec|vol|vs)\.$",
     re.IGNORECASE,
@@ -118,7 +117,7 @@ def split_sentences(text: str) -> list[str]:
     """Sentences of ``text``, whitespace collapsed: sentencex per paragraph, a piece that starts
     lowercase or follows an abbreviation, an open parenthesis or a dotted name joined back."""
     pieces: list[str] = []
-    for paragraph in _BLANK_LINE.split(text):
+    for paragraph in re.split(r"\n\s*\n", text):  # split at blank lines
         start = len(pieces)
         for piece in sentencex.segment("en", paragraph):
             if not piece.strip():

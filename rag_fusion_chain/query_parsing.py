@@ -35,7 +35,6 @@ _WRAPPERS = [
     *zip("“‘「『《", "”’」』》", strict=True),  # (opening, closing)
 ]
 _WRAPPER_STARTS = frozenset(opening[0] for opening, _ in _WRAPPERS)
-_PREAMBLE_END = (":", "：")
 _INLINE_EMPHASIS = re.compile(r"(\*\*|__)(.+?)\1")
 _JSON_OPENING = re.compile(r"^[^\S\n]*(?:\[|\{|```)", re.MULTILINE)  # a JSON list, object or fence
 _LETTER_OR_DIGIT = re.compile(r"[^\W_]")  # a character str.isalnum() accepts (re's \w less "_")
@@ -177,7 +176,7 @@ class QueryListParser(BaseOutputParser[list[str]]):
             if self.n is not None and len(queries) >= self.n:
                 break
             visible = searchable_text(candidate)
-            if from_line and visible.rstrip().endswith(_PREAMBLE_END):
+            if from_line and visible.rstrip().endswith((":", "：")):
                 continue  # a preamble line such as "Here are 4 search queries:"
             query = clean_query_line(visible)
             if _LETTER_OR_DIGIT.search(query):  # not blank nor symbols only
