@@ -112,20 +112,6 @@ def ensure_export(
     return target
 
 
-def _convert(model_dir: str, out_dir: str) -> None:
-    """The child process's work: trace the PyTorch model and save it as OpenVINO IR (fp32)."""
-    import torch
-    from transformers import AutoModel, AutoTokenizer
-
-    openvino = _openvino()
-    tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
-    model = AutoModel.from_pretrained(model_dir, local_files_only=True).eval()
-    example = dict(tokenizer(["a text", "a longer text"], padding=True, return_tensors="pt"))
-    with torch.no_grad():
-        converted = openvino.convert_model(model, example_input=example)
-    openvino.save_model(converted, str(Path(out_dir) / MODEL_FILE), compress_to_fp16=False)
-
-
 class OpenVINOEmbeddings(Embeddings):
     """A mean-pooling sentence-transformers model (MiniLM) run by OpenVINO on the CPU;
     ``threads`` of one call (0: OpenVINO's choice)."""
@@ -202,5 +188,15 @@ class OpenVINOEmbeddings(Embeddings):
         return self.embed_documents([text])[0]
 
 
-if __name__ == "__main__":
-    _convert(sys.argv[1], sys.argv[2])
+if __name__ == "__main__":  # ensure_export's child: the PyTorch model traced, saved as IR (fp32)
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    openvino = _openvino()
+    model_dir, out_dir = sys.argv[1:3]
+    tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    model = AutoModel.from_pretrained(model_dir, local_files_only=True).eval()
+    example = dict(tokenizer(["a text", "a longer text"], padding=True, return_tensors="pt"))
+    with torch.no_grad():
+        converted = openvino.convert_model(model, example_input=example)
+    openvino.save_model(converted, str(Path(out_dir) / MODEL_FILE), compress_to_fp16=False)
