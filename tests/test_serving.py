@@ -562,9 +562,17 @@ def test_foreign_hosts_and_origins_are_refused_and_allowed_ones_answered(
     for host in ("localhost:8000", "127.0.0.1", "[::1]:8000"):
         response = client.get("/rag-fusion/input_schema", headers={"Host": host})
         assert response.status_code == 200, host
-    origin = {"Origin": "http://attacker.example"}
-    response = client.post("/rag-fusion/invoke", json=body, headers=origin)
-    assert response.status_code == 403 and "cross-site" in detail(response)
+    for sent in (
+        "http://attacker.example",
+        "http://[x",
+        "null",
+        "http://127.0.0.1@attacker.example",
+    ):
+        response = client.post("/rag-fusion/invoke", json=body, headers={"Origin": sent})
+        assert response.status_code == 403 and "cross-site" in detail(response), sent  # not a 500
+    for sent in ("http://127.0.0.1:8000", "http://[::1]:8000", "http://localhost"):
+        response = client.get("/rag-fusion/input_schema", headers={"Origin": sent})
+        assert response.status_code == 200, sent
 
     monkeypatch.setenv("RAG_FUSION_ALLOWED_HOSTS", "rag.example, Other.example")
     app = serving.create_app({"x": serving.build_chain("hyde")}, allowed_hosts=["third.example"])
