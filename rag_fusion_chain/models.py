@@ -98,10 +98,10 @@ def embeddings(name: str | None = None, **kwargs: Any) -> Embeddings:
     if name.lower() in _MINILM_NAMES:
         return minilm_embeddings(**_MINILM_NAMES[name.lower()], **kwargs)
     for prefix, load in _PREFIXES.items():
-        if name.startswith(prefix) and not name.removeprefix(prefix).strip():
-            raise ValueError(f"the embeddings name {name!r} gives no model after {prefix!r}")
         if name.startswith(prefix):
-            return load(name.removeprefix(prefix).strip(), **kwargs)
+            if not (model := name.removeprefix(prefix).strip()):
+                raise ValueError(f"the embeddings name {name!r} gives no model after {prefix!r}")
+            return load(model, **kwargs)
     raise ValueError(
         f"unknown embeddings name {name!r}: use {', '.join(map(repr, _MINILM_NAMES))}, "
         "'openai:<model>', 'sentence-transformers:<local dir>', 'hf:<local dir>' or "
