@@ -66,14 +66,6 @@ def _unique(documents: Sequence[Document], skip: Sequence[Document] = ()) -> lis
 # ---- the steps' state transitions (pure) --------------------------------------------------------
 
 
-def _queried(record: Strategy, question: str, generated: list[str], search_question: bool) -> State:
-    """The state after the query step: ``queries`` as users see them, ``searched`` in order (a
-    step-back question after the question, unless the model repeated it)."""
-    searched = list(dict.fromkeys([question, *generated] if search_question else generated))
-    shown = generated if record.grouping == "sub-questions" else searched
-    return {"question": question, "queries": shown, "searched": searched}
-
-
 def _fused_apart(record: Strategy, state: State, fuse: Callable[[list[Any]], list[Any]]) -> State:
     """``state`` with its ranked lists fused in groups: the question's and the step-back
     question's apart, or each sub-question's apart (see :attr:`Strategy.grouping`)."""
@@ -207,6 +199,14 @@ class _Steps:
         """Itself: the parts are shared, as a closure's were; a chain's deep copy copies no model."""
         return self
 
+    def _queried(self, question: str, generated: list[str]) -> State:
+        """The state after the query step: ``queries`` as users see them, ``searched`` in order (a
+        step-back question after the question, unless the model repeated it)."""
+        searching = self.search_question
+        searched = list(dict.fromkeys([question, *generated] if searching else generated))
+        shown = generated if self.record.grouping == "sub-questions" else searched
+        return {"question": question, "queries": shown, "searched": searched}
+
     def generate(self, value: Any, config: RunnableConfig) -> State:
         """``generate_queries``: the query step, the question's search begun beside it and handed
         on unfinished as ``first`` (``retrieve`` does not wait for it: never a retrieval round
@@ -216,10 +216,9 @@ class _Steps:
         question, k = question_of(value), configured_count(config, "k", None)  # None: as built
         if self.query_step is None:
             return self._offline(question, self.fan_out.invoke(question, config, k), config)
-        searching = self.search_question  # then first is a Future of the question's search
-        begin = searching and config.get("max_concurrency") is None  # a bound: not begun here
+        begin = self.search_question and config.get("max_concurrency") is None  # a bound: not here
         first = in_background(self.fan_out.invoke, question, config, k) if begin else None
-        state = _queried(self.record, question, self.query_step.invoke(question, config), searching)
+        state = self._queried(question, self.query_step.invoke(question, config))
         return {**state, "first": None if first is None or first.cancel() else _Begun(first)}
 
     async def agenerate(self, value: Any, config: RunnableConfig) -> State:
@@ -227,8 +226,7 @@ class _Steps:
         fan_out = partial(self.fan_out.ainvoke, config=config, k=k)
         if self.query_step is None:
             return self._offline(question, await fan_out(question), config)
-        searching = self.search_question
-        begin = searching and config.get("max_concurrency") is None
+        begin = self.search_question and config.get("max_concurrency") is None
         first = asyncio.ensure_future(fan_out(question)) if begin else None
         try:
             generated = await self.query_step.ainvoke(question, config)
@@ -236,7 +234,7 @@ class _Steps:
             if first is not None:
                 first.cancel()
             raise
-        state = _queried(self.record, question, generated, searching)
+        state = self._queried(question, generated)
         return {**state, "first": first and _Begun(first)}
 
     def _offline(self, question: str, first: RetrievalResults, config: RunnableConfig) -> State:
@@ -245,7 +243,7 @@ class _Steps:
         generated = self.record.offline_queries(
             question, documents, configured_count(config, "n", self.count, MAX_QUERIES)
         )
-        state = _queried(self.record, question, generated, self.search_question)
+        state = self._queried(question, generated)
         return {**state, "first": _Begun(first) if question in state["searched"] else None}
 
     def retrieve(self, state: State, config: RunnableConfig) -> State:
