@@ -126,12 +126,11 @@ def _fallback(question: str, problem: str | Exception, on_failure: OnFailure, up
 def _queries(
     question: str, generated: list[str], include_original: bool, on_failure: OnFailure
 ) -> list[str]:
-    unique = {dedupe_key(question): question}  # the question echoed back is no new query
-    for query in generated:
-        unique.setdefault(dedupe_key(query), query)
-    if len(unique) == 1:
+    echo = dedupe_key(question)  # the question echoed back is no new query
+    new = [query for query in generated if dedupe_key(query) != echo]  # parsed: unique already
+    if not new:
         return [_fallback(question, "the model returned no usable query", on_failure, up=6)]
-    return list(unique.values())[0 if include_original else 1 :]
+    return [question, *new] if include_original else new
 
 
 def checked_llm(llm: Any) -> Runnable[Any, Any]:

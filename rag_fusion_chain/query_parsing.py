@@ -168,15 +168,14 @@ class QueryListParser(BaseOutputParser[list[str]]):
             text = text[: self.max_chars]
         opening = _JSON_OPENING.search(text)
         items = None if opening is None else _json_queries(text[opening.start() :])
-        lines = text if opening is None or items is None else text[: opening.start()]
-        candidates = [(line, True) for line in lines.split("\n")]  # unparsed JSON: read as lines
-        candidates += [(item, False) for item in items or ()]
+        # the lines before a JSON list, else all of them (JSON that does not parse: read as lines)
+        lines = (text if opening is None or items is None else text[: opening.start()]).split("\n")
         queries: dict[str, str] = {}  # by dedupe key, first spelling kept
-        for candidate, from_line in candidates:
+        for index, candidate in enumerate([*lines, *(items or ())]):
             if self.n is not None and len(queries) >= self.n:
                 break
             visible = searchable_text(candidate)
-            if from_line and visible.rstrip().endswith((":", "：")):
+            if index < len(lines) and visible.rstrip().endswith((":", "：")):
                 continue  # a preamble line such as "Here are 4 search queries:"
             query = clean_query_line(visible)
             if _LETTER_OR_DIGIT.search(query):  # not blank nor symbols only

@@ -45,16 +45,17 @@ def question_of(value: QuestionInput) -> str:
     >>> question_of({"question": "  What is RRF? "})
     'What is RRF?'
     """
-    if isinstance(value, Mapping):
-        if "question" not in value:
-            raise ValueError(
-                f"input dict needs a 'question' key, got keys {sorted(map(str, value))}"
-            )
-        value = value["question"]
-    if not isinstance(value, str):
-        raise TypeError(f"question must be a str, got {type(value).__name__}")
+    if not isinstance(value, str):  # the question in a dict, else a TypeError
+        if isinstance(value, Mapping):
+            if "question" not in value:
+                raise ValueError(
+                    f"input dict needs a 'question' key, got keys {sorted(map(str, value))}"
+                )
+            value = value["question"]
+        if not isinstance(value, str):
+            raise TypeError(f"question must be a str, got {type(value).__name__}")
     question = value.strip()
-    if not (question and question.isprintable()):  # else visible text, no surrogate: checked
+    if not (0 < len(question) <= MAX_QUESTION_CHARS and question.isprintable()):  # else all pass
         if not any(unicodedata.category(character)[0] not in "CZ" for character in question):
             # nothing visible: empty, whitespace, or only control and zero-width format characters
             raise ValueError("question must not be empty or whitespace")
@@ -64,11 +65,11 @@ def question_of(value: QuestionInput) -> str:
             raise ValueError(
                 f"question is not valid Unicode text ({error.reason} at position {error.start})"
             ) from None
-    if len(question) > MAX_QUESTION_CHARS:
-        raise ValueError(
-            f"question is {len(question)} characters long; the limit is {MAX_QUESTION_CHARS}. "
-            "Summarise it first, or pass a shorter question"
-        )
+        if len(question) > MAX_QUESTION_CHARS:
+            raise ValueError(
+                f"question is {len(question)} characters long; the limit is "
+                f"{MAX_QUESTION_CHARS}. Summarise it first, or pass a shorter question"
+            )
     return question
 
 
@@ -97,10 +98,9 @@ def validate_count(name: str, value: int, upper: int | None = None) -> int:
     """
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value <= 0:
-        raise ValueError(f"{name} must be positive, got {value}")
-    if upper is not None and value > upper:
-        raise ValueError(f"{name} must be at most {upper}, got {value}")
+    if value <= 0 or (upper is not None and value > upper):
+        bound = "be positive" if value <= 0 else f"be at most {upper}"
+        raise ValueError(f"{name} must {bound}, got {value}")
     return value
 
 

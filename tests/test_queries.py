@@ -41,6 +41,8 @@ from rag_fusion_chain.validation import question_of
         ("Query 1: solar\nQuery 2: wind", ["solar", "wind"]),
         ('["solar", "wind", "solar"]', ["solar", "wind"]),
         ('```json\n{"queries": ["solar", "wind"]}\n```', ["solar", "wind"]),
+        ("Here are the queries:\x1b[0m\n1. solar\n> wind：", ["solar"]),  # preamble lines
+        ('Queries:\n["solar:", "wind"]', ["solar:", "wind"]),  # a JSON item is never a heading
     ],
 )
 def test_parser_cleans_messy_output(text: str, expected: list[str]) -> None:
@@ -81,6 +83,10 @@ def test_parser_property_never_returns_empty_or_blank_queries(text: str, n: int)
         ({"query": "x"}, ValueError, "'question'"),
         (42, TypeError, "str"),
         ("x" * (validation.MAX_QUESTION_CHARS + 1), ValueError, "limit"),
+        ("\x00" + "x" * validation.MAX_QUESTION_CHARS, ValueError, "limit"),  # and not printable
+        ({"question": 42}, TypeError, "question must be a str, got int"),
+        ("\u200b\x00", ValueError, "empty"),
+        ("solar\ud800", ValueError, "not valid Unicode"),
     ],
 )
 def test_question_validation(value: object, error: type[Exception], message: str) -> None:
@@ -88,9 +94,27 @@ def test_question_validation(value: object, error: type[Exception], message: str
         question_of(value)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("n", [0, -1, validation.MAX_QUERIES + 1])
-def test_n_is_validated(n: int) -> None:
-    with pytest.raises(ValueError, match="n must"):
+def test_a_question_at_the_limit_or_with_invisible_characters_passes() -> None:
+    longest = "x" * validation.MAX_QUESTION_CHARS
+    assert question_of({"question": f" {longest} "}) == longest
+    assert question_of("solar\u200bpower\x00") == "solar\u200bpower\x00"
+
+
+@pytest.mark.parametrize(
+    ("n", "error", "message"),
+    [
+        (0, ValueError, "n must be positive, got 0$"),
+        (-1, ValueError, "n must be positive, got -1$"),
+        (
+            validation.MAX_QUERIES + 1,
+            ValueError,
+            f"n must be at most {validation.MAX_QUERIES}, got",
+        ),
+        (True, TypeError, "n must be an int, got bool"),
+    ],
+)
+def test_n_is_validated(n: int, error: type[Exception], message: str) -> None:
+    with pytest.raises(error, match=message):
         queries.rag_fusion(FakeListChatModel(responses=["x"]), n=n)
 
 
@@ -121,6 +145,13 @@ def test_list_generators_use_their_prompt_and_n(factory, prompt) -> None:  # typ
     offered = {"question": "What is fusion?", "n": 2}
     values = {key: value for key, value in offered.items() if key in prompt.input_variables}
     assert seen_prompts == [prompt.invoke(values).to_string()]
+
+
+def test_the_question_echoed_back_is_no_new_query() -> None:
+    generator = queries.rag_fusion(model("what is  RAG?\nretrieval augmented generation"), n=2)
+    assert generator.invoke("What is RAG?") == ["retrieval augmented generation"]
+    with pytest.warns(UserWarning, match="no usable query"):
+        assert queries.rag_fusion(model("WHAT IS RAG?")).invoke("What is RAG?") == ["What is RAG?"]
 
 
 def test_include_original_puts_question_first_once() -> None:
