@@ -111,7 +111,7 @@ def _usable_scores(
     warning; none at all: rank-derived."""
 
     def warn(problem: str) -> None:
-        warnings.warn(f"ranked list {list_index}: {problem}", stacklevel=10)
+        warnings.warn(f"ranked list {list_index}: {problem}", stacklevel=9)
 
     raw = [_number(document.metadata.get(score_key)) for document in ranked]
     present = [score for score in raw if score is not None]

@@ -127,7 +127,7 @@ def identity(id_key: str) -> Callable[[Document], Any]:
                 'id_key="id" names metadata["id"] (as in LangChain); these documents have a '
                 "Document.id but no metadata['id'], so they are identified by their text. "
                 f"For identity by Document.id pass id_key={DOCUMENT_ID!r} (fusion.DOCUMENT_ID).",
-                stacklevel=9,
+                stacklevel=8,
             )
         if value is None or (isinstance(value, str) and not value):
             return document.page_content
