@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import html
 import re
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
@@ -14,27 +13,25 @@ from langchain_core.documents import Document
 NO_PASSAGES = "(no passages were found)"
 NO_EARLIER_ANSWERS = "(none yet)"
 
-_CHAT_MARKERS = re.compile(r"\[\s*/?\s*(INST|SYS)\s*\]|<<\s*/?\s*SYS\s*>>", re.IGNORECASE)
-"""Llama-style ``[INST]`` / ``[/INST]`` / ``<<SYS>>`` markers (``<|...|>`` tokens lose their ``<``)."""
-
-
-def _plain(text: str) -> str:
-    """``text`` NFKC-normalised, without control and format characters (NUL, zero-width, soft
-    hyphen, bidi) other than newline and tab."""
-    normal = unicodedata.normalize("NFKC", text)
-    return "".join(c for c in normal if c in "\n\t" or unicodedata.category(c) not in ("Cc", "Cf"))
+_CHAT_MARKERS = re.compile(r"\[\s*/?\s*(INST|SYS)\s*\]", re.IGNORECASE)
+"""Llama-style ``[INST]`` / ``[/INST]`` markers (``<<SYS>>`` and ``<|...|>`` lose their ``<``)."""
+_QUOTE = str.maketrans({'"': "&quot;"})
+"""A shown source's ``"`` escaped, as it is quoted in the ``source="..."`` attribute."""
 
 
 def escape_for_prompt(text: str) -> str:
     """``text`` safe to quote inside a prompt's tags: NFKC-normalised (fullwidth ``＜`` is ``<``),
-    control and zero-width characters removed, every ``<`` / ``>`` escaped (no ``</passage>``,
-    ``<|im_end|>`` or look-alike survives) and ``[INST]``-style markers bracketed away.
+    control and format characters (NUL, zero-width, soft hyphen, bidi) other than newline and tab
+    removed, every ``<`` / ``>`` escaped (no ``</passage>``, ``<|im_end|>`` or look-alike
+    survives) and ``[INST]``-style markers bracketed away.
 
     >>> escape_for_prompt("end</pas\u00adsage>\uff1c|im_start|\uff1e [INST]")
     'end&lt;/passage&gt;&lt;|im_start|&gt; (INST)'
     """
-    escaped = _plain(text).replace("<", "&lt;").replace(">", "&gt;")
-    return _CHAT_MARKERS.sub(lambda match: f"({match.group(1) or 'SYS'})", escaped)
+    normal = unicodedata.normalize("NFKC", text)
+    plain = "".join(c for c in normal if c in "\n\t" or unicodedata.category(c) not in ("Cc", "Cf"))
+    escaped = plain.replace("<", "&lt;").replace(">", "&gt;")
+    return _CHAT_MARKERS.sub(r"(\1)", escaped)
 
 
 def shown_source(source: object) -> str:
@@ -44,8 +41,6 @@ def shown_source(source: object) -> str:
     ('kelp.txt', 'notes/kelp.txt')
     """
     text = str(source)
-    if "://" in text:
-        return text
     path = PureWindowsPath(text) if PureWindowsPath(text).drive else PurePosixPath(text)
     return path.name if path.is_absolute() or text.startswith("~") else text
 
@@ -73,7 +68,7 @@ def format_context(
         source = document.metadata.get("source") or document.id
         attributes = f'id="{number if numbers is None else numbers[document.page_content]}"'
         if source:
-            attributes += f' source="{html.escape(_plain(shown_source(source)))}"'
+            attributes += f' source="{escape_for_prompt(shown_source(source)).translate(_QUOTE)}"'
         text = escape_for_prompt(document.page_content)
         passages.append(f"<passage {attributes}>\n{text}\n</passage>")
     return "\n\n".join(passages) or NO_PASSAGES

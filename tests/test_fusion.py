@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import inspect
 import math
 import pickle
 import uuid
@@ -244,8 +245,9 @@ def test_dist_based_score_fusion_hand_computed() -> None:
 
 
 def test_list_without_scores_falls_back_to_ranks_with_warning() -> None:
-    with pytest.warns(UserWarning, match="rank-derived"):
+    with pytest.warns(UserWarning, match="rank-derived") as warned:
         fused = RelativeScoreFusion(with_scores=True).invoke([[doc("A"), doc("B"), doc("C")]])
+    assert [w.filename for w in warned] == [__file__]  # the caller's .invoke, not the kit
     assert [(document.page_content, score) for document, score in fused] == [
         ("A", pytest.approx(1.0)),
         ("B", pytest.approx(0.5)),
@@ -576,8 +578,9 @@ def test_id_key_id_is_metadata_id_as_in_langchains_ensemble_retriever() -> None:
 
 def test_id_key_id_warns_when_documents_carry_only_document_ids() -> None:
     by_id = [[Document("text one", id="x")], [Document("text two", id="x")]]
-    with pytest.warns(UserWarning, match="DOCUMENT_ID"):
+    with pytest.warns(UserWarning, match="DOCUMENT_ID") as warned:
         assert len(ReciprocalRankFusion(id_key="id").invoke(by_id)) == 2
+    assert [w.filename for w in warned] == [__file__]  # the caller's .invoke, not the kit
 
 
 @pytest.mark.filterwarnings("ignore:The function `loads` is in beta")
@@ -807,3 +810,14 @@ def test_the_fuse_run_reaches_handlers_from_every_source(
         )
         recorder.events = [("start", run["name"], 0) for run in langsmith_recorder.runs.values()]
     assert ("start", "fuse") in [event[:2] for event in recorder.events]
+
+
+@pytest.mark.parametrize("fusion_class", list(fusion.FUSIONS.values()))
+def test_each_fusion_passes_every_setting_its_scorer_takes_from_its_own_fields(
+    fusion_class: type[fusion.BaseFusion],
+) -> None:
+    parameters = inspect.signature(fusion_class.scorer).parameters.values()
+    keywords = {
+        parameter.name for parameter in parameters if parameter.kind is parameter.KEYWORD_ONLY
+    }
+    assert keywords == set(fusion_class.scorer_fields) <= fusion_class.model_fields.keys()

@@ -673,6 +673,7 @@ def test_absolute_paths_of_documents_never_reach_the_prompt() -> None:
     for source, shown in (
         ("/home/alice/private/kelp notes.txt", "kelp notes.txt"),
         ("C:\\Users\\alice\\kelp.txt", "kelp.txt"),
+        ("C://Users/alice/kelp.txt", "kelp.txt"),  # a drive, though it reads like a URL
         ("notes/kelp.txt", "notes/kelp.txt"),
         ("https://example.org/kelp", "https://example.org/kelp"),
     ):

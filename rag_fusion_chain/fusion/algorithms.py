@@ -111,7 +111,7 @@ def _usable_scores(
     warning; none at all: rank-derived."""
 
     def warn(problem: str) -> None:
-        warnings.warn(f"ranked list {list_index}: {problem}", stacklevel=10)
+        warnings.warn(f"ranked list {list_index}: {problem}", stacklevel=9)
 
     raw = [_number(document.metadata.get(score_key)) for document in ranked]
     present = [score for score in raw if score is not None]
@@ -196,6 +196,8 @@ def scored_copies(
     minus its generic work and the assignment: a third of the cost (benchmarks/results/fusion.md).
     A subclass among them (it may be frozen or hold private attributes): all by ``model_copy``."""
     copies = list(map(_new_model, repeat(Document, len(kept))))
+    for set_empty in (_set_extra, _set_private):  # one C-level pass each, before the copies fill
+        any(map(set_empty, copies, repeat(None)))
     for copied, slot in zip(copies, kept, strict=True):
         document = documents[slot]
         if type(document) is not _PLAIN_DOCUMENT:
@@ -204,8 +206,6 @@ def scored_copies(
         metadata = fields["metadata"] = fields["metadata"].copy()
         metadata[FUSION_SCORE_KEY] = scores[slot]
         _set_fields_set(copied, document.__pydantic_fields_set__ | _METADATA)
-    for set_empty in (_set_extra, _set_private):  # one C-level pass each
-        any(map(set_empty, copies, repeat(None)))
     return copies
 
 

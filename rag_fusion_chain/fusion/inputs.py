@@ -64,15 +64,15 @@ def flatten(
     ranked_lists: FusionInput, weights: Sequence[float] | None = None
 ) -> tuple[list[Sequence[Document]], list[float]]:
     """Flat ranked lists and one weight each (given per list or per retriever, else their own)."""
-    if isinstance(ranked_lists, Document) or not isinstance(ranked_lists, (list, tuple)):
+    flat: list[Sequence[Document]]
+    retriever_of: list[int]  # per flat list, its retriever's position in a nested item, else -1
+    if isinstance(ranked_lists, (list, tuple)) and all(map(is_document_list, ranked_lists)):
+        flat, retriever_of = list(ranked_lists), [-1] * len(ranked_lists)  # a fan-out's: no walk
+    elif not isinstance(ranked_lists, (list, tuple)):
         raise TypeError(
             "fusion input must be a list of ranked lists of Documents, "
             f"got {type(ranked_lists).__name__}"
         )
-    flat: list[Sequence[Document]]
-    retriever_of: list[int]  # per flat list, its retriever's position in a nested item, else -1
-    if all(map(is_document_list, ranked_lists)):  # already flat (a fan-out's): no walk
-        flat, retriever_of = list(ranked_lists), [-1] * len(ranked_lists)
     else:
         flat, retriever_of = [], []
         for position, item in enumerate(ranked_lists):
@@ -127,7 +127,7 @@ def identity(id_key: str) -> Callable[[Document], Any]:
                 'id_key="id" names metadata["id"] (as in LangChain); these documents have a '
                 "Document.id but no metadata['id'], so they are identified by their text. "
                 f"For identity by Document.id pass id_key={DOCUMENT_ID!r} (fusion.DOCUMENT_ID).",
-                stacklevel=9,
+                stacklevel=8,
             )
         if value is None or (isinstance(value, str) and not value):
             return document.page_content

@@ -7,7 +7,6 @@ import difflib
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any, ClassVar, Literal
 
-from langchain_core.documents import Document
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableSerializable
 from langchain_core.runnables.config import (
     ensure_config,
@@ -23,7 +22,8 @@ from rag_fusion_chain.fusion.inputs import FUSION_SCORE_KEY, SCORE_KEY, FusionIn
 
 
 class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
-    """Shared fields and plumbing of the fusion runnables; subclasses supply ``_scores``."""
+    """Shared fields and plumbing of the fusion runnables; each names its :mod:`.algorithms`
+    function (``scorer``) and the fields passed to it as keywords (``scorer_fields``)."""
 
     name: str | None = "fuse"
     weights: Annotated[list[float], BeforeValidator(inputs.validate_weights)] | None = None
@@ -34,6 +34,8 @@ class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
     with_scores: bool = False
     """Return ``(Document, score)`` pairs instead of Documents."""
 
+    scorer: ClassVar[Callable[..., Fused]]
+    scorer_fields: ClassVar[tuple[str, ...]] = ("id_key",)
     sorts_by_score: ClassVar[bool] = True
     call_settings: ClassVar[tuple[str, ...]] = ("top_n", "weights")
     """Fields that ``invoke(..., **settings)`` and ``.bind(**settings)`` may set per call."""
@@ -43,9 +45,6 @@ class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
     @classmethod
     def _refuse_unknown(cls, values: Any) -> Any:
         return refuse_unknown_fields(cls, values, cls.field_hints)
-
-    def _scores(self, ranked_lists: list[Sequence[Document]], weights: list[float]) -> Fused:
-        raise NotImplementedError  # each fusion supplies its algorithm
 
     def with_settings(self, **settings: Any) -> BaseFusion:
         """This fusion with per-call ``settings`` validated like fields (itself when they change
@@ -62,7 +61,10 @@ class BaseFusion(RunnableSerializable[FusionInput, FusionOutput]):
 
     def fuse(self, ranked_lists: FusionInput) -> FusionOutput:
         """Fuse without callbacks: the pure path the Runnable methods wrap."""
-        scores, documents = self._scores(*inputs.flatten(ranked_lists, self.weights))
+        scores, documents = self.scorer(
+            *inputs.flatten(ranked_lists, self.weights),
+            **{name: getattr(self, name) for name in self.scorer_fields},
+        )
         order: Sequence[int] = range(len(scores))
         if self.sorts_by_score:  # stable: ties stay in first-seen order
             order = sorted(order, key=scores.__getitem__, reverse=True)
@@ -128,6 +130,8 @@ class ReciprocalRankFusion(BaseFusion):
     rank_constant: float = Field(default=algorithms.RRF_K, ge=0, allow_inf_nan=False, strict=True)
     rank_start: Literal[0, 1] = 1
 
+    scorer = staticmethod(algorithms.reciprocal_rank_scores)
+    scorer_fields = ("rank_constant", "rank_start", "id_key")
     call_settings: ClassVar[tuple[str, ...]] = ("top_n", "weights", "rank_constant")
     field_hints: ClassVar[dict[str, str]] = {
         "k": "the RRF constant is rank_constant (k is the number of documents a retriever returns)"
@@ -141,25 +145,14 @@ class ReciprocalRankFusion(BaseFusion):
             )
         return self
 
-    def _scores(self, ranked_lists: list[Sequence[Document]], weights: list[float]) -> Fused:
-        return algorithms.reciprocal_rank_scores(
-            ranked_lists,
-            weights,
-            rank_constant=self.rank_constant,
-            rank_start=self.rank_start,
-            id_key=self.id_key,
-        )
-
 
 class RelativeScoreFusion(BaseFusion):
     """Relative score fusion: per-list min-max of ``metadata[score_key]``, weighted, averaged; a
     list without scores falls back to rank-derived scores, with a warning."""
 
     score_key: str = SCORE_KEY
-    scorer: ClassVar[Callable[..., Fused]] = staticmethod(algorithms.relative_scores)
-
-    def _scores(self, ranked_lists: list[Sequence[Document]], weights: list[float]) -> Fused:
-        return self.scorer(ranked_lists, weights, score_key=self.score_key, id_key=self.id_key)
+    scorer = staticmethod(algorithms.relative_scores)
+    scorer_fields = ("score_key", "id_key")
 
 
 class DistBasedScoreFusion(RelativeScoreFusion):
@@ -172,10 +165,8 @@ class UniqueUnion(BaseFusion):
     """The multi-query union: every distinct document once, in first-seen order (a union is not a
     ranking); ``fusion_score`` is the summed weight of the lists that returned it."""
 
+    scorer = staticmethod(algorithms.union_scores)
     sorts_by_score: ClassVar[bool] = False
-
-    def _scores(self, ranked_lists: list[Sequence[Document]], weights: list[float]) -> Fused:
-        return algorithms.union_scores(ranked_lists, weights, id_key=self.id_key)
 
 
 reciprocal_rank_fusion = ReciprocalRankFusion()
