@@ -138,11 +138,6 @@ async def _aresult(call: Any, timeout: float | None, threaded: bool) -> Any:
         return error
 
 
-def _as_list(retrievers: Any) -> Any:
-    """One retriever (any Runnable from str to documents) is a list of one."""
-    return [retrievers] if isinstance(retrievers, Runnable) else retrievers
-
-
 def _as_queries(value: Any) -> list[str]:
     queries = [value] if isinstance(value, str) else value
     if not isinstance(queries, (list, tuple)) or not all(map(isinstance, queries, repeat(str))):
@@ -224,7 +219,7 @@ class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
     name: str | None = "retrieve"
-    retrievers: Annotated[list[Runnable[Any, Any]], BeforeValidator(_as_list), Field(min_length=1)]
+    retrievers: list[Runnable[Any, Any]] = Field(min_length=1)
     weights: Annotated[list[float], BeforeValidator(_checked_weights)] | None = None
     k: int | None = Field(None, gt=0, strict=True)
     timeout: float | None = Field(DEFAULT_TIMEOUT, gt=0, allow_inf_nan=False, strict=True)
@@ -232,6 +227,7 @@ class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]
     on_error: Literal["warn", "raise"] = "warn"
 
     def __init__(self, retrievers: Any, weights: Sequence[float] | None = None, **fields: Any):
+        retrievers = [retrievers] if isinstance(retrievers, Runnable) else retrievers
         super().__init__(retrievers=retrievers, weights=weights, **fields)  # type: ignore[call-arg]
 
     @property
