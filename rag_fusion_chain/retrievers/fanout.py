@@ -129,8 +129,7 @@ def _gated(gate: Semaphore, call: Callable[[], Any]) -> Any:
 async def _aresult(
     call: Any, timeout: float | None, queries: list[str], retriever: Runnable[Any, Any]
 ) -> Any:
-    """Async :func:`_result`; a call cut at its bound that may hold a thread (see
-    :func:`_holds_a_thread`) keeps it: the loop gets a new default executor."""
+    """Async :func:`_result`; a call cut at its bound that may hold a thread: a new default pool."""
     try:
         return await asyncio.wait_for(call, timeout)
     except asyncio.TimeoutError:
