@@ -328,6 +328,29 @@ def test_a_failure_for_one_query_keeps_that_retrievers_other_queries() -> None:
     assert [failure.query for failure in results.failures] == ["y"]
 
 
+class BrokenBatchRetriever(TagRetriever):
+    """Its whole ``batch`` / ``abatch`` call raises, not one query's call."""
+
+    def batch(self, inputs: list[str], config: Any = None, **kwargs: Any) -> list[Any]:  # type: ignore[override]
+        raise ConnectionError("the batch endpoint is down")
+
+    async def abatch(self, inputs: list[str], config: Any = None, **kwargs: Any) -> list[Any]:  # type: ignore[override]
+        raise ConnectionError("the batch endpoint is down")
+
+
+@pytest.mark.parametrize("call", ["invoke", "ainvoke"])
+async def test_a_whole_call_that_raises_fails_every_query_of_that_retriever(call: str) -> None:
+    fan_out = MultiRetriever([BrokenBatchRetriever(tag="b", name="batch"), TagRetriever(tag="a")])
+    with pytest.warns(UserWarning, match="'batch' failed for 2 of 2 queries.*ConnectionError"):
+        if call == "invoke":
+            results = fan_out.invoke(["x", "y"])
+        else:
+            results = await fan_out.ainvoke(["x", "y"])
+    assert contents(results) == [["a:x:0", "a:x:1"], ["a:y:0", "a:y:1"]]
+    assert [(f.source, f.query) for f in results.failures] == [("batch", "x"), ("batch", "y")]
+    assert all(isinstance(f.exception, ConnectionError) for f in results.failures)
+
+
 async def test_async_failures_are_recorded_too() -> None:
     broken = TagRetriever(tag="down", name="broken", fail_on={"*"})
     with pytest.warns(UserWarning, match="broken"):

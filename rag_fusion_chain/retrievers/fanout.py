@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
-import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import repeat
+from threading import Semaphore
 from typing import Annotated, Any, Literal
 
 from langchain_core.documents import Document
@@ -110,37 +110,34 @@ def in_background(call: Callable[..., Any], *args: Any) -> Future[Any]:
     return _early_calls.submit(call, *args)
 
 
-def _result(future: Future[Any], timeout: float | None) -> Any:
-    """The call's result, its error, or a TimeoutError once ``timeout`` seconds have passed."""
+def _result(future: Future[Any], timeout: float | None, queries: list[str]) -> Any:
+    """The call's result per query, or its error for each (a TimeoutError after ``timeout`` s)."""
     try:
         return future.result(timeout)
     except concurrent.futures.TimeoutError:  # the builtin TimeoutError from Python 3.11
         _fresh_pools(early_calls=False)  # the late call keeps its thread
-        return TimeoutError(f"no answer within {timeout} s")
-    except Exception as error:  # recorded as the failure of every query of the call
-        return error
+        return [TimeoutError(f"no answer within {timeout} s")] * len(queries)
+    except Exception as error:
+        return [error] * len(queries)
 
 
-def _gated(gate: threading.BoundedSemaphore, call: Callable[[], Any]) -> Any:
+def _gated(gate: Semaphore, call: Callable[[], Any]) -> Any:
     with gate:
         return call()
 
 
-async def _aresult(call: Any, timeout: float | None, threaded: bool) -> Any:
-    """Async :func:`_result`; a ``threaded`` call cut at its bound keeps its thread: a new pool."""
+async def _aresult(
+    call: Any, timeout: float | None, queries: list[str], retriever: Runnable[Any, Any]
+) -> Any:
+    """Async :func:`_result`; a call cut at its bound that may hold a thread: a new default pool."""
     try:
         return await asyncio.wait_for(call, timeout)
     except asyncio.TimeoutError:
-        if threaded:
+        if _holds_a_thread(retriever):
             asyncio.get_running_loop().set_default_executor(ContextThreadPoolExecutor())
-        return TimeoutError(f"no answer within {timeout} s")
-    except Exception as error:  # recorded as the failure of every query of the call
-        return error
-
-
-def _as_list(retrievers: Any) -> Any:
-    """One retriever (any Runnable from str to documents) is a list of one."""
-    return [retrievers] if isinstance(retrievers, Runnable) else retrievers
+        return [TimeoutError(f"no answer within {timeout} s")] * len(queries)
+    except Exception as error:
+        return [error] * len(queries)
 
 
 def _as_queries(value: Any) -> list[str]:
@@ -206,6 +203,14 @@ def _own_async(retriever: Runnable[Any, Any]) -> bool:
     return getattr(type(_unbound(retriever)), "_aget_relevant_documents", fallback) is not fallback
 
 
+def _abatch(retriever: Runnable[Any, Any], keywords: dict[str, int], config: RunnableConfig) -> Any:
+    """``retriever.abatch``, or its ``batch`` in a thread when it is asked ``keywords`` and has no
+    async method of its own (LangChain's fallback would refuse them)."""
+    if keywords and not _own_async(retriever):
+        return partial(run_in_executor, config, retriever.batch)  # type: ignore[call-arg]
+    return retriever.abatch
+
+
 def _holds_a_thread(retriever: Runnable[Any, Any]) -> bool:
     """Whether ``retriever``'s async call may wait on a thread of the loop's executor: LangChain's
     sync fallback, a vector store's search, the kit's own (``_retrieve_many``); not a lambda's
@@ -224,7 +229,7 @@ class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
     name: str | None = "retrieve"
-    retrievers: Annotated[list[Runnable[Any, Any]], BeforeValidator(_as_list), Field(min_length=1)]
+    retrievers: list[Runnable[Any, Any]] = Field(min_length=1)
     weights: Annotated[list[float], BeforeValidator(_checked_weights)] | None = None
     k: int | None = Field(None, gt=0, strict=True)
     timeout: float | None = Field(DEFAULT_TIMEOUT, gt=0, allow_inf_nan=False, strict=True)
@@ -232,46 +237,40 @@ class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]
     on_error: Literal["warn", "raise"] = "warn"
 
     def __init__(self, retrievers: Any, weights: Sequence[float] | None = None, **fields: Any):
+        retrievers = [retrievers] if isinstance(retrievers, Runnable) else retrievers
         super().__init__(retrievers=retrievers, weights=weights, **fields)  # type: ignore[call-arg]
 
     @property
     def config_specs(self) -> list[ConfigurableFieldSpec]:  # its retrievers', for LangServe
         return get_unique_config_specs(s for each in self.retrievers for s in each.config_specs)
 
-    def _calls(self, queries: list[str], config: RunnableConfig, asynchronous: bool) -> list[Any]:
-        """One ``batch`` (or ``abatch``) call per retriever with all the queries, given the
-        retrievers' share of ``max_concurrency`` so that their calls together stay within it."""
-        limit = config.get("max_concurrency")
+    def _calls(
+        self, queries: list[str], config: RunnableConfig, limit: int | None, asynchronous: bool
+    ) -> Iterator[Any]:
+        """One ``batch`` (or ``abatch``) call per retriever with all the queries, each given its
+        share of ``limit`` (the config's ``max_concurrency``): together they stay within it."""
         if limit is not None:
             config = patch_config(config, max_concurrency=max(1, limit // len(self.retrievers)))
-        calls = []
         for each in self.retrievers:
             each, keywords = (each, {}) if self.k is None else _asked(each, self.k)
-            call = each.abatch if asynchronous else each.batch
-            if asynchronous and keywords and not _own_async(each):  # the fallback would refuse k
-                call = partial(run_in_executor, config, each.batch)  # type: ignore[call-arg]
-            calls.append(partial(call, queries, config, return_exceptions=True, **keywords))
-        return calls
+            call = _abatch(each, keywords, config) if asynchronous else each.batch
+            yield partial(call, queries, config, return_exceptions=True, **keywords)
 
     def _collect(self, queries: list[str], outcomes: list[Any]) -> RetrievalResults:
         """Ranked lists query-major, then retriever; failures recorded, warned about or raised."""
         names = [_unbound(each).get_name() for each in self.retrievers]  # configurable: default's
-        sources = [
-            f"{name}[{at}]" if names.count(name) > 1 else name for at, name in enumerate(names)
-        ]
-        weights = self.weights or [1.0] * len(sources)
         ranked_lists, failures = [], []
-        for position, query in enumerate(queries):
-            for outcome, source, weight in zip(outcomes, sources, weights, strict=True):
-                found = outcome if isinstance(outcome, BaseException) else outcome[position]
+        for query, answers in zip(queries, zip(*outcomes, strict=True), strict=True):
+            for at, (found, name) in enumerate(zip(answers, names, strict=True)):
+                source = f"{name}[{at}]" if names.count(name) > 1 else name
                 if is_document_list(found):
                     kept = found[: self.k]  # None: all
+                    weight = self.weights[at] if self.weights else 1.0
                     ranked_lists.append(RankedList(kept, weight=weight, query=query, source=source))
-                    continue
-                if not isinstance(found, BaseException):
-                    found = _not_documents(found)
-                error = redact_credentials(f"{type(found).__name__}: {found}")  # shown
-                failures.append(RetrievalFailure(source, query, error, found))
+                else:
+                    error = found if isinstance(found, BaseException) else _not_documents(found)
+                    shown = redact_credentials(f"{type(error).__name__}: {error}")
+                    failures.append(RetrievalFailure(source, query, shown, error))
         if failures:
             if self.on_error == "raise":
                 raise failures[0].exception or RetrievalError(failures)
@@ -289,21 +288,20 @@ class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]
 
     def _retrieve(self, value: Any, config: RunnableConfig) -> RetrievalResults:
         queries = _as_queries(value)
-        calls = self._calls(queries, config, asynchronous=False)
-        if (workers := config.get("max_concurrency") or len(calls)) < len(calls):
-            gate = threading.BoundedSemaphore(workers)  # at most that many at once
-            calls = [partial(_gated, gate, call) for call in calls]
-        futures = list(map(_executor.submit, calls))  # in the shared threads
-        return self._collect(queries, [_result(future, self.timeout) for future in futures])
+        limit = config.get("max_concurrency")  # set: at most that many retriever calls at once
+        submit = partial(_executor.submit, _gated, Semaphore(limit)) if limit else _executor.submit  # type: ignore[call-arg]
+        started = list(map(submit, self._calls(queries, config, limit, asynchronous=False)))
+        return self._collect(queries, [_result(call, self.timeout, queries) for call in started])
 
     async def _aretrieve(
         self, value: Any, run_manager: Any, config: RunnableConfig
     ) -> RetrievalResults:
         queries = _as_queries(value)
+        limit = config.get("max_concurrency")
         config = patch_config(config, callbacks=run_manager.get_child())
-        calls = zip(self._calls(queries, config, True), self.retrievers, strict=True)
-        waits = [_aresult(call(), self.timeout, _holds_a_thread(each)) for call, each in calls]
-        gathered = await gather_with_concurrency(config.get("max_concurrency") or None, *waits)
+        calls = zip(self._calls(queries, config, limit, True), self.retrievers, strict=True)
+        waits = [_aresult(call(), self.timeout, queries, each) for call, each in calls]
+        gathered = await gather_with_concurrency(limit or None, *waits)
         return self._collect(queries, gathered)
 
     def with_k(self, k: int | None) -> MultiRetriever:
