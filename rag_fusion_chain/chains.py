@@ -44,7 +44,12 @@ from rag_fusion_chain import prompts, strategies
 from rag_fusion_chain.context import format_answered, format_context, passage_numbers
 from rag_fusion_chain.fusion import BaseFusion, reciprocal_rank_fusion
 from rag_fusion_chain.queries import N_SPEC, Step, configured_count, count_setting
-from rag_fusion_chain.retrievers.fanout import MultiRetriever, RetrievalResults, in_background
+from rag_fusion_chain.retrievers.fanout import (
+    MultiRetriever,
+    RetrievalResults,
+    in_background,
+    warn_about,
+)
 from rag_fusion_chain.strategies import State, Strategy
 from rag_fusion_chain.validation import MAX_QUERIES, Question, question_of
 
@@ -158,7 +163,10 @@ class _SearchGuard(BaseCallbackHandler):
 
 
 def _retrieved(state: State, first: RetrievalResults | None, found: RetrievalResults) -> State:
+    """``state`` with every list searched; a failing retriever warned about once for them all."""
     retrieved = found if first is None else first + found
+    if retrieved.failures:  # the fan-out only records them (on_error="raise" has raised)
+        warn_about(retrieved.failures, len(retrieved.queries), stacklevel=3)
     return {**state, "retrieved": retrieved, "failures": retrieved.failures}
 
 
@@ -244,7 +252,9 @@ class _Steps:
             question, documents, configured_count(config, "n", self.count, MAX_QUERIES)
         )
         state = self._queried(question, generated)
-        return {**state, "first": _Begun(first) if question in state["searched"] else None}
+        if question not in state["searched"]:  # searched for its documents only: failures kept
+            first = RetrievalResults((), first.failures, first.queries)
+        return {**state, "first": _Begun(first)}
 
     def retrieve(self, state: State, config: RunnableConfig) -> State:
         """``retrieve``: search what the query step did not, all at once (each retriever's batch),
@@ -423,7 +433,8 @@ def chain_for(
         search_question = mode == "recursive"
     given = retrievers if isinstance(retrievers, MultiRetriever) else MultiRetriever(retrievers)
     multi, chosen_fusion = given.weighted_for(fusion) if fusion else (given, record.default_fusion)
-    fan_out = multi.model_copy(update={"name": "fan_out", "k": k or multi.k})  # None: its own
+    recorded = "raise" if multi.on_error == "raise" else "record"  # warned once a call, by retrieve
+    fan_out = multi.model_copy(update={"name": "fan_out", "k": k or multi.k, "on_error": recorded})
     if chosen_fusion.with_scores:
         raise ValueError("fusion must return Documents: use with_scores=False")
     kept = top_n or chosen_fusion.top_n or record.default_top_n

@@ -6,6 +6,7 @@ import inspect
 import operator
 import re
 import threading
+import warnings
 from collections.abc import Callable
 from functools import partial, reduce
 from typing import Any
@@ -239,6 +240,26 @@ async def test_return_sources_streams_dict_chunks_that_add_up_to_the_result(name
     assert [d.page_content for d in total["documents"]] == [
         d.page_content for d in expected["documents"]
     ]
+
+
+@pytest.mark.parametrize("offline", [False, True])
+@pytest.mark.parametrize("strategy", ["rag-fusion", "hyde"])
+def test_a_failing_retriever_is_warned_about_once_for_all_of_a_calls_searches(
+    strategy: str, offline: bool
+) -> None:
+    broken = TopicRetriever(fail=True, name="broken")
+    llm = None if offline else ScriptedLLM("alpha\nbeta").runnable
+    working = TopicRetriever(extra=[Document("Heat pumps move heat from the air into a house.")])
+    chain = chains.chain_for(strategy, [working, broken], llm, return_sources=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = chain.invoke(QUESTION)
+    about = [str(warning.message) for warning in caught if "'broken'" in str(warning.message)]
+    searched = len(broken.queries)  # the question beside the model, or offline first, included
+    assert searched >= (1 if strategy == "hyde" and not offline else 2)
+    assert len(about) == 1 and f"failed for {searched} of {searched} quer" in about[0]
+    # every search is in the output, the question's too where only its documents were used
+    assert [failure.query for failure in result["failures"]] == broken.queries
 
 
 def test_retrieval_failures_warn_and_appear_in_the_sources() -> None:

@@ -302,6 +302,16 @@ def test_a_failing_retriever_warns_is_recorded_and_the_others_are_kept() -> None
         fan_out.invoke("x")  # the count agrees with its noun ("1 of 1 queries" was said)
 
 
+def test_on_error_record_keeps_the_failures_without_a_warning() -> None:
+    broken = TagRetriever(tag="down", name="broken", fail_on={"*"})
+    fan_out = MultiRetriever([TagRetriever(tag="a"), broken], on_error="record")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any warning fails the test
+        results = fan_out.invoke(["x", "y"])
+    assert [(f.source, f.query) for f in results.failures] == [("broken", "x"), ("broken", "y")]
+    assert contents(results) == [["a:x:0", "a:x:1"], ["a:y:0", "a:y:1"]]
+
+
 def test_a_failures_message_shown_in_warnings_and_results_hides_url_credentials() -> None:
     """An HTTP client's error names its URL (httpx: "... for url 'http://user:pw@host'"): the
     warning and the recorded failure (a served chain's "failures") show it without the password."""

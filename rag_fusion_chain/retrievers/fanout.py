@@ -121,6 +121,18 @@ def _result(future: Future[Any], timeout: float | None, queries: list[str]) -> A
         return [error] * len(queries)
 
 
+def warn_about(failures: Sequence[RetrievalFailure], queries: int, stacklevel: int) -> None:
+    """One warning per failing retriever: for how many of the ``queries`` searched, and why."""
+    for source in dict.fromkeys(failure.source for failure in failures):
+        failed = [failure for failure in failures if failure.source == source]
+        warnings.warn(
+            f"retriever {source!r} failed for {len(failed)} of "
+            f"{counted(queries, 'query', 'queries')} "
+            f"({failed[0].error}); fusing the results of the others",
+            stacklevel=stacklevel,
+        )
+
+
 def _gated(gate: Semaphore, call: Callable[[], Any]) -> Any:
     with gate:
         return call()
@@ -234,7 +246,8 @@ class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]
     k: int | None = Field(None, gt=0, strict=True)
     timeout: float | None = Field(DEFAULT_TIMEOUT, gt=0, allow_inf_nan=False, strict=True)
     """Seconds each retriever call may take (None: no bound)."""
-    on_error: Literal["warn", "raise"] = "warn"
+    on_error: Literal["warn", "raise", "record"] = "warn"
+    """On a failure: warn, raise, or only record it in the output (a caller warns once)."""
 
     def __init__(self, retrievers: Any, weights: Sequence[float] | None = None, **fields: Any):
         retrievers = [retrievers] if isinstance(retrievers, Runnable) else retrievers
@@ -276,14 +289,8 @@ class MultiRetriever(RunnableSerializable[str | list[str], list[list[Document]]]
                 raise failures[0].exception or RetrievalError(failures)
             if not ranked_lists:
                 raise RetrievalError(failures) from failures[0].exception
-            for source in dict.fromkeys(failure.source for failure in failures):  # one warning each
-                failed = [failure for failure in failures if failure.source == source]
-                warnings.warn(
-                    f"retriever {source!r} failed for {len(failed)} of "
-                    f"{counted(len(queries), 'query', 'queries')} "
-                    f"({failed[0].error}); fusing the results of the others",
-                    stacklevel=4,
-                )
+            if self.on_error == "warn":
+                warn_about(failures, len(queries), stacklevel=5)
         return RetrievalResults(ranked_lists, failures, queries)
 
     def _retrieve(self, value: Any, config: RunnableConfig) -> RetrievalResults:
