@@ -284,7 +284,7 @@ class _Steps:
         """``answer_sub_questions``: each sub-question answered from its passages, in turn
         (seeing the earlier answers) or all at once (then synthesised by the answer step)."""
         items, sub_answer = state["sub_contexts"], cast(Runnable[Any, str], self.sub_answer)
-        if sub_answer is not self.answer_step:  # in turn: the answer step answers each (recursive)
+        if sub_answer is not self.answer_step:  # all at once; else in turn, by the answer step
             return _synthesised(state, items, sub_answer.batch(items, config))
         answers: list[State] = []
         for item in items:
