@@ -61,11 +61,10 @@ TOP_N_SPEC = count_setting("top_n", "Fused documents kept (and quoted to the mod
 
 
 def _unique(documents: Sequence[Document], skip: Sequence[Document] = ()) -> list[Document]:
-    kept: dict[str, Document] = {}  # identity by text, as fusion's default
-    for document in documents:
+    kept: dict[str, Document | None] = dict.fromkeys(document.page_content for document in skip)
+    for document in documents:  # identity by text, as fusion's default; a skipped text: None
         kept.setdefault(document.page_content, document)
-    skipped = {document.page_content for document in skip}
-    return [document for text, document in kept.items() if text not in skipped]
+    return [document for document in kept.values() if document is not None]
 
 
 # ---- the steps' state transitions (pure) --------------------------------------------------------
@@ -74,17 +73,17 @@ def _unique(documents: Sequence[Document], skip: Sequence[Document] = ()) -> lis
 def _fused_apart(record: Strategy, state: State, fuse: Callable[[list[Any]], list[Any]]) -> State:
     """``state`` with its ranked lists fused in groups: the question's and the step-back
     question's apart, or each sub-question's apart (see :attr:`Strategy.grouping`)."""
-    retrieved, question = state["retrieved"], state["question"]
-    searched_question = record.grouping == "sub-questions" and question in state["searched"]
-    queries = [*state["queries"], *([question] if searched_question else [])]
-    fused = [fuse([ranked for ranked in retrieved if ranked.query == query]) for query in queries]
-    if record.grouping == "step-back":  # no broader list when the model repeated the question
-        background = _unique(fused[1], skip=fused[0]) if len(fused) > 1 else []
-        step_back = {"step_back_question": queries[-1], "step_back_documents": background}
-        return {**state, "documents": fused[0], **step_back}
-    sub_questions = state["queries"]
-    answered = list(zip(sub_questions, fused[: len(sub_questions)], strict=True))
-    return {**state, "sub_documents": answered, "documents": fused[-1] if searched_question else []}
+    retrieved, question, queries = state["retrieved"], state["question"], state["queries"]
+    fused = {  # the question unsearched (decomposition, mode="individual"): no lists, none fused
+        query: fuse([ranked for ranked in retrieved if ranked.query == query])
+        for query in {question, *queries}
+    }
+    if record.grouping == "step-back":  # the model repeated the question: no broader documents
+        broader = _unique(fused[queries[-1]], skip=fused[question])
+        step_back = {"step_back_question": queries[-1], "step_back_documents": broader}
+        return {**state, "documents": fused[question], **step_back}
+    answered = [(query, fused[query]) for query in queries]
+    return {**state, "sub_documents": answered, "documents": fused[question]}
 
 
 def _formatted(state: State, config: RunnableConfig) -> State:  # a flat strategy's
@@ -93,7 +92,7 @@ def _formatted(state: State, config: RunnableConfig) -> State:  # a flat strateg
 
 def _formatted_apart(state: State, config: RunnableConfig) -> State:
     """Every context (step-back, sub-questions), each passage numbered by its place in the sources."""
-    quote = partial(format_context, numbers=passage_numbers(quoted_documents(state)))
+    quote = partial(format_context, numbers=passage_numbers(_in_source_order(state)))
     result = {**state, "context": quote(state["documents"])}
     if "step_back_documents" in state:
         result["step_back_context"] = quote(state["step_back_documents"])
@@ -104,12 +103,17 @@ def _formatted_apart(state: State, config: RunnableConfig) -> State:
     return result
 
 
+def _in_source_order(state: State) -> list[Document]:
+    """Every passage quoted, repeats too: sub-questions' first, the question's, the step-back's."""
+    answered = [document for _, found in state.get("sub_documents", []) for document in found]
+    return [*answered, *state["documents"], *state.get("step_back_documents", [])]
+
+
 def quoted_documents(state: State) -> list[Document]:
     """Every passage a ready chain's answer quotes, once each, from its retrieval state (the
     output of :func:`retrieval_chain`): sub-questions' first, then the question's, then the
     step-back question's."""
-    answered = [document for _, found in state.get("sub_documents", []) for document in found]
-    return _unique([*answered, *state["documents"], *state.get("step_back_documents", [])])
+    return _unique(_in_source_order(state))
 
 
 def _sources(state: State) -> AddableDict:
@@ -170,13 +174,10 @@ def _retrieved(state: State, first: RetrievalResults | None, found: RetrievalRes
     return {**state, "retrieved": retrieved, "failures": retrieved.failures}
 
 
-def _sub_answered(state: State, answers: list[State], texts: list[str] | None = None) -> State:
-    """``state`` with the sub-questions' ``answers`` (in turn), or ``answers`` with ``texts`` (all
-    at once: then they are the context of the answer step's synthesis)."""
-    if texts is not None:
-        answers = [{**item, "answer": text} for item, text in zip(answers, texts, strict=True)]
-    key = "previous_answers" if texts is None else "context"
-    return {**state, "sub_answers": answers, key: format_answered(answers)}
+def _synthesised(state: State, items: list[State], texts: list[str]) -> State:
+    """``state`` with the sub-questions answered all at once: the answer step's synthesis context."""
+    answers = [{**item, "answer": text} for item, text in zip(items, texts, strict=True)]
+    return {**state, "sub_answers": answers, "context": format_answered(answers)}
 
 
 def _call_config(settings: list[ConfigurableFieldSpec], config: RunnableConfig) -> RunnableConfig:
@@ -283,23 +284,23 @@ class _Steps:
         """``answer_sub_questions``: each sub-question answered from its passages, in turn
         (seeing the earlier answers) or all at once (then synthesised by the answer step)."""
         items, sub_answer = state["sub_contexts"], cast(Runnable[Any, str], self.sub_answer)
-        if sub_answer is not self.answer_step:  # in turn: the answer step answers each (recursive)
-            return _sub_answered(state, items, sub_answer.batch(items, config))
+        if sub_answer is not self.answer_step:  # all at once; else in turn, by the answer step
+            return _synthesised(state, items, sub_answer.batch(items, config))
         answers: list[State] = []
         for item in items:
             values = {**item, "previous_answers": format_answered(answers)}
             answers.append({**item, "answer": sub_answer.invoke(values, config)})
-        return _sub_answered(state, answers)
+        return {**state, "sub_answers": answers, "previous_answers": format_answered(answers)}
 
     async def asub_answers(self, state: State, config: RunnableConfig) -> State:
         items, sub_answer = state["sub_contexts"], cast(Runnable[Any, str], self.sub_answer)
         if sub_answer is not self.answer_step:
-            return _sub_answered(state, items, await sub_answer.abatch(items, config))
+            return _synthesised(state, items, await sub_answer.abatch(items, config))
         answers: list[State] = []
         for item in items:
             values = {**item, "previous_answers": format_answered(answers)}
             answers.append({**item, "answer": await sub_answer.ainvoke(values, config)})
-        return _sub_answered(state, answers)
+        return {**state, "sub_answers": answers, "previous_answers": format_answered(answers)}
 
     def answer(self, state: dict, config: RunnableConfig) -> Any:  # dict: LangChain's schema
         """``answer``: the answer's tokens, streamed; with sources, the sources chunk first."""

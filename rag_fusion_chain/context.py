@@ -80,10 +80,9 @@ def format_answered(answered: Sequence[Mapping[str, Any]]) -> str:
     >>> format_answered([{"question": "What is RRF?", "answer": "A fusion."}])
     'Sub-question 1: What is RRF?\\nAnswer: A fusion.'
     """
-    if not answered:
-        return NO_EARLIER_ANSWERS
-    return "\n\n".join(
+    answers = "\n\n".join(
         f"Sub-question {number}: {escape_for_prompt(str(item['question']))}\n"
         f"Answer: {escape_for_prompt(str(item['answer']))}"
         for number, item in enumerate(answered, 1)
     )
+    return answers or NO_EARLIER_ANSWERS

@@ -764,6 +764,33 @@ def test_step_back_background_never_repeats_a_passage_under_another_id() -> None
     assert texts.count("shared background") == 1
 
 
+def test_step_back_repeating_the_question_searches_it_once_with_no_background() -> None:
+    llm, retriever = ScriptedLLM(), TopicRetriever(count=2)
+    llm.models["step_back"] = FakeListChatModel(responses=[QUESTION])
+    state = chains.retrieval_chain("step-back", [retriever], llm.runnable).invoke(QUESTION)
+    assert retriever.queries == [QUESTION] and state["queries"] == [QUESTION]
+    assert state["step_back_question"] == QUESTION and state["step_back_documents"] == []
+    assert [d.page_content for d in state["documents"]] == [f"{QUESTION} fact {i}" for i in (0, 1)]
+    assert state["step_back_context"] == NO_PASSAGES
+
+
+def test_individual_decomposition_state_has_the_sub_questions_documents_alone() -> None:
+    retriever = TopicRetriever(count=1, extra=[Document("shared background", id="shared")])
+    state = chains.retrieval_chain(
+        "decomposition", [retriever], ScriptedLLM().runnable, mode="individual"
+    ).invoke(QUESTION)
+    assert state["documents"] == [] and state["context"] == NO_PASSAGES
+    assert [(q, [d.page_content for d in found]) for q, found in state["sub_documents"]] == [
+        (q, [f"{q} fact 0", "shared background"]) for q in ["alpha", "beta", "gamma"]
+    ]
+    assert [item["question"] for item in state["sub_contexts"]] == ["alpha", "beta", "gamma"]
+    gamma = state["sub_contexts"][2]["context"]  # numbered by the place in the sources
+    assert (
+        '<passage id="4" source="gamma.txt">' in gamma
+        and '<passage id="2" source="shared">' in gamma
+    )
+
+
 def test_rewrite_retrieves_with_the_rewritten_query_alone() -> None:
     retriever, llm = TopicRetriever(), ScriptedLLM()
     result = chains.rewrite_chain(retriever, llm.runnable, return_sources=True).invoke(QUESTION)
